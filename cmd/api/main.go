@@ -1,0 +1,152 @@
+// Command api is the seckill service: it loads its configuration, opens the backends (real ones
+// when configured, embedded ones otherwise), builds the store, the strategies and the router,
+// and serves until SIGINT or SIGTERM, then drains in-flight orders before it exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/flashsale/seckill/internal/handler"
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "seckill:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole service; main and the tests call it. It returns when ctx is cancelled (after
+// a graceful shutdown) or when the service cannot start or keep serving.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(args, getenv)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	log := newLogger(cfg.LogFormat, stderr)
+	cfg.print(stdout)
+
+	store, err := openStore(ctx, cfg, stdout)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx, log); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry, err := newRegistry(cfg, store, log, reg)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler: handler.New(handler.Config{
+			Store:      store,
+			Orders:     registry,
+			Checks:     []handler.Check{{Name: "database", Ping: store.Ping}},
+			AdminToken: cfg.AdminToken,
+			Log:        log,
+			Registerer: reg,
+			Gatherer:   reg,
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second, // longer than a proxy's keep-alive, so it closes first
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if cfg.tokenGenerated {
+		fmt.Fprintf(stdout, "admin token (generated, shown once): %s\n", cfg.AdminToken)
+	}
+	fmt.Fprintf(stdout, "strategies: %v (default %s)\n", registry.Names(), cfg.Strategy)
+	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// openStore opens MySQL when a DSN is configured, else the embedded SQLite file, and says which.
+func openStore(ctx context.Context, cfg *config, stdout io.Writer) (*stock.Store, error) {
+	if cfg.MySQLDSN != "" {
+		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{})
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintln(stdout, "database: MySQL/MariaDB (SECKILL_MYSQL_DSN)")
+		return store, nil
+	}
+	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "database: embedded SQLite at %s (set SECKILL_MYSQL_DSN for MySQL/MariaDB)\n", cfg.sqlitePath())
+	return store, nil
+}
+
+// newRegistry builds the strategies of this instance.
+func newRegistry(cfg *config, store *stock.Store, log *slog.Logger, reg prometheus.Registerer) (*lockstrategy.Registry, error) {
+	host, _ := os.Hostname()
+	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
+	registry := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{
+		Default:       cfg.Strategy,
+		AllowOverride: cfg.StrategyOverride,
+		AllowUnsafe:   cfg.AllowUnsafe,
+	}, log, reg)
+	registry.Register(lockstrategy.NewPessimistic(store), false)
+	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
+		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Instance: fmt.Sprintf("%s/%d", host, os.Getpid()),
+	}, metrics), false)
+	registry.Register(lockstrategy.NewNaive(store, cfg.NaivePause), true)
+	if err := registry.Validate(); err != nil {
+		return nil, fmt.Errorf("strategy: %w", err)
+	}
+	return registry, nil
+}

@@ -1,0 +1,236 @@
+// Package backendtest gives tests real backends. It connects once per test process to MariaDB
+// (127.0.0.1:3306 as root, or SECKILL_TEST_MYSQL_DSN), creates a fresh database for the
+// process, migrates it once, and isolates tests by data: each test gets unique SKUs, removed in
+// t.Cleanup. When MariaDB cannot be reached it falls back to the embedded SQLite store — unless
+// SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI), where a missing backend fails the test instead.
+//
+// A test package using it calls Main from its TestMain, so the database is dropped at the end.
+package backendtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+const dbPrefix = "seckill_test_"
+
+var (
+	once    sync.Once
+	setup   backend
+	initErr error
+)
+
+// backend is what the process connected to: a MySQL DSN, or an SQLite file.
+type backend struct {
+	mysqlDSN   string // with the per-process database selected
+	sqlitePath string
+	admin      *sql.DB // server connection used to drop the database at the end
+	dbName     string
+}
+
+// Required reports whether tests must use real backends (SECKILL_TEST_REQUIRE_BACKENDS=1).
+func Required() bool { return os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" }
+
+// Main runs the package's tests and then drops the per-process database.
+func Main(m *testing.M) {
+	code := m.Run()
+	if setup.admin != nil {
+		_, _ = setup.admin.Exec("DROP DATABASE IF EXISTS `" + setup.dbName + "`")
+		_ = setup.admin.Close()
+	}
+	if setup.sqlitePath != "" {
+		_ = os.RemoveAll(filepath.Dir(setup.sqlitePath))
+	}
+	os.Exit(code)
+}
+
+func connect() {
+	serverDSN := os.Getenv("SECKILL_TEST_MYSQL_DSN")
+	if serverDSN == "" {
+		serverDSN = "root:@tcp(127.0.0.1:3306)/"
+	}
+	cfg, err := mysql.ParseDSN(serverDSN)
+	if err != nil {
+		initErr = fmt.Errorf("SECKILL_TEST_MYSQL_DSN: %w", err)
+		return
+	}
+	cfg.DBName, cfg.Timeout = "", 3*time.Second
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = admin.PingContext(ctx)
+		cancel()
+	}
+	if err != nil {
+		if admin != nil {
+			_ = admin.Close()
+		}
+		if Required() {
+			initErr = fmt.Errorf("MariaDB at %s is required (SECKILL_TEST_REQUIRE_BACKENDS=1) but unreachable: %w", cfg.Addr, err)
+			return
+		}
+		useSQLite()
+		return
+	}
+	dropAbandoned(admin)
+	setup.dbName = fmt.Sprintf("%s%d_%s", dbPrefix, os.Getpid(), randomHex(4))
+	if _, err := admin.Exec("CREATE DATABASE `" + setup.dbName + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+		initErr = fmt.Errorf("create test database: %w", err)
+		return
+	}
+	setup.admin = admin
+	cfg.DBName, cfg.Timeout = setup.dbName, 0
+	setup.mysqlDSN = cfg.FormatDSN()
+	initErr = migrate()
+}
+
+// dropAbandoned drops the databases of earlier test processes that died before Main ran.
+func dropAbandoned(admin *sql.DB) {
+	rows, err := admin.Query("SHOW DATABASES LIKE '" + dbPrefix + "%'")
+	if err != nil {
+		return
+	}
+	var stale []string
+	for rows.Next() {
+		var name string
+		if rows.Scan(&name) != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, dbPrefix), "_", 2)[0])
+		if _, statErr := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil && os.IsNotExist(statErr) {
+			stale = append(stale, name)
+		}
+	}
+	_ = rows.Close()
+	for _, name := range stale {
+		_, _ = admin.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+	}
+}
+
+func useSQLite() {
+	dir, err := os.MkdirTemp("", "seckill-test-")
+	if err != nil {
+		initErr = err
+		return
+	}
+	setup.sqlitePath = filepath.Join(dir, "seckill.db")
+	initErr = migrate()
+}
+
+func migrate() error {
+	s, err := open(context.Background())
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return s.Migrate(context.Background(), slog.New(slog.DiscardHandler))
+}
+
+func open(ctx context.Context) (*stock.Store, error) {
+	if setup.mysqlDSN != "" {
+		return stock.OpenMySQL(ctx, setup.mysqlDSN, stock.Options{MaxOpenConns: 16})
+	}
+	return stock.OpenSQLite(ctx, setup.sqlitePath, stock.Options{MaxOpenConns: 16})
+}
+
+func ready(t testing.TB) {
+	t.Helper()
+	once.Do(connect)
+	require.NoError(t, initErr, "test backends")
+}
+
+// Store returns a new Store with its own connection pool on the process's test database, as a
+// separate service instance would have. It is closed in t.Cleanup.
+func Store(t testing.TB) *stock.Store {
+	t.Helper()
+	ready(t)
+	s, err := open(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// Dialect reports which database the tests run on.
+func Dialect(t testing.TB) stock.Dialect {
+	t.Helper()
+	ready(t)
+	if setup.mysqlDSN != "" {
+		return stock.MySQL
+	}
+	return stock.SQLite
+}
+
+// Env returns the environment that points a service process at the test database:
+// SECKILL_MYSQL_DSN, or SECKILL_DATA_DIR of the embedded SQLite file.
+func Env(t testing.TB) []string {
+	t.Helper()
+	ready(t)
+	if setup.mysqlDSN != "" {
+		return []string{"SECKILL_MYSQL_DSN=" + setup.mysqlDSN}
+	}
+	return []string{"SECKILL_DATA_DIR=" + filepath.Dir(setup.sqlitePath)}
+}
+
+// SKU returns a SKU unique to this test and run. The product and its orders are deleted in
+// t.Cleanup, so tests sharing the database never see each other's rows.
+func SKU(t testing.TB) string {
+	t.Helper()
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(t.Name()))
+	sku := fmt.Sprintf("t%08x-%s", h.Sum32(), randomHex(4))
+	t.Cleanup(func() {
+		s, err := open(context.Background())
+		if err == nil {
+			_ = s.DeleteProduct(context.Background(), sku)
+			_ = s.Close()
+		}
+	})
+	return sku
+}
+
+// RequireInvariant checks the invariant of DESIGN.md on sku's audit and that every order in
+// acked (the 201s answered to clients) is a row in the database, each exactly once.
+func RequireInvariant(t testing.TB, s *stock.Store, sku string, acked []stock.Order) stock.Audit {
+	t.Helper()
+	ctx := context.Background()
+	a, err := s.Audit(ctx, sku)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, a.Stock, int64(0), "stock went negative: %+v", a)
+	require.Equal(t, a.InitialStock, a.Stock+a.OrderedQuantity, "stock + ordered != initial: %+v", a)
+	require.Equal(t, a.Orders, a.DistinctBuyers, "a user holds two orders: %+v", a)
+	require.Zero(t, a.Oversold(), "oversold: %+v", a)
+	require.True(t, a.Consistent(), "%+v", a)
+	seen := map[string]bool{}
+	for _, o := range acked {
+		require.False(t, seen[o.OrderID], "order %s acknowledged twice", o.OrderID)
+		seen[o.OrderID] = true
+		got, err := s.Order(ctx, o.OrderID)
+		require.NoError(t, err, "acknowledged order %s has no row", o.OrderID)
+		require.Equal(t, o.UserID, got.UserID)
+	}
+	require.Equal(t, int64(len(acked)), a.Orders, "orders in the database != orders acknowledged")
+	return a
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

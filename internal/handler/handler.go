@@ -1,0 +1,202 @@
+// Package handler is the HTTP face of the service (API.md): gin routes, request validation, and
+// the single table that maps domain errors to statuses and codes. It never touches a backend
+// directly: orders go through the strategy registry, everything else through the store.
+package handler
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Orders places orders; *lockstrategy.Registry implements it.
+type Orders interface {
+	// Resolve names the strategy for a request that asked for requested ("" = default), or
+	// returns a *stock.InvalidError.
+	Resolve(requested string) (string, error)
+	// PlaceOrder places req; replayed is true when an Idempotency-Key found the original order.
+	PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error)
+}
+
+// Store reads and resets products and reads orders; *stock.Store implements it.
+type Store interface {
+	PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error)
+	Product(ctx context.Context, sku string) (stock.Product, error)
+	Audit(ctx context.Context, sku string) (stock.Audit, error)
+	Order(ctx context.Context, orderID string) (stock.Order, error)
+}
+
+// Check is one backend that /readyz asks.
+type Check struct {
+	Name string
+	Ping func(ctx context.Context) error
+}
+
+// Config is what the handler needs.
+type Config struct {
+	Store      Store
+	Orders     Orders
+	Checks     []Check
+	AdminToken string
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+}
+
+// maxBodyBytes is the request body limit of API.md.
+const maxBodyBytes = 4 << 10
+
+type handler struct {
+	Config
+}
+
+// New returns the service's HTTP handler.
+func New(cfg Config) http.Handler {
+	// Release mode: gin's debug mode prints every route at start and warns on every request.
+	gin.SetMode(gin.ReleaseMode)
+	h := &handler{Config: cfg}
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.Use(withRequestID(cfg.Log), newHTTPMetrics(cfg.Registerer).middleware(), withRecovery(), limitBody(maxBodyBytes))
+
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", h.ready)
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+
+	v1 := r.Group("/api/v1")
+	admin := requireAdmin(cfg.AdminToken)
+	v1.PUT("/products/:sku", admin, h.putProduct)
+	v1.GET("/products/:sku", h.getProduct)
+	v1.GET("/products/:sku/audit", admin, h.audit)
+	v1.POST("/products/:sku/orders", h.placeOrder)
+	v1.GET("/orders/:order_id", h.getOrder)
+
+	r.NoRoute(func(c *gin.Context) { fail(c, stock.ErrNotFound, "route "+c.Request.URL.Path) })
+	r.NoMethod(func(c *gin.Context) {
+		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, errorBody{Error: errorDetail{
+			Code: "method_not_allowed", Message: c.Request.Method + " is not allowed on " + c.Request.URL.Path}})
+	})
+	return r
+}
+
+// ready answers 200 when every backend answers, else 503 naming the ones that are down.
+func (h *handler) ready(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+	defer cancel()
+	status, down := map[string]string{}, ""
+	for _, check := range h.Checks {
+		status[check.Name] = "ok"
+		if err := check.Ping(ctx); err != nil {
+			status[check.Name] = "down"
+			down += " " + check.Name
+			logger(c).Warn("backend not ready", "backend", check.Name, "err", err)
+		}
+	}
+	if down != "" {
+		c.Header("Retry-After", retryAfterSeconds)
+		c.JSON(http.StatusServiceUnavailable, gin.H{
+			"error":    errorDetail{Code: "unavailable", Message: "not ready; down:" + down},
+			"backends": status,
+		})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ready", "backends": status})
+}
+
+func (h *handler) putProduct(c *gin.Context) {
+	sku, ok := skuParam(c)
+	if !ok {
+		return
+	}
+	var body productBody
+	if !decode(c, &body) {
+		return
+	}
+	spec, err := body.spec(sku)
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	p, err := h.Store.PutProduct(c.Request.Context(), spec)
+	if err != nil {
+		fail(c, err, "product "+sku)
+		return
+	}
+	c.JSON(http.StatusOK, productJSON(p))
+}
+
+func (h *handler) getProduct(c *gin.Context) {
+	sku, ok := skuParam(c)
+	if !ok {
+		return
+	}
+	p, err := h.Store.Product(c.Request.Context(), sku)
+	if err != nil {
+		fail(c, err, "product "+sku)
+		return
+	}
+	c.JSON(http.StatusOK, productJSON(p))
+}
+
+func (h *handler) audit(c *gin.Context) {
+	sku, ok := skuParam(c)
+	if !ok {
+		return
+	}
+	a, err := h.Store.Audit(c.Request.Context(), sku)
+	if err != nil {
+		fail(c, err, "product "+sku)
+		return
+	}
+	c.JSON(http.StatusOK, auditJSON(a))
+}
+
+func (h *handler) placeOrder(c *gin.Context) {
+	sku, ok := skuParam(c)
+	if !ok {
+		return
+	}
+	key, ok := idempotencyKey(c)
+	if !ok {
+		return
+	}
+	var body orderBody
+	if !decode(c, &body) {
+		return
+	}
+	req, err := body.request(sku, key)
+	if err == nil {
+		req.Strategy, err = h.Orders.Resolve(body.Strategy)
+	}
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	order, _, err := h.Orders.PlaceOrder(c.Request.Context(), req)
+	if err != nil {
+		fail(c, err, "product "+sku)
+		return
+	}
+	c.JSON(http.StatusCreated, orderJSON(order))
+}
+
+func (h *handler) getOrder(c *gin.Context) {
+	id := c.Param("order_id")
+	if !orderIDPattern.MatchString(id) {
+		fail(c, stock.ErrNotFound, "order")
+		return
+	}
+	o, err := h.Store.Order(c.Request.Context(), id)
+	if err != nil {
+		fail(c, err, "order "+id)
+		return
+	}
+	c.JSON(http.StatusOK, orderJSON(o))
+}

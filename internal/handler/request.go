@@ -1,0 +1,217 @@
+package handler
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Limits of the HTTP contract (API.md), and sanity bounds that keep absurd numbers out of the
+// database.
+const (
+	maxUserIDBytes         = 64
+	maxIdempotencyKeyBytes = 128
+	maxNameBytes           = 128
+	maxStock               = 1_000_000_000
+	maxPerOrderLimit       = 1_000_000
+)
+
+var (
+	skuPattern     = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	orderIDPattern = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{26}$`) // a ULID
+)
+
+// skuParam validates the {sku} path segment, answering 400 when it is malformed.
+func skuParam(c *gin.Context) (string, bool) {
+	sku := c.Param("sku")
+	if !skuPattern.MatchString(sku) {
+		invalid(c, "sku must match [A-Za-z0-9._-]{1,64}")
+		return "", false
+	}
+	return sku, true
+}
+
+// idempotencyKey reads the optional Idempotency-Key header.
+func idempotencyKey(c *gin.Context) (string, bool) {
+	key := c.GetHeader("Idempotency-Key")
+	if len(key) > maxIdempotencyKeyBytes || !plainText(key) {
+		invalid(c, "Idempotency-Key must be at most %d bytes of printable text", maxIdempotencyKeyBytes)
+		return "", false
+	}
+	return key, true
+}
+
+// decode reads exactly one JSON object into dst, refusing unknown fields, trailing data and
+// bodies over the limit; on failure it answers 400 and returns false.
+func decode(c *gin.Context, dst any) bool {
+	dec := json.NewDecoder(c.Request.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	var (
+		tooBig    *http.MaxBytesError
+		wrongType *json.UnmarshalTypeError
+		syntax    *json.SyntaxError
+	)
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tooBig):
+		invalid(c, "request body exceeds %d bytes", maxBodyBytes)
+	case errors.Is(err, io.EOF):
+		invalid(c, "request body is empty; a JSON object is required")
+	case errors.As(err, &wrongType) && wrongType.Field != "":
+		invalid(c, "field %s must be a JSON %s", wrongType.Field, jsonKind(wrongType.Type.Kind()))
+	case errors.As(err, &wrongType):
+		invalid(c, "request body must be a JSON object")
+	case errors.As(err, &syntax):
+		invalid(c, "malformed JSON at byte %d", syntax.Offset)
+	default:
+		// json's own messages for unknown fields and truncated input name only the field.
+		invalid(c, "malformed JSON body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return false
+}
+
+// jsonKind names the JSON type a Go kind is decoded from.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	default:
+		return "integer within range"
+	}
+}
+
+// plainText reports whether s is valid UTF-8 without control characters.
+func plainText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+type orderBody struct {
+	UserID   *string `json:"user_id"`
+	Quantity *int    `json:"quantity"`
+	Strategy string  `json:"strategy"`
+}
+
+// request validates the body into an order request. Quantity defaults to 1.
+func (b orderBody) request(sku, key string) (stock.OrderRequest, error) {
+	req := stock.OrderRequest{SKU: sku, IdempotencyKey: key, Quantity: 1}
+	switch {
+	case b.UserID == nil || *b.UserID == "":
+		return req, &stock.InvalidError{Msg: "user_id is required"}
+	case len(*b.UserID) > maxUserIDBytes:
+		return req, &stock.InvalidError{Msg: "user_id must be at most 64 bytes"}
+	case !plainText(*b.UserID):
+		return req, &stock.InvalidError{Msg: "user_id must be valid UTF-8 without control characters"}
+	}
+	req.UserID = *b.UserID
+	if b.Quantity != nil {
+		req.Quantity = *b.Quantity
+	}
+	if req.Quantity < 1 || req.Quantity > maxPerOrderLimit {
+		return req, &stock.InvalidError{Msg: "quantity must be at least 1 and at most the product's max_per_order"}
+	}
+	return req, nil
+}
+
+type productBody struct {
+	Name        *string `json:"name"`
+	Stock       *int64  `json:"stock"`
+	MaxPerOrder *int    `json:"max_per_order"`
+}
+
+// spec validates the body into a product spec. max_per_order defaults to 1.
+func (b productBody) spec(sku string) (stock.ProductSpec, error) {
+	spec := stock.ProductSpec{SKU: sku, MaxPerOrder: 1}
+	switch {
+	case b.Name == nil || *b.Name == "":
+		return spec, &stock.InvalidError{Msg: "name is required"}
+	case len(*b.Name) > maxNameBytes || !plainText(*b.Name):
+		return spec, &stock.InvalidError{Msg: "name must be at most 128 bytes of printable text"}
+	case b.Stock == nil:
+		return spec, &stock.InvalidError{Msg: "stock is required"}
+	case *b.Stock < 0 || *b.Stock > maxStock:
+		return spec, &stock.InvalidError{Msg: "stock must be between 0 and 1000000000"}
+	}
+	spec.Name, spec.Stock = *b.Name, *b.Stock
+	if b.MaxPerOrder != nil {
+		spec.MaxPerOrder = *b.MaxPerOrder
+	}
+	if spec.MaxPerOrder < 1 || spec.MaxPerOrder > maxPerOrderLimit {
+		return spec, &stock.InvalidError{Msg: "max_per_order must be between 1 and 1000000"}
+	}
+	return spec, nil
+}
+
+type productResponse struct {
+	SKU          string `json:"sku"`
+	Name         string `json:"name"`
+	InitialStock int64  `json:"initial_stock"`
+	Stock        int64  `json:"stock"`
+	Sold         int64  `json:"sold"`
+	Version      int64  `json:"version"`
+	MaxPerOrder  int    `json:"max_per_order"`
+}
+
+func productJSON(p stock.Product) productResponse {
+	return productResponse{SKU: p.SKU, Name: p.Name, InitialStock: p.InitialStock, Stock: p.Stock, Sold: p.Sold(),
+		Version: p.Version, MaxPerOrder: p.MaxPerOrder}
+}
+
+type orderResponse struct {
+	OrderID   string    `json:"order_id"`
+	SKU       string    `json:"sku"`
+	UserID    string    `json:"user_id"`
+	Quantity  int       `json:"quantity"`
+	Strategy  string    `json:"strategy"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func orderJSON(o stock.Order) orderResponse {
+	return orderResponse{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
+		CreatedAt: o.CreatedAt}
+}
+
+type auditResponse struct {
+	SKU             string `json:"sku"`
+	InitialStock    int64  `json:"initial_stock"`
+	Stock           int64  `json:"stock"`
+	OrderedQuantity int64  `json:"ordered_quantity"`
+	Orders          int64  `json:"orders"`
+	DistinctBuyers  int64  `json:"distinct_buyers"`
+	Oversold        int64  `json:"oversold"`
+	Consistent      bool   `json:"consistent"`
+}
+
+func auditJSON(a stock.Audit) auditResponse {
+	return auditResponse{SKU: a.SKU, InitialStock: a.InitialStock, Stock: a.Stock, OrderedQuantity: a.OrderedQuantity,
+		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent()}
+}

@@ -1,0 +1,131 @@
+package lockstrategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// DBLock is the lock-table lock of the classic comparison: a row in distributed_locks, taken by
+// INSERT (the primary key lets one writer win), released by deleting the holder's own row,
+// reclaimed atomically once expired. It needs nothing but the database — and it shows why that is
+// slow: every waiter polls the database, and every acquisition is a write.
+//
+// The lock alone is not trusted: a holder paused past the TTL loses the lock to a reclaimer
+// while still running. So the critical section is the version-guarded write, which fails
+// harmlessly for a stale holder.
+type DBLock struct {
+	store   *stock.Store
+	opts    DBLockOptions
+	metrics *LockMetrics
+}
+
+// DBLockOptions tune the lock-table lock.
+type DBLockOptions struct {
+	TTL      time.Duration // after this a crashed holder's lock may be reclaimed
+	Wait     time.Duration // how long an order polls for the lock before answering busy
+	Attempts int           // version-guarded writes tried under the lock before answering busy
+	Instance string        // names this instance in the holder column, for operators
+}
+
+// NewDBLock returns the lock-table strategy.
+func NewDBLock(store *stock.Store, opts DBLockOptions, metrics *LockMetrics) *DBLock {
+	return &DBLock{store: store, opts: opts, metrics: metrics}
+}
+
+// Name implements Strategy.
+func (*DBLock) Name() string { return "dblock" }
+
+// PlaceOrder implements Strategy.
+func (d *DBLock) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	key := "products/" + req.SKU
+	// A holder id unique per acquisition: release deletes only this id's row, so an instance can
+	// never release a lock that another of its own requests (or a successor) holds.
+	holder := d.opts.Instance + "/" + ulid.Make().String()
+	start := time.Now()
+	if err := d.acquire(ctx, key, holder); err != nil {
+		return stock.Order{}, err
+	}
+	locked := time.Now()
+	d.metrics.waited(d.Name(), locked.Sub(start))
+	defer d.release(ctx, key, holder, locked)
+	return placeVersioned(ctx, d.store, req, d.opts.Attempts, d.metrics, d.Name())
+}
+
+// acquire polls TryLock with capped, jittered exponential backoff until the wait budget runs out.
+// Jitter keeps the waiters of all instances from polling in lockstep.
+func (d *DBLock) acquire(ctx context.Context, key, holder string) error {
+	waitCtx, cancel := context.WithTimeout(ctx, d.opts.Wait)
+	defer cancel()
+	backoff := time.Millisecond
+	for {
+		ok, err := d.store.TryLock(waitCtx, key, holder, d.opts.TTL)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			// The INSERT may have committed even though its answer was lost: remove our row if
+			// it is there, so an uncertain acquire does not block the SKU until the TTL.
+			d.unlock(ctx, key, holder)
+			// The wait budget ran out mid-statement. Drivers report that differently
+			// (context.DeadlineExceeded, SQLite's "interrupted"), so ask the context.
+			if ctx.Err() == nil && waitCtx.Err() != nil {
+				return fmt.Errorf("lock %s: waited %s: %w", key, d.opts.Wait, stock.ErrBusy)
+			}
+			return err
+		}
+		select {
+		case <-waitCtx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("lock %s: waited %s: %w", key, d.opts.Wait, stock.ErrBusy)
+		case <-time.After(backoff/2 + rand.N(backoff)):
+		}
+		backoff = min(2*backoff, 32*time.Millisecond)
+	}
+}
+
+// release deletes the holder's row, even when the request was cancelled.
+func (d *DBLock) release(ctx context.Context, key, holder string, locked time.Time) {
+	d.metrics.held(d.Name(), key, time.Since(locked))
+	if !d.unlock(ctx, key, holder) {
+		d.metrics.lostAt(d.Name(), key)
+	}
+}
+
+// unlock reports whether the holder's row was there to delete. An error counts as released: the
+// row then expires by its TTL.
+func (d *DBLock) unlock(ctx context.Context, key, holder string) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	released, err := d.store.Unlock(ctx, key, holder)
+	if err != nil {
+		d.metrics.log.Warn("unlock failed; the lock will expire by its TTL", "key", key, "err", err)
+		return true
+	}
+	return released
+}
+
+// placeVersioned runs the version-guarded critical section, retrying a lost race with a fresh
+// read up to attempts times before answering busy. It never writes blind: each attempt either
+// matches the version it read or writes nothing.
+func placeVersioned(ctx context.Context, store *stock.Store, req stock.OrderRequest, attempts int,
+	metrics *LockMetrics, strategy string) (stock.Order, error) {
+	for i := 1; ; i++ {
+		order, err := store.PlaceOrderVersioned(ctx, req)
+		if !errors.Is(err, stock.ErrVersionConflict) {
+			return order, err
+		}
+		if i >= attempts {
+			return stock.Order{}, fmt.Errorf("%d version conflicts on products/%s: %w", i, req.SKU, stock.ErrBusy)
+		}
+		metrics.retried(strategy)
+	}
+}

@@ -1,0 +1,191 @@
+// Package lockstrategy holds the ways an order can be serialised against concurrent orders for
+// the same product — database row locks, a lock table, and (on purpose) no lock at all — behind
+// one interface, and the Registry that picks one per request. Every strategy ends in a
+// conditional write in package stock: the lock keeps the hot row calm, the database keeps the
+// invariant.
+package lockstrategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// A Strategy places one order, serialising it against concurrent orders for the same product.
+// It returns stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrBusy, stock.ErrNotFound,
+// stock.ErrInvalid, stock.ErrDuplicateRequest, stock.ErrUnavailable, or a wrapped internal error.
+type Strategy interface {
+	Name() string
+	PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error)
+}
+
+// Registry holds the strategies of one service instance and places orders through them. It
+// owns what every strategy shares: choosing the strategy, idempotent replays, outcome metrics.
+type Registry struct {
+	store         *stock.Store
+	strategies    map[string]Strategy
+	defaultName   string
+	allowOverride bool
+	unsafe        map[string]bool // registered but refused unless allowed
+	allowUnsafe   bool
+	log           *slog.Logger
+	outcomes      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+}
+
+// RegistryConfig says which strategy is the default and what clients may choose.
+type RegistryConfig struct {
+	Default       string
+	AllowOverride bool // the per-request strategy field is honoured
+	AllowUnsafe   bool // the naive strategy may be used
+}
+
+// NewRegistry returns a Registry over store. Register strategies, then call Validate.
+func NewRegistry(store *stock.Store, cfg RegistryConfig, log *slog.Logger, reg prometheus.Registerer) *Registry {
+	r := &Registry{
+		store:         store,
+		strategies:    map[string]Strategy{},
+		unsafe:        map[string]bool{},
+		defaultName:   cfg.Default,
+		allowOverride: cfg.AllowOverride,
+		allowUnsafe:   cfg.AllowUnsafe,
+		log:           log,
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_orders_total",
+			Help: "Order attempts by strategy and outcome (ok, replayed, sold_out, already_purchased, busy, invalid, not_found, unavailable, error).",
+		}, []string{"strategy", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "seckill_order_duration_seconds",
+			Help:    "Time to place an order (or fail to), by strategy.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"strategy"}),
+	}
+	reg.MustRegister(r.outcomes, r.latency)
+	return r
+}
+
+// Register adds a strategy. An unsafe one (naive) is refused per request unless AllowUnsafe.
+func (r *Registry) Register(s Strategy, unsafe bool) {
+	r.strategies[s.Name()] = s
+	r.unsafe[s.Name()] = unsafe
+}
+
+// Validate checks that the default strategy exists and may be used.
+func (r *Registry) Validate() error {
+	_, err := r.lookup(r.defaultName)
+	return err
+}
+
+// Names lists the registered strategies, sorted.
+func (r *Registry) Names() []string {
+	names := make([]string, 0, len(r.strategies))
+	for n := range r.strategies {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Resolve returns the name of the strategy that will place an order that asked for requested
+// (empty: the default), or an *stock.InvalidError.
+func (r *Registry) Resolve(requested string) (string, error) {
+	if requested == "" {
+		return r.defaultName, nil
+	}
+	if !r.allowOverride && requested != r.defaultName {
+		return "", &stock.InvalidError{Msg: fmt.Sprintf("strategy override is disabled on this server (it uses %s)", r.defaultName)}
+	}
+	s, err := r.lookup(requested)
+	if err != nil {
+		return "", err
+	}
+	return s.Name(), nil
+}
+
+func (r *Registry) lookup(name string) (Strategy, error) {
+	s, ok := r.strategies[name]
+	if !ok {
+		return nil, &stock.InvalidError{Msg: fmt.Sprintf("unknown strategy %q (known: %v)", name, r.Names())}
+	}
+	if r.unsafe[name] && !r.allowUnsafe {
+		return nil, &stock.InvalidError{Msg: fmt.Sprintf("strategy %s is unsafe and disabled (set SECKILL_ALLOW_UNSAFE=true to allow it)", name)}
+	}
+	return s, nil
+}
+
+// PlaceOrder places req through the strategy named in req.Strategy (see Resolve). With an
+// Idempotency-Key it answers a replay with the original order (replayed is true) and refuses a
+// different request under the same key with stock.ErrIdempotencyConflict.
+func (r *Registry) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error) {
+	s, err := r.lookup(req.Strategy)
+	if err != nil {
+		return stock.Order{}, false, err
+	}
+	start := time.Now()
+	defer func() {
+		r.latency.WithLabelValues(s.Name()).Observe(time.Since(start).Seconds())
+		outcome := Outcome(err)
+		if replayed {
+			outcome = "replayed"
+		}
+		r.outcomes.WithLabelValues(s.Name(), outcome).Inc()
+	}()
+	if req.IdempotencyKey != "" {
+		if order, err := r.replay(ctx, req); !errors.Is(err, stock.ErrNotFound) {
+			return order, err == nil, err
+		}
+	}
+	order, err = s.PlaceOrder(ctx, req)
+	// Two requests with one key can race past the lookup above; the unique key lets one insert
+	// win, and the other (ErrDuplicateRequest, or ErrAlreadyPurchased when the same buyer's
+	// unique key fired first) answers the winner's order.
+	if req.IdempotencyKey != "" && (errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased)) {
+		if order, rerr := r.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
+			return order, rerr == nil, rerr
+		}
+	}
+	return order, false, err
+}
+
+// replay finds the order already placed under req's Idempotency-Key.
+func (r *Registry) replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	prior, err := r.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
+	if err != nil {
+		return stock.Order{}, err
+	}
+	if prior.RequestHash != req.Fingerprint() {
+		return stock.Order{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
+	}
+	return prior, nil
+}
+
+// Outcome names the result of an order attempt for metrics and reports.
+func Outcome(err error) string {
+	for _, o := range []struct {
+		err  error
+		name string
+	}{
+		{stock.ErrSoldOut, "sold_out"},
+		{stock.ErrAlreadyPurchased, "already_purchased"},
+		{stock.ErrBusy, "busy"},
+		{stock.ErrInvalid, "invalid"},
+		{stock.ErrNotFound, "not_found"},
+		{stock.ErrIdempotencyConflict, "idempotency_conflict"},
+		{stock.ErrUnavailable, "unavailable"},
+	} {
+		if errors.Is(err, o.err) {
+			return o.name
+		}
+	}
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}

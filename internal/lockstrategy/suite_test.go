@@ -1,0 +1,158 @@
+package lockstrategy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+func TestMain(m *testing.M) { backendtest.Main(m) }
+
+// newStrategy builds one instance's strategy on that instance's own store.
+type newStrategy func(t *testing.T, store *stock.Store) lockstrategy.Strategy
+
+// strategies is every safe strategy; each must pass the shared suite.
+var strategies = map[string]newStrategy{
+	"pessimistic": func(_ *testing.T, s *stock.Store) lockstrategy.Strategy { return lockstrategy.NewPessimistic(s) },
+	"dblock": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
+		return lockstrategy.NewDBLock(s, lockstrategy.DBLockOptions{
+			TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Instance: t.Name(),
+		}, lockMetrics())
+	},
+}
+
+func lockMetrics() *lockstrategy.LockMetrics {
+	return lockstrategy.NewLockMetrics(prometheus.NewRegistry(), time.Second, slog.New(slog.DiscardHandler))
+}
+
+const (
+	instances = 3
+	buyers    = 200
+	units     = 50
+)
+
+// saleResult is what the buyers of one sale were told.
+type saleResult struct {
+	acked   []stock.Order
+	outcome map[string]int
+	retries int
+}
+
+// sell runs one flash sale: buyers goroutines, spread over independent instances (each its own
+// store and connection pool), released together by close(start), each buying one unit. A busy
+// answer is retried after a short jittered pause, as a well-behaved client would, until the
+// deadline; every buyer must end with an order or sold_out.
+func sell(t *testing.T, newStrategy newStrategy, sku string, stockUnits, buyers int) saleResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var insts []lockstrategy.Strategy
+	for range instances {
+		insts = append(insts, newStrategy(t, backendtest.Store(t)))
+	}
+	_, err := backendtest.Store(t).PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "suite", Stock: int64(stockUnits), MaxPerOrder: 1})
+	require.NoError(t, err)
+
+	var (
+		mu  sync.Mutex
+		res = saleResult{outcome: map[string]int{}}
+		wg  sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for i := range buyers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			strategy := insts[i%instances]
+			req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("user-%03d", i), Quantity: 1, Strategy: strategy.Name()}
+			<-start
+			for {
+				order, err := strategy.PlaceOrder(ctx, req)
+				if errors.Is(err, stock.ErrBusy) && ctx.Err() == nil {
+					mu.Lock()
+					res.retries++
+					mu.Unlock()
+					time.Sleep(time.Millisecond + rand.N(10*time.Millisecond))
+					continue
+				}
+				mu.Lock()
+				res.outcome[lockstrategy.Outcome(err)]++
+				if err == nil {
+					res.acked = append(res.acked, order)
+				} else if !errors.Is(err, stock.ErrSoldOut) {
+					t.Errorf("%s: unexpected error: %v", req.UserID, err)
+				}
+				mu.Unlock()
+				return
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return res
+}
+
+// TestStrategies is the suite every safe strategy must pass: 200 buyers on 3 instances against
+// 50 units sell exactly 50, the rest hear sold_out, and the invariant holds.
+func TestStrategies(t *testing.T) {
+	for name, newStrategy := range strategies {
+		t.Run(name, func(t *testing.T) {
+			sku := backendtest.SKU(t)
+			res := sell(t, newStrategy, sku, units, buyers)
+			t.Logf("%s on %s: outcomes %v after %d busy retries", name, backendtest.Dialect(t), res.outcome, res.retries)
+			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
+			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+			assert.Zero(t, a.Stock)
+		})
+	}
+}
+
+// TestNaiveOversells proves that the suite's checks can see overselling: the unlocked
+// read-check-write strategy, under the same load, must break the invariant. If this test fails,
+// the checks above are blind and their passing means nothing.
+func TestNaiveOversells(t *testing.T) {
+	sku := backendtest.SKU(t)
+	naive := func(_ *testing.T, s *stock.Store) lockstrategy.Strategy {
+		return lockstrategy.NewNaive(s, 20*time.Millisecond)
+	}
+	res := sell(t, naive, sku, units, buyers)
+	a, err := backendtest.Store(t).Audit(context.Background(), sku)
+	require.NoError(t, err)
+	t.Logf("naive on %s: outcomes %v, audit %+v, oversold %d", backendtest.Dialect(t), res.outcome, a, a.Oversold())
+	assert.Greater(t, res.outcome["ok"], units, "naive sold no more than the stock: the race was not exercised")
+	assert.Positive(t, a.Oversold(), "the audit did not report the oversell")
+	assert.False(t, a.Consistent(), "the audit called an oversold sale consistent")
+	rec := &failRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		backendtest.RequireInvariant(rec, backendtest.Store(t), sku, res.acked)
+	}()
+	<-done
+	assert.True(t, rec.failed, "RequireInvariant passed an oversold sale")
+}
+
+// failRecorder is a testing.TB that records a failure instead of failing the real test, so a
+// test can check that a checker fails.
+type failRecorder struct {
+	testing.TB
+	failed bool
+}
+
+func (r *failRecorder) Helper()               {}
+func (r *failRecorder) Errorf(string, ...any) { r.failed = true }
+func (r *failRecorder) FailNow()              { r.failed = true; runtime.Goexit() }

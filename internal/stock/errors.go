@@ -1,0 +1,117 @@
+package stock
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	gosqlite "github.com/glebarez/go-sqlite"
+	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+)
+
+// MySQL/MariaDB server error numbers the store acts on.
+const (
+	mysqlDuplicateKey     = 1062
+	mysqlLockWaitTimeout  = 1205 // MariaDB's answer to FOR UPDATE NOWAIT on a locked row
+	mysqlDeadlock         = 1213
+	mysqlLockNowait       = 3572 // MySQL 8's answer to FOR UPDATE NOWAIT on a locked row
+	mysqlTooManyConns     = 1040
+	mysqlServerShutdown   = 1053
+	mysqlUnknownDatabase  = 1049
+	sqliteBusy            = 5
+	sqliteLocked          = 6
+	sqliteConstraint      = 19
+	sqlitePrimaryCodeMask = 0xff // extended result codes keep the primary code in the low byte
+)
+
+// errDuplicate reports a unique-key violation on the named index (or column, on SQLite).
+type errDuplicate struct {
+	key string
+	err error
+}
+
+func (e *errDuplicate) Error() string { return "duplicate key " + e.key + ": " + e.err.Error() }
+func (e *errDuplicate) Unwrap() error { return e.err }
+
+// on reports whether the violated key is the one named (index name on MySQL, columns on
+// SQLite). The key is cut out of the message first, so a value in the message cannot match.
+func (e *errDuplicate) on(name string) bool { return strings.Contains(e.key, name) }
+
+// classify turns driver errors into the domain's sentinels where the domain has a meaning for
+// them: lock-wait and NOWAIT failures are ErrBusy, lost connections ErrUnavailable, unique
+// violations *errDuplicate. Anything else passes through unchanged.
+func classify(err error) error {
+	if err == nil || classified(err) {
+		return err
+	}
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		switch my.Number {
+		case mysqlDuplicateKey:
+			// "Duplicate entry 'v' for key 'uq_orders_sku_user'" (MySQL 8 prefixes "orders.").
+			return &errDuplicate{key: after(my.Message, "for key "), err: err}
+		case mysqlLockWaitTimeout, mysqlLockNowait, mysqlDeadlock:
+			return fmt.Errorf("%w: %w", ErrBusy, err)
+		case mysqlTooManyConns, mysqlServerShutdown, mysqlUnknownDatabase:
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return err
+	}
+	var lite *gosqlite.Error
+	if errors.As(err, &lite) {
+		switch lite.Code() & sqlitePrimaryCodeMask {
+		case sqliteBusy, sqliteLocked:
+			return fmt.Errorf("%w: %w", ErrBusy, err)
+		case sqliteConstraint:
+			if strings.Contains(lite.Error(), "UNIQUE") || strings.Contains(lite.Error(), "PRIMARY KEY") {
+				// "UNIQUE constraint failed: orders.sku, orders.user_id"
+				return &errDuplicate{key: after(lite.Error(), "failed: "), err: err}
+			}
+		}
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	var netErr net.Error
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.As(err, &netErr) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+// after returns what follows the last sep in msg, or "" when sep is absent.
+func after(msg, sep string) string {
+	i := strings.LastIndex(msg, sep)
+	if i < 0 {
+		return ""
+	}
+	return msg[i+len(sep):]
+}
+
+// classified reports whether err already carries a domain meaning, so that classifying it again
+// (a transaction classifies what its body returned) keeps that meaning.
+func classified(err error) bool {
+	var dup *errDuplicate
+	if errors.As(err, &dup) {
+		return true
+	}
+	for _, sentinel := range []error{ErrNotFound, ErrSoldOut, ErrAlreadyPurchased, ErrBusy, ErrUnavailable,
+		ErrInvalid, ErrIdempotencyConflict, ErrDuplicateRequest, ErrVersionConflict} {
+		if errors.Is(err, sentinel) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,57 @@
+package stock
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The lock table of the classic comparison (distributed_locks). A lock is held while its row
+// exists and has not expired. Time comes from the database's clock, never the instances', so
+// that clock skew between instances cannot make one of them think a live lock has expired.
+
+// TryLock makes one attempt to take the named lock for holder, for ttl. It reports whether the
+// lock was taken. Acquire is an INSERT: the primary key lets exactly one concurrent INSERT win.
+// When the row exists but has expired (its holder crashed), it is reclaimed with one conditional
+// UPDATE that matches only while the row is still expired, so two reclaimers cannot both win and
+// a live lock of another holder is never touched.
+func (s *Store) TryLock(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	expiry, now, ttlArg := s.lockClock(ttl)
+	db := s.db.WithContext(ctx)
+	err := classify(db.Exec(
+		"INSERT INTO distributed_locks (lock_name, holder, expire_at) VALUES (?, ?, "+expiry+")",
+		name, holder, ttlArg).Error)
+	if err == nil {
+		return true, nil
+	}
+	if !isDuplicate(err, "") {
+		return false, fmt.Errorf("lock %s: insert: %w", name, err)
+	}
+	res := db.Exec("UPDATE distributed_locks SET holder = ?, expire_at = "+expiry+
+		" WHERE lock_name = ? AND expire_at < "+now, holder, ttlArg, name)
+	if err := classify(res.Error); err != nil {
+		return false, fmt.Errorf("lock %s: reclaim: %w", name, err)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// Unlock releases the named lock if holder still holds it, and reports whether it did. It
+// deletes only the holder's own row: a holder whose lock expired and was taken over must not
+// release its successor's lock. false therefore means "the lock had been lost".
+func (s *Store) Unlock(ctx context.Context, name, holder string) (bool, error) {
+	res := s.db.WithContext(ctx).Exec("DELETE FROM distributed_locks WHERE lock_name = ? AND holder = ?", name, holder)
+	if err := classify(res.Error); err != nil {
+		return false, fmt.Errorf("unlock %s: %w", name, err)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// lockClock returns the dialect's SQL for "now + ttl" (with its one argument) and for "now".
+func (s *Store) lockClock(ttl time.Duration) (expiry, now string, arg any) {
+	if s.dialect == MySQL {
+		return "NOW(6) + INTERVAL ? MICROSECOND", "NOW(6)", ttl.Microseconds()
+	}
+	const format = "'%Y-%m-%d %H:%M:%f'"
+	return "strftime(" + format + ", 'now', ?)", "strftime(" + format + ", 'now')",
+		fmt.Sprintf("%+.3f seconds", ttl.Seconds())
+}

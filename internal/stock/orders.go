@@ -1,0 +1,209 @@
+package stock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// orderRow maps the orders table.
+type orderRow struct {
+	OrderID        string    `gorm:"column:order_id;primaryKey"`
+	SKU            string    `gorm:"column:sku"`
+	UserID         string    `gorm:"column:user_id"`
+	Quantity       int       `gorm:"column:quantity"`
+	Strategy       string    `gorm:"column:strategy"`
+	IdempotencyKey *string   `gorm:"column:idempotency_key"` // NULL when absent: NULLs never collide in the unique index
+	RequestHash    string    `gorm:"column:request_hash"`
+	CreatedAt      time.Time `gorm:"column:created_at"`
+}
+
+func (orderRow) TableName() string { return "orders" }
+
+func (r orderRow) order() Order {
+	o := Order{OrderID: r.OrderID, SKU: r.SKU, UserID: r.UserID, Quantity: r.Quantity, Strategy: r.Strategy,
+		RequestHash: r.RequestHash, CreatedAt: r.CreatedAt.UTC()}
+	if r.IdempotencyKey != nil {
+		o.IdempotencyKey = *r.IdempotencyKey
+	}
+	return o
+}
+
+// Order reads one order by its id.
+func (s *Store) Order(ctx context.Context, orderID string) (Order, error) {
+	return s.orderWhere(ctx, "order_id = ?", orderID)
+}
+
+// OrderByIdempotencyKey reads the order placed with this Idempotency-Key.
+func (s *Store) OrderByIdempotencyKey(ctx context.Context, key string) (Order, error) {
+	return s.orderWhere(ctx, "idempotency_key = ?", key)
+}
+
+func (s *Store) orderWhere(ctx context.Context, cond string, arg string) (Order, error) {
+	var row orderRow
+	if err := classify(s.db.WithContext(ctx).Where(cond, arg).Take(&row).Error); err != nil {
+		return Order{}, fmt.Errorf("order %s: %w", arg, err)
+	}
+	return row.order(), nil
+}
+
+// PlaceOrderNowait is the pessimistic critical section: one transaction that locks the product
+// row without waiting (SELECT ... FOR UPDATE NOWAIT), checks, decrements and inserts the order.
+// A row locked by another transaction fails at once with ErrBusy instead of queueing a
+// connection behind it: under a flash sale, waiting transactions would exhaust the pool.
+func (s *Store) PlaceOrderNowait(ctx context.Context, req OrderRequest) (Order, error) {
+	var order Order
+	err := withTx(ctx, s.nowait, func(tx *gorm.DB) error {
+		q := tx.Where("sku = ?", req.SKU)
+		if s.dialect == MySQL {
+			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsNoWait})
+		}
+		var row productRow
+		if err := q.Take(&row).Error; err != nil {
+			return err
+		}
+		var err error
+		order, err = sell(tx, row, req, false)
+		return err
+	})
+	if err != nil {
+		return Order{}, fmt.Errorf("place order %s/%s nowait: %w", req.SKU, req.UserID, err)
+	}
+	return order, nil
+}
+
+// PlaceOrderVersioned is the optimistic critical section: read the product, then decrement only
+// if nobody changed it since (UPDATE ... WHERE version = ?). It takes no lock of its own, so it
+// stays correct when a lock in front of it was lost: a stale writer matches no row and gets
+// ErrVersionConflict, having written nothing. Callers retry on that error with a fresh read.
+func (s *Store) PlaceOrderVersioned(ctx context.Context, req OrderRequest) (Order, error) {
+	var order Order
+	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
+		var row productRow
+		if err := tx.Where("sku = ?", req.SKU).Take(&row).Error; err != nil {
+			return err
+		}
+		var err error
+		order, err = sell(tx, row, req, true)
+		return err
+	})
+	if err != nil {
+		return Order{}, fmt.Errorf("place order %s/%s at version: %w", req.SKU, req.UserID, err)
+	}
+	return order, nil
+}
+
+// PlaceOrderUnguarded is deliberately wrong, for the naive strategy only: it reads the stock,
+// checks it, waits (as network and application latency would), then writes the stock it
+// computed from its stale read. Concurrent buyers all read the same stock, all pass the check,
+// and each write overwrites the others' decrements: the lost update that oversells a flash sale.
+// It is the one stock write in the project that is not conditional, and it exists so that the
+// tests and the load tool can show that their checks catch it.
+func (s *Store) PlaceOrderUnguarded(ctx context.Context, req OrderRequest, pause time.Duration) (Order, error) {
+	row, err := s.productRow(ctx, req.SKU)
+	if err != nil {
+		return Order{}, err
+	}
+	if err := check(row, req); err != nil {
+		return Order{}, err
+	}
+	select {
+	case <-time.After(pause):
+	case <-ctx.Done():
+		return Order{}, ctx.Err()
+	}
+	var order Order
+	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
+		err := tx.Model(&productRow{}).Where("sku = ?", req.SKU).Updates(map[string]any{
+			"stock":      row.Stock - int64(req.Quantity),
+			"version":    gorm.Expr("version + 1"),
+			"updated_at": time.Now().UTC(),
+		}).Error
+		if err != nil {
+			return err
+		}
+		order, err = insertOrder(tx, req)
+		return err
+	})
+	if err != nil {
+		return Order{}, fmt.Errorf("place order %s/%s unguarded: %w", req.SKU, req.UserID, err)
+	}
+	return order, nil
+}
+
+func (s *Store) productRow(ctx context.Context, sku string) (productRow, error) {
+	var row productRow
+	if err := classify(s.db.WithContext(ctx).Where("sku = ?", sku).Take(&row).Error); err != nil {
+		return productRow{}, fmt.Errorf("product %s: %w", sku, err)
+	}
+	return row, nil
+}
+
+// check applies the product's rules to a request against the stock that was read.
+func check(row productRow, req OrderRequest) error {
+	if req.Quantity > row.MaxPerOrder {
+		return &InvalidError{Msg: fmt.Sprintf("quantity %d exceeds max_per_order %d of product %s", req.Quantity, row.MaxPerOrder, row.SKU)}
+	}
+	if row.Stock < int64(req.Quantity) {
+		return fmt.Errorf("product %s has %d left, %d asked: %w", row.SKU, row.Stock, req.Quantity, ErrSoldOut)
+	}
+	return nil
+}
+
+// sell decrements the stock read in row and inserts the order, inside tx. The UPDATE is
+// conditional on there being enough stock — and, when matchVersion, on the row being unchanged
+// since it was read — and its RowsAffected is checked: zero rows means another writer got there
+// first, and nothing is written.
+func sell(tx *gorm.DB, row productRow, req OrderRequest, matchVersion bool) (Order, error) {
+	if err := check(row, req); err != nil {
+		return Order{}, err
+	}
+	q := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", req.SKU, req.Quantity)
+	if matchVersion {
+		q = q.Where("version = ?", row.Version)
+	}
+	res := q.Updates(map[string]any{
+		"stock":      gorm.Expr("stock - ?", req.Quantity),
+		"version":    gorm.Expr("version + 1"),
+		"updated_at": time.Now().UTC(),
+	})
+	if res.Error != nil {
+		return Order{}, res.Error
+	}
+	if res.RowsAffected != 1 {
+		return Order{}, fmt.Errorf("product %s at version %d: %w", req.SKU, row.Version, ErrVersionConflict)
+	}
+	return insertOrder(tx, req)
+}
+
+// insertOrder inserts the order row. The unique keys turn a repeat buyer into
+// ErrAlreadyPurchased and a reused Idempotency-Key into ErrDuplicateRequest; either way the
+// caller's transaction rolls back and gives the stock back.
+func insertOrder(tx *gorm.DB, req OrderRequest) (Order, error) {
+	row := orderRow{
+		OrderID:     ulid.Make().String(),
+		SKU:         req.SKU,
+		UserID:      req.UserID,
+		Quantity:    req.Quantity,
+		Strategy:    req.Strategy,
+		RequestHash: req.Fingerprint(),
+		CreatedAt:   time.Now().UTC().Truncate(time.Microsecond),
+	}
+	if req.IdempotencyKey != "" {
+		row.IdempotencyKey = &req.IdempotencyKey
+	}
+	if err := classify(tx.Create(&row).Error); err != nil {
+		switch {
+		case isDuplicate(err, "idempotency_key"):
+			return Order{}, fmt.Errorf("%w: %w", ErrDuplicateRequest, err)
+		case isDuplicate(err, "sku_user"), isDuplicate(err, "user_id"):
+			return Order{}, fmt.Errorf("user %s, product %s: %w", req.UserID, req.SKU, ErrAlreadyPurchased)
+		}
+		return Order{}, err
+	}
+	return row.order(), nil
+}

@@ -1,0 +1,115 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// productRow maps the products table.
+type productRow struct {
+	SKU          string `gorm:"column:sku;primaryKey"`
+	Name         string `gorm:"column:name"`
+	InitialStock int64  `gorm:"column:initial_stock"`
+	Stock        int64  `gorm:"column:stock"`
+	Version      int64  `gorm:"column:version"`
+	MaxPerOrder  int    `gorm:"column:max_per_order"`
+}
+
+func (productRow) TableName() string { return "products" }
+
+func (r productRow) product() Product {
+	return Product{SKU: r.SKU, Name: r.Name, InitialStock: r.InitialStock, Stock: r.Stock, Version: r.Version, MaxPerOrder: r.MaxPerOrder}
+}
+
+// ProductSpec is what an admin sets when starting a sale round.
+type ProductSpec struct {
+	SKU         string
+	Name        string
+	Stock       int64
+	MaxPerOrder int
+}
+
+// PutProduct starts a sale round: it creates the product, or resets an existing one in one
+// transaction — stock and initial stock set, the round's orders deleted, version bumped (never
+// reset, so a writer holding a version from the old round cannot write into the new one).
+func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, error) {
+	var out productRow
+	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
+		now := time.Now().UTC()
+		res := tx.Model(&productRow{}).Where("sku = ?", spec.SKU).Updates(map[string]any{
+			"name":          spec.Name,
+			"initial_stock": spec.Stock,
+			"stock":         spec.Stock,
+			"max_per_order": spec.MaxPerOrder,
+			"version":       gorm.Expr("version + 1"),
+			"updated_at":    now,
+		})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			row := productRow{SKU: spec.SKU, Name: spec.Name, InitialStock: spec.Stock, Stock: spec.Stock, Version: 1, MaxPerOrder: spec.MaxPerOrder}
+			if err := tx.Create(&row).Error; err != nil {
+				return err
+			}
+		}
+		if err := tx.Where("sku = ?", spec.SKU).Delete(&orderRow{}).Error; err != nil {
+			return err
+		}
+		return tx.Where("sku = ?", spec.SKU).Take(&out).Error
+	})
+	if err != nil {
+		return Product{}, fmt.Errorf("put product %s: %w", spec.SKU, err)
+	}
+	return out.product(), nil
+}
+
+// Product reads one product.
+func (s *Store) Product(ctx context.Context, sku string) (Product, error) {
+	var row productRow
+	if err := classify(s.db.WithContext(ctx).Where("sku = ?", sku).Take(&row).Error); err != nil {
+		return Product{}, fmt.Errorf("product %s: %w", sku, err)
+	}
+	return row.product(), nil
+}
+
+// DeleteProduct removes a product and its orders. Tests use it to clean up after themselves.
+func (s *Store) DeleteProduct(ctx context.Context, sku string) error {
+	return withTx(ctx, s.db, func(tx *gorm.DB) error {
+		if err := tx.Where("sku = ?", sku).Delete(&orderRow{}).Error; err != nil {
+			return err
+		}
+		return tx.Where("sku = ?", sku).Delete(&productRow{}).Error
+	})
+}
+
+// Audit reads the product and the sums of its orders in one statement, so both come from the
+// same snapshot even while orders are being placed.
+func (s *Store) Audit(ctx context.Context, sku string) (Audit, error) {
+	var rows []Audit
+	err := s.db.WithContext(ctx).Raw(`
+		SELECT p.sku AS sku, p.initial_stock AS initial_stock, p.stock AS stock,
+		       COALESCE(SUM(o.quantity), 0) AS ordered_quantity,
+		       COUNT(o.order_id) AS orders,
+		       COUNT(DISTINCT o.user_id) AS distinct_buyers
+		FROM products p LEFT JOIN orders o ON o.sku = p.sku
+		WHERE p.sku = ?
+		GROUP BY p.sku, p.initial_stock, p.stock`, sku).Scan(&rows).Error
+	if err != nil {
+		return Audit{}, fmt.Errorf("audit %s: %w", sku, classify(err))
+	}
+	if len(rows) == 0 {
+		return Audit{}, fmt.Errorf("audit %s: %w", sku, ErrNotFound)
+	}
+	return rows[0], nil
+}
+
+// isDuplicate reports whether err is a unique violation on the named key.
+func isDuplicate(err error, key string) bool {
+	var dup *errDuplicate
+	return errors.As(err, &dup) && dup.on(key)
+}

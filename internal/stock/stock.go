@@ -1,0 +1,109 @@
+// Package stock is the domain of a flash sale and its source of truth: products, orders, the
+// errors every strategy speaks, and the SQL store (gorm over MySQL/MariaDB or an embedded SQLite
+// file) whose conditional updates keep the invariant
+//
+//	stock >= 0  and  stock + SUM(orders.quantity) == initial_stock
+//
+// whatever the locks in front of it do. All SQL of the project lives here.
+package stock
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Domain errors. Strategies and the store wrap them with context (%w); the handler maps each to
+// one HTTP status and code.
+var (
+	// ErrNotFound means the product or order does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrSoldOut means there is not enough stock left for the order.
+	ErrSoldOut = errors.New("sold out")
+	// ErrAlreadyPurchased means the user already holds an order for the product.
+	ErrAlreadyPurchased = errors.New("already purchased")
+	// ErrBusy means a lock or row could not be had within the wait budget; the client may retry.
+	ErrBusy = errors.New("busy")
+	// ErrUnavailable means a backend the request needs cannot be reached.
+	ErrUnavailable = errors.New("backend unavailable")
+	// ErrInvalid means the request itself is wrong; see InvalidError for the message.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrIdempotencyConflict means an Idempotency-Key was reused with a different request.
+	ErrIdempotencyConflict = errors.New("idempotency key reused with a different request")
+	// ErrDuplicateRequest means another order already carries this Idempotency-Key: the caller
+	// should look that order up and answer it instead of placing a second one.
+	ErrDuplicateRequest = errors.New("idempotency key already used")
+	// ErrVersionConflict means a conditional update matched no row because another writer changed
+	// the product first. Optimistic strategies retry on it; nothing was written.
+	ErrVersionConflict = errors.New("product changed concurrently")
+)
+
+// InvalidError is an ErrInvalid whose message is safe and useful to show to the client.
+type InvalidError struct{ Msg string }
+
+func (e *InvalidError) Error() string { return e.Msg }
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// Product is one SKU on sale. Version increases with every sale and every reset.
+type Product struct {
+	SKU          string
+	Name         string
+	InitialStock int64
+	Stock        int64
+	Version      int64
+	MaxPerOrder  int
+}
+
+// Sold is how many units have been ordered in the current sale round.
+func (p Product) Sold() int64 { return p.InitialStock - p.Stock }
+
+// OrderRequest is one client's attempt to buy Quantity units of SKU.
+type OrderRequest struct {
+	SKU            string
+	UserID         string
+	Quantity       int
+	Strategy       string // the strategy that places it, recorded on the order
+	IdempotencyKey string // empty when the client sent none
+}
+
+// Fingerprint identifies what the request asks for, so that a replay with the same
+// Idempotency-Key can be told apart from a different request that reuses the key.
+func (r OrderRequest) Fingerprint() string {
+	sum := sha256.Sum256([]byte(r.SKU + "\x00" + r.UserID + "\x00" + strconv.Itoa(r.Quantity) + "\x00" + r.Strategy))
+	return hex.EncodeToString(sum[:])
+}
+
+// Order is a placed order: one row in the orders table.
+type Order struct {
+	OrderID        string
+	SKU            string
+	UserID         string
+	Quantity       int
+	Strategy       string
+	IdempotencyKey string
+	RequestHash    string
+	CreatedAt      time.Time
+}
+
+// Audit is the consistency report of one product, read from the database in one statement.
+type Audit struct {
+	SKU             string
+	InitialStock    int64
+	Stock           int64
+	OrderedQuantity int64
+	Orders          int64
+	DistinctBuyers  int64
+}
+
+// Oversold is how many units were ordered beyond the initial stock.
+func (a Audit) Oversold() int64 { return max(0, a.OrderedQuantity-a.InitialStock) }
+
+// Consistent reports whether the invariant holds: no negative stock, every unit either in stock
+// or in exactly one order, and one order per buyer.
+func (a Audit) Consistent() bool {
+	return a.Stock >= 0 && a.Stock+a.OrderedQuantity == a.InitialStock && a.Orders == a.DistinctBuyers
+}

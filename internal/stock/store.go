@@ -1,0 +1,197 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"github.com/go-sql-driver/mysql"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/flashsale/seckill/migrations"
+)
+
+// Dialect names the SQL database behind a Store.
+type Dialect string
+
+// The dialects a Store speaks.
+const (
+	MySQL  Dialect = "mysql"
+	SQLite Dialect = "sqlite"
+)
+
+// Store is the SQL store. It is safe for concurrent use; each Store owns its connection pool, so
+// two Stores on one database behave like two service instances.
+type Store struct {
+	db      *gorm.DB
+	dialect Dialect
+	// nowait runs the pessimistic critical section. On MySQL it is db (NOWAIT is a clause of the
+	// locking read). SQLite has no row locks: it is a second pool on the same file with
+	// busy_timeout 0, whose transactions begin IMMEDIATE, so "lock the product without waiting"
+	// becomes "take the database's single write lock without waiting" — the same fail-fast
+	// behaviour at a coarser granularity (one writer for the whole file, not per row).
+	nowait *gorm.DB
+}
+
+// Options tune a Store's connection pool.
+type Options struct {
+	MaxOpenConns int // default 32
+}
+
+func (o Options) maxOpen() int {
+	if o.MaxOpenConns > 0 {
+		return o.MaxOpenConns
+	}
+	return 32
+}
+
+var gormConfig = &gorm.Config{
+	Logger:                 logger.Discard,
+	SkipDefaultTransaction: true, // every write that needs a transaction opens one explicitly
+}
+
+// OpenMySQL connects to MySQL or MariaDB. The DSN is normalised: parseTime on, times in UTC.
+func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse mysql dsn: %w", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	db, err := gorm.Open(gormmysql.Open(cfg.FormatDSN()), gormConfig)
+	if err != nil {
+		return nil, fmt.Errorf("open mysql: %w", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(opts.maxOpen())
+	sqlDB.SetMaxIdleConns(opts.maxOpen())
+	sqlDB.SetConnMaxLifetime(5 * time.Minute)
+	s := &Store{db: db, dialect: MySQL, nowait: db}
+	if err := s.Ping(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenSQLite opens (creating if needed) the embedded SQLite database file at path.
+func OpenSQLite(ctx context.Context, path string, opts Options) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	// WAL lets readers run beside the one writer; _txlock=immediate takes the write lock when a
+	// transaction begins, so two writers never deadlock upgrading read locks.
+	open := func(busyTimeoutMS int) (*gorm.DB, error) {
+		dsn := fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate",
+			path, busyTimeoutMS)
+		db, err := gorm.Open(sqlite.Open(dsn), gormConfig)
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		}
+		sqlDB, err := db.DB()
+		if err != nil {
+			return nil, err
+		}
+		sqlDB.SetMaxOpenConns(opts.maxOpen())
+		sqlDB.SetMaxIdleConns(opts.maxOpen())
+		return db, nil
+	}
+	db, err := open(5000)
+	if err != nil {
+		return nil, err
+	}
+	nowait, err := open(0)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, dialect: SQLite, nowait: nowait}
+	if err := s.Ping(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dialect reports which database the store talks to.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping %s: %w", s.dialect, classify(err))
+	}
+	return nil
+}
+
+// Close closes the store's connection pools.
+func (s *Store) Close() error {
+	var errs []error
+	for _, db := range uniq(s.db, s.nowait) {
+		sqlDB, err := db.DB()
+		if err == nil {
+			err = sqlDB.Close()
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func uniq(a, b *gorm.DB) []*gorm.DB {
+	if a == b {
+		return []*gorm.DB{a}
+	}
+	return []*gorm.DB{a, b}
+}
+
+// Migrate applies the embedded migrations for the store's dialect. On MySQL it holds goose's
+// table lock while it runs, so several instances starting at once migrate exactly once.
+func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	fsys, err := fs.Sub(migrations.FS, string(s.dialect))
+	if err != nil {
+		return err
+	}
+	opts := []goose.ProviderOption{goose.WithSlog(log)}
+	dialect := goose.DialectSQLite3
+	if s.dialect == MySQL {
+		dialect = goose.DialectMySQL
+		locker, err := lock.NewMySQLTableLocker(lock.WithTableLockTimeout(200*time.Millisecond, 600))
+		if err != nil {
+			return err
+		}
+		opts = append(opts, goose.WithLocker(locker))
+	}
+	provider, err := goose.NewProvider(dialect, sqlDB, fsys, opts...)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		return fmt.Errorf("migrate %s: %w", s.dialect, err)
+	}
+	return nil
+}
+
+// withTx runs fn in one transaction on db and classifies what comes out of it.
+func withTx(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
+	return classify(db.WithContext(ctx).Transaction(fn))
+}
