@@ -177,6 +177,21 @@ func Dialect(t testing.TB) stock.Dialect {
 	return stock.SQLite
 }
 
+// SQL returns a plain database/sql handle on the test database, closed in t.Cleanup, for tests
+// that must act as another client outside the store (hold a row lock, say).
+func SQL(t testing.TB) *sql.DB {
+	t.Helper()
+	ready(t)
+	driver, dsn := "mysql", setup.mysqlDSN
+	if dsn == "" {
+		driver, dsn = "sqlite", "file:"+setup.sqlitePath+"?_pragma=busy_timeout(5000)"
+	}
+	db, err := sql.Open(driver, dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
 // Env returns the environment that points a service process at the test database:
 // SECKILL_MYSQL_DSN, or SECKILL_DATA_DIR of the embedded SQLite file.
 func Env(t testing.TB) []string {

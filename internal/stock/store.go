@@ -55,9 +55,13 @@ func (o Options) maxOpen() int {
 	return 32
 }
 
-var gormConfig = &gorm.Config{
-	Logger:                 logger.Discard,
-	SkipDefaultTransaction: true, // every write that needs a transaction opens one explicitly
+// gormConfig returns a fresh config for each gorm.Open: gorm keeps the connection pool inside
+// the config it is given, so sharing one config would make every Store share the last pool.
+func gormConfig() *gorm.Config {
+	return &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true, // every write that needs a transaction opens one explicitly
+	}
 }
 
 // OpenMySQL connects to MySQL or MariaDB. The DSN is normalised: parseTime on, times in UTC.
@@ -68,7 +72,7 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
-	db, err := gorm.Open(gormmysql.Open(cfg.FormatDSN()), gormConfig)
+	db, err := gorm.Open(gormmysql.Open(cfg.FormatDSN()), gormConfig())
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)
 	}
@@ -97,7 +101,7 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 	open := func(busyTimeoutMS int) (*gorm.DB, error) {
 		dsn := fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate",
 			path, busyTimeoutMS)
-		db, err := gorm.Open(sqlite.Open(dsn), gormConfig)
+		db, err := gorm.Open(sqlite.Open(dsn), gormConfig())
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 		}

@@ -1,0 +1,199 @@
+package stock_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+func TestMain(m *testing.M) { backendtest.Main(m) }
+
+func newProduct(t *testing.T, s *stock.Store, units int64, maxPerOrder int) string {
+	t.Helper()
+	sku := backendtest.SKU(t)
+	_, err := s.PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: "test", Stock: units, MaxPerOrder: maxPerOrder})
+	require.NoError(t, err)
+	return sku
+}
+
+func order(sku, user string) stock.OrderRequest {
+	return stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "test"}
+}
+
+func TestPutProductStartsANewRound(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 5, 2)
+	first, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+	_, err = s.PlaceOrderVersioned(ctx, stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 2, Strategy: "test"})
+	require.NoError(t, err)
+
+	again, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "renamed", Stock: 7, MaxPerOrder: 1})
+	require.NoError(t, err)
+	assert.Equal(t, stock.Product{SKU: sku, Name: "renamed", InitialStock: 7, Stock: 7, Version: first.Version + 2, MaxPerOrder: 1}, again,
+		"a reset keeps raising the version: a writer holding a version of the old round can never write")
+	a, err := s.Audit(ctx, sku)
+	require.NoError(t, err)
+	assert.Zero(t, a.Orders, "the old round's orders are gone")
+	_, err = s.PlaceOrderVersioned(ctx, order(sku, "u1"))
+	assert.NoError(t, err, "the buyer of the old round may buy in the new one")
+}
+
+func TestOrderRules(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 3, 2)
+	_, err := s.PlaceOrderNowait(ctx, stock.OrderRequest{SKU: sku, UserID: "big", Quantity: 3, Strategy: "test"})
+	assert.ErrorIs(t, err, stock.ErrInvalid, "quantity above max_per_order")
+	_, err = s.PlaceOrderNowait(ctx, stock.OrderRequest{SKU: "no-such-sku", UserID: "u", Quantity: 1, Strategy: "test"})
+	assert.ErrorIs(t, err, stock.ErrNotFound)
+	placed, err := s.PlaceOrderNowait(ctx, stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 2, Strategy: "test"})
+	require.NoError(t, err)
+	_, err = s.PlaceOrderVersioned(ctx, order(sku, "u1"))
+	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased)
+	_, err = s.PlaceOrderVersioned(ctx, stock.OrderRequest{SKU: sku, UserID: "u2", Quantity: 2, Strategy: "test"})
+	assert.ErrorIs(t, err, stock.ErrSoldOut, "one unit left, two asked")
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
+}
+
+func TestIdempotencyKeyIsUnique(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 5, 1)
+	key := "key-" + sku
+	req := order(sku, "u1")
+	req.IdempotencyKey = key
+	placed, err := s.PlaceOrderVersioned(ctx, req)
+	require.NoError(t, err)
+	other := order(sku, "u2")
+	other.IdempotencyKey = key
+	_, err = s.PlaceOrderVersioned(ctx, other)
+	assert.ErrorIs(t, err, stock.ErrDuplicateRequest)
+	found, err := s.OrderByIdempotencyKey(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, placed, found)
+	assert.Equal(t, req.Fingerprint(), found.RequestHash)
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
+}
+
+// TestNowaitFailsFast holds the product row (or, on SQLite, the write lock) from another client
+// and checks that the pessimistic critical section answers busy instead of waiting for it.
+func TestNowaitFailsFast(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 5, 1)
+	other, err := backendtest.SQL(t).Conn(ctx)
+	require.NoError(t, err)
+	defer other.Close()
+	if backendtest.Dialect(t) == stock.MySQL {
+		_, err = other.ExecContext(ctx, "BEGIN")
+		require.NoError(t, err)
+		_, err = other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", sku)
+	} else {
+		_, err = other.ExecContext(ctx, "BEGIN IMMEDIATE")
+	}
+	require.NoError(t, err)
+
+	start := time.Now()
+	_, err = s.PlaceOrderNowait(ctx, order(sku, "u1"))
+	assert.ErrorIs(t, err, stock.ErrBusy)
+	t.Logf("busy answered after %s", time.Since(start))
+
+	_, err = other.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	placed, err := s.PlaceOrderNowait(ctx, order(sku, "u1"))
+	require.NoError(t, err)
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
+}
+
+func TestLockTable(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	name := "lock/" + backendtest.SKU(t)
+	t.Cleanup(func() { _, _ = s.Unlock(ctx, name, "h1"); _, _ = s.Unlock(ctx, name, "h2") })
+
+	took, err := s.TryLock(ctx, name, "h1", time.Minute)
+	require.NoError(t, err)
+	assert.True(t, took)
+	took, err = s.TryLock(ctx, name, "h2", time.Minute)
+	require.NoError(t, err)
+	assert.False(t, took, "a live lock is exclusive")
+	released, err := s.Unlock(ctx, name, "h2")
+	require.NoError(t, err)
+	assert.False(t, released, "only the holder releases")
+	took, _ = s.TryLock(ctx, name, "h2", time.Minute)
+	assert.False(t, took, "a stranger's unlock left the lock in place")
+	released, err = s.Unlock(ctx, name, "h1")
+	require.NoError(t, err)
+	assert.True(t, released)
+
+	// An expired lock is reclaimed, and its old holder can no longer release it.
+	took, _ = s.TryLock(ctx, name, "h1", 50*time.Millisecond)
+	require.True(t, took)
+	time.Sleep(150 * time.Millisecond)
+	took, err = s.TryLock(ctx, name, "h2", time.Minute)
+	require.NoError(t, err)
+	assert.True(t, took, "an expired lock is reclaimed")
+	released, _ = s.Unlock(ctx, name, "h1")
+	assert.False(t, released, "the expired holder cannot release its successor's lock")
+	released, _ = s.Unlock(ctx, name, "h2")
+	assert.True(t, released)
+}
+
+// TestLockTableExclusive races many instances for one lock, fresh and after expiry: exactly one
+// wins each time.
+func TestLockTableExclusive(t *testing.T) {
+	ctx := context.Background()
+	name := "lock/" + backendtest.SKU(t)
+	stores := []*stock.Store{backendtest.Store(t), backendtest.Store(t), backendtest.Store(t)}
+	for round, ttl := range []time.Duration{50 * time.Millisecond, time.Minute} {
+		var winners atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 30 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				took, err := stores[i%len(stores)].TryLock(ctx, name, fmt.Sprintf("r%d-h%d", round, i), ttl)
+				if err == nil && took {
+					winners.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		assert.EqualValues(t, 1, winners.Load(), "round %d", round)
+		time.Sleep(100 * time.Millisecond) // let round 0's lock expire: round 1 reclaims it
+	}
+}
+
+// TestMigrateConcurrently starts three instances on one database at once, as three replicas of a
+// deployment would: migrations run once and nobody fails.
+func TestMigrateConcurrently(t *testing.T) {
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		s := backendtest.Store(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Migrate(context.Background(), slog.New(slog.DiscardHandler))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		assert.NoError(t, err)
+	}
+}
