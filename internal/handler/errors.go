@@ -42,11 +42,17 @@ var errorTable = []struct {
 	{stock.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", func(string) string {
 		return "a backend is unavailable; retry shortly"
 	}},
+	// The client went away before its answer was ready: not a server fault, so neither a 5xx nor
+	// an error log. 499 is the status proxies use for it; nobody is left to read the body.
+	{context.Canceled, statusClientClosedRequest, "canceled", func(string) string { return "the client closed the request" }},
 	// A request that ran out of time waiting on a backend: the backend is too slow to serve it.
 	{context.DeadlineExceeded, http.StatusServiceUnavailable, "unavailable", func(string) string {
 		return "a backend did not answer in time; retry shortly"
 	}},
 }
+
+// statusClientClosedRequest is nginx's status for a request its client abandoned.
+const statusClientClosedRequest = 499
 
 // retryAfterSeconds is the Retry-After sent with 429 and 503.
 const retryAfterSeconds = "1"

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -55,24 +56,37 @@ func idempotencyKey(c *gin.Context) (string, bool) {
 // decode reads exactly one JSON object into dst, refusing unknown fields, trailing data and
 // bodies over the limit; on failure it answers 400 and returns false.
 func decode(c *gin.Context, dst any) bool {
-	dec := json.NewDecoder(c.Request.Body)
+	raw, err := io.ReadAll(c.Request.Body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		invalid(c, "request body exceeds %d bytes", maxBodyBytes)
+		return false
+	}
+	if err != nil {
+		invalid(c, "request body could not be read")
+		return false
+	}
+	// encoding/json would quietly replace invalid UTF-8 with U+FFFD, merging distinct user ids
+	// into one; RFC 8259 makes such a body malformed, so refuse it.
+	if !utf8.Valid(raw) {
+		invalid(c, "request body is not valid UTF-8")
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
+	err = dec.Decode(dst)
 	if err == nil {
 		if _, terr := dec.Token(); terr != io.EOF {
 			err = errors.New("trailing data after the JSON object")
 		}
 	}
 	var (
-		tooBig    *http.MaxBytesError
 		wrongType *json.UnmarshalTypeError
 		syntax    *json.SyntaxError
 	)
 	switch {
 	case err == nil:
 		return true
-	case errors.As(err, &tooBig):
-		invalid(c, "request body exceeds %d bytes", maxBodyBytes)
 	case errors.Is(err, io.EOF):
 		invalid(c, "request body is empty; a JSON object is required")
 	case errors.As(err, &wrongType) && wrongType.Field != "":

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want func(t *testing.T, c *config)
+	}{
+		{"defaults", nil, nil, func(t *testing.T, c *config) {
+			assert.Equal(t, ":8080", c.Addr)
+			assert.Equal(t, "pessimistic", c.Strategy)
+			assert.True(t, c.StrategyOverride)
+			assert.False(t, c.AllowUnsafe)
+			assert.Equal(t, "./.seckill", c.DataDir)
+			assert.True(t, c.tokenGenerated)
+			assert.Len(t, c.AdminToken, 32)
+		}},
+		{"env", map[string]string{"SECKILL_ADDR": ":9", "SECKILL_ALLOW_UNSAFE": "true", "SECKILL_LOCK_WAIT": "3s", "SECKILL_ADMIN_TOKEN": "tok"}, nil,
+			func(t *testing.T, c *config) {
+				assert.Equal(t, ":9", c.Addr)
+				assert.True(t, c.AllowUnsafe)
+				assert.Equal(t, 3*time.Second, c.LockWait)
+				assert.Equal(t, "tok", c.AdminToken)
+				assert.False(t, c.tokenGenerated)
+			}},
+		{"flag wins over env", map[string]string{"SECKILL_STRATEGY": "dblock"}, []string{"-strategy", "naive", "-strategy-override=false"},
+			func(t *testing.T, c *config) {
+				assert.Equal(t, "naive", c.Strategy)
+				assert.False(t, c.StrategyOverride)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := loadConfig(tc.args, env(tc.env))
+			require.NoError(t, err)
+			tc.want(t, c)
+		})
+	}
+}
+
+func TestConfigRejects(t *testing.T) {
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		args []string
+	}{
+		"bad bool env":      {env: map[string]string{"SECKILL_ALLOW_UNSAFE": "maybe"}},
+		"bad duration env":  {env: map[string]string{"SECKILL_LOCK_TTL": "soon"}},
+		"zero duration":     {args: []string{"-lock-wait", "0s"}},
+		"unknown flag":      {args: []string{"-nope"}},
+		"stray argument":    {args: []string{"extra"}},
+		"unknown logformat": {env: map[string]string{"SECKILL_LOG_FORMAT": "xml"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := loadConfig(tc.args, env(tc.env))
+			assert.Error(t, err)
+		})
+	}
+}
+
+func TestConfigPrintMasksSecrets(t *testing.T) {
+	c, err := loadConfig(nil, env(map[string]string{
+		"SECKILL_ADMIN_TOKEN": "s3cret-token", "SECKILL_MYSQL_DSN": "root:pw@tcp(db:3306)/seckill",
+	}))
+	require.NoError(t, err)
+	var out bytes.Buffer
+	c.print(&out)
+	assert.NotContains(t, out.String(), "s3cret-token")
+	assert.NotContains(t, out.String(), "pw@tcp")
+	assert.Contains(t, out.String(), "SECKILL_MYSQL_DSN")
+	assert.Contains(t, out.String(), "SECKILL_STRATEGY_OVERRIDE")
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+func TestMain(m *testing.M) { backendtest.Main(m) }
+
+// service is one running instance of the API, in this process (run) or in a child process.
+type service struct {
+	url, token string
+}
+
+// watchOutput scans a service's stdout for its address and admin token, and keeps draining it.
+func watchOutput(t *testing.T, r io.Reader) <-chan service {
+	t.Helper()
+	found := make(chan service, 1)
+	go func() {
+		var svc service
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			line := sc.Text()
+			if tok, ok := strings.CutPrefix(line, "admin token (generated, shown once): "); ok {
+				svc.token = tok
+			}
+			if url, ok := strings.CutPrefix(line, "listening on "); ok {
+				svc.url = url
+				found <- svc
+			}
+		}
+	}()
+	return found
+}
+
+// startRun starts run in this process with the given environment. The returned stop cancels
+// it, as SIGTERM would, and returns what run returned.
+func startRun(t *testing.T, vars map[string]string) (service, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	found := watchOutput(t, pr)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, nil, env(vars), pw, io.Discard)
+		_ = pw.Close()
+	}()
+	var svc service
+	select {
+	case svc = <-found:
+	case err := <-done:
+		cancel()
+		t.Fatalf("run exited at start: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("run did not start listening in 30s")
+	}
+	if svc.token == "" {
+		svc.token = vars["SECKILL_ADMIN_TOKEN"]
+	}
+	stop := sync.OnceValue(func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("run did not return 30s after cancel")
+		}
+	})
+	t.Cleanup(func() { _ = stop() })
+	return svc, stop
+}
+
+// call sends one JSON request and decodes the answer into out (when out is not nil).
+func (s service) call(t *testing.T, method, path, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(raw, out), "body: %s", raw)
+	}
+	return resp.StatusCode
+}
+
+// TestRunEmbeddedDefault is the first README command: no configuration at all serves a working
+// sale on the embedded store, prints the generated admin token once, and stops cleanly.
+func TestRunEmbeddedDefault(t *testing.T) {
+	dir := t.TempDir()
+	svc, stop := startRun(t, map[string]string{"SECKILL_ADDR": "127.0.0.1:0", "SECKILL_DATA_DIR": dir})
+	require.NotEmpty(t, svc.token, "the generated admin token is printed")
+
+	assert.Equal(t, http.StatusOK, svc.call(t, "GET", "/readyz", "", nil))
+	var p map[string]any
+	require.Equal(t, http.StatusOK, svc.call(t, "PUT", "/api/v1/products/demo", `{"name":"Demo","stock":2}`, &p))
+	var o map[string]any
+	require.Equal(t, http.StatusCreated, svc.call(t, "POST", "/api/v1/products/demo/orders", `{"user_id":"u1"}`, &o))
+	assert.Equal(t, "pessimistic", o["strategy"])
+	require.Equal(t, http.StatusCreated, svc.call(t, "POST", "/api/v1/products/demo/orders", `{"user_id":"u2","strategy":"dblock"}`, nil))
+	var audit map[string]any
+	require.Equal(t, http.StatusOK, svc.call(t, "GET", "/api/v1/products/demo/audit", "", &audit))
+	assert.Equal(t, true, audit["consistent"])
+	assert.EqualValues(t, 0, audit["stock"])
+	require.NoError(t, stop())
+	assert.FileExists(t, filepath.Join(dir, "seckill.db"))
+}
+
+// TestGracefulShutdownDrains cancels run while an order is inside its critical section: the
+// order completes and is answered 201 before run returns, and it is in the database.
+func TestGracefulShutdownDrains(t *testing.T) {
+	dir := t.TempDir()
+	svc, stop := startRun(t, map[string]string{
+		"SECKILL_ADDR": "127.0.0.1:0", "SECKILL_DATA_DIR": dir, "SECKILL_ADMIN_TOKEN": "tok",
+		"SECKILL_ALLOW_UNSAFE": "true", "SECKILL_NAIVE_PAUSE": "800ms",
+	})
+	require.Equal(t, http.StatusOK, svc.call(t, "PUT", "/api/v1/products/drain", `{"name":"Drain","stock":1}`, nil))
+
+	status := make(chan int, 1)
+	var order map[string]any
+	go func() {
+		status <- svc.call(t, "POST", "/api/v1/products/drain/orders", `{"user_id":"u1","strategy":"naive"}`, &order)
+	}()
+	time.Sleep(200 * time.Millisecond) // the order is now sleeping between its read and its write
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	require.Equal(t, http.StatusCreated, <-status, "the in-flight order was answered")
+	require.NoError(t, <-stopped)
+
+	s, err := stock.OpenSQLite(context.Background(), filepath.Join(dir, "seckill.db"), stock.Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	got, err := s.Order(context.Background(), order["order_id"].(string))
+	require.NoError(t, err, "the acknowledged order is in the database")
+	assert.Equal(t, "u1", got.UserID)
+}
+
+func TestRunRefusesBadConfig(t *testing.T) {
+	err := run(context.Background(), nil, env(map[string]string{"SECKILL_STRATEGY": "nope", "SECKILL_DATA_DIR": t.TempDir(),
+		"SECKILL_ADDR": "127.0.0.1:0"}), io.Discard, io.Discard)
+	assert.ErrorContains(t, err, "unknown strategy")
+	err = run(context.Background(), nil, env(map[string]string{"SECKILL_STRATEGY": "naive", "SECKILL_DATA_DIR": t.TempDir(),
+		"SECKILL_ADDR": "127.0.0.1:0"}), io.Discard, io.Discard)
+	assert.ErrorContains(t, err, "unsafe", "naive as the default needs SECKILL_ALLOW_UNSAFE")
+	var out bytes.Buffer
+	err = run(context.Background(), []string{"-lock-ttl", "x"}, env(nil), &out, io.Discard)
+	assert.Error(t, err)
+}
