@@ -1,7 +1,7 @@
 # seckill API image: a static, pure-Go binary on distroless (no shell, no curl).
 #
 #   docker build -t seckill .
-#   docker run --rm -p 8080:8080 seckill     # embedded SQLite/Redis/etcd, prints the admin token
+#   docker run --rm -p 8080:8080 seckill     # embedded backends, prints the admin token
 #
 # Health checking: this image deliberately has no HEALTHCHECK and nothing to run one with.
 # In docker-compose.yml the api replicas are not health-checked themselves; the nginx proxy

@@ -19,6 +19,7 @@ type config struct {
 	Addr             string
 	Strategy         string
 	MySQLDSN         string
+	DBMaxConns       int
 	AdminToken       string
 	DataDir          string
 	AllowUnsafe      bool
@@ -50,6 +51,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.StringVar(&c.Addr, "addr", ":8080", "listen address")
 	fs.StringVar(&c.Strategy, "strategy", "pessimistic", "default strategy")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "MySQL/MariaDB DSN; empty: the embedded SQLite store in the data dir")
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", 32, "connection pool size of this instance (MySQL: mind max_connections across replicas)")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin bearer token; empty: a random one, printed once")
 	fs.StringVar(&c.DataDir, "data-dir", "./.seckill", "where embedded backends keep their files")
 	fs.BoolVar(&c.AllowUnsafe, "allow-unsafe", false, "allow the naive strategy")
@@ -80,6 +82,9 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return nil, fmt.Errorf("log format %q: want text or json", c.LogFormat)
+	}
+	if c.DBMaxConns < 1 {
+		return nil, errors.New("db-max-conns must be at least 1")
 	}
 	if c.LockTTL <= 0 || c.LockWait <= 0 || c.ShutdownTimeout <= 0 || c.SlowHold <= 0 || c.NaivePause < 0 {
 		return nil, errors.New("durations must be positive")

@@ -116,14 +116,14 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 // openStore opens MySQL when a DSN is configured, else the embedded SQLite file, and says which.
 func openStore(ctx context.Context, cfg *config, stdout io.Writer) (*stock.Store, error) {
 	if cfg.MySQLDSN != "" {
-		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{})
+		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{MaxOpenConns: cfg.DBMaxConns})
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintln(stdout, "database: MySQL/MariaDB (SECKILL_MYSQL_DSN)")
 		return store, nil
 	}
-	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{})
+	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{MaxOpenConns: cfg.DBMaxConns})
 	if err != nil {
 		return nil, err
 	}

@@ -143,11 +143,15 @@ func migrate() error {
 	return s.Migrate(context.Background(), slog.New(slog.DiscardHandler))
 }
 
+// poolSize keeps each test store's pool small: the packages' tests run in parallel against one
+// MariaDB, whose default max_connections is 151.
+const poolSize = 8
+
 func open(ctx context.Context) (*stock.Store, error) {
 	if setup.mysqlDSN != "" {
-		return stock.OpenMySQL(ctx, setup.mysqlDSN, stock.Options{MaxOpenConns: 16})
+		return stock.OpenMySQL(ctx, setup.mysqlDSN, stock.Options{MaxOpenConns: poolSize})
 	}
-	return stock.OpenSQLite(ctx, setup.sqlitePath, stock.Options{MaxOpenConns: 16})
+	return stock.OpenSQLite(ctx, setup.sqlitePath, stock.Options{MaxOpenConns: poolSize})
 }
 
 func ready(t testing.TB) {
