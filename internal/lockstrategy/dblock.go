@@ -55,7 +55,7 @@ func (d *DBLock) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	locked := time.Now()
 	d.metrics.waited(d.Name(), locked.Sub(start))
 	defer d.release(ctx, key, holder, locked)
-	return placeVersioned(ctx, d.store, req, d.opts.Attempts, d.metrics, d.Name())
+	return placeVersioned(ctx, d.store, req, d.opts.Attempts, d.metrics, d.Name(), nil)
 }
 
 // acquire polls TryLock with capped, jittered exponential backoff until the wait budget runs out.
@@ -113,13 +113,22 @@ func (d *DBLock) unlock(ctx context.Context, key, holder string) bool {
 	return released
 }
 
-// placeVersioned runs the version-guarded critical section, retrying a lost race with a fresh
-// read up to attempts times before answering busy. It never writes blind: each attempt either
-// matches the version it read or writes nothing.
+// placeVersioned runs the version-guarded critical section: read the product, then place the
+// order only if it is still at that version. A lost race is retried with a fresh read up to
+// attempts times before answering busy. It never writes blind: each attempt either matches the
+// version it read or writes nothing. afterRead, when set, runs between the read and the write
+// (tests hold the section open there, as a paused holder would).
 func placeVersioned(ctx context.Context, store *stock.Store, req stock.OrderRequest, attempts int,
-	metrics *LockMetrics, strategy string) (stock.Order, error) {
+	metrics *LockMetrics, strategy string, afterRead func(context.Context, stock.OrderRequest)) (stock.Order, error) {
 	for i := 1; ; i++ {
-		order, err := store.PlaceOrderVersioned(ctx, req)
+		read, err := store.Product(ctx, req.SKU)
+		if err != nil {
+			return stock.Order{}, err
+		}
+		if afterRead != nil {
+			afterRead(ctx, req)
+		}
+		order, err := store.PlaceOrderAt(ctx, req, read)
 		if !errors.Is(err, stock.ErrVersionConflict) {
 			return order, err
 		}

@@ -33,6 +33,15 @@ func (r orderRow) order() Order {
 	return o
 }
 
+// Buyers lists the users holding an order for sku, to rebuild state kept outside the database.
+func (s *Store) Buyers(ctx context.Context, sku string) ([]string, error) {
+	var users []string
+	if err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Where("sku = ?", sku).Pluck("user_id", &users).Error); err != nil {
+		return nil, fmt.Errorf("buyers of %s: %w", sku, err)
+	}
+	return users, nil
+}
+
 // Order reads one order by its id.
 func (s *Store) Order(ctx context.Context, orderID string) (Order, error) {
 	return s.orderWhere(ctx, "order_id = ?", orderID)
@@ -67,7 +76,7 @@ func (s *Store) PlaceOrderNowait(ctx context.Context, req OrderRequest) (Order, 
 			return err
 		}
 		var err error
-		order, err = sell(tx, row, req, false)
+		order, err = sell(tx, row.product(), req, false)
 		return err
 	})
 	if err != nil {
@@ -76,23 +85,23 @@ func (s *Store) PlaceOrderNowait(ctx context.Context, req OrderRequest) (Order, 
 	return order, nil
 }
 
-// PlaceOrderVersioned is the optimistic critical section: read the product, then decrement only
-// if nobody changed it since (UPDATE ... WHERE version = ?). It takes no lock of its own, so it
-// stays correct when a lock in front of it was lost: a stale writer matches no row and gets
-// ErrVersionConflict, having written nothing. Callers retry on that error with a fresh read.
-func (s *Store) PlaceOrderVersioned(ctx context.Context, req OrderRequest) (Order, error) {
+// PlaceOrderAt is the optimistic critical section: it places the order only if the product is
+// still at the version read (UPDATE ... WHERE version = ? AND stock >= ?). It takes no lock of
+// its own, so it stays correct when a lock in front of it was lost: a stale writer matches no
+// row and gets ErrVersionConflict, having written nothing. Callers read the product again and
+// retry on that error. The read may come from any earlier moment; only the version matters.
+func (s *Store) PlaceOrderAt(ctx context.Context, req OrderRequest, read Product) (Order, error) {
+	if err := check(read, req); err != nil {
+		return Order{}, err
+	}
 	var order Order
 	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
-		var row productRow
-		if err := tx.Where("sku = ?", req.SKU).Take(&row).Error; err != nil {
-			return err
-		}
 		var err error
-		order, err = sell(tx, row, req, true)
+		order, err = sell(tx, read, req, true)
 		return err
 	})
 	if err != nil {
-		return Order{}, fmt.Errorf("place order %s/%s at version: %w", req.SKU, req.UserID, err)
+		return Order{}, fmt.Errorf("place order %s/%s at version %d: %w", req.SKU, req.UserID, read.Version, err)
 	}
 	return order, nil
 }
@@ -104,7 +113,7 @@ func (s *Store) PlaceOrderVersioned(ctx context.Context, req OrderRequest) (Orde
 // It is the one stock write in the project that is not conditional, and it exists so that the
 // tests and the load tool can show that their checks catch it.
 func (s *Store) PlaceOrderUnguarded(ctx context.Context, req OrderRequest, pause time.Duration) (Order, error) {
-	row, err := s.productRow(ctx, req.SKU)
+	row, err := s.Product(ctx, req.SKU)
 	if err != nil {
 		return Order{}, err
 	}
@@ -135,16 +144,8 @@ func (s *Store) PlaceOrderUnguarded(ctx context.Context, req OrderRequest, pause
 	return order, nil
 }
 
-func (s *Store) productRow(ctx context.Context, sku string) (productRow, error) {
-	var row productRow
-	if err := classify(s.db.WithContext(ctx).Where("sku = ?", sku).Take(&row).Error); err != nil {
-		return productRow{}, fmt.Errorf("product %s: %w", sku, err)
-	}
-	return row, nil
-}
-
 // check applies the product's rules to a request against the stock that was read.
-func check(row productRow, req OrderRequest) error {
+func check(row Product, req OrderRequest) error {
 	if req.Quantity > row.MaxPerOrder {
 		return &InvalidError{Msg: fmt.Sprintf("quantity %d exceeds max_per_order %d of product %s", req.Quantity, row.MaxPerOrder, row.SKU)}
 	}
@@ -158,7 +159,7 @@ func check(row productRow, req OrderRequest) error {
 // conditional on there being enough stock — and, when matchVersion, on the row being unchanged
 // since it was read — and its RowsAffected is checked: zero rows means another writer got there
 // first, and nothing is written.
-func sell(tx *gorm.DB, row productRow, req OrderRequest, matchVersion bool) (Order, error) {
+func sell(tx *gorm.DB, row Product, req OrderRequest, matchVersion bool) (Order, error) {
 	if err := check(row, req); err != nil {
 		return Order{}, err
 	}

@@ -26,6 +26,16 @@ func newProduct(t *testing.T, s *stock.Store, units int64, maxPerOrder int) stri
 	return sku
 }
 
+// placeAt places req at the product's current version, as an optimistic strategy does.
+func placeAt(t *testing.T, s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
+	t.Helper()
+	p, err := s.Product(context.Background(), req.SKU)
+	if err != nil {
+		return stock.Order{}, err
+	}
+	return s.PlaceOrderAt(context.Background(), req, p)
+}
+
 func order(sku, user string) stock.OrderRequest {
 	return stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "test"}
 }
@@ -36,7 +46,7 @@ func TestPutProductStartsANewRound(t *testing.T) {
 	sku := newProduct(t, s, 5, 2)
 	first, err := s.Product(ctx, sku)
 	require.NoError(t, err)
-	_, err = s.PlaceOrderVersioned(ctx, stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 2, Strategy: "test"})
+	_, err = placeAt(t, s, stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 2, Strategy: "test"})
 	require.NoError(t, err)
 
 	again, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "renamed", Stock: 7, MaxPerOrder: 1})
@@ -46,7 +56,7 @@ func TestPutProductStartsANewRound(t *testing.T) {
 	a, err := s.Audit(ctx, sku)
 	require.NoError(t, err)
 	assert.Zero(t, a.Orders, "the old round's orders are gone")
-	_, err = s.PlaceOrderVersioned(ctx, order(sku, "u1"))
+	_, err = placeAt(t, s, order(sku, "u1"))
 	assert.NoError(t, err, "the buyer of the old round may buy in the new one")
 }
 
@@ -60,11 +70,33 @@ func TestOrderRules(t *testing.T) {
 	assert.ErrorIs(t, err, stock.ErrNotFound)
 	placed, err := s.PlaceOrderNowait(ctx, stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 2, Strategy: "test"})
 	require.NoError(t, err)
-	_, err = s.PlaceOrderVersioned(ctx, order(sku, "u1"))
+	_, err = placeAt(t, s, order(sku, "u1"))
 	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased)
-	_, err = s.PlaceOrderVersioned(ctx, stock.OrderRequest{SKU: sku, UserID: "u2", Quantity: 2, Strategy: "test"})
+	_, err = placeAt(t, s, stock.OrderRequest{SKU: sku, UserID: "u2", Quantity: 2, Strategy: "test"})
 	assert.ErrorIs(t, err, stock.ErrSoldOut, "one unit left, two asked")
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
+}
+
+// TestStaleVersionWritesNothing is the final guarantee of every optimistic strategy: a writer
+// whose read is stale (its lock expired, another writer sold since) matches no row and writes
+// nothing at all.
+func TestStaleVersionWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 5, 1)
+	stale, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+	first, err := s.PlaceOrderAt(ctx, order(sku, "u1"), stale)
+	require.NoError(t, err)
+	_, err = s.PlaceOrderAt(ctx, order(sku, "u2"), stale)
+	assert.ErrorIs(t, err, stock.ErrVersionConflict)
+	_, err = s.PlaceOrderAt(ctx, order(sku, "u1"), stale)
+	assert.ErrorIs(t, err, stock.ErrVersionConflict, "the version is checked before the buyer")
+	a := backendtest.RequireInvariant(t, s, sku, []stock.Order{first})
+	assert.EqualValues(t, 4, a.Stock)
+	buyers, err := s.Buyers(ctx, sku)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"u1"}, buyers)
 }
 
 func TestIdempotencyKeyIsUnique(t *testing.T) {
@@ -74,11 +106,11 @@ func TestIdempotencyKeyIsUnique(t *testing.T) {
 	key := "key-" + sku
 	req := order(sku, "u1")
 	req.IdempotencyKey = key
-	placed, err := s.PlaceOrderVersioned(ctx, req)
+	placed, err := placeAt(t, s, req)
 	require.NoError(t, err)
 	other := order(sku, "u2")
 	other.IdempotencyKey = key
-	_, err = s.PlaceOrderVersioned(ctx, other)
+	_, err = placeAt(t, s, other)
 	assert.ErrorIs(t, err, stock.ErrDuplicateRequest)
 	found, err := s.OrderByIdempotencyKey(ctx, key)
 	require.NoError(t, err)
