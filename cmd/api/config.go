@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ type config struct {
 	Strategy         string
 	MySQLDSN         string
 	DBMaxConns       int
+	RedisAddrs       []string
 	AdminToken       string
 	DataDir          string
 	AllowUnsafe      bool
@@ -49,9 +51,11 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs := c.flags
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.Addr, "addr", ":8080", "listen address")
-	fs.StringVar(&c.Strategy, "strategy", "pessimistic", "default strategy")
+	fs.StringVar(&c.Strategy, "strategy", "hybrid", "default strategy")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "MySQL/MariaDB DSN; empty: the embedded SQLite store in the data dir")
 	fs.IntVar(&c.DBMaxConns, "db-max-conns", 32, "connection pool size of this instance (MySQL: mind max_connections across replicas)")
+	fs.Var((*list)(&c.RedisAddrs), "redis-addrs",
+		"comma-separated Redis host:port; several = independent instances locked by quorum (Redlock); empty: an embedded Redis")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin bearer token; empty: a random one, printed once")
 	fs.StringVar(&c.DataDir, "data-dir", "./.seckill", "where embedded backends keep their files")
 	fs.BoolVar(&c.AllowUnsafe, "allow-unsafe", false, "allow the naive strategy")
@@ -83,6 +87,11 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return nil, fmt.Errorf("log format %q: want text or json", c.LogFormat)
 	}
+	for _, addr := range c.RedisAddrs {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("SECKILL_REDIS_ADDRS: %q: %w", addr, err)
+		}
+	}
 	if c.DBMaxConns < 1 {
 		return nil, errors.New("db-max-conns must be at least 1")
 	}
@@ -94,6 +103,21 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 		c.tokenGenerated = true
 	}
 	return c, nil
+}
+
+// list is a comma-separated flag value; blanks are dropped.
+type list []string
+
+func (l *list) String() string { return strings.Join(*l, ",") }
+
+func (l *list) Set(v string) error {
+	*l = nil
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
 }
 
 func randomToken() string {

@@ -22,7 +22,7 @@ func TestConfigPrecedence(t *testing.T) {
 	}{
 		{"defaults", nil, nil, func(t *testing.T, c *config) {
 			assert.Equal(t, ":8080", c.Addr)
-			assert.Equal(t, "pessimistic", c.Strategy)
+			assert.Equal(t, "hybrid", c.Strategy)
 			assert.True(t, c.StrategyOverride)
 			assert.False(t, c.AllowUnsafe)
 			assert.Equal(t, "./.seckill", c.DataDir)

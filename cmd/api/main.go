@@ -52,9 +52,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	rdb, err := openRedis(ctx, cfg, stdout, log)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registry, err := newRegistry(cfg, store, log, reg)
+	registry, err := newRegistry(cfg, store, rdb, log, reg)
 	if err != nil {
 		return err
 	}
@@ -66,8 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{
 		Handler: handler.New(handler.Config{
 			Store:      store,
-			Orders:     registry,
-			Checks:     []handler.Check{{Name: "database", Ping: store.Ping}},
+			Sales:      registry,
+			Checks:     append([]handler.Check{{Name: "database", Ping: store.Ping}}, rdb.checks()...),
 			AdminToken: cfg.AdminToken,
 			Log:        log,
 			Registerer: reg,
@@ -113,33 +119,20 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, nil))
 }
 
-// openStore opens MySQL when a DSN is configured, else the embedded SQLite file, and says which.
-func openStore(ctx context.Context, cfg *config, stdout io.Writer) (*stock.Store, error) {
-	if cfg.MySQLDSN != "" {
-		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{MaxOpenConns: cfg.DBMaxConns})
-		if err != nil {
-			return nil, err
-		}
-		fmt.Fprintln(stdout, "database: MySQL/MariaDB (SECKILL_MYSQL_DSN)")
-		return store, nil
-	}
-	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{MaxOpenConns: cfg.DBMaxConns})
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(stdout, "database: embedded SQLite at %s (set SECKILL_MYSQL_DSN for MySQL/MariaDB)\n", cfg.sqlitePath())
-	return store, nil
-}
-
 // newRegistry builds the strategies of this instance.
-func newRegistry(cfg *config, store *stock.Store, log *slog.Logger, reg prometheus.Registerer) (*lockstrategy.Registry, error) {
+func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, log *slog.Logger, reg prometheus.Registerer) (*lockstrategy.Registry, error) {
 	host, _ := os.Hostname()
 	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
+	admission := lockstrategy.NewAdmission(rdb.clients[0], store, log, reg)
 	registry := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{
 		Default:       cfg.Strategy,
 		AllowOverride: cfg.StrategyOverride,
 		AllowUnsafe:   cfg.AllowUnsafe,
+		Admission:     admission,
 	}, log, reg)
+	registry.Register(lockstrategy.NewHybrid(store, admission, rdb.redsync(), lockstrategy.HybridOptions{
+		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5,
+	}, metrics), false)
 	registry.Register(lockstrategy.NewPessimistic(store), false)
 	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
 		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Instance: fmt.Sprintf("%s/%d", host, os.Getpid()),

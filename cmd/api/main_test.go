@@ -117,7 +117,7 @@ func TestRunEmbeddedDefault(t *testing.T) {
 	require.Equal(t, http.StatusOK, svc.call(t, "PUT", "/api/v1/products/demo", `{"name":"Demo","stock":2}`, &p))
 	var o map[string]any
 	require.Equal(t, http.StatusCreated, svc.call(t, "POST", "/api/v1/products/demo/orders", `{"user_id":"u1"}`, &o))
-	assert.Equal(t, "pessimistic", o["strategy"])
+	assert.Equal(t, "hybrid", o["strategy"])
 	require.Equal(t, http.StatusCreated, svc.call(t, "POST", "/api/v1/products/demo/orders", `{"user_id":"u2","strategy":"dblock"}`, nil))
 	var audit map[string]any
 	require.Equal(t, http.StatusOK, svc.call(t, "GET", "/api/v1/products/demo/audit", "", &audit))

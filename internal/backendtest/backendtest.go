@@ -1,8 +1,10 @@
 // Package backendtest gives tests real backends. It connects once per test process to MariaDB
-// (127.0.0.1:3306 as root, or SECKILL_TEST_MYSQL_DSN), creates a fresh database for the
-// process, migrates it once, and isolates tests by data: each test gets unique SKUs, removed in
-// t.Cleanup. When MariaDB cannot be reached it falls back to the embedded SQLite store — unless
-// SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI), where a missing backend fails the test instead.
+// (127.0.0.1:3306 as root, or SECKILL_TEST_MYSQL_DSN) and Redis (127.0.0.1:6379, or
+// SECKILL_TEST_REDIS_ADDR), creates a fresh database for the process, migrates it once, and
+// isolates tests by data: each test gets unique SKUs, whose rows and Redis keys are removed in
+// t.Cleanup. When a backend cannot be reached it falls back to the embedded one (SQLite,
+// miniredis) — unless SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI), where a missing backend fails
+// the test instead. Fault tests get throwaway servers of their own (StartRedis).
 //
 // A test package using it calls Main from its TestMain, so the database is dropped at the end.
 package backendtest
@@ -220,6 +222,7 @@ func SKU(t testing.TB) string {
 			_ = s.DeleteProduct(context.Background(), sku)
 			_ = s.Close()
 		}
+		deleteRedisKeys(sku)
 	})
 	return sku
 }

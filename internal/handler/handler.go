@@ -1,6 +1,7 @@
 // Package handler is the HTTP face of the service (API.md): gin routes, request validation, and
 // the single table that maps domain errors to statuses and codes. It never touches a backend
-// directly: orders go through the strategy registry, everything else through the store.
+// directly: sale rounds, orders and audits go through the strategy registry, reads through the
+// store.
 package handler
 
 import (
@@ -13,23 +14,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Orders places orders; *lockstrategy.Registry implements it.
-type Orders interface {
+// Sales runs sale rounds and places orders; *lockstrategy.Registry implements it.
+type Sales interface {
 	// Resolve names the strategy for a request that asked for requested ("" = default), or
 	// returns a *stock.InvalidError.
 	Resolve(requested string) (string, error)
 	// PlaceOrder places req; replayed is true when an Idempotency-Key found the original order.
 	PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error)
+	// PutProduct starts a sale round, keeping state outside the database in step.
+	PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error)
+	// Audit reports the product's consistency.
+	Audit(ctx context.Context, sku string) (lockstrategy.Audit, error)
+	// Reconcile rebuilds state outside the database from it, then audits.
+	Reconcile(ctx context.Context, sku string) (lockstrategy.Audit, error)
 }
 
-// Store reads and resets products and reads orders; *stock.Store implements it.
+// Store reads products and orders; *stock.Store implements it.
 type Store interface {
-	PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error)
 	Product(ctx context.Context, sku string) (stock.Product, error)
-	Audit(ctx context.Context, sku string) (stock.Audit, error)
 	Order(ctx context.Context, orderID string) (stock.Order, error)
 }
 
@@ -42,7 +48,7 @@ type Check struct {
 // Config is what the handler needs.
 type Config struct {
 	Store      Store
-	Orders     Orders
+	Sales      Sales
 	Checks     []Check
 	AdminToken string
 	Log        *slog.Logger
@@ -75,6 +81,7 @@ func New(cfg Config) http.Handler {
 	v1.PUT("/products/:sku", admin, h.putProduct)
 	v1.GET("/products/:sku", h.getProduct)
 	v1.GET("/products/:sku/audit", admin, h.audit)
+	v1.POST("/products/:sku/reconcile", admin, h.reconcile)
 	v1.POST("/products/:sku/orders", h.placeOrder)
 	v1.GET("/orders/:order_id", h.getOrder)
 
@@ -124,7 +131,7 @@ func (h *handler) putProduct(c *gin.Context) {
 		fail(c, err, "")
 		return
 	}
-	p, err := h.Store.PutProduct(c.Request.Context(), spec)
+	p, err := h.Sales.PutProduct(c.Request.Context(), spec)
 	if err != nil {
 		fail(c, err, "product "+sku)
 		return
@@ -150,7 +157,21 @@ func (h *handler) audit(c *gin.Context) {
 	if !ok {
 		return
 	}
-	a, err := h.Store.Audit(c.Request.Context(), sku)
+	a, err := h.Sales.Audit(c.Request.Context(), sku)
+	if err != nil {
+		fail(c, err, "product "+sku)
+		return
+	}
+	c.JSON(http.StatusOK, auditJSON(a))
+}
+
+// reconcile rebuilds the product's Redis admission state from the database.
+func (h *handler) reconcile(c *gin.Context) {
+	sku, ok := skuParam(c)
+	if !ok {
+		return
+	}
+	a, err := h.Sales.Reconcile(c.Request.Context(), sku)
 	if err != nil {
 		fail(c, err, "product "+sku)
 		return
@@ -173,13 +194,13 @@ func (h *handler) placeOrder(c *gin.Context) {
 	}
 	req, err := body.request(sku, key)
 	if err == nil {
-		req.Strategy, err = h.Orders.Resolve(body.Strategy)
+		req.Strategy, err = h.Sales.Resolve(body.Strategy)
 	}
 	if err != nil {
 		fail(c, err, "")
 		return
 	}
-	order, _, err := h.Orders.PlaceOrder(c.Request.Context(), req)
+	order, _, err := h.Sales.PlaceOrder(c.Request.Context(), req)
 	if err != nil {
 		fail(c, err, "product "+sku)
 		return

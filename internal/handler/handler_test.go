@@ -67,7 +67,7 @@ func newHandler(t *testing.T, store *stock.Store, checks ...handler.Check) http.
 	require.NoError(t, registry.Validate())
 	return handler.New(handler.Config{
 		Store:      store,
-		Orders:     registry,
+		Sales:      registry,
 		Checks:     checks,
 		AdminToken: adminToken,
 		Log:        log,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -223,9 +224,11 @@ type auditResponse struct {
 	DistinctBuyers  int64  `json:"distinct_buyers"`
 	Oversold        int64  `json:"oversold"`
 	Consistent      bool   `json:"consistent"`
+	RedisStock      *int64 `json:"redis_stock,omitempty"` // absent without Redis admission
 }
 
-func auditJSON(a stock.Audit) auditResponse {
+func auditJSON(a lockstrategy.Audit) auditResponse {
 	return auditResponse{SKU: a.SKU, InitialStock: a.InitialStock, Stock: a.Stock, OrderedQuantity: a.OrderedQuantity,
-		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent()}
+		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent(),
+		RedisStock: a.RedisStock}
 }

@@ -15,6 +15,7 @@ type LockMetrics struct {
 	heldTooLong *prometheus.CounterVec
 	lost        *prometheus.CounterVec
 	retries     *prometheus.CounterVec
+	extensions  *prometheus.CounterVec
 	threshold   time.Duration
 	log         *slog.Logger
 }
@@ -38,10 +39,13 @@ func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_optimistic_retries_total", Help: "Version-guarded writes retried after a concurrent change, by strategy.",
 		}, []string{"strategy"}),
+		extensions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_lock_extensions_total", Help: "Lock expiries extended by a watchdog while a section ran, by strategy.",
+		}, []string{"strategy"}),
 		threshold: slowHold,
 		log:       log,
 	}
-	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries)
+	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions)
 	return m
 }
 
@@ -63,3 +67,5 @@ func (m *LockMetrics) lostAt(strategy, key string) {
 }
 
 func (m *LockMetrics) retried(strategy string) { m.retries.WithLabelValues(strategy).Inc() }
+
+func (m *LockMetrics) extended(strategy string) { m.extensions.WithLabelValues(strategy).Inc() }

@@ -30,6 +30,7 @@ type Strategy interface {
 // owns what every strategy shares: choosing the strategy, idempotent replays, outcome metrics.
 type Registry struct {
 	store         *stock.Store
+	admission     *Admission // nil without Redis
 	strategies    map[string]Strategy
 	defaultName   string
 	allowOverride bool
@@ -45,12 +46,16 @@ type RegistryConfig struct {
 	Default       string
 	AllowOverride bool // the per-request strategy field is honoured
 	AllowUnsafe   bool // the naive strategy may be used
+	// Admission is the Redis admission state that product resets and audits must keep in step
+	// with the database; nil when no strategy uses Redis.
+	Admission *Admission
 }
 
 // NewRegistry returns a Registry over store. Register strategies, then call Validate.
 func NewRegistry(store *stock.Store, cfg RegistryConfig, log *slog.Logger, reg prometheus.Registerer) *Registry {
 	r := &Registry{
 		store:         store,
+		admission:     cfg.Admission,
 		strategies:    map[string]Strategy{},
 		unsafe:        map[string]bool{},
 		defaultName:   cfg.Default,
@@ -164,6 +169,62 @@ func (r *Registry) replay(ctx context.Context, req stock.OrderRequest) (stock.Or
 		return stock.Order{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
 	}
 	return prior, nil
+}
+
+// PutProduct starts a sale round (stock.Store.PutProduct) and keeps Redis admission in step: its
+// state is deleted first — if Redis cannot be reached the reset does not happen, so no old
+// counter outlives it — and rebuilt from the new round after.
+func (r *Registry) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error) {
+	if r.admission != nil {
+		if err := r.admission.Invalidate(ctx, spec.SKU); err != nil {
+			return stock.Product{}, err
+		}
+	}
+	p, err := r.store.PutProduct(ctx, spec)
+	if err != nil {
+		return stock.Product{}, err
+	}
+	if r.admission != nil {
+		// A failure here leaves no counter, and the first order warms one from the database.
+		if err := r.admission.Reconcile(ctx, p.SKU); err != nil {
+			r.log.Warn("admission not warmed after reset; the first order will warm it", "sku", p.SKU, "err", err)
+		}
+	}
+	return p, nil
+}
+
+// Audit is the consistency report of a product: the database's, plus the Redis admission
+// counter when there is one.
+type Audit struct {
+	stock.Audit
+	RedisStock *int64
+}
+
+// Audit reads the product's audit from the database and its admission counter from Redis. A
+// Redis failure leaves RedisStock nil: the database alone decides consistency.
+func (r *Registry) Audit(ctx context.Context, sku string) (Audit, error) {
+	a, err := r.store.Audit(ctx, sku)
+	if err != nil {
+		return Audit{}, err
+	}
+	out := Audit{Audit: a}
+	if r.admission != nil {
+		if n, ok, err := r.admission.Stock(ctx, sku); err == nil && ok {
+			out.RedisStock = &n
+		}
+	}
+	return out, nil
+}
+
+// Reconcile rebuilds the product's Redis admission state from the database and returns the
+// audit. Without Redis there is nothing to reconcile.
+func (r *Registry) Reconcile(ctx context.Context, sku string) (Audit, error) {
+	if r.admission != nil {
+		if err := r.admission.Reconcile(ctx, sku); err != nil {
+			return Audit{}, err
+		}
+	}
+	return r.Audit(ctx, sku)
 }
 
 // Outcome names the result of an order attempt for metrics and reports.

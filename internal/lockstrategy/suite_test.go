@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -27,12 +31,31 @@ type newStrategy func(t *testing.T, store *stock.Store) lockstrategy.Strategy
 
 // strategies is every safe strategy; each must pass the shared suite.
 var strategies = map[string]newStrategy{
+	"hybrid": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
+		return newHybrid(t, s, lockstrategy.HybridOptions{TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5},
+			backendtest.Redis(t))
+	},
 	"pessimistic": func(_ *testing.T, s *stock.Store) lockstrategy.Strategy { return lockstrategy.NewPessimistic(s) },
 	"dblock": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
 		return lockstrategy.NewDBLock(s, lockstrategy.DBLockOptions{
 			TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Instance: t.Name(),
 		}, lockMetrics())
 	},
+}
+
+// newHybrid builds one instance's hybrid strategy: admission on the first Redis client, locks by
+// quorum over all of them.
+func newHybrid(t *testing.T, s *stock.Store, opts lockstrategy.HybridOptions, clients ...*redis.Client) *lockstrategy.Hybrid {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.DiscardHandler)
+	pools := make([]redsyncredis.Pool, len(clients))
+	for i, c := range clients {
+		pools[i] = goredis.NewPool(c)
+	}
+	admission := lockstrategy.NewAdmission(clients[0], s, log, reg)
+	return lockstrategy.NewHybrid(s, admission, redsync.New(pools...), opts,
+		lockstrategy.NewLockMetrics(reg, time.Second, log))
 }
 
 func lockMetrics() *lockstrategy.LockMetrics {

@@ -150,7 +150,7 @@ func check(row Product, req OrderRequest) error {
 		return &InvalidError{Msg: fmt.Sprintf("quantity %d exceeds max_per_order %d of product %s", req.Quantity, row.MaxPerOrder, row.SKU)}
 	}
 	if row.Stock < int64(req.Quantity) {
-		return fmt.Errorf("product %s has %d left, %d asked: %w", row.SKU, row.Stock, req.Quantity, ErrSoldOut)
+		return &SoldOutError{SKU: row.SKU, Left: row.Stock, Asked: req.Quantity}
 	}
 	return nil
 }

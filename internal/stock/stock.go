@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -47,6 +48,20 @@ func (e *InvalidError) Error() string { return e.Msg }
 
 // Unwrap makes errors.Is(err, ErrInvalid) true.
 func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// SoldOutError is ErrSoldOut with what the database held when it said so.
+type SoldOutError struct {
+	SKU   string
+	Left  int64
+	Asked int
+}
+
+func (e *SoldOutError) Error() string {
+	return fmt.Sprintf("product %s has %d left, %d asked: sold out", e.SKU, e.Left, e.Asked)
+}
+
+// Unwrap makes errors.Is(err, ErrSoldOut) true.
+func (e *SoldOutError) Unwrap() error { return ErrSoldOut }
 
 // Product is one SKU on sale. Version increases with every sale and every reset.
 type Product struct {

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/seckill/internal/handler"
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// openStore opens MySQL when a DSN is configured, else the embedded SQLite file, and says which.
+func openStore(ctx context.Context, cfg *config, stdout io.Writer) (*stock.Store, error) {
+	if cfg.MySQLDSN != "" {
+		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{MaxOpenConns: cfg.DBMaxConns})
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintln(stdout, "database: MySQL/MariaDB (SECKILL_MYSQL_DSN)")
+		return store, nil
+	}
+	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{MaxOpenConns: cfg.DBMaxConns})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "database: embedded SQLite at %s (set SECKILL_MYSQL_DSN for MySQL/MariaDB)\n", cfg.sqlitePath())
+	return store, nil
+}
+
+// redisBackend is the Redis side of an instance: a client per configured address — the first
+// also holds the admission state, all of them vote on locks — or one embedded Redis.
+type redisBackend struct {
+	clients  []*redis.Client
+	embedded *miniredis.Miniredis
+}
+
+// openRedis connects to the configured Redis instances, or starts an embedded one (miniredis,
+// in-process, on a free loopback port) when none is configured. A Redis that does not answer at
+// start is not fatal: the hybrid strategy falls back to the database-guarded path until it does.
+func openRedis(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger) (*redisBackend, error) {
+	b := &redisBackend{}
+	addrs := cfg.RedisAddrs
+	if len(addrs) == 0 {
+		b.embedded = miniredis.NewMiniRedis()
+		if err := b.embedded.StartAddr("127.0.0.1:0"); err != nil {
+			return nil, fmt.Errorf("start embedded redis: %w", err)
+		}
+		addrs = []string{b.embedded.Addr()}
+		fmt.Fprintf(stdout, "redis: embedded (miniredis) at %s (set SECKILL_REDIS_ADDRS for real Redis)\n", b.embedded.Addr())
+	} else if len(addrs) == 1 {
+		fmt.Fprintf(stdout, "redis: %s (SECKILL_REDIS_ADDRS)\n", addrs[0])
+	} else {
+		fmt.Fprintf(stdout, "redis: %d independent instances, locks by quorum of %d (Redlock); admission on %s\n",
+			len(addrs), len(addrs)/2+1, addrs[0])
+	}
+	for _, addr := range addrs {
+		c := lockstrategy.NewRedisClient(addr)
+		if err := c.Ping(ctx).Err(); err != nil {
+			log.Warn("redis does not answer at start; hybrid orders take the database-guarded path until it does", "addr", addr, "err", err)
+		}
+		b.clients = append(b.clients, c)
+	}
+	return b, nil
+}
+
+// redsync returns a lock client over every Redis instance.
+func (b *redisBackend) redsync() *redsync.Redsync {
+	pools := make([]redsyncredis.Pool, len(b.clients))
+	for i, c := range b.clients {
+		pools[i] = goredis.NewPool(c)
+	}
+	return redsync.New(pools...)
+}
+
+// checks are the readiness checks of the Redis instances.
+func (b *redisBackend) checks() []handler.Check {
+	var out []handler.Check
+	for _, c := range b.clients {
+		name := "redis " + c.Options().Addr
+		if b.embedded != nil {
+			name = "redis (embedded)"
+		}
+		out = append(out, handler.Check{Name: name, Ping: func(ctx context.Context) error { return c.Ping(ctx).Err() }})
+	}
+	return out
+}
+
+func (b *redisBackend) Close() {
+	for _, c := range b.clients {
+		_ = c.Close()
+	}
+	if b.embedded != nil {
+		b.embedded.Close()
+	}
+}

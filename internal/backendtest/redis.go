@@ -1,0 +1,134 @@
+package backendtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/lockstrategy"
+)
+
+var (
+	redisOnce sync.Once
+	redisAddr string
+	redisErr  error
+)
+
+// connectRedis finds the shared test Redis (SECKILL_TEST_REDIS_ADDR or 127.0.0.1:6379), or, when
+// it does not answer and backends are not required, starts an in-process miniredis.
+func connectRedis() {
+	addr := os.Getenv("SECKILL_TEST_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c := lockstrategy.NewRedisClient(addr)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		if Required() {
+			redisErr = fmt.Errorf("redis at %s is required (SECKILL_TEST_REQUIRE_BACKENDS=1) but unreachable: %w", addr, err)
+			return
+		}
+		m := miniredis.NewMiniRedis()
+		if redisErr = m.StartAddr("127.0.0.1:0"); redisErr == nil {
+			redisAddr = m.Addr()
+		}
+		return
+	}
+	redisAddr = addr
+}
+
+// RedisAddr returns the address of the shared test Redis. Tests share it and stay apart by
+// their SKUs: every key is seckill:{sku}:..., and SKU's cleanup deletes the test's keys.
+func RedisAddr(t testing.TB) string {
+	t.Helper()
+	redisOnce.Do(connectRedis)
+	require.NoError(t, redisErr, "test redis")
+	return redisAddr
+}
+
+// Redis returns a new client (its own pool, as a separate instance would have) on the shared
+// test Redis, closed in t.Cleanup.
+func Redis(t testing.TB) *redis.Client {
+	t.Helper()
+	c := lockstrategy.NewRedisClient(RedisAddr(t))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// deleteRedisKeys removes sku's keys from the shared test Redis, if one was used.
+func deleteRedisKeys(sku string) {
+	if redisAddr == "" {
+		return
+	}
+	c := lockstrategy.NewRedisClient(redisAddr)
+	defer c.Close()
+	prefix := "seckill:{" + sku + "}:"
+	_ = c.Del(context.Background(), prefix+"stock", prefix+"buyers", prefix+"lock").Err()
+}
+
+// RedisProcess is a redis-server of the test's own, for faults that must not touch the shared
+// one: kill it, restart it, flush it.
+type RedisProcess struct {
+	Addr string
+	t    testing.TB
+	port int
+	cmd  *exec.Cmd
+}
+
+// StartRedis starts a throwaway redis-server on a free loopback port, stopped in t.Cleanup. Without
+// a redis-server binary the test fails when backends are required, and is skipped (saying why)
+// otherwise.
+func StartRedis(t testing.TB) *RedisProcess {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if Required() {
+			t.Fatalf("redis-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1) but not installed: %v", err)
+		}
+		t.Skipf("redis-server not installed: this fault test needs a Redis process of its own: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	p := &RedisProcess{Addr: fmt.Sprintf("127.0.0.1:%d", port), t: t, port: port}
+	p.Start()
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// Start starts (or restarts) the server on its port, empty, and waits until it answers.
+func (p *RedisProcess) Start() {
+	p.t.Helper()
+	p.cmd = exec.Command("redis-server", "--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
+	require.NoError(p.t, p.cmd.Start())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(context.Background()).Err() != nil {
+		require.True(p.t, time.Now().Before(deadline), "redis-server on %s did not answer in 10s", p.Addr)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the server abruptly (SIGKILL), as a crash would.
+func (p *RedisProcess) Kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}

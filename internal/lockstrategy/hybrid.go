@@ -1,0 +1,192 @@
+package lockstrategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Hybrid is the pattern this project teaches, and its default: Redis admission rejects the
+// losers at memory speed, a redsync lock per SKU lets one admitted order at a time into the
+// critical section (so the hot row sees no contention), and the database's version check is the
+// final guarantee for when the lock fails — expiry under a pause, a failover, a flush.
+//
+// Order of events for one order:
+//  1. Admission (one Lua script): sold out / already purchased are answered here.
+//  2. A per-instance lane, then the redsync mutex (expiry, bounded wait); a watchdog extends the
+//     mutex while the section runs and cancels the section if an extension fails.
+//  3. Read the product, then UPDATE ... WHERE version = ? AND stock >= ?; insert the order.
+//     Zero rows means another writer got there: re-read and retry, never write blind.
+//  4. If the database step failed, the admission's pre-deduction is given back.
+//
+// With Redis unreachable, orders skip 1 and 2 and take 3 alone (behind the per-instance lane):
+// slower under contention, still correct.
+type Hybrid struct {
+	store     *stock.Store
+	admission *Admission
+	rs        *redsync.Redsync
+	opts      HybridOptions
+	lanes     *lanes
+	metrics   *LockMetrics
+}
+
+// HybridOptions tune the hybrid strategy.
+type HybridOptions struct {
+	TTL      time.Duration // redsync lock expiry
+	Wait     time.Duration // how long an order waits for the lock before answering busy
+	Extend   time.Duration // watchdog period; default TTL/3
+	Attempts int           // version-guarded writes tried before answering busy
+	// AfterRead, when set, runs inside the critical section between reading the product and
+	// writing it. Tests use it to hold the section open, as a paused holder would.
+	AfterRead func(context.Context, stock.OrderRequest)
+}
+
+// NewHybrid returns the hybrid strategy. rs locks over one Redis (a single pool) or several
+// independent ones (Redlock: a quorum of them).
+func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, opts HybridOptions, metrics *LockMetrics) *Hybrid {
+	if opts.Extend <= 0 {
+		opts.Extend = opts.TTL / 3
+	}
+	return &Hybrid{store: store, admission: admission, rs: rs, opts: opts, lanes: newLanes(), metrics: metrics}
+}
+
+// Name implements Strategy.
+func (*Hybrid) Name() string { return "hybrid" }
+
+// PlaceOrder implements Strategy.
+func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	err := h.admission.Admit(ctx, req)
+	if errors.Is(err, errRedisDown) {
+		h.admission.fellBack("admission")
+		return h.placeUnlocked(ctx, req)
+	}
+	if err != nil {
+		return stock.Order{}, err
+	}
+	order, err := h.placeLocked(ctx, req)
+	if err != nil {
+		h.admission.GiveBack(ctx, req, err)
+	}
+	return order, err
+}
+
+// placeLocked runs the critical section under the redsync lock.
+func (h *Hybrid) placeLocked(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	key := lockKey(req.SKU)
+	waitCtx, cancel := context.WithTimeout(ctx, h.opts.Wait)
+	defer cancel()
+	start := time.Now()
+	release, err := h.lanes.acquire(waitCtx, req.SKU)
+	if err != nil {
+		return stock.Order{}, h.waitFailed(ctx, key, err)
+	}
+	defer release()
+
+	// A Mutex per acquisition: redsync's Mutex holds the lock's random value and is not safe to
+	// share between goroutines.
+	m := h.rs.NewMutex(key,
+		redsync.WithExpiry(h.opts.TTL),
+		redsync.WithTries(math.MaxInt32), // bounded by waitCtx instead
+		redsync.WithRetryDelayFunc(func(int) time.Duration { return time.Millisecond + rand.N(4*time.Millisecond) }),
+	)
+	if err := m.LockContext(waitCtx); err != nil {
+		var redisErr *redsync.RedisError
+		if errors.As(err, &redisErr) {
+			// Redis failed between admission and lock: the order is admitted, and the database
+			// can still decide it safely on its own.
+			h.admission.down("lock", err)
+			h.admission.fellBack("lock")
+			return placeVersioned(ctx, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
+		}
+		return stock.Order{}, h.waitFailed(ctx, key, err)
+	}
+	locked := time.Now()
+	h.metrics.waited(h.Name(), locked.Sub(start))
+
+	section, stop := h.watchdog(ctx, m, key)
+	order, err := placeVersioned(section, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
+	stop()
+	h.unlock(ctx, m, key, locked)
+	if err != nil && errors.Is(context.Cause(section), errLockLost) && ctx.Err() == nil {
+		return stock.Order{}, fmt.Errorf("lock %s lost mid-section, section abandoned: %w", key, stock.ErrBusy)
+	}
+	return order, err
+}
+
+// placeUnlocked is the fallback without Redis: the version guard alone decides, behind the
+// per-instance lane so that at least this instance's orders do not conflict with each other.
+func (h *Hybrid) placeUnlocked(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, h.opts.Wait)
+	defer cancel()
+	release, err := h.lanes.acquire(waitCtx, req.SKU)
+	if err != nil {
+		return stock.Order{}, h.waitFailed(ctx, "lane "+req.SKU, err)
+	}
+	defer release()
+	return placeVersioned(ctx, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
+}
+
+// waitFailed maps a failed wait to busy, unless the request itself is gone.
+func (h *Hybrid) waitFailed(ctx context.Context, key string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("lock %s: waited %s: %w: %w", key, h.opts.Wait, stock.ErrBusy, err)
+}
+
+// errLockLost is the cause given to a critical section whose lock could not be extended.
+var errLockLost = errors.New("lock lost")
+
+// watchdog extends the lock every opts.Extend while the section runs. redsync has no watchdog
+// of its own. If an extension fails, the lock may already belong to someone else, so the section
+// is cancelled: a section that has not written yet abandons its write, and one that is writing
+// is stopped by the version guard if another holder has written since. stop must be called
+// before the mutex is used again (it is not safe for concurrent use).
+func (h *Hybrid) watchdog(ctx context.Context, m *redsync.Mutex, key string) (section context.Context, stop func()) {
+	section, cancel := context.WithCancelCause(ctx)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(h.opts.Extend)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				extendCtx, cancelExtend := context.WithTimeout(context.WithoutCancel(ctx), h.opts.Extend)
+				ok, err := m.ExtendContext(extendCtx)
+				cancelExtend()
+				if !ok {
+					h.metrics.log.Warn("lock extension failed; abandoning the critical section", "key", key, "err", err)
+					cancel(fmt.Errorf("%w: extend: %v", errLockLost, err))
+					return
+				}
+				h.metrics.extended(h.Name())
+			}
+		}
+	}()
+	return section, func() {
+		close(done)
+		<-exited
+		cancel(nil)
+	}
+}
+
+// unlock releases the mutex even when the request was cancelled. false means the lock had
+// expired or been taken over: the version guard kept the write safe, but it is worth a warning.
+func (h *Hybrid) unlock(ctx context.Context, m *redsync.Mutex, key string, locked time.Time) {
+	h.metrics.held(h.Name(), key, time.Since(locked))
+	unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if ok, _ := m.UnlockContext(unlockCtx); !ok {
+		h.metrics.lostAt(h.Name(), key)
+	}
+}
