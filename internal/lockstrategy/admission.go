@@ -34,14 +34,17 @@ var (
 var errRedisDown = errors.New("redis unavailable")
 
 // NewRedisClient returns a go-redis client configured the way the strategies need it: context
-// deadlines bound socket I/O (go-redis ignores them otherwise), short timeouts, and no automatic
-// retries — a retried admission script after a lost answer would see its own first run and
-// call the buyer a repeat buyer.
+// deadlines bound socket I/O (go-redis ignores them otherwise), short timeouts, one dial
+// attempt (go-redis would retry a refused dial five times, 100 ms apart, and a Redlock try waits
+// for its slowest node), and no command retries — a retried admission script after a lost answer
+// would see its own first run and call the buyer a repeat buyer.
 func NewRedisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:                  addr,
 		ContextTimeoutEnabled: true,
 		DialTimeout:           500 * time.Millisecond,
+		DialerRetries:         1,
+		DialerRetryTimeout:    10 * time.Millisecond,
 		ReadTimeout:           500 * time.Millisecond,
 		WriteTimeout:          500 * time.Millisecond,
 		MaxRetries:            -1,
@@ -78,7 +81,7 @@ func NewAdmission(client *redis.Client, store *stock.Store, log *slog.Logger, re
 		log:      log,
 		cooldown: time.Second,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, warmed).",
+			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
 		givebacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_admission_givebacks_total", Help: "Admitted orders whose pre-deduction was given back after the database step failed.",
@@ -147,7 +150,6 @@ func (a *Admission) Admit(ctx context.Context, req stock.OrderRequest) error {
 		if err := a.warm(ctx, req.SKU, "nx"); err != nil {
 			return err
 		}
-		a.results.WithLabelValues("warmed").Inc()
 	}
 }
 
@@ -167,9 +169,13 @@ func (a *Admission) warm(ctx context.Context, sku, mode string) error {
 	for _, b := range buyers {
 		args = append(args, b)
 	}
-	if err := warmScript.Run(ctx, a.client, keys(sku), args...).Err(); err != nil {
+	wrote, err := warmScript.Run(ctx, a.client, keys(sku), args...).Int()
+	if err != nil {
 		a.down("warm", err)
 		return fmt.Errorf("warm %s: %w: %w", sku, errRedisDown, err)
+	}
+	if wrote == 1 {
+		a.results.WithLabelValues("warmed").Inc()
 	}
 	return nil
 }

@@ -2,9 +2,10 @@ package lockstrategy
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"time"
 
@@ -89,22 +90,15 @@ func (h *Hybrid) placeLocked(ctx context.Context, req stock.OrderRequest) (stock
 	}
 	defer release()
 
-	// A Mutex per acquisition: redsync's Mutex holds the lock's random value and is not safe to
-	// share between goroutines.
-	m := h.rs.NewMutex(key,
-		redsync.WithExpiry(h.opts.TTL),
-		redsync.WithTries(math.MaxInt32), // bounded by waitCtx instead
-		redsync.WithRetryDelayFunc(func(int) time.Duration { return time.Millisecond + rand.N(4*time.Millisecond) }),
-	)
-	if err := m.LockContext(waitCtx); err != nil {
-		var redisErr *redsync.RedisError
-		if errors.As(err, &redisErr) {
-			// Redis failed between admission and lock: the order is admitted, and the database
-			// can still decide it safely on its own.
-			h.admission.down("lock", err)
-			h.admission.fellBack("lock")
-			return placeVersioned(ctx, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
-		}
+	m, err := h.lock(ctx, waitCtx, key)
+	if errors.Is(err, errLockUnreachable) {
+		// Redis failed between admission and lock: the order is admitted, and the database can
+		// still decide it safely on its own.
+		h.admission.down("lock", err)
+		h.admission.fellBack("lock")
+		return placeVersioned(ctx, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
+	}
+	if err != nil {
 		return stock.Order{}, h.waitFailed(ctx, key, err)
 	}
 	locked := time.Now()
@@ -118,6 +112,54 @@ func (h *Hybrid) placeLocked(ctx context.Context, req stock.OrderRequest) (stock
 		return stock.Order{}, fmt.Errorf("lock %s lost mid-section, section abandoned: %w", key, stock.ErrBusy)
 	}
 	return order, err
+}
+
+// errLockUnreachable means a lock attempt found no holder, only Redis errors: no quorum of
+// nodes can be reached.
+var errLockUnreachable = errors.New("no quorum of lock nodes reachable")
+
+// lock takes the redsync mutex of key, trying until waitCtx ends. It loops itself (one redsync
+// try per call) so that each failure can be told apart: held by someone (wait and retry) or
+// unreachable (give up at once: the caller falls back). A Mutex is made per acquisition:
+// redsync's Mutex holds the lock's random value and is not safe to share between goroutines.
+func (h *Hybrid) lock(ctx, waitCtx context.Context, key string) (*redsync.Mutex, error) {
+	var value string // the value of the latest try, to clean up after a try cut off mid-flight
+	m := h.rs.NewMutex(key,
+		redsync.WithExpiry(h.opts.TTL),
+		redsync.WithTries(1),
+		redsync.WithGenValueFunc(func() (string, error) { value = lockValue(); return value, nil }),
+	)
+	for {
+		err := m.LockContext(waitCtx)
+		if err == nil {
+			return m, nil
+		}
+		if unreachable(err) {
+			return nil, fmt.Errorf("lock %s: %w: %w", key, errLockUnreachable, err)
+		}
+		select {
+		case <-waitCtx.Done():
+			// The last try may have been cut off by the deadline after a node had set our
+			// value, and redsync's own release then ran with the expired context. Left there,
+			// the value would block the key for a whole TTL — with one Redlock node down, for
+			// everyone. Release it with a fresh context: the script deletes only our value.
+			cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_, _ = h.rs.NewMutex(key, redsync.WithValue(value)).UnlockContext(cleanupCtx)
+			cancel()
+			return nil, err
+		case <-time.After(time.Millisecond + rand.N(4*time.Millisecond)):
+		}
+	}
+}
+
+// unreachable reports whether a failed try met only Redis errors, no holder.
+func unreachable(err error) bool {
+	var (
+		taken     *redsync.ErrTaken
+		nodeTaken *redsync.ErrNodeTaken
+		redisErr  *redsync.RedisError
+	)
+	return !errors.As(err, &taken) && !errors.As(err, &nodeTaken) && errors.As(err, &redisErr)
 }
 
 // placeUnlocked is the fallback without Redis: the version guard alone decides, behind the
@@ -178,6 +220,13 @@ func (h *Hybrid) watchdog(ctx context.Context, m *redsync.Mutex, key string) (se
 		<-exited
 		cancel(nil)
 	}
+}
+
+// lockValue is a random lock value: only the holder knows it, so only the holder can release.
+func lockValue() string {
+	b := make([]byte, 16)
+	_, _ = crand.Read(b) // crypto/rand.Read never returns an error on supported platforms
+	return base64.StdEncoding.EncodeToString(b)
 }
 
 // unlock releases the mutex even when the request was cancelled. false means the lock had

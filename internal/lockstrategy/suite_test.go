@@ -47,6 +47,13 @@ var strategies = map[string]newStrategy{
 // quorum over all of them.
 func newHybrid(t *testing.T, s *stock.Store, opts lockstrategy.HybridOptions, clients ...*redis.Client) *lockstrategy.Hybrid {
 	t.Helper()
+	h, _ := newHybridWithMetrics(t, s, opts, clients...)
+	return h
+}
+
+// newHybridWithMetrics is newHybrid that also returns the instance's metrics registry.
+func newHybridWithMetrics(t *testing.T, s *stock.Store, opts lockstrategy.HybridOptions, clients ...*redis.Client) (*lockstrategy.Hybrid, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.DiscardHandler)
 	pools := make([]redsyncredis.Pool, len(clients))
@@ -55,7 +62,7 @@ func newHybrid(t *testing.T, s *stock.Store, opts lockstrategy.HybridOptions, cl
 	}
 	admission := lockstrategy.NewAdmission(clients[0], s, log, reg)
 	return lockstrategy.NewHybrid(s, admission, redsync.New(pools...), opts,
-		lockstrategy.NewLockMetrics(reg, time.Second, log))
+		lockstrategy.NewLockMetrics(reg, time.Second, log)), reg
 }
 
 func lockMetrics() *lockstrategy.LockMetrics {
@@ -75,32 +82,51 @@ type saleResult struct {
 	retries int
 }
 
-// sell runs one flash sale: buyers goroutines, spread over independent instances (each its own
-// store and connection pool), released together by close(start), each buying one unit. A busy
-// answer is retried after a short jittered pause, as a well-behaved client would, until the
-// deadline; every buyer must end with an order or sold_out.
+// sell runs one flash sale on instances independent instances of a strategy (each its own
+// store and connection pool).
 func sell(t *testing.T, newStrategy newStrategy, sku string, stockUnits, buyers int) saleResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
 	var insts []lockstrategy.Strategy
 	for range instances {
 		insts = append(insts, newStrategy(t, backendtest.Store(t)))
 	}
-	_, err := backendtest.Store(t).PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "suite", Stock: int64(stockUnits), MaxPerOrder: 1})
-	require.NoError(t, err)
+	return sellOn(t, insts, sku, stockUnits, buyers, fault{})
+}
 
+// fault is injected once, when the sale has sold at units.
+type fault struct {
+	at     int
+	inject func()
+}
+
+// sellOn starts a sale of stockUnits and runs one wave of buyers through it.
+func sellOn(t *testing.T, insts []lockstrategy.Strategy, sku string, stockUnits, buyers int, f fault) saleResult {
+	t.Helper()
+	_, err := backendtest.Store(t).PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: "suite", Stock: int64(stockUnits), MaxPerOrder: 1})
+	require.NoError(t, err)
+	return wave(t, insts, sku, 0, buyers, f)
+}
+
+// wave runs buyers user-from ... user-(to-1) against the sale: one goroutine each, spread over
+// insts, released together by close(start), each buying one unit. A busy answer is retried after
+// a short jittered pause, as a well-behaved client would, until the deadline; every buyer must
+// end with an order or sold_out. A fault, if given, is injected while the wave goes on.
+func wave(t *testing.T, insts []lockstrategy.Strategy, sku string, from, to int, f fault) saleResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
 	var (
-		mu  sync.Mutex
-		res = saleResult{outcome: map[string]int{}}
-		wg  sync.WaitGroup
+		mu       sync.Mutex
+		res      = saleResult{outcome: map[string]int{}}
+		wg       sync.WaitGroup
+		injected sync.WaitGroup
 	)
 	start := make(chan struct{})
-	for i := range buyers {
+	for i := from; i < to; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			strategy := insts[i%instances]
+			strategy := insts[i%len(insts)]
 			req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("user-%03d", i), Quantity: 1, Strategy: strategy.Name()}
 			<-start
 			for {
@@ -116,6 +142,10 @@ func sell(t *testing.T, newStrategy newStrategy, sku string, stockUnits, buyers 
 				res.outcome[lockstrategy.Outcome(err)]++
 				if err == nil {
 					res.acked = append(res.acked, order)
+					if f.inject != nil && len(res.acked) == f.at {
+						injected.Add(1)
+						go func() { defer injected.Done(); f.inject() }()
+					}
 				} else if !errors.Is(err, stock.ErrSoldOut) {
 					t.Errorf("%s: unexpected error: %v", req.UserID, err)
 				}
@@ -126,6 +156,7 @@ func sell(t *testing.T, newStrategy newStrategy, sku string, stockUnits, buyers 
 	}
 	close(start)
 	wg.Wait()
+	injected.Wait()
 	return res
 }
 
@@ -179,3 +210,14 @@ type failRecorder struct {
 func (r *failRecorder) Helper()               {}
 func (r *failRecorder) Errorf(string, ...any) { r.failed = true }
 func (r *failRecorder) FailNow()              { r.failed = true; runtime.Goexit() }
+
+// add merges the result of another wave of the same sale.
+func (r saleResult) add(o saleResult) saleResult {
+	out := saleResult{outcome: map[string]int{}, acked: append(append([]stock.Order{}, r.acked...), o.acked...), retries: r.retries + o.retries}
+	for _, m := range []map[string]int{r.outcome, o.outcome} {
+		for k, v := range m {
+			out.outcome[k] += v
+		}
+	}
+	return out
+}

@@ -1,0 +1,350 @@
+package lockstrategy_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// counter sums the samples of a counter family whose labels include labels.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || (l.GetName() == k && l.GetValue() == v)
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func req(sku, user string) stock.OrderRequest {
+	return stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "hybrid"}
+}
+
+// redisStock reads the admission counter of sku straight from Redis.
+func redisStock(t *testing.T, c *redis.Client, sku string) (int64, bool) {
+	t.Helper()
+	n, err := c.Get(context.Background(), "seckill:{"+sku+"}:stock").Int64()
+	if err == redis.Nil {
+		return 0, false
+	}
+	require.NoError(t, err)
+	return n, true
+}
+
+var defaultHybrid = lockstrategy.HybridOptions{TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5}
+
+// TestHybridAdmission: once Redis knows the product is sold out, or that a user has bought, the
+// answer comes from admission — the lock and the database are not asked.
+func TestHybridAdmission(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := backendtest.SKU(t)
+	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "admission", Stock: 2, MaxPerOrder: 1})
+	require.NoError(t, err)
+	rdb := backendtest.Redis(t)
+	h, reg := newHybridWithMetrics(t, s, defaultHybrid, rdb)
+
+	a, err := h.PlaceOrder(ctx, req(sku, "u1"))
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, counter(t, reg, "seckill_admission_total", map[string]string{"result": "warmed"}), "the first order warms the counter")
+	_, err = h.PlaceOrder(ctx, req(sku, "u1"))
+	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased)
+	b, err := h.PlaceOrder(ctx, req(sku, "u2"))
+	require.NoError(t, err)
+	for _, user := range []string{"u3", "u4", "u5"} {
+		_, err = h.PlaceOrder(ctx, req(sku, user))
+		assert.ErrorIs(t, err, stock.ErrSoldOut)
+	}
+	assert.EqualValues(t, 3, counter(t, reg, "seckill_admission_total", map[string]string{"result": "sold_out"}),
+		"every sold-out answer came from Redis")
+	assert.EqualValues(t, 1, counter(t, reg, "seckill_admission_total", map[string]string{"result": "already_purchased"}))
+	n, ok := redisStock(t, rdb, sku)
+	require.True(t, ok)
+	assert.Zero(t, n)
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{a, b})
+}
+
+// TestHybridGiveBack: an admitted order that the database refuses gives its pre-deduction back,
+// and a database that says sold out caps the counter at what it holds.
+func TestHybridGiveBack(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := backendtest.SKU(t)
+	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "giveback", Stock: 3, MaxPerOrder: 1})
+	require.NoError(t, err)
+	rdb := backendtest.Redis(t)
+	h, reg := newHybridWithMetrics(t, s, defaultHybrid, rdb)
+	placed, err := h.PlaceOrder(ctx, req(sku, "u1"))
+	require.NoError(t, err)
+
+	// Redis forgets the buyer (a flush would): admission lets the repeat buyer through, the
+	// database's unique key refuses it, and the unit goes back.
+	require.NoError(t, rdb.SRem(ctx, "seckill:{"+sku+"}:buyers", "u1").Err())
+	_, err = h.PlaceOrder(ctx, req(sku, "u1"))
+	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased)
+	n, _ := redisStock(t, rdb, sku)
+	assert.EqualValues(t, 2, n, "the repeat buyer's unit was given back")
+
+	// Redis overestimates (the database sold elsewhere): the database says sold out and the
+	// counter is capped at the database's stock.
+	_, err = lockstrategy.NewPessimistic(s).PlaceOrder(ctx, req(sku, "p1"))
+	require.NoError(t, err)
+	_, err = lockstrategy.NewPessimistic(s).PlaceOrder(ctx, req(sku, "p2"))
+	require.NoError(t, err)
+	_, err = h.PlaceOrder(ctx, req(sku, "u2"))
+	assert.ErrorIs(t, err, stock.ErrSoldOut)
+	n, _ = redisStock(t, rdb, sku)
+	assert.Zero(t, n, "capped at the database's stock")
+	assert.EqualValues(t, 2, counter(t, reg, "seckill_admission_givebacks_total", nil))
+	a, err := s.Audit(ctx, sku)
+	require.NoError(t, err)
+	assert.True(t, a.Consistent())
+	assert.EqualValues(t, 3, a.Orders)
+	_ = placed
+}
+
+// pauseFirst returns an AfterRead hook that holds the first section of user open for d, and a
+// channel closed when that section has read the product.
+func pauseFirst(user string, d time.Duration) (func(context.Context, stock.OrderRequest), <-chan struct{}) {
+	var once sync.Once
+	read := make(chan struct{})
+	return func(ctx context.Context, r stock.OrderRequest) {
+		if r.UserID != user {
+			return
+		}
+		once.Do(func() {
+			close(read)
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		})
+	}, read
+}
+
+// TestHybridLockExpiry holds a critical section past the lock's TTL with its watchdog unable to
+// help (as when the whole holder is paused: GC, VM steal, SIGSTOP). Another instance takes the
+// expired lock and sells. The paused writer then writes with its stale version, matches no row,
+// retries with a fresh read — and nothing is oversold.
+func TestHybridLockExpiry(t *testing.T) {
+	ctx := context.Background()
+	sku := backendtest.SKU(t)
+	s := backendtest.Store(t)
+	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "expiry", Stock: 3, MaxPerOrder: 1})
+	require.NoError(t, err)
+	hook, read := pauseFirst("slow", time.Second)
+	paused, pausedReg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
+		TTL: 300 * time.Millisecond, Wait: 2 * time.Second, Attempts: 5,
+		Extend:    time.Hour, // the watchdog never runs: the holder is "paused" as a whole
+		AfterRead: hook,
+	}, backendtest.Redis(t))
+	other := newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{TTL: 300 * time.Millisecond, Wait: 2 * time.Second, Attempts: 5},
+		backendtest.Redis(t))
+
+	type result struct {
+		order stock.Order
+		err   error
+	}
+	slow := make(chan result, 1)
+	go func() {
+		o, err := paused.PlaceOrder(ctx, req(sku, "slow"))
+		slow <- result{o, err}
+	}()
+	<-read
+	var acked []stock.Order
+	for _, user := range []string{"fast-1", "fast-2"} {
+		o, err := other.PlaceOrder(ctx, req(sku, user)) // waits out the TTL, then takes the lock
+		require.NoError(t, err)
+		acked = append(acked, o)
+	}
+	r := <-slow
+	require.NoError(t, r.err, "the paused writer retried with a fresh read and found the last unit")
+	acked = append(acked, r.order)
+
+	assert.GreaterOrEqual(t, counter(t, pausedReg, "seckill_optimistic_retries_total", nil), 1.0,
+		"the paused writer's version check failed")
+	assert.GreaterOrEqual(t, counter(t, pausedReg, "seckill_lock_lost_total", nil), 1.0,
+		"the paused writer found its lock gone at release")
+	a := backendtest.RequireInvariant(t, s, sku, acked)
+	assert.Zero(t, a.Stock)
+}
+
+// TestHybridWatchdogKeepsLock holds a section for three TTLs with the watchdog running: the lock
+// is extended, nobody else gets in meanwhile, and nothing is lost.
+func TestHybridWatchdogKeepsLock(t *testing.T) {
+	ctx := context.Background()
+	sku := backendtest.SKU(t)
+	s := backendtest.Store(t)
+	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "watchdog", Stock: 3, MaxPerOrder: 1})
+	require.NoError(t, err)
+	hook, read := pauseFirst("slow", 2500*time.Millisecond)
+	holder, reg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
+		TTL: time.Second, Wait: 2 * time.Second, Attempts: 5, AfterRead: hook,
+	}, backendtest.Redis(t))
+	other := newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{TTL: time.Second, Wait: 1500 * time.Millisecond, Attempts: 5},
+		backendtest.Redis(t))
+
+	done := make(chan error, 1)
+	var held stock.Order
+	go func() {
+		var err error
+		held, err = holder.PlaceOrder(ctx, req(sku, "slow"))
+		done <- err
+	}()
+	<-read
+	_, err = other.PlaceOrder(ctx, req(sku, "impatient"))
+	assert.ErrorIs(t, err, stock.ErrBusy, "the extended lock kept the other instance out")
+	require.NoError(t, <-done)
+	assert.GreaterOrEqual(t, counter(t, reg, "seckill_lock_extensions_total", nil), 2.0)
+	assert.Zero(t, counter(t, reg, "seckill_lock_lost_total", nil))
+	assert.Zero(t, counter(t, reg, "seckill_optimistic_retries_total", nil))
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{held})
+}
+
+// TestHybridLockLostAbandonsSection deletes the lock while its holder is inside the section (a
+// failover to a replica that never saw the lock): the watchdog's next extension fails, the
+// section is abandoned before it writes, the client hears busy, and the admission is given back.
+func TestHybridLockLostAbandonsSection(t *testing.T) {
+	ctx := context.Background()
+	sku := backendtest.SKU(t)
+	s := backendtest.Store(t)
+	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "lost", Stock: 3, MaxPerOrder: 1})
+	require.NoError(t, err)
+	rdb := backendtest.Redis(t)
+	hook, read := pauseFirst("slow", 5*time.Second)
+	h := newHybrid(t, s, lockstrategy.HybridOptions{
+		TTL: time.Second, Wait: 2 * time.Second, Attempts: 5, Extend: 100 * time.Millisecond, AfterRead: hook,
+	}, rdb)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.PlaceOrder(ctx, req(sku, "slow"))
+		done <- err
+	}()
+	<-read
+	require.NoError(t, rdb.Del(ctx, "seckill:{"+sku+"}:lock").Err())
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, stock.ErrBusy)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the section was not abandoned after its lock was lost")
+	}
+	n, _ := redisStock(t, rdb, sku)
+	assert.EqualValues(t, 3, n, "the abandoned order's unit was given back")
+	backendtest.RequireInvariant(t, s, sku, nil)
+}
+
+// hybrids builds instances hybrid instances over the given Redis addresses (admission on the
+// first; locks by quorum over all), each with its own store and clients.
+func hybrids(t *testing.T, addrs ...string) ([]lockstrategy.Strategy, []*prometheus.Registry) {
+	t.Helper()
+	var insts []lockstrategy.Strategy
+	var regs []*prometheus.Registry
+	for range instances {
+		var clients []*redis.Client
+		for _, addr := range addrs {
+			c := lockstrategy.NewRedisClient(addr)
+			t.Cleanup(func() { _ = c.Close() })
+			clients = append(clients, c)
+		}
+		h, reg := newHybridWithMetrics(t, backendtest.Store(t), defaultHybrid, clients...)
+		insts = append(insts, h)
+		regs = append(regs, reg)
+	}
+	return insts, regs
+}
+
+func sum(t *testing.T, regs []*prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	var total float64
+	for _, reg := range regs {
+		total += counter(t, reg, name, labels)
+	}
+	return total
+}
+
+// TestHybridFlushMidSale flushes Redis in the middle of a sale: the admission state is rebuilt
+// from the database, the sale completes, and nothing is oversold. The buyers come in two waves,
+// so that admission is asked again after the flush.
+func TestHybridFlushMidSale(t *testing.T) {
+	srv := backendtest.StartRedis(t)
+	insts, regs := hybrids(t, srv.Addr)
+	flusher := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer flusher.Close()
+	sku := backendtest.SKU(t)
+	first := sellOn(t, insts, sku, units, units/2, fault{at: units / 4, inject: func() {
+		assert.NoError(t, flusher.FlushAll(context.Background()).Err())
+	}})
+	res := first.add(wave(t, insts, sku, units/2, buyers, fault{}))
+	warms := sum(t, regs, "seckill_admission_total", map[string]string{"result": "warmed"})
+	t.Logf("flush mid-sale: outcomes %v, counter built %v times", res.outcome, warms)
+	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
+	assert.GreaterOrEqual(t, warms, 2.0, "the counter was built at the start and rebuilt after the flush")
+	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+}
+
+// TestHybridRedisDown kills Redis in the middle of a sale: orders go on through the
+// database-guarded fallback, nothing is oversold; when Redis is back, admission resumes by itself.
+func TestHybridRedisDown(t *testing.T) {
+	srv := backendtest.StartRedis(t)
+	insts, regs := hybrids(t, srv.Addr)
+	sku := backendtest.SKU(t)
+	res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: srv.Kill})
+	fallbacks := sum(t, regs, "seckill_redis_fallbacks_total", nil)
+	t.Logf("redis killed mid-sale: outcomes %v after %d busy retries; %v orders fell back", res.outcome, res.retries, fallbacks)
+	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
+	assert.Positive(t, fallbacks, "orders took the fallback path")
+	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+
+	srv.Start()
+	time.Sleep(1100 * time.Millisecond) // past the breaker's cooldown
+	admittedBefore := sum(t, regs, "seckill_admission_total", map[string]string{"result": "sold_out"})
+	for i, h := range insts {
+		_, err := h.PlaceOrder(context.Background(), req(sku, "late-"+string(rune('a'+i))))
+		assert.ErrorIs(t, err, stock.ErrSoldOut)
+	}
+	assert.EqualValues(t, admittedBefore+float64(len(insts)), sum(t, regs, "seckill_admission_total", map[string]string{"result": "sold_out"}),
+		"after Redis came back, admission answered again (warmed from the database)")
+}
+
+// TestRedlockQuorum locks over three independent Redis servers (Redlock) and kills one of them
+// mid-sale: the other two still form a quorum, locks are still granted, nothing is oversold.
+func TestRedlockQuorum(t *testing.T) {
+	servers := []*backendtest.RedisProcess{backendtest.StartRedis(t), backendtest.StartRedis(t), backendtest.StartRedis(t)}
+	insts, regs := hybrids(t, servers[0].Addr, servers[1].Addr, servers[2].Addr)
+	sku := backendtest.SKU(t)
+	res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: servers[2].Kill})
+	t.Logf("redlock, one of three killed mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
+	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
+	assert.Zero(t, sum(t, regs, "seckill_redis_fallbacks_total", nil), "the quorum held: no order needed the fallback")
+	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+}
+
+var _ = slog.Default
