@@ -50,6 +50,7 @@ func openRedis(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Log
 	addrs := cfg.RedisAddrs
 	if len(addrs) == 0 {
 		b.embedded = miniredis.NewMiniRedis()
+		b.embedded.ClockTTL(true) // TTLs run out with the wall clock, as in Redis (lock expiry)
 		if err := b.embedded.StartAddr("127.0.0.1:0"); err != nil {
 			return nil, fmt.Errorf("start embedded redis: %w", err)
 		}

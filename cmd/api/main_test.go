@@ -26,6 +26,7 @@ func TestMain(m *testing.M) { backendtest.Main(m) }
 // service is one running instance of the API, in this process (run) or in a child process.
 type service struct {
 	url, token string
+	pid        int // of a child process; 0 in this process
 }
 
 // watchOutput scans a service's stdout for its address and admin token, and keeps draining it.
@@ -123,6 +124,7 @@ func TestRunEmbeddedDefault(t *testing.T) {
 	require.Equal(t, http.StatusOK, svc.call(t, "GET", "/api/v1/products/demo/audit", "", &audit))
 	assert.Equal(t, true, audit["consistent"])
 	assert.EqualValues(t, 0, audit["stock"])
+	assert.EqualValues(t, 1, audit["redis_stock"], "the embedded Redis admission counter (only hybrid orders move it)")
 	require.NoError(t, stop())
 	assert.FileExists(t, filepath.Join(dir, "seckill.db"))
 }

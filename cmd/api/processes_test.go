@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -60,6 +62,7 @@ func startProcess(t *testing.T, bin string, extraEnv ...string) service {
 	select {
 	case svc := <-watchOutput(t, stdout):
 		svc.token = "process-test"
+		svc.pid = cmd.Process.Pid
 		return svc
 	case err := <-exited:
 		t.Fatalf("the service exited at start: %v\n%s", err, stderr.String())
@@ -86,20 +89,86 @@ func TestProcesses(t *testing.T) {
 		buyers  = 300
 		clients = 48
 	)
-	for _, strategy := range []string{"pessimistic", "dblock"} {
+	for _, strategy := range []string{"hybrid", "pessimistic", "dblock"} {
 		t.Run(strategy, func(t *testing.T) {
 			sku := backendtest.SKU(t)
 			require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
 				fmt.Sprintf(`{"name":"process test","stock":%d}`, units), nil))
-			res := loadHTTP(t, procs, sku, strategy, buyers, clients)
+			admittedBefore := scrape(t, procs, `seckill_admission_total{result="sold_out"}`)
+			res := loadHTTP(t, procs, sku, strategy, buyers, clients, httpFault{})
 			soldIn := res.lastSale.Sub(res.start)
-			t.Logf("%s, 3 processes, %d clients: %d orders in %s = %.0f orders/s; %d sold_out, %d busy retries, %s total",
+			t.Logf("%s, 3 processes, %d clients: %d orders in %s = %.0f orders/s; %d sold_out (%.0f%% answered by Redis admission), %d busy retries, %s total",
 				strategy, clients, len(res.acked), soldIn.Round(time.Millisecond), float64(len(res.acked))/soldIn.Seconds(),
-				res.status[http.StatusConflict], res.busy, res.end.Sub(res.start).Round(time.Millisecond))
+				res.status[http.StatusConflict], 100*(scrape(t, procs, `seckill_admission_total{result="sold_out"}`)-admittedBefore)/float64(res.status[http.StatusConflict]),
+				res.busy, res.end.Sub(res.start).Round(time.Millisecond))
 			assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
 			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 		})
 	}
+}
+
+// TestProcessesHybridPause stops one of three hybrid processes with SIGSTOP in the middle of a
+// sale, for three lock TTLs — a GC pause or a frozen VM, with the lock possibly held and its
+// watchdog frozen too — then resumes it. The others sell meanwhile; when the paused process
+// wakes, its stale writes fail their version check. Nothing is oversold, and the rest sells.
+func TestProcessesHybridPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service and runs three processes; skipped with -short")
+	}
+	bin := buildService(t)
+	var procs []service
+	var pids []int
+	for range 3 {
+		svc := startProcess(t, bin, "SECKILL_LOCK_TTL=500ms", "SECKILL_LOCK_WAIT=3s")
+		procs = append(procs, svc)
+		pids = append(pids, svc.pid)
+	}
+	const units, buyers, clients = 100, 300, 48
+	sku := backendtest.SKU(t)
+	require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
+		fmt.Sprintf(`{"name":"pause test","stock":%d}`, units), nil))
+	// Until the fault, all orders go to the process that will be paused, so that it is almost
+	// surely inside its critical section, holding the lock, when it stops.
+	res := loadHTTP(t, procs, sku, "hybrid", buyers, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
+		assert.NoError(t, syscall.Kill(pids[1], syscall.SIGSTOP))
+		time.Sleep(1500 * time.Millisecond)
+		assert.NoError(t, syscall.Kill(pids[1], syscall.SIGCONT))
+	}})
+	t.Logf("hybrid, one of 3 processes SIGSTOPped for 1.5s (3 TTLs) mid-sale: %v, %d busy retries; locks lost %v, version conflicts retried %v",
+		res.status, res.busy, scrape(t, procs, `seckill_lock_lost_total{strategy="hybrid"}`),
+		scrape(t, procs, `seckill_optimistic_retries_total{strategy="hybrid"}`))
+	assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+	assert.Zero(t, a.Stock, "the rest of the stock sold")
+}
+
+// scrape sums one sample line of the processes' /metrics.
+func scrape(t *testing.T, procs []service, sample string) float64 {
+	t.Helper()
+	var total float64
+	for _, p := range procs {
+		resp, err := http.Get(p.url + "/metrics")
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if v, ok := strings.CutPrefix(line, sample+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				total += f
+			}
+		}
+	}
+	return total
+}
+
+// httpFault is injected once, when the sale has sold at units. Until then, when only is
+// set, every request goes to that process.
+type httpFault struct {
+	at     int
+	inject func()
+	only   *service
 }
 
 // httpSale is what the clients of one HTTP sale saw.
@@ -113,7 +182,7 @@ type httpSale struct {
 
 // loadHTTP has clients concurrent clients buy one unit each for buyers users, round-robin over
 // the processes. A 429 is retried after a short jittered pause, bounded by a deadline.
-func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clients int) httpSale {
+func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clients int, f httpFault) httpSale {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -127,7 +196,8 @@ func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clien
 	}()
 	res := httpSale{status: map[int]int{}, start: time.Now()}
 	var mu sync.Mutex
-	var wg sync.WaitGroup
+	var wg, injected sync.WaitGroup
+	var faulted atomic.Bool
 	for range clients {
 		wg.Add(1)
 		go func() {
@@ -136,7 +206,11 @@ func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clien
 				user := fmt.Sprintf("user-%04d", i)
 				body := fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy)
 				for attempt := 0; ; attempt++ {
-					status, order, err := postOrder(ctx, client, procs[(i+attempt)%len(procs)].url, sku, user, body)
+					target := procs[(i+attempt)%len(procs)]
+					if f.only != nil && !faulted.Load() {
+						target = *f.only
+					}
+					status, order, err := postOrder(ctx, client, target.url, sku, user, body)
 					if err != nil {
 						t.Errorf("%s: %v", user, err)
 						return
@@ -152,6 +226,11 @@ func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clien
 					if status == http.StatusCreated {
 						res.acked = append(res.acked, order)
 						res.lastSale = time.Now()
+						if f.inject != nil && len(res.acked) == f.at {
+							faulted.Store(true)
+							injected.Add(1)
+							go func() { defer injected.Done(); f.inject() }()
+						}
 					}
 					mu.Unlock()
 					break
@@ -160,6 +239,7 @@ func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clien
 		}()
 	}
 	wg.Wait()
+	injected.Wait()
 	res.end = time.Now()
 	return res
 }

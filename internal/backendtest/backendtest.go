@@ -198,15 +198,16 @@ func SQL(t testing.TB) *sql.DB {
 	return db
 }
 
-// Env returns the environment that points a service process at the test database:
-// SECKILL_MYSQL_DSN, or SECKILL_DATA_DIR of the embedded SQLite file.
+// Env returns the environment that points a service process at the test backends:
+// SECKILL_MYSQL_DSN (or SECKILL_DATA_DIR of the embedded SQLite file) and SECKILL_REDIS_ADDRS.
 func Env(t testing.TB) []string {
 	t.Helper()
 	ready(t)
+	env := []string{"SECKILL_REDIS_ADDRS=" + RedisAddr(t)}
 	if setup.mysqlDSN != "" {
-		return []string{"SECKILL_MYSQL_DSN=" + setup.mysqlDSN}
+		return append(env, "SECKILL_MYSQL_DSN="+setup.mysqlDSN)
 	}
-	return []string{"SECKILL_DATA_DIR=" + filepath.Dir(setup.sqlitePath)}
+	return append(env, "SECKILL_DATA_DIR="+filepath.Dir(setup.sqlitePath))
 }
 
 // SKU returns a SKU unique to this test and run. The product and its orders are deleted in

@@ -41,6 +41,7 @@ func connectRedis() {
 			return
 		}
 		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true) // lock TTLs must run out with the wall clock, as in Redis
 		if redisErr = m.StartAddr("127.0.0.1:0"); redisErr == nil {
 			redisAddr = m.Addr()
 		}

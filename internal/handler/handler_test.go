@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -50,19 +53,31 @@ func newServer(t *testing.T) *server {
 	return &server{Handler: newHandler(t, store, handler.Check{Name: "database", Ping: store.Ping}), store: store}
 }
 
-// newHandler wires the strategies and the handler the way cmd/api does, on a fresh metrics
-// registry so that several handlers can live in one test.
+// newHandler wires the strategies and the handler the way cmd/api does, with Redis admission on
+// the shared test Redis, on a fresh metrics registry so that several handlers can live in one
+// test.
 func newHandler(t *testing.T, store *stock.Store, checks ...handler.Check) http.Handler {
+	t.Helper()
+	return newHandlerOn(t, store, backendtest.Redis(t), checks...)
+}
+
+// newHandlerOn is newHandler with admission on the given Redis client.
+func newHandlerOn(t *testing.T, store *stock.Store, rdb *redis.Client, checks ...handler.Check) http.Handler {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
+	admission := lockstrategy.NewAdmission(rdb, store, log, reg)
+	metrics := lockstrategy.NewLockMetrics(reg, time.Second, log)
 	registry := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{
-		Default: "pessimistic", AllowOverride: true, AllowUnsafe: false,
+		Default: "pessimistic", AllowOverride: true, AllowUnsafe: false, Admission: admission,
 	}, log, reg)
+	registry.Register(lockstrategy.NewHybrid(store, admission, redsync.New(goredis.NewPool(rdb)), lockstrategy.HybridOptions{
+		TTL: 10 * time.Second, Wait: time.Second, Attempts: 5,
+	}, metrics), false)
 	registry.Register(lockstrategy.NewPessimistic(store), false)
 	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
 		TTL: 10 * time.Second, Wait: 100 * time.Millisecond, Attempts: 3, Instance: "test",
-	}, lockstrategy.NewLockMetrics(reg, time.Second, log)), false)
+	}, metrics), false)
 	registry.Register(lockstrategy.NewNaive(store, 0), true)
 	require.NoError(t, registry.Validate())
 	return handler.New(handler.Config{
@@ -128,6 +143,7 @@ type (
 		DistinctBuyers  int64  `json:"distinct_buyers"`
 		Oversold        int64  `json:"oversold"`
 		Consistent      bool   `json:"consistent"`
+		RedisStock      *int64 `json:"redis_stock"`
 	}
 )
 
@@ -447,8 +463,10 @@ func TestPlaceOrder(t *testing.T) {
 	assert.Equal(t, int64(9), p.Sold)
 
 	a := s.audit(t, sku)
+	redisStock := int64(10) // warmed by the PUT; only hybrid orders move the admission counter
 	assert.Equal(t, auditResponse{
 		SKU: sku, InitialStock: 10, Stock: 1, OrderedQuantity: 9, Orders: 6, DistinctBuyers: 6, Oversold: 0, Consistent: true,
+		RedisStock: &redisStock,
 	}, a)
 }
 
@@ -822,3 +840,61 @@ func TestRequestID(t *testing.T) {
 	b := s.do(t, http.MethodGet, "/healthz", "", nil).Header().Get("X-Request-Id")
 	assert.NotEqual(t, a, b, "every request gets its own id")
 }
+
+// TestRedisAdmissionState: a product PUT warms Redis admission, the audit reports its counter,
+// hybrid orders move it, and reconcile rebuilds it from the database after it drifted.
+func TestRedisAdmissionState(t *testing.T) {
+	s := newServer(t)
+	sku := backendtest.SKU(t)
+	s.putProduct(t, sku, 3, 1)
+	a := s.audit(t, sku)
+	require.NotNil(t, a.RedisStock, "the reset warmed the admission counter")
+	assert.EqualValues(t, 3, *a.RedisStock)
+
+	s.order(t, sku, `{"user_id":"u-1","strategy":"hybrid"}`, nil)
+	a = s.audit(t, sku)
+	require.NotNil(t, a.RedisStock)
+	assert.EqualValues(t, 2, *a.RedisStock)
+	assert.True(t, a.Consistent)
+
+	// The counter drifts low (a give-back lost while Redis was down): admission refuses buyers
+	// the database could serve, until reconcile rebuilds it.
+	rdb := backendtest.Redis(t)
+	require.NoError(t, rdb.Set(context.Background(), "seckill:{"+sku+"}:stock", 0, 0).Err())
+	assertError(t, s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-2","strategy":"hybrid"}`, nil), http.StatusConflict, "sold_out")
+	assertError(t, s.do(t, http.MethodPost, reconcilePath(sku), "", nil), http.StatusUnauthorized, "unauthenticated")
+	rec := decode[auditResponse](t, s.do(t, http.MethodPost, reconcilePath(sku), "", admin), http.StatusOK, auditFields)
+	require.NotNil(t, rec.RedisStock)
+	assert.EqualValues(t, 2, *rec.RedisStock, "rebuilt from the database")
+	s.order(t, sku, `{"user_id":"u-2","strategy":"hybrid"}`, nil)
+	assertError(t, s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1","strategy":"hybrid"}`, nil), http.StatusConflict, "already_purchased")
+	assertError(t, s.do(t, http.MethodPost, reconcilePath("no-such-sku"), "", admin), http.StatusNotFound, "not_found")
+}
+
+// TestResetNeedsRedis: with Redis unreachable a product reset answers 503 and changes nothing —
+// going on would leave the old round's admission counter alive in Redis — while orders still
+// succeed through the database-guarded fallback.
+func TestResetNeedsRedis(t *testing.T) {
+	up := newServer(t)
+	sku := backendtest.SKU(t)
+	up.putProduct(t, sku, 5, 1)
+
+	dead := lockstrategy.NewRedisClient("127.0.0.1:1")
+	t.Cleanup(func() { _ = dead.Close() })
+	down := &server{Handler: newHandlerOn(t, up.store, dead), store: up.store}
+	rec := down.do(t, http.MethodPut, productPath(sku), `{"name":"reset","stock":50}`, admin)
+	assertError(t, rec, http.StatusServiceUnavailable, "unavailable")
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	fresh := backendtest.SKU(t)
+	assertError(t, down.do(t, http.MethodPut, productPath(fresh), `{"name":"new","stock":5}`, admin), http.StatusServiceUnavailable, "unavailable")
+	assertError(t, down.do(t, http.MethodGet, productPath(fresh), "", nil), http.StatusNotFound, "not_found")
+	assert.EqualValues(t, 5, down.product(t, sku).Stock, "the failed reset changed nothing")
+
+	o := down.order(t, sku, `{"user_id":"u-1","strategy":"hybrid"}`, nil)
+	assert.Equal(t, "hybrid", o.Strategy)
+	a := down.audit(t, sku)
+	assert.Nil(t, a.RedisStock, "no counter to report while Redis is down")
+	assert.True(t, a.Consistent)
+}
+
+func reconcilePath(sku string) string { return "/api/v1/products/" + sku + "/reconcile" }
