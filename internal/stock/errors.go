@@ -108,7 +108,7 @@ func classified(err error) bool {
 		return true
 	}
 	for _, sentinel := range []error{ErrNotFound, ErrSoldOut, ErrAlreadyPurchased, ErrBusy, ErrUnavailable,
-		ErrInvalid, ErrIdempotencyConflict, ErrDuplicateRequest, ErrVersionConflict} {
+		ErrInvalid, ErrIdempotencyConflict, ErrDuplicateRequest, ErrVersionConflict, ErrFencedOut} {
 		if errors.Is(err, sentinel) {
 			return true
 		}

@@ -106,6 +106,63 @@ func (s *Store) PlaceOrderAt(ctx context.Context, req OrderRequest, read Product
 	return order, nil
 }
 
+// PlaceOrderFenced is the critical section of the etcd strategy: one transaction that reads the
+// product, checks, and decrements only if no later lock holder has written
+// (UPDATE ... SET fence = ? WHERE stock >= ? AND fence <= ?), then inserts the order. A holder
+// whose lease expired while it was paused carries an older token than its successor and gets
+// ErrFencedOut, having written nothing. A sold-out product answers ErrSoldOut, not a fence error:
+// a matched-no-row update is told apart by reading the row again.
+func (s *Store) PlaceOrderFenced(ctx context.Context, req OrderRequest, fence int64) (Order, error) {
+	var order Order
+	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
+		var row productRow
+		if err := tx.Where("sku = ?", req.SKU).Take(&row).Error; err != nil {
+			return err
+		}
+		if err := check(row.product(), req); err != nil {
+			return err
+		}
+		res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ? AND fence <= ?", req.SKU, req.Quantity, fence).
+			Updates(map[string]any{
+				"stock":      gorm.Expr("stock - ?", req.Quantity),
+				"version":    gorm.Expr("version + 1"),
+				"fence":      fence,
+				"updated_at": time.Now().UTC(),
+			})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != 1 {
+			var now productRow
+			if err := tx.Where("sku = ?", req.SKU).Take(&now).Error; err != nil {
+				return err
+			}
+			if err := check(now.product(), req); err != nil {
+				return err
+			}
+			return &FenceError{SKU: req.SKU, Token: fence, Fence: now.Fence}
+		}
+		var err error
+		order, err = insertOrder(tx, req)
+		return err
+	})
+	if err != nil {
+		return Order{}, fmt.Errorf("place order %s/%s with fence %d: %w", req.SKU, req.UserID, fence, err)
+	}
+	return order, nil
+}
+
+// ResetFence sets sku's fence back to 0 if it is still at observed. The etcd strategy calls it
+// when the fence is ahead of the etcd cluster's current revision — which no legitimate token can
+// be, so the cluster was replaced and its revisions started again.
+func (s *Store) ResetFence(ctx context.Context, sku string, observed int64) error {
+	err := s.db.WithContext(ctx).Model(&productRow{}).Where("sku = ? AND fence = ?", sku, observed).Update("fence", 0).Error
+	if err := classify(err); err != nil {
+		return fmt.Errorf("reset fence of %s: %w", sku, err)
+	}
+	return nil
+}
+
 // PlaceOrderUnguarded is deliberately wrong, for the naive strategy only: it reads the stock,
 // checks it, waits (as network and application latency would), then writes the stock it
 // computed from its stale read. Concurrent buyers all read the same stock, all pass the check,

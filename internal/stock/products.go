@@ -17,12 +17,14 @@ type productRow struct {
 	Stock        int64  `gorm:"column:stock"`
 	Version      int64  `gorm:"column:version"`
 	MaxPerOrder  int    `gorm:"column:max_per_order"`
+	Fence        int64  `gorm:"column:fence"`
 }
 
 func (productRow) TableName() string { return "products" }
 
 func (r productRow) product() Product {
-	return Product{SKU: r.SKU, Name: r.Name, InitialStock: r.InitialStock, Stock: r.Stock, Version: r.Version, MaxPerOrder: r.MaxPerOrder}
+	return Product{SKU: r.SKU, Name: r.Name, InitialStock: r.InitialStock, Stock: r.Stock, Version: r.Version,
+		MaxPerOrder: r.MaxPerOrder, Fence: r.Fence}
 }
 
 // ProductSpec is what an admin sets when starting a sale round.
@@ -35,7 +37,9 @@ type ProductSpec struct {
 
 // PutProduct starts a sale round: it creates the product, or resets an existing one in one
 // transaction — stock and initial stock set, the round's orders deleted, version bumped (never
-// reset, so a writer holding a version from the old round cannot write into the new one).
+// reset, so a writer holding a version from the old round cannot write into the new one), and
+// the fence set back to 0, so that a replaced etcd cluster (whose revisions start again at 1)
+// can always be recovered by a reset.
 func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, error) {
 	var out productRow
 	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
@@ -46,6 +50,7 @@ func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, erro
 			"stock":         spec.Stock,
 			"max_per_order": spec.MaxPerOrder,
 			"version":       gorm.Expr("version + 1"),
+			"fence":         0,
 			"updated_at":    now,
 		})
 		if res.Error != nil {

@@ -39,6 +39,9 @@ var (
 	// ErrVersionConflict means a conditional update matched no row because another writer changed
 	// the product first. Optimistic strategies retry on it; nothing was written.
 	ErrVersionConflict = errors.New("product changed concurrently")
+	// ErrFencedOut means a write carried a fencing token older than the last one written: its
+	// lock had passed to another holder. Nothing was written.
+	ErrFencedOut = errors.New("fenced out by a newer lock holder")
 )
 
 // InvalidError is an ErrInvalid whose message is safe and useful to show to the client.
@@ -63,6 +66,19 @@ func (e *SoldOutError) Error() string {
 // Unwrap makes errors.Is(err, ErrSoldOut) true.
 func (e *SoldOutError) Unwrap() error { return ErrSoldOut }
 
+// FenceError is ErrFencedOut with the token that was refused and the fence that refused it.
+type FenceError struct {
+	SKU          string
+	Token, Fence int64
+}
+
+func (e *FenceError) Error() string {
+	return fmt.Sprintf("product %s: token %d is older than fence %d: fenced out", e.SKU, e.Token, e.Fence)
+}
+
+// Unwrap makes errors.Is(err, ErrFencedOut) true.
+func (e *FenceError) Unwrap() error { return ErrFencedOut }
+
 // Product is one SKU on sale. Version increases with every sale and every reset.
 type Product struct {
 	SKU          string
@@ -71,6 +87,7 @@ type Product struct {
 	Stock        int64
 	Version      int64
 	MaxPerOrder  int
+	Fence        int64 // fencing token of the last write under the etcd lock; 0 after a reset
 }
 
 // Sold is how many units have been ordered in the current sale round.

@@ -99,6 +99,45 @@ func TestStaleVersionWritesNothing(t *testing.T) {
 	assert.Equal(t, []string{"u1"}, buyers)
 }
 
+// TestFence: a write under an older fencing token than the last one written is refused and
+// writes nothing; sold out is still reported as sold out; a reset clears the fence.
+func TestFence(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 2, 1)
+	a, err := s.PlaceOrderFenced(ctx, order(sku, "a"), 10)
+	require.NoError(t, err)
+	_, err = s.PlaceOrderFenced(ctx, order(sku, "b"), 20)
+	require.NoError(t, err)
+	p, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+	assert.EqualValues(t, 20, p.Fence)
+
+	_, err = s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "again", Stock: 3, MaxPerOrder: 1})
+	require.NoError(t, err)
+	p, _ = s.Product(ctx, sku)
+	assert.Zero(t, p.Fence, "a reset clears the fence")
+	a, err = s.PlaceOrderFenced(ctx, order(sku, "a"), 30)
+	require.NoError(t, err)
+	_, err = s.PlaceOrderFenced(ctx, order(sku, "stale"), 29)
+	var fenced *stock.FenceError
+	require.ErrorAs(t, err, &fenced)
+	assert.Equal(t, stock.FenceError{SKU: sku, Token: 29, Fence: 30}, *fenced)
+	assert.ErrorIs(t, err, stock.ErrFencedOut)
+	b, err := s.PlaceOrderFenced(ctx, order(sku, "b"), 30)
+	require.NoError(t, err, "the same token may write again: it is not older")
+
+	require.NoError(t, s.ResetFence(ctx, sku, 999), "a reset of a fence that moved on does nothing")
+	p, _ = s.Product(ctx, sku)
+	assert.EqualValues(t, 30, p.Fence)
+	require.NoError(t, s.ResetFence(ctx, sku, 30))
+	c, err := s.PlaceOrderFenced(ctx, order(sku, "c"), 1)
+	require.NoError(t, err, "after the reset, a restarted cluster's small revisions write again")
+	_, err = s.PlaceOrderFenced(ctx, order(sku, "d"), 1)
+	assert.ErrorIs(t, err, stock.ErrSoldOut, "sold out is reported as such, not as a fence error")
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{a, b, c})
+}
+
 func TestIdempotencyKeyIsUnique(t *testing.T) {
 	ctx := context.Background()
 	s := backendtest.Store(t)
