@@ -22,6 +22,7 @@ type config struct {
 	MySQLDSN         string
 	DBMaxConns       int
 	RedisAddrs       []string
+	EtcdEndpoints    []string
 	AdminToken       string
 	DataDir          string
 	AllowUnsafe      bool
@@ -56,6 +57,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.IntVar(&c.DBMaxConns, "db-max-conns", 32, "connection pool size of this instance (MySQL: mind max_connections across replicas)")
 	fs.Var((*list)(&c.RedisAddrs), "redis-addrs",
 		"comma-separated Redis host:port; several = independent instances locked by quorum (Redlock); empty: an embedded Redis")
+	fs.Var((*list)(&c.EtcdEndpoints), "etcd-endpoints", "comma-separated etcd client URLs; empty: an etcd server embedded in the process")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin bearer token; empty: a random one, printed once")
 	fs.StringVar(&c.DataDir, "data-dir", "./.seckill", "where embedded backends keep their files")
 	fs.BoolVar(&c.AllowUnsafe, "allow-unsafe", false, "allow the naive strategy")

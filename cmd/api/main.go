@@ -58,12 +58,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer rdb.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registry, err := newRegistry(cfg, store, rdb, log, reg)
+	etcd, err := openEtcd(cfg, stdout)
 	if err != nil {
 		return err
 	}
+	defer etcd.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry, err := newRegistry(cfg, store, rdb, etcd, log, reg)
+	if err != nil {
+		return err
+	}
+	defer registry.Close()
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -73,7 +80,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Handler: handler.New(handler.Config{
 			Store:      store,
 			Sales:      registry,
-			Checks:     append([]handler.Check{{Name: "database", Ping: store.Ping}}, rdb.checks()...),
+			Checks:     append([]handler.Check{{Name: "database", Ping: store.Ping}, etcd.check()}, rdb.checks()...),
 			AdminToken: cfg.AdminToken,
 			Log:        log,
 			Registerer: reg,
@@ -120,7 +127,8 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 }
 
 // newRegistry builds the strategies of this instance.
-func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, log *slog.Logger, reg prometheus.Registerer) (*lockstrategy.Registry, error) {
+func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, etcd *etcdBackend, log *slog.Logger,
+	reg prometheus.Registerer) (*lockstrategy.Registry, error) {
 	host, _ := os.Hostname()
 	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
 	admission := lockstrategy.NewAdmission(rdb.clients[0], store, log, reg)
@@ -133,6 +141,9 @@ func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, log *slog.L
 	registry.Register(lockstrategy.NewHybrid(store, admission, rdb.redsync(), lockstrategy.HybridOptions{
 		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5,
 	}, metrics), false)
+	registry.Register(lockstrategy.NewEtcd(etcd.client, store, lockstrategy.EtcdOptions{
+		TTL: cfg.LockTTL, Wait: cfg.LockWait,
+	}, metrics, log, reg), false)
 	registry.Register(lockstrategy.NewPessimistic(store), false)
 	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
 		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Instance: fmt.Sprintf("%s/%d", host, os.Getpid()),

@@ -26,7 +26,8 @@ func TestMain(m *testing.M) { backendtest.Main(m) }
 // service is one running instance of the API, in this process (run) or in a child process.
 type service struct {
 	url, token string
-	pid        int // of a child process; 0 in this process
+	pid        int    // of a child process; 0 in this process
+	kill       func() // SIGKILLs a child process
 }
 
 // watchOutput scans a service's stdout for its address and admin token, and keeps draining it.

@@ -49,7 +49,12 @@ func startProcess(t *testing.T, bin string, extraEnv ...string) service {
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	var killed atomic.Bool
 	t.Cleanup(func() {
+		if killed.Load() {
+			<-exited
+			return
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
@@ -63,6 +68,7 @@ func startProcess(t *testing.T, bin string, extraEnv ...string) service {
 	case svc := <-watchOutput(t, stdout):
 		svc.token = "process-test"
 		svc.pid = cmd.Process.Pid
+		svc.kill = func() { killed.Store(true); _ = cmd.Process.Kill() }
 		return svc
 	case err := <-exited:
 		t.Fatalf("the service exited at start: %v\n%s", err, stderr.String())
@@ -89,7 +95,7 @@ func TestProcesses(t *testing.T) {
 		buyers  = 300
 		clients = 48
 	)
-	for _, strategy := range []string{"hybrid", "pessimistic", "dblock"} {
+	for _, strategy := range []string{"hybrid", "etcd", "pessimistic", "dblock"} {
 		t.Run(strategy, func(t *testing.T) {
 			sku := backendtest.SKU(t)
 			require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
@@ -102,9 +108,35 @@ func TestProcesses(t *testing.T) {
 				res.status[http.StatusConflict], 100*(scrape(t, procs, `seckill_admission_total{result="sold_out"}`)-admittedBefore)/float64(res.status[http.StatusConflict]),
 				res.busy, res.end.Sub(res.start).Round(time.Millisecond))
 			assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
+			assert.Zero(t, res.transportErrors)
 			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 		})
 	}
+}
+
+// TestProcessesEtcdKill SIGKILLs one of three etcd-strategy processes mid-sale. Its lease is not
+// revoked — nobody is left to revoke it — so its locks last until the lease expires; then the
+// others sell the rest. Clients whose request died with the process retry it, with the same
+// Idempotency-Key, on another process. Nothing is oversold and every unit sells.
+func TestProcessesEtcdKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service and runs three processes; skipped with -short")
+	}
+	bin := buildService(t)
+	var procs []service
+	for range 3 {
+		procs = append(procs, startProcess(t, bin, "SECKILL_LOCK_TTL=2s", "SECKILL_LOCK_WAIT=3s"))
+	}
+	const units, buyers, clients = 60, 150, 24
+	sku := backendtest.SKU(t)
+	require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
+		fmt.Sprintf(`{"name":"kill test","stock":%d}`, units), nil))
+	res := loadHTTP(t, procs, sku, "etcd", buyers, clients, httpFault{at: units / 4, only: &procs[1], inject: procs[1].kill})
+	t.Logf("etcd, one of 3 processes SIGKILLed mid-sale: %v, %d busy retries, %d requests lost with the process and retried elsewhere, %s",
+		res.status, res.busy, res.transportErrors, res.end.Sub(res.start).Round(time.Millisecond))
+	assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+	assert.Zero(t, a.Stock, "the others sold the rest")
 }
 
 // TestProcessesHybridPause stops one of three hybrid processes with SIGSTOP in the middle of a
@@ -176,6 +208,7 @@ type httpSale struct {
 	status          map[int]int
 	acked           []stock.Order
 	busy            int
+	transportErrors int // requests whose answer was lost, retried elsewhere
 	start, lastSale time.Time
 	end             time.Time
 }
@@ -212,8 +245,17 @@ func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clien
 					}
 					status, order, err := postOrder(ctx, client, target.url, sku, user, body)
 					if err != nil {
-						t.Errorf("%s: %v", user, err)
-						return
+						// The answer was lost (the process died): the outcome is unknown, so the
+						// same request, with the same Idempotency-Key, goes to the next process.
+						if ctx.Err() != nil {
+							t.Errorf("%s: %v", user, err)
+							return
+						}
+						mu.Lock()
+						res.transportErrors++
+						mu.Unlock()
+						time.Sleep(10 * time.Millisecond)
+						continue
 					}
 					mu.Lock()
 					if status == http.StatusTooManyRequests {

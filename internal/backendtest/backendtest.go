@@ -2,7 +2,7 @@
 // (127.0.0.1:3306 as root, or SECKILL_TEST_MYSQL_DSN) and Redis (127.0.0.1:6379, or
 // SECKILL_TEST_REDIS_ADDR), creates a fresh database for the process, migrates it once, and
 // isolates tests by data: each test gets unique SKUs, whose rows and Redis keys are removed in
-// t.Cleanup. When a backend cannot be reached it falls back to the embedded one (SQLite,
+// t.Cleanup. etcd is a real etcd server started in-process, once per test process. When a backend cannot be reached it falls back to the embedded one (SQLite,
 // miniredis) — unless SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI), where a missing backend fails
 // the test instead. Fault tests get throwaway servers of their own (StartRedis).
 //
@@ -60,6 +60,7 @@ func Main(m *testing.M) {
 	if setup.sqlitePath != "" {
 		_ = os.RemoveAll(filepath.Dir(setup.sqlitePath))
 	}
+	stopEtcd()
 	os.Exit(code)
 }
 
@@ -199,11 +200,12 @@ func SQL(t testing.TB) *sql.DB {
 }
 
 // Env returns the environment that points a service process at the test backends:
-// SECKILL_MYSQL_DSN (or SECKILL_DATA_DIR of the embedded SQLite file) and SECKILL_REDIS_ADDRS.
+// SECKILL_MYSQL_DSN (or SECKILL_DATA_DIR of the embedded SQLite file), SECKILL_REDIS_ADDRS and
+// SECKILL_ETCD_ENDPOINTS.
 func Env(t testing.TB) []string {
 	t.Helper()
 	ready(t)
-	env := []string{"SECKILL_REDIS_ADDRS=" + RedisAddr(t)}
+	env := []string{"SECKILL_REDIS_ADDRS=" + RedisAddr(t), "SECKILL_ETCD_ENDPOINTS=" + strings.Join(EtcdEndpoints(t), ",")}
 	if setup.mysqlDSN != "" {
 		return append(env, "SECKILL_MYSQL_DSN="+setup.mysqlDSN)
 	}

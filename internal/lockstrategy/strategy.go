@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"time"
@@ -80,6 +81,17 @@ func NewRegistry(store *stock.Store, cfg RegistryConfig, log *slog.Logger, reg p
 func (r *Registry) Register(s Strategy, unsafe bool) {
 	r.strategies[s.Name()] = s
 	r.unsafe[s.Name()] = unsafe
+}
+
+// Close closes the strategies that hold resources (the etcd strategy's session and lease).
+func (r *Registry) Close() error {
+	var errs []error
+	for _, s := range r.strategies {
+		if c, ok := s.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Validate checks that the default strategy exists and may be used.

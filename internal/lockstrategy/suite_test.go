@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/lockstrategy"
@@ -34,6 +35,9 @@ var strategies = map[string]newStrategy{
 	"hybrid": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
 		return newHybrid(t, s, lockstrategy.HybridOptions{TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5},
 			backendtest.Redis(t))
+	},
+	"etcd": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
+		return newEtcd(t, s, backendtest.Etcd(t), lockstrategy.EtcdOptions{TTL: 5 * time.Second, Wait: 2 * time.Second})
 	},
 	"pessimistic": func(_ *testing.T, s *stock.Store) lockstrategy.Strategy { return lockstrategy.NewPessimistic(s) },
 	"dblock": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
@@ -63,6 +67,24 @@ func newHybridWithMetrics(t *testing.T, s *stock.Store, opts lockstrategy.Hybrid
 	admission := lockstrategy.NewAdmission(clients[0], s, log, reg)
 	return lockstrategy.NewHybrid(s, admission, redsync.New(pools...), opts,
 		lockstrategy.NewLockMetrics(reg, time.Second, log)), reg
+}
+
+// newEtcd builds one instance's etcd strategy on its own client (and so its own session), closed
+// (its lease revoked) in t.Cleanup.
+func newEtcd(t *testing.T, s *stock.Store, client *clientv3.Client, opts lockstrategy.EtcdOptions) *lockstrategy.Etcd {
+	t.Helper()
+	e, _ := newEtcdWithMetrics(t, s, client, opts)
+	return e
+}
+
+// newEtcdWithMetrics is newEtcd that also returns the instance's metrics registry.
+func newEtcdWithMetrics(t *testing.T, s *stock.Store, client *clientv3.Client, opts lockstrategy.EtcdOptions) (*lockstrategy.Etcd, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.DiscardHandler)
+	e := lockstrategy.NewEtcd(client, s, opts, lockstrategy.NewLockMetrics(reg, time.Second, log), log, reg)
+	t.Cleanup(func() { _ = e.Close() })
+	return e, reg
 }
 
 func lockMetrics() *lockstrategy.LockMetrics {

@@ -1,0 +1,254 @@
+package lockstrategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Etcd is the "strong consistency" lock of the classic comparison: an etcd lease kept alive by
+// a session, and a mutex per SKU. A lease can still expire under a paused or partitioned holder,
+// so the lock alone is not mutual exclusion; the revision at which the mutex was granted is used
+// as a fencing token, and the database refuses a write whose token is older than the last one
+// written (stock.Store.PlaceOrderFenced).
+//
+// The token: each grant happens only after the previous holder's key was deleted (a write, so a
+// new revision), and the mutex's response header carries the revision at grant time. Tokens
+// therefore increase strictly in grant order — the create revision of the mutex key would do as
+// well, at the cost of one more round trip.
+type Etcd struct {
+	client  *clientv3.Client
+	store   *stock.Store
+	opts    EtcdOptions
+	lanes   *lanes
+	metrics *LockMetrics
+	log     *slog.Logger
+
+	fencedOut prometheus.Counter
+	renewals  prometheus.Counter
+
+	ctx     context.Context // lives as long as the strategy: the sessions' keep-alives
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	session *concurrency.Session
+}
+
+// EtcdOptions tune the etcd strategy.
+type EtcdOptions struct {
+	TTL    time.Duration // session lease TTL, rounded up to whole seconds (etcd leases count seconds)
+	Wait   time.Duration // how long an order waits for the mutex before answering busy
+	Prefix string        // key prefix of the mutexes; default /seckill/locks/
+	// BeforeWrite, when set, runs inside the critical section after the lease was last checked
+	// and right before the fenced write — the window no check can close. Tests pause there.
+	BeforeWrite func(context.Context, stock.OrderRequest)
+}
+
+// NewEtcd returns the etcd strategy. Close it to revoke its lease.
+func NewEtcd(client *clientv3.Client, store *stock.Store, opts EtcdOptions, metrics *LockMetrics, log *slog.Logger,
+	reg prometheus.Registerer) *Etcd {
+	if opts.Prefix == "" {
+		opts.Prefix = "/seckill/locks/"
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Etcd{
+		client: client, store: store, opts: opts, lanes: newLanes(), metrics: metrics, log: log, ctx: ctx, cancel: cancel,
+		fencedOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_fenced_out_total", Help: "Writes refused by the database because a newer etcd lock holder had written (never a sale).",
+		}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_etcd_sessions_total", Help: "etcd sessions (leases) created: the first, and one after every session loss.",
+		}),
+	}
+	reg.MustRegister(e.fencedOut, e.renewals)
+	return e
+}
+
+// Name implements Strategy.
+func (*Etcd) Name() string { return "etcd" }
+
+// Close ends the session, revoking its lease so that its locks are free at once.
+func (e *Etcd) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var err error
+	if e.session != nil {
+		err = e.session.Close()
+	}
+	e.cancel()
+	return err
+}
+
+// ttlSeconds is the lease TTL in whole seconds, at least one.
+func (e *Etcd) ttlSeconds() int64 { return max(1, int64((e.opts.TTL+time.Second-1)/time.Second)) }
+
+// currentSession returns the instance's session, making a new one when there is none or the old
+// one's lease was lost (Session.Done closes when its keep-alive fails or the lease expires).
+func (e *Etcd) currentSession(ctx context.Context) (*concurrency.Session, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.session != nil {
+		select {
+		case <-e.session.Done():
+			e.log.Warn("etcd session lost; its locks are gone, starting a new one", "lease", fmt.Sprintf("%x", e.session.Lease()))
+		default:
+			return e.session, nil
+		}
+	}
+	// The lease is granted here, under ctx, rather than by NewSession (which would use the
+	// session's long-lived context and could hang while etcd is unreachable).
+	lease, err := e.client.Grant(ctx, e.ttlSeconds())
+	if err != nil {
+		return nil, fmt.Errorf("etcd lease: %w: %w", stock.ErrUnavailable, err)
+	}
+	s, err := concurrency.NewSession(e.client, concurrency.WithLease(lease.ID), concurrency.WithContext(e.ctx))
+	if err != nil {
+		return nil, fmt.Errorf("etcd session: %w: %w", stock.ErrUnavailable, err)
+	}
+	e.session = s
+	e.renewals.Inc()
+	return s, nil
+}
+
+// PlaceOrder implements Strategy.
+func (e *Etcd) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	key := e.opts.Prefix + req.SKU
+	waitCtx, cancel := context.WithTimeout(ctx, e.opts.Wait)
+	defer cancel()
+	start := time.Now()
+	// Two mutexes on one session do not exclude each other (the mutex key is prefix + lease), so
+	// this instance's orders for a SKU take turns in memory first: at most one etcd waiter per
+	// instance and SKU.
+	release, err := e.lanes.acquire(waitCtx, req.SKU)
+	if err != nil {
+		return stock.Order{}, e.waitFailed(ctx, key, err)
+	}
+	defer release()
+	session, m, err := e.lock(waitCtx, key)
+	if err != nil {
+		return stock.Order{}, e.waitFailed(ctx, key, err)
+	}
+	locked := time.Now()
+	e.metrics.waited(e.Name(), locked.Sub(start))
+	defer e.unlock(ctx, session, m, key, locked)
+
+	fence := m.Header().Revision
+	order, err := e.write(ctx, session, req, fence)
+	var fenced *stock.FenceError
+	if errors.As(err, &fenced) && e.recover(ctx, fenced) {
+		order, err = e.write(ctx, session, req, fence)
+	}
+	if errors.Is(err, stock.ErrFencedOut) {
+		e.fencedOut.Inc()
+		return stock.Order{}, fmt.Errorf("lock %s: %w: %w", key, stock.ErrBusy, err)
+	}
+	return order, err
+}
+
+// lock takes the mutex of key on the instance's session. A lease that etcd no longer knows
+// (revoked, or expired before the keep-alive noticed) fails the attempt at once; the session is
+// then dropped and the attempt made once more on a new one.
+func (e *Etcd) lock(ctx context.Context, key string) (*concurrency.Session, *concurrency.Mutex, error) {
+	for attempt := 0; ; attempt++ {
+		session, err := e.currentSession(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		m := concurrency.NewMutex(session, key)
+		err = m.Lock(ctx)
+		if err == nil {
+			return session, m, nil
+		}
+		if attempt > 0 || !(errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, concurrency.ErrSessionExpired)) {
+			return nil, nil, err
+		}
+		e.dropSession(session)
+	}
+}
+
+// dropSession forgets a session whose lease is gone, so that the next order makes a new one.
+func (e *Etcd) dropSession(s *concurrency.Session) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.session == s {
+		e.log.Warn("etcd lease gone; starting a new session", "lease", fmt.Sprintf("%x", s.Lease()))
+		s.Orphan() // stop its keep-alive; revoking a lease etcd no longer has would only wait
+		e.session = nil
+	}
+}
+
+// write makes the fenced write, unless the lease is already known to be gone: then the section
+// is abandoned before it writes. Between that check and the write, the fence is what stops a
+// holder whose lease expires.
+func (e *Etcd) write(ctx context.Context, session *concurrency.Session, req stock.OrderRequest, fence int64) (stock.Order, error) {
+	select {
+	case <-session.Done():
+		return stock.Order{}, fmt.Errorf("lease lost before the write, section abandoned: %w", stock.ErrBusy)
+	default:
+	}
+	if e.opts.BeforeWrite != nil {
+		e.opts.BeforeWrite(ctx, req)
+	}
+	return e.store.PlaceOrderFenced(ctx, req, fence)
+}
+
+// recover handles a fence that is ahead of the etcd cluster itself. No holder can have been
+// granted a revision the cluster has not reached, so such a fence was written under another
+// cluster — replaced, or restored from an old backup — whose revisions have started again.
+// Without this, every write would be fenced out forever: a silent stall. The fence is reset
+// (only if it is still that value) and the caller retries once. A fence at or below the current
+// revision means a newer holder really wrote: that is a genuine fence-out.
+func (e *Etcd) recover(ctx context.Context, fenced *stock.FenceError) bool {
+	resp, err := e.client.Get(ctx, e.opts.Prefix+fenced.SKU, clientv3.WithCountOnly())
+	if err != nil || fenced.Fence <= resp.Header.Revision {
+		return false
+	}
+	e.log.Error("fence ahead of the etcd cluster's revision: the cluster was replaced; resetting the fence",
+		"sku", fenced.SKU, "fence", fenced.Fence, "revision", resp.Header.Revision)
+	return e.store.ResetFence(ctx, fenced.SKU, fenced.Fence) == nil
+}
+
+// waitFailed maps a failed wait to busy, unless the request itself is gone.
+func (e *Etcd) waitFailed(ctx context.Context, key string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("lock %s: waited %s: %w: %w", key, e.opts.Wait, stock.ErrBusy, err)
+}
+
+// unlock releases the mutex even when the request was cancelled. etcd's Unlock answers nil even
+// when the lease had already expired, so a lost lock is read from the session instead.
+func (e *Etcd) unlock(ctx context.Context, session *concurrency.Session, m *concurrency.Mutex, key string, locked time.Time) {
+	e.metrics.held(e.Name(), key, time.Since(locked))
+	select {
+	case <-session.Done():
+		e.metrics.lostAt(e.Name(), key)
+		return
+	default:
+	}
+	unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := m.Unlock(unlockCtx); err != nil {
+		e.log.Warn("etcd unlock failed; the lock ends with the lease", "key", key, "err", err)
+	}
+}
+
+// NewEtcdClient returns an etcd client configured for the strategy: a bounded dial and no client
+// logging of its own (errors come back to the caller, who logs them).
+func NewEtcdClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+}
