@@ -116,16 +116,18 @@ func TestRunEmbeddedDefault(t *testing.T) {
 
 	assert.Equal(t, http.StatusOK, svc.call(t, "GET", "/readyz", "", nil))
 	var p map[string]any
-	require.Equal(t, http.StatusOK, svc.call(t, "PUT", "/api/v1/products/demo", `{"name":"Demo","stock":2}`, &p))
+	require.Equal(t, http.StatusOK, svc.call(t, "PUT", "/api/v1/products/demo", `{"name":"Demo","stock":3}`, &p))
 	var o map[string]any
 	require.Equal(t, http.StatusCreated, svc.call(t, "POST", "/api/v1/products/demo/orders", `{"user_id":"u1"}`, &o))
 	assert.Equal(t, "hybrid", o["strategy"])
 	require.Equal(t, http.StatusCreated, svc.call(t, "POST", "/api/v1/products/demo/orders", `{"user_id":"u2","strategy":"dblock"}`, nil))
+	require.Equal(t, http.StatusCreated, svc.call(t, "POST", "/api/v1/products/demo/orders", `{"user_id":"u3","strategy":"etcd"}`, nil),
+		"the embedded etcd serves the etcd strategy")
 	var audit map[string]any
 	require.Equal(t, http.StatusOK, svc.call(t, "GET", "/api/v1/products/demo/audit", "", &audit))
 	assert.Equal(t, true, audit["consistent"])
 	assert.EqualValues(t, 0, audit["stock"])
-	assert.EqualValues(t, 1, audit["redis_stock"], "the embedded Redis admission counter (only hybrid orders move it)")
+	assert.EqualValues(t, 2, audit["redis_stock"], "the embedded Redis admission counter (only hybrid orders move it)")
 	require.NoError(t, stop())
 	assert.FileExists(t, filepath.Join(dir, "seckill.db"))
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,8 +104,9 @@ func TestProcesses(t *testing.T) {
 			admittedBefore := scrape(t, procs, `seckill_admission_total{result="sold_out"}`)
 			res := loadHTTP(t, procs, sku, strategy, buyers, clients, httpFault{})
 			soldIn := res.lastSale.Sub(res.start)
-			t.Logf("%s, 3 processes, %d clients: %d orders in %s = %.0f orders/s; %d sold_out (%.0f%% answered by Redis admission), %d busy retries, %s total",
+			t.Logf("%s, 3 processes, %d clients: %d orders in %s = %.0f orders/s, request latency p50 %s p99 %s; %d sold_out (%.0f%% answered by Redis admission), %d busy retries, %s total",
 				strategy, clients, len(res.acked), soldIn.Round(time.Millisecond), float64(len(res.acked))/soldIn.Seconds(),
+				res.percentile(50), res.percentile(99),
 				res.status[http.StatusConflict], 100*(scrape(t, procs, `seckill_admission_total{result="sold_out"}`)-admittedBefore)/float64(res.status[http.StatusConflict]),
 				res.busy, res.end.Sub(res.start).Round(time.Millisecond))
 			assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
@@ -208,9 +210,19 @@ type httpSale struct {
 	status          map[int]int
 	acked           []stock.Order
 	busy            int
-	transportErrors int // requests whose answer was lost, retried elsewhere
+	transportErrors int             // requests whose answer was lost, retried elsewhere
+	latencies       []time.Duration // of every request answered
 	start, lastSale time.Time
 	end             time.Time
+}
+
+// percentile returns the p-th percentile of the request latencies.
+func (s httpSale) percentile(p int) time.Duration {
+	if len(s.latencies) == 0 {
+		return 0
+	}
+	sorted := slices.Sorted(slices.Values(s.latencies))
+	return sorted[(len(sorted)-1)*p/100].Round(100 * time.Microsecond)
 }
 
 // loadHTTP has clients concurrent clients buy one unit each for buyers users, round-robin over
@@ -243,6 +255,7 @@ func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clien
 					if f.only != nil && !faulted.Load() {
 						target = *f.only
 					}
+					sent := time.Now()
 					status, order, err := postOrder(ctx, client, target.url, sku, user, body)
 					if err != nil {
 						// The answer was lost (the process died): the outcome is unknown, so the
@@ -258,6 +271,7 @@ func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clien
 						continue
 					}
 					mu.Lock()
+					res.latencies = append(res.latencies, time.Since(sent))
 					if status == http.StatusTooManyRequests {
 						res.busy++
 						mu.Unlock()

@@ -213,7 +213,7 @@ func (e *Etcd) recover(ctx context.Context, fenced *stock.FenceError) bool {
 	if err != nil || fenced.Fence <= resp.Header.Revision {
 		return false
 	}
-	e.log.Error("fence ahead of the etcd cluster's revision: the cluster was replaced; resetting the fence",
+	e.log.Warn("fence ahead of the etcd cluster's revision: the cluster was replaced; resetting the fence",
 		"sku", fenced.SKU, "fence", fenced.Fence, "revision", resp.Header.Revision)
 	return e.store.ResetFence(ctx, fenced.SKU, fenced.Fence) == nil
 }
