@@ -1,5 +1,5 @@
 # Shortcuts for the commands in README.md.
-.PHONY: run test test-short vet build
+.PHONY: run test test-short vet build loadtest
 
 run: ## run the service on the embedded default
 	go run ./cmd/api
@@ -16,3 +16,6 @@ vet:
 
 build:
 	go build -o seckill ./cmd/api
+
+loadtest: ## compare every strategy on the embedded default (builds and starts the service)
+	go run ./loadtest

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// load describes one sale's traffic.
+type load struct {
+	targets     []string      // base URLs, used round-robin
+	sku         string        // the product on sale
+	strategy    string        // "" = the server's default
+	users       int           // distinct buyers
+	requests    int           // order requests in the first round (more than users: repeat buyers)
+	rate        int           // requests per second (open model); 0 = closed model
+	concurrency int           // workers (closed model) or a cap on in-flight requests (open model)
+	duration    time.Duration // upper bound of one round
+	timeout     time.Duration // per request
+	retryRounds int           // rounds that retry the busy (429) answers, honouring Retry-After
+	progress    io.Writer     // where the progress bar goes; nil: none
+}
+
+// request is one order attempt: the buyer, and the Idempotency-Key that its retries reuse.
+type request struct {
+	index int
+	user  string
+}
+
+// ackedOrder is what a 201 told the client.
+type ackedOrder struct {
+	OrderID string `json:"order_id"`
+	UserID  string `json:"user_id"`
+}
+
+// sale is everything one sale's clients saw.
+type sale struct {
+	results []*vegeta.Result       // every attempt of every round
+	final   map[int]*vegeta.Result // request index -> its last attempt
+	acked   []ackedOrder           // one per request answered 201
+}
+
+// run sends the load: a first round with every request, then, while some were answered busy
+// and rounds remain, a round with just those after the longest Retry-After they were given.
+func (l load) run(ctx context.Context, name string) (sale, error) {
+	s := sale{final: map[int]*vegeta.Result{}}
+	round := make([]request, l.requests)
+	for i := range round {
+		round[i] = request{index: i, user: fmt.Sprintf("%s-u%06d", l.sku, i%l.users)}
+	}
+	for n := 0; len(round) > 0 && ctx.Err() == nil; n++ {
+		results := l.attack(ctx, name, round)
+		s.results = append(s.results, results...)
+		var busy []request
+		wait := time.Duration(0)
+		for _, r := range results {
+			i := requestIndex(r)
+			if i < 0 {
+				continue
+			}
+			s.final[i] = r
+			if classify(r) == outcomeBusy {
+				busy = append(busy, request{index: i, user: fmt.Sprintf("%s-u%06d", l.sku, i%l.users)})
+				wait = max(wait, retryAfter(r))
+			}
+		}
+		if n >= l.retryRounds {
+			break
+		}
+		round = busy
+		if len(round) > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+		}
+	}
+	for _, r := range s.final {
+		if r.Code == http.StatusCreated {
+			var o ackedOrder
+			if err := json.Unmarshal(r.Body, &o); err != nil || o.OrderID == "" {
+				return s, fmt.Errorf("a 201 without an order: %q", r.Body)
+			}
+			s.acked = append(s.acked, o)
+		}
+	}
+	return s, ctx.Err()
+}
+
+// attack runs one round through vegeta.
+func (l load) attack(ctx context.Context, name string, round []request) []*vegeta.Result {
+	workers := uint64(l.concurrency)
+	pacer := vegeta.Pacer(vegeta.Rate{Freq: 0}) // closed model: each worker sends its next request when answered
+	if l.rate > 0 {
+		pacer = vegeta.Rate{Freq: l.rate, Per: time.Second}
+	}
+	attacker := vegeta.NewAttacker(
+		vegeta.Workers(workers), vegeta.MaxWorkers(workers), vegeta.Connections(l.concurrency),
+		vegeta.KeepAlive(true), vegeta.Timeout(l.timeout), vegeta.MaxBody(4096),
+	)
+	var bar *progressbar.ProgressBar
+	if l.progress != nil {
+		bar = progressbar.NewOptions(len(round), progressbar.OptionSetWriter(l.progress),
+			progressbar.OptionSetDescription(name), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
+			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	stop := context.AfterFunc(ctx, func() { attacker.Stop() })
+	defer stop()
+	var results []*vegeta.Result
+	for r := range attacker.Attack(l.targeter(round), pacer, l.duration, name) {
+		if r.Error == vegeta.ErrNoTargets.Error() {
+			continue // a worker asked for a target after the last one: not a request
+		}
+		results = append(results, r)
+		if bar != nil {
+			_ = bar.Add(1)
+		}
+	}
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	return results
+}
+
+// targeter hands out the round's requests, one buyer each, round-robin over the targets. The
+// request index rides in the query string (the server ignores it) so that each result can be
+// matched to its request; the Idempotency-Key makes a retried request safe to send again.
+func (l load) targeter(round []request) vegeta.Targeter {
+	var next atomic.Int64
+	return func(t *vegeta.Target) error {
+		n := int(next.Add(1) - 1)
+		if n >= len(round) {
+			return vegeta.ErrNoTargets
+		}
+		r := round[n]
+		body := map[string]any{"user_id": r.user, "quantity": 1}
+		if l.strategy != "" {
+			body["strategy"] = l.strategy
+		}
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		t.Method = http.MethodPost
+		t.URL = fmt.Sprintf("%s/api/v1/products/%s/orders?lt=%d", l.targets[r.index%len(l.targets)], url.PathEscape(l.sku), r.index)
+		t.Body = raw
+		t.Header = http.Header{
+			"Content-Type":    []string{"application/json"},
+			"Idempotency-Key": []string{fmt.Sprintf("%s/%d", l.sku, r.index)},
+		}
+		return nil
+	}
+}
+
+// requestIndex reads back the request index of a result, or -1.
+func requestIndex(r *vegeta.Result) int {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return -1
+	}
+	i, err := strconv.Atoi(u.Query().Get("lt"))
+	if err != nil {
+		return -1
+	}
+	return i
+}
+
+// retryAfter is the wait a 429 asked for; one second when it did not say.
+func retryAfter(r *vegeta.Result) time.Duration {
+	if s, err := strconv.Atoi(r.Headers.Get("Retry-After")); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	return time.Second
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// result builds a vegeta result as the attacker would record it.
+func result(code uint16, body string, at, latency time.Duration) *vegeta.Result {
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	return &vegeta.Result{Code: code, Body: []byte(body), Timestamp: t0.Add(at), Latency: latency}
+}
+
+func errBody(code string) string { return `{"error":{"code":"` + code + `","message":"m"}}` }
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    *vegeta.Result
+		want string
+	}{
+		{"created", result(201, `{"order_id":"x"}`, 0, 0), outcomeOK},
+		{"sold out", result(409, errBody("sold_out"), 0, 0), outcomeSoldOut},
+		{"already purchased", result(409, errBody("already_purchased"), 0, 0), outcomeAlreadyPurchased},
+		{"busy", result(429, errBody("busy"), 0, 0), outcomeBusy},
+		{"invalid", result(400, errBody("invalid_argument"), 0, 0), outcomeInvalid},
+		{"unavailable", result(503, errBody("unavailable"), 0, 0), outcomeUnavailable},
+		{"503 without a body", result(503, ``, 0, 0), outcomeUnavailable},
+		{"server error", result(500, errBody("internal"), 0, 0), outcomeServerError},
+		{"bad gateway", result(502, `<html>`, 0, 0), outcomeServerError},
+		{"other 4xx", result(409, errBody("idempotency_conflict"), 0, 0), outcomeOtherClient},
+		{"not json", result(404, `nope`, 0, 0), outcomeOtherClient},
+		{"transport", &vegeta.Result{Code: 0, Error: "connection refused"}, outcomeTransport},
+	} {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, classify(tc.r)) })
+	}
+}
+
+// TestSplit: requests sent up to the last sale's answer are the selling phase; the rest are the
+// sold-out phase, whatever order they arrive in.
+func TestSplit(t *testing.T) {
+	ms := time.Millisecond
+	results := []*vegeta.Result{
+		result(409, errBody("sold_out"), 30*ms, ms),
+		result(201, `{}`, 0, 10*ms),
+		result(201, `{}`, 5*ms, 15*ms), // the last sale: answered at 20ms
+		result(429, errBody("busy"), 12*ms, ms),
+		result(409, errBody("sold_out"), 20*ms, ms),
+		result(409, errBody("sold_out"), 21*ms, ms),
+	}
+	selling, soldOut := split(results)
+	assert.Len(t, selling, 4)
+	assert.Len(t, soldOut, 2)
+	for _, r := range soldOut {
+		assert.True(t, r.Timestamp.After(results[2].End()))
+	}
+	assert.InDelta(t, 100.0, ordersPerSecond(selling), 0.01, "two orders between 0 and 20ms")
+
+	none, all := split([]*vegeta.Result{result(409, errBody("sold_out"), 0, ms)})
+	assert.Empty(t, none, "no sale: everything is sold-out phase")
+	assert.Len(t, all, 1)
+	assert.Zero(t, ordersPerSecond(none))
+	assert.Equal(t, phase{}, newPhase(nil))
+}
+
+func TestCheck(t *testing.T) {
+	acked := []ackedOrder{{OrderID: "o1", UserID: "u1"}, {OrderID: "o2", UserID: "u2"}}
+	stored := map[string]string{"o1": "u1", "o2": "u2"}
+	good := audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2, Consistent: true}
+	assert.True(t, check(good, acked, stored).ok())
+
+	for _, tc := range []struct {
+		name    string
+		audit   audit
+		acked   []ackedOrder
+		stored  map[string]string
+		problem string
+	}{
+		{"planted oversell", audit{InitialStock: 5, Stock: 0, OrderedQuantity: 7, Orders: 2, DistinctBuyers: 2}, acked, stored, "oversold by 2"},
+		{"lost update", audit{InitialStock: 5, Stock: 4, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2}, acked, stored, "stock 4 + ordered 2 != initial 5"},
+		{"negative stock", audit{InitialStock: 1, Stock: -1, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2}, acked, stored, "negative"},
+		{"a user twice", audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 1}, acked, stored, "a user holds two"},
+		{"a lost order", good, acked, map[string]string{"o1": "u1"}, "o2 was acknowledged but is not stored"},
+		{"an order for someone else", good, acked, map[string]string{"o1": "u1", "o2": "u9"}, "stored for u9"},
+		{"acknowledged twice", audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2},
+			[]ackedOrder{{"o1", "u1"}, {"o1", "u1"}}, stored, "acknowledged twice"},
+		{"an order nobody was told of", audit{InitialStock: 5, Stock: 2, OrderedQuantity: 3, Orders: 3, DistinctBuyers: 3}, acked, stored, "2 orders acknowledged with 201, 3 in the store"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := check(tc.audit, tc.acked, tc.stored)
+			require.False(t, v.ok(), "the verifier passed a broken sale")
+			assert.Contains(t, strings.Join(v.Problems, "; "), tc.problem)
+		})
+	}
+}
+
+// TestJudge: a safe strategy fails on any problem or 5xx; naive fails when it did NOT oversell.
+func TestJudge(t *testing.T) {
+	safe := report{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5}}
+	safe.judge()
+	assert.Empty(t, safe.Failed)
+	broken := report{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5, outcomeServerError: 1}, Verdict: verdict{Problems: []string{"oversold by 1"}}}
+	broken.judge()
+	assert.Len(t, broken.Failed, 2)
+	blind := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{"ok": 5}}
+	blind.judge()
+	assert.Contains(t, strings.Join(blind.Failed, ""), "did not oversell")
+	caught := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{"ok": 9}, Verdict: verdict{Oversold: 4, Problems: []string{"oversold by 4"}}}
+	caught.judge()
+	assert.Empty(t, caught.Failed)
+}
+
+// backends finds the test backends the way the service's tests do, without importing them (the
+// load tool is a black box): MariaDB and Redis when reachable, required when
+// SECKILL_TEST_REQUIRE_BACKENDS=1; otherwise the service's embedded ones.
+func backends(t *testing.T) (mysqlDSN, redisAddr string) {
+	t.Helper()
+	required := os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1"
+	server := os.Getenv("SECKILL_TEST_MYSQL_DSN")
+	if server == "" {
+		server = "root:@tcp(127.0.0.1:3306)/"
+	}
+	cfg, err := mysql.ParseDSN(server)
+	require.NoError(t, err)
+	cfg.DBName = ""
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Ping(); err == nil {
+		name := fmt.Sprintf("seckill_loadtest_%d", os.Getpid())
+		_, err := admin.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS `" + name + "`") })
+		cfg.DBName, cfg.ParseTime = name, true
+		mysqlDSN = cfg.FormatDSN()
+	} else if required {
+		t.Fatalf("MariaDB is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
+	}
+	redisAddr = os.Getenv("SECKILL_TEST_REDIS_ADDR")
+	if redisAddr == "" {
+		redisAddr = "127.0.0.1:6379"
+	}
+	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		if required {
+			t.Fatalf("Redis is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
+		}
+		redisAddr = ""
+	}
+	return mysqlDSN, redisAddr
+}
+
+// TestSmokeCompare is the CI smoke test of the tool: three service processes on one database,
+// Redis and etcd, every strategy compared with small numbers. It passes only if every safe
+// strategy kept the invariant (in the audit, every order, and SQL) and naive was caught
+// overselling.
+func TestSmokeCompare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service and runs three processes; skipped with -short")
+	}
+	dsn, redisAddr := backends(t)
+	args := []string{"-spawn", "3", "-compare", "-stock", "30", "-users", "120", "-concurrency", "16",
+		"-retry-busy", "5", "-out", t.TempDir(), "-progress=false"}
+	if dsn != "" {
+		args = append(args, "-mysql", dsn)
+	}
+	if redisAddr != "" {
+		args = append(args, "-redis", redisAddr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out strings.Builder
+	err := run(ctx, args, &out, testWriter{t})
+	t.Log("\n" + out.String())
+	require.NoError(t, err)
+	for _, s := range allStrategies {
+		assert.Contains(t, out.String(), "`"+s+"`")
+	}
+	assert.Contains(t, out.String(), "caught as expected")
+}
+
+// testWriter sends the tool's log lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+var _ = http.StatusOK

@@ -1,0 +1,257 @@
+// Command loadtest runs a flash sale against seckill over HTTP and proves what happened: it
+// drives the API with vegeta (one buyer and one Idempotency-Key per request), classifies every
+// answer by status and error code, splits the selling phase from the sold-out phase, and then
+// verifies the invariant through the audit endpoint and every acknowledged order — and, given a
+// MySQL DSN, straight in SQL. With -compare it runs every strategy in turn on a fresh product and
+// writes the comparison as Markdown, HTML with latency plots, and JSON.
+//
+// It is a black-box client of API.md and imports nothing of the service. With no -target it
+// builds cmd/api, starts it on the embedded default, runs the comparison and stops it.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(1)
+	}
+}
+
+// allStrategies are compared in this order; naive last, as the control that must be caught.
+var allStrategies = []string{"hybrid", "etcd", "pessimistic", "dblock", "naive"}
+
+type options struct {
+	targets     string
+	spawn       int
+	token       string
+	sku         string
+	stock       int
+	users       int
+	requests    int
+	rate        int
+	concurrency int
+	duration    time.Duration
+	timeout     time.Duration
+	retryRounds int
+	strategy    string
+	compare     bool
+	mysql       string
+	redis       string
+	out         string
+	progress    bool
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.targets, "target", "", "comma-separated base URLs of running instances (round-robin); empty: start the service here")
+	fs.IntVar(&o.spawn, "spawn", 1, "without -target: how many service processes to start, sharing backends")
+	fs.StringVar(&o.token, "token", "", "admin token of the targets (required with -target)")
+	fs.StringVar(&o.sku, "sku", "", "SKU prefix of the sale (a strategy suffix is added); default: lt-<time>")
+	fs.IntVar(&o.stock, "stock", 100, "units on sale")
+	fs.IntVar(&o.users, "users", 1000, "distinct buyers")
+	fs.IntVar(&o.requests, "requests", 0, "order requests in the first round (default: one per user; more means repeat buyers)")
+	fs.IntVar(&o.rate, "rate", 0, "requests per second (open model); 0: closed model with -concurrency workers")
+	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients")
+	fs.DurationVar(&o.duration, "duration", time.Minute, "upper bound of one round of requests")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-request timeout")
+	fs.IntVar(&o.retryRounds, "retry-busy", 3, "rounds retrying 429 busy answers after their Retry-After (0: no retries)")
+	fs.StringVar(&o.strategy, "strategy", "", "strategy to run (default: the server's); see -compare")
+	fs.BoolVar(&o.compare, "compare", false, "run every strategy in turn (default when the tool starts the service)")
+	fs.StringVar(&o.mysql, "mysql", "", "MySQL DSN: verify in SQL too (and, when the tool starts the service, use this database)")
+	fs.StringVar(&o.redis, "redis", "", "when the tool starts the service: Redis addresses for it (default: embedded)")
+	fs.StringVar(&o.out, "out", "", "output folder (default: loadtest-results/<time>)")
+	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case o.targets != "" && o.token == "":
+		return o, errors.New("-target needs -token (the admin token: products are created and audited)")
+	case o.stock < 0 || o.users < 1 || o.concurrency < 1 || o.spawn < 1:
+		return o, errors.New("-stock must be >= 0; -users, -concurrency and -spawn >= 1")
+	case o.compare && o.strategy != "":
+		return o, errors.New("-compare runs every strategy: leave out -strategy")
+	}
+	if o.requests == 0 {
+		o.requests = o.users
+	}
+	if o.targets == "" && o.strategy == "" {
+		o.compare = true
+	}
+	stamp := time.Now().UTC().Format("20060102-150405")
+	if o.sku == "" {
+		o.sku = "lt-" + stamp
+	}
+	if o.out == "" {
+		o.out = filepath.Join("loadtest-results", stamp)
+	}
+	return o, nil
+}
+
+// run is the whole tool; main and the tests call it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	targets := strings.Split(o.targets, ",")
+	description := fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %s.", o.stock, o.users, o.requests, model(o), o.targets)
+	if o.targets == "" {
+		o.token = randomToken()
+		var env []string
+		if o.mysql != "" {
+			env = append(env, "SECKILL_MYSQL_DSN="+o.mysql)
+		}
+		if o.redis != "" {
+			env = append(env, "SECKILL_REDIS_ADDRS="+o.redis)
+		}
+		env = append(env, "SECKILL_ADMIN_TOKEN="+o.token)
+		dir, err := os.MkdirTemp("", "seckill-loadtest-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		instances, err := spawn(ctx, o.spawn, dir, env, stderr)
+		if err != nil {
+			return err
+		}
+		defer stop(instances)
+		targets = targets[:0]
+		for _, inst := range instances {
+			targets = append(targets, inst.url)
+		}
+		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s).",
+			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o))
+	}
+	var db *sql.DB
+	if o.mysql != "" {
+		if db, err = sql.Open("mysql", o.mysql); err != nil {
+			return fmt.Errorf("-mysql: %w", err)
+		}
+		defer db.Close()
+	}
+
+	strategies := []string{o.strategy}
+	if o.compare {
+		strategies = allStrategies
+	}
+	client := &http.Client{Timeout: o.timeout}
+	vf := verifier{client: client, base: targets[0], token: o.token, db: db}
+	var progress io.Writer
+	if o.progress {
+		progress = stderr
+	}
+	var reports []report
+	sales := map[string]sale{}
+	for _, strategy := range strategies {
+		name := strategy
+		if name == "" {
+			name = "default"
+		}
+		sku := o.sku + "-" + name
+		if err := putProduct(ctx, client, targets[0], o.token, sku, o.stock); err != nil {
+			return err
+		}
+		l := load{targets: targets, sku: sku, strategy: strategy, users: o.users, requests: o.requests, rate: o.rate,
+			concurrency: o.concurrency, duration: o.duration, timeout: o.timeout, retryRounds: o.retryRounds, progress: progress}
+		s, err := l.run(ctx, name)
+		if err != nil {
+			return err
+		}
+		r := newReport(name, sku, s)
+		if r.Outcomes[outcomeInvalid] == r.Requests {
+			r.Skipped = "refused by the server (naive needs SECKILL_ALLOW_UNSAFE=true)"
+		} else if r.Verdict, err = vf.verify(ctx, sku, s.acked); err != nil {
+			return fmt.Errorf("verify %s: %w", name, err)
+		}
+		r.judge()
+		reports = append(reports, r)
+		sales[name] = s
+		fmt.Fprintf(stderr, "loadtest: %s: %v; %s\n", name, r.Outcomes, r.verdictText())
+	}
+
+	fmt.Fprintf(stdout, "\n%s\n\n", description)
+	markdown(stdout, reports)
+	if err := write(o.out, description, reports, sales); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nreport: %s (report.md, report.html, summary.json, results-*.json)\n", o.out)
+	var failed []string
+	for _, r := range reports {
+		for _, f := range r.Failed {
+			failed = append(failed, r.Strategy+": "+f)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("verification failed:\n  %s", strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+func model(o options) string {
+	if o.rate > 0 {
+		return fmt.Sprintf("open model at %d req/s", o.rate)
+	}
+	return fmt.Sprintf("closed model with %d clients", o.concurrency)
+}
+
+func backendsText(o options) string {
+	db, redis := "embedded SQLite", "embedded Redis"
+	if o.mysql != "" {
+		db = "MySQL/MariaDB"
+	}
+	if o.redis != "" {
+		redis = "Redis " + o.redis
+	}
+	return db + ", " + redis + ", embedded etcd"
+}
+
+// putProduct starts the sale round of sku.
+func putProduct(ctx context.Context, client *http.Client, base, token, sku string, stock int) error {
+	body := fmt.Sprintf(`{"name":"load test","stock":%d,"max_per_order":1}`, stock)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/api/v1/products/"+sku, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("PUT product %s: %d %s", sku, resp.StatusCode, raw)
+	}
+	return nil
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error on supported platforms
+	return hex.EncodeToString(b)
+}

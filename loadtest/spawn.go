@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// instance is a service process the tool started.
+type instance struct {
+	url    string
+	redis  string // the address of its embedded Redis, if it started one
+	etcd   string // the client URL of its embedded etcd, if it started one
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+// spawn builds cmd/api and starts n processes of it on loopback ports, sharing backends: those
+// given in env (a MySQL DSN, Redis addresses), and for the rest the embedded ones of the first
+// process — its data dir (SQLite), its in-process Redis and its in-process etcd — so that all n
+// contend for the same locks, as replicas behind a load balancer would.
+func spawn(ctx context.Context, n int, dir string, env []string, logs io.Writer) ([]*instance, error) {
+	bin := filepath.Join(dir, "seckill")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/flashsale/seckill/cmd/api")
+	build.Stdout, build.Stderr = logs, logs
+	fmt.Fprintln(logs, "loadtest: building cmd/api")
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("build cmd/api: %w", err)
+	}
+	base := append(os.Environ(), "SECKILL_ADDR=127.0.0.1:0", "SECKILL_DATA_DIR="+filepath.Join(dir, "data"),
+		"SECKILL_ALLOW_UNSAFE=true", "SECKILL_LOG_FORMAT=json")
+	base = append(base, env...)
+	var out []*instance
+	for i := range n {
+		procEnv := base
+		if i > 0 && out[0].redis != "" {
+			procEnv = append(procEnv, "SECKILL_REDIS_ADDRS="+out[0].redis)
+		}
+		if i > 0 && out[0].etcd != "" {
+			procEnv = append(procEnv, "SECKILL_ETCD_ENDPOINTS="+out[0].etcd)
+		}
+		inst, err := start(ctx, bin, procEnv, filepath.Join(dir, fmt.Sprintf("instance-%d.log", i)))
+		if err != nil {
+			stop(out)
+			return nil, err
+		}
+		out = append(out, inst)
+		fmt.Fprintf(logs, "loadtest: started %s (log: %s)\n", inst.url, filepath.Join(dir, fmt.Sprintf("instance-%d.log", i)))
+	}
+	return out, nil
+}
+
+// start starts one process and reads its start-up lines until it listens.
+func start(ctx context.Context, bin string, env []string, logPath string) (*instance, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = env
+	cmd.Stderr = logFile
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	inst := &instance{cmd: cmd, exited: make(chan error, 1)}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logFile, line)
+			if v, ok := strings.CutPrefix(line, "redis: embedded (miniredis) at "); ok {
+				inst.redis, _, _ = strings.Cut(v, " ")
+			}
+			if v, ok := strings.CutPrefix(line, "etcd: embedded at "); ok {
+				inst.etcd, _, _ = strings.Cut(v, ",")
+			}
+			if v, ok := strings.CutPrefix(line, "listening on "); ok {
+				inst.url = v
+				close(ready)
+			}
+		}
+		inst.exited <- cmd.Wait()
+		_ = logFile.Close()
+	}()
+	select {
+	case <-ready:
+		return inst, nil
+	case err := <-inst.exited:
+		return nil, fmt.Errorf("service exited at start (see %s): %v", logPath, err)
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		return nil, errors.New("service did not start listening within 2 minutes; see " + logPath)
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		return nil, ctx.Err()
+	}
+}
+
+// stop sends SIGTERM to every instance (graceful shutdown) and waits, killing laggards.
+func stop(instances []*instance) {
+	for _, inst := range instances {
+		_ = inst.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, inst := range instances {
+		select {
+		case <-inst.exited:
+		case <-time.After(30 * time.Second):
+			_ = inst.cmd.Process.Kill()
+			<-inst.exited
+		}
+	}
+}
