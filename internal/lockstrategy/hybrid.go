@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -152,14 +153,39 @@ func (h *Hybrid) lock(ctx, waitCtx context.Context, key string) (*redsync.Mutex,
 	}
 }
 
-// unreachable reports whether a failed try met only Redis errors, no holder.
+// unreachable reports whether a failed try met only connection failures: no node said the lock
+// was taken, and none merely answered too slowly. A timeout is not proof that Redis is down —
+// under load the per-try timeout (a twentieth of the TTL) is easy to miss — and falling back on
+// it would let an order past a lock that someone holds.
 func unreachable(err error) bool {
 	var (
 		taken     *redsync.ErrTaken
 		nodeTaken *redsync.ErrNodeTaken
-		redisErr  *redsync.RedisError
 	)
-	return !errors.As(err, &taken) && !errors.As(err, &nodeTaken) && errors.As(err, &redisErr)
+	if errors.As(err, &taken) || errors.As(err, &nodeTaken) {
+		return false
+	}
+	var failures []error
+	collect(err, &failures)
+	for _, e := range failures {
+		var netErr net.Error
+		if errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled) || (errors.As(e, &netErr) && netErr.Timeout()) {
+			return false
+		}
+	}
+	return len(failures) > 0
+}
+
+// collect gathers the per-node Redis errors of a (possibly joined) redsync error.
+func collect(err error, out *[]error) {
+	var redisErr *redsync.RedisError
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			collect(e, out)
+		}
+	} else if errors.As(err, &redisErr) {
+		*out = append(*out, redisErr.Err)
+	}
 }
 
 // placeUnlocked is the fallback without Redis: the version guard alone decides, behind the
