@@ -131,12 +131,12 @@ func (e *Etcd) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Or
 	// instance and SKU.
 	release, err := e.lanes.acquire(waitCtx, req.SKU)
 	if err != nil {
-		return stock.Order{}, e.waitFailed(ctx, key, err)
+		return stock.Order{}, waitFailed(ctx, key, e.opts.Wait, err)
 	}
 	defer release()
 	session, m, err := e.lock(waitCtx, key)
 	if err != nil {
-		return stock.Order{}, e.waitFailed(ctx, key, err)
+		return stock.Order{}, waitFailed(ctx, key, e.opts.Wait, err)
 	}
 	locked := time.Now()
 	e.metrics.waited(e.Name(), locked.Sub(start))
@@ -216,14 +216,6 @@ func (e *Etcd) recover(ctx context.Context, fenced *stock.FenceError) bool {
 	e.log.Warn("fence ahead of the etcd cluster's revision: the cluster was replaced; resetting the fence",
 		"sku", fenced.SKU, "fence", fenced.Fence, "revision", resp.Header.Revision)
 	return e.store.ResetFence(ctx, fenced.SKU, fenced.Fence) == nil
-}
-
-// waitFailed maps a failed wait to busy, unless the request itself is gone.
-func (e *Etcd) waitFailed(ctx context.Context, key string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("lock %s: waited %s: %w: %w", key, e.opts.Wait, stock.ErrBusy, err)
 }
 
 // unlock releases the mutex even when the request was cancelled. etcd's Unlock answers nil even

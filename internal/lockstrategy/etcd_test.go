@@ -26,10 +26,7 @@ var defaultEtcd = lockstrategy.EtcdOptions{TTL: 5 * time.Second, Wait: 2 * time.
 // an error counted by a metric, never a sale.
 func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 	ctx := context.Background()
-	sku := backendtest.SKU(t)
-	s := backendtest.Store(t)
-	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "revoke", Stock: 3, MaxPerOrder: 1})
-	require.NoError(t, err)
+	s, sku := onSale(t, 3)
 
 	reached, resume := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -97,10 +94,7 @@ func TestEtcdClusterMemberStopped(t *testing.T) {
 // instead of fencing out every write forever.
 func TestEtcdReplacedCluster(t *testing.T) {
 	ctx := context.Background()
-	sku := backendtest.SKU(t)
-	s := backendtest.Store(t)
-	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "replaced", Stock: 3, MaxPerOrder: 1})
-	require.NoError(t, err)
+	s, sku := onSale(t, 3)
 
 	old := backendtest.StartEtcdCluster(t, 1)
 	oldClient := backendtest.EtcdClient(t, embeddedetcd.Endpoints(old...))

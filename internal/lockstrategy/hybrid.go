@@ -87,7 +87,7 @@ func (h *Hybrid) placeLocked(ctx context.Context, req stock.OrderRequest) (stock
 	start := time.Now()
 	release, err := h.lanes.acquire(waitCtx, req.SKU)
 	if err != nil {
-		return stock.Order{}, h.waitFailed(ctx, key, err)
+		return stock.Order{}, waitFailed(ctx, key, h.opts.Wait, err)
 	}
 	defer release()
 
@@ -100,7 +100,7 @@ func (h *Hybrid) placeLocked(ctx context.Context, req stock.OrderRequest) (stock
 		return placeVersioned(ctx, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
 	}
 	if err != nil {
-		return stock.Order{}, h.waitFailed(ctx, key, err)
+		return stock.Order{}, waitFailed(ctx, key, h.opts.Wait, err)
 	}
 	locked := time.Now()
 	h.metrics.waited(h.Name(), locked.Sub(start))
@@ -195,18 +195,10 @@ func (h *Hybrid) placeUnlocked(ctx context.Context, req stock.OrderRequest) (sto
 	defer cancel()
 	release, err := h.lanes.acquire(waitCtx, req.SKU)
 	if err != nil {
-		return stock.Order{}, h.waitFailed(ctx, "lane "+req.SKU, err)
+		return stock.Order{}, waitFailed(ctx, "lane "+req.SKU, h.opts.Wait, err)
 	}
 	defer release()
 	return placeVersioned(ctx, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
-}
-
-// waitFailed maps a failed wait to busy, unless the request itself is gone.
-func (h *Hybrid) waitFailed(ctx context.Context, key string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("lock %s: waited %s: %w: %w", key, h.opts.Wait, stock.ErrBusy, err)
 }
 
 // errLockLost is the cause given to a critical section whose lock could not be extended.

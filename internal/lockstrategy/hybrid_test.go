@@ -65,10 +65,7 @@ var defaultHybrid = lockstrategy.HybridOptions{TTL: 10 * time.Second, Wait: 2 * 
 // answer comes from admission — the lock and the database are not asked.
 func TestHybridAdmission(t *testing.T) {
 	ctx := context.Background()
-	s := backendtest.Store(t)
-	sku := backendtest.SKU(t)
-	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "admission", Stock: 2, MaxPerOrder: 1})
-	require.NoError(t, err)
+	s, sku := onSale(t, 2)
 	rdb := backendtest.Redis(t)
 	h, reg := newHybridWithMetrics(t, s, defaultHybrid, rdb)
 
@@ -96,10 +93,7 @@ func TestHybridAdmission(t *testing.T) {
 // and a database that says sold out caps the counter at what it holds.
 func TestHybridGiveBack(t *testing.T) {
 	ctx := context.Background()
-	s := backendtest.Store(t)
-	sku := backendtest.SKU(t)
-	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "giveback", Stock: 3, MaxPerOrder: 1})
-	require.NoError(t, err)
+	s, sku := onSale(t, 3)
 	rdb := backendtest.Redis(t)
 	h, reg := newHybridWithMetrics(t, s, defaultHybrid, rdb)
 	placed, err := h.PlaceOrder(ctx, req(sku, "u1"))
@@ -156,10 +150,7 @@ func pauseFirst(user string, d time.Duration) (func(context.Context, stock.Order
 // retries with a fresh read — and nothing is oversold.
 func TestHybridLockExpiry(t *testing.T) {
 	ctx := context.Background()
-	sku := backendtest.SKU(t)
-	s := backendtest.Store(t)
-	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "expiry", Stock: 3, MaxPerOrder: 1})
-	require.NoError(t, err)
+	s, sku := onSale(t, 3)
 	hook, read := pauseFirst("slow", time.Second)
 	paused, pausedReg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
 		TTL: 300 * time.Millisecond, Wait: 2 * time.Second, Attempts: 5,
@@ -201,10 +192,7 @@ func TestHybridLockExpiry(t *testing.T) {
 // is extended, nobody else gets in meanwhile, and nothing is lost.
 func TestHybridWatchdogKeepsLock(t *testing.T) {
 	ctx := context.Background()
-	sku := backendtest.SKU(t)
-	s := backendtest.Store(t)
-	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "watchdog", Stock: 3, MaxPerOrder: 1})
-	require.NoError(t, err)
+	s, sku := onSale(t, 3)
 	hook, read := pauseFirst("slow", 2500*time.Millisecond)
 	holder, reg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
 		TTL: time.Second, Wait: 2 * time.Second, Attempts: 5, AfterRead: hook,
@@ -220,7 +208,7 @@ func TestHybridWatchdogKeepsLock(t *testing.T) {
 		done <- err
 	}()
 	<-read
-	_, err = other.PlaceOrder(ctx, req(sku, "impatient"))
+	_, err := other.PlaceOrder(ctx, req(sku, "impatient"))
 	assert.ErrorIs(t, err, stock.ErrBusy, "the extended lock kept the other instance out")
 	require.NoError(t, <-done)
 	assert.GreaterOrEqual(t, counter(t, reg, "seckill_lock_extensions_total", nil), 2.0)
@@ -234,10 +222,7 @@ func TestHybridWatchdogKeepsLock(t *testing.T) {
 // section is abandoned before it writes, the client hears busy, and the admission is given back.
 func TestHybridLockLostAbandonsSection(t *testing.T) {
 	ctx := context.Background()
-	sku := backendtest.SKU(t)
-	s := backendtest.Store(t)
-	_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "lost", Stock: 3, MaxPerOrder: 1})
-	require.NoError(t, err)
+	s, sku := onSale(t, 3)
 	rdb := backendtest.Redis(t)
 	hook, read := pauseFirst("slow", 5*time.Second)
 	h := newHybrid(t, s, lockstrategy.HybridOptions{

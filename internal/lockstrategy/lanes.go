@@ -2,7 +2,11 @@ package lockstrategy
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
+
+	"github.com/flashsale/seckill/internal/stock"
 )
 
 // lanes serialises work per key inside one process: at most one goroutine per key holds its
@@ -46,4 +50,13 @@ func (l *lanes) leave(key string, ln *lane) {
 		delete(l.m, key)
 	}
 	l.mu.Unlock()
+}
+
+// waitFailed maps a wait for a lane or a lock that ran out of budget to busy, unless the request
+// itself is gone (then its own error is returned: nobody is waiting for a busy answer).
+func waitFailed(ctx context.Context, key string, budget time.Duration, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("lock %s: waited %s: %w: %w", key, budget, stock.ErrBusy, err)
 }

@@ -87,6 +87,15 @@ func newEtcdWithMetrics(t *testing.T, s *stock.Store, client *clientv3.Client, o
 	return e, reg
 }
 
+// onSale puts a fresh product with units on sale and returns a store and its SKU.
+func onSale(t *testing.T, units int64) (*stock.Store, string) {
+	t.Helper()
+	s, sku := backendtest.Store(t), backendtest.SKU(t)
+	_, err := s.PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: units, MaxPerOrder: 1})
+	require.NoError(t, err)
+	return s, sku
+}
+
 func lockMetrics() *lockstrategy.LockMetrics {
 	return lockstrategy.NewLockMetrics(prometheus.NewRegistry(), time.Second, slog.New(slog.DiscardHandler))
 }
