@@ -2,7 +2,6 @@ package lockstrategy_test
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -96,7 +95,7 @@ func TestHybridGiveBack(t *testing.T) {
 	s, sku := onSale(t, 3)
 	rdb := backendtest.Redis(t)
 	h, reg := newHybridWithMetrics(t, s, defaultHybrid, rdb)
-	placed, err := h.PlaceOrder(ctx, req(sku, "u1"))
+	_, err := h.PlaceOrder(ctx, req(sku, "u1"))
 	require.NoError(t, err)
 
 	// Redis forgets the buyer (a flush would): admission lets the repeat buyer through, the
@@ -122,7 +121,6 @@ func TestHybridGiveBack(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, a.Consistent())
 	assert.EqualValues(t, 3, a.Orders)
-	_ = placed
 }
 
 // pauseFirst returns an AfterRead hook that holds the first section of user open for d, and a
@@ -331,5 +329,3 @@ func TestRedlockQuorum(t *testing.T) {
 	assert.Zero(t, sum(t, regs, "seckill_redis_fallbacks_total", nil), "the quorum held: no order needed the fallback")
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 }
-
-var _ = slog.Default
