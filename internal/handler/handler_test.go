@@ -47,7 +47,7 @@ type server struct {
 
 // newServer builds the handler over a store of its own, with the database as its one readiness
 // check.
-func newServer(t *testing.T) *server {
+func newServer(t testing.TB) *server {
 	t.Helper()
 	store := backendtest.Store(t)
 	return &server{Handler: newHandler(t, store, handler.Check{Name: "database", Ping: store.Ping}), store: store}
@@ -56,13 +56,13 @@ func newServer(t *testing.T) *server {
 // newHandler wires the strategies and the handler the way cmd/api does, with Redis admission on
 // the shared test Redis, on a fresh metrics registry so that several handlers can live in one
 // test.
-func newHandler(t *testing.T, store *stock.Store, checks ...handler.Check) http.Handler {
+func newHandler(t testing.TB, store *stock.Store, checks ...handler.Check) http.Handler {
 	t.Helper()
 	return newHandlerOn(t, store, backendtest.Redis(t), checks...)
 }
 
 // newHandlerOn is newHandler with admission on the given Redis client.
-func newHandlerOn(t *testing.T, store *stock.Store, rdb *redis.Client, checks ...handler.Check) http.Handler {
+func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, checks ...handler.Check) http.Handler {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
