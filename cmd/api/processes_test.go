@@ -176,6 +176,31 @@ func TestProcessesHybridPause(t *testing.T) {
 	assert.Zero(t, a.Stock, "the rest of the stock sold")
 }
 
+// TestProcessesShutdownUnderLoad sends SIGTERM to one of three processes while it is taking
+// orders: it drains what is in flight and exits cleanly (checked at cleanup), its clients retry on
+// the others with the same Idempotency-Key, and no acknowledged order is lost.
+func TestProcessesShutdownUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service and runs three processes; skipped with -short")
+	}
+	bin := buildService(t)
+	var procs []service
+	for range 3 {
+		procs = append(procs, startProcess(t, bin))
+	}
+	const units, buyers, clients = 100, 300, 48
+	sku := backendtest.SKU(t)
+	require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
+		fmt.Sprintf(`{"name":"shutdown test","stock":%d}`, units), nil))
+	res := loadHTTP(t, procs, sku, "hybrid", buyers, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
+		assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGTERM))
+	}})
+	t.Logf("hybrid, one of 3 processes sent SIGTERM mid-sale: %v, %d requests retried elsewhere after the shutdown",
+		res.status, res.transportErrors)
+	assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
+	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+}
+
 // scrape sums one sample line of the processes' /metrics.
 func scrape(t *testing.T, procs []service, sample string) float64 {
 	t.Helper()
