@@ -86,6 +86,7 @@ func TestEtcdClusterMemberStopped(t *testing.T) {
 	t.Logf("etcd, one of three members stopped mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
 	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+	assertLinearizable(t, units, res)
 }
 
 // TestEtcdReplacedCluster moves a product that was sold under one etcd cluster to a new cluster,

@@ -291,6 +291,7 @@ func TestHybridFlushMidSale(t *testing.T) {
 	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 	assert.GreaterOrEqual(t, warms, 2.0, "the counter was built at the start and rebuilt after the flush")
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+	assertLinearizable(t, units, res)
 }
 
 // TestHybridRedisDown kills Redis in the middle of a sale: orders go on through the
@@ -305,6 +306,10 @@ func TestHybridRedisDown(t *testing.T) {
 	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 	assert.Positive(t, fallbacks, "orders took the fallback path")
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+	// No history check here, on purpose: admission's sold_out means "every unit is reserved", and
+	// when Redis dies the reserved orders in flight fail and are given back to the fallback path,
+	// so buyers told sold_out early can be followed by sales of those very units. Nothing is
+	// oversold (above), but those early answers are not linearizable against the database stock.
 
 	srv.Start()
 	time.Sleep(1100 * time.Millisecond) // past the breaker's cooldown
@@ -328,4 +333,5 @@ func TestRedlockQuorum(t *testing.T) {
 	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 	assert.Zero(t, sum(t, regs, "seckill_redis_fallbacks_total", nil), "the quorum held: no order needed the fallback")
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+	assertLinearizable(t, units, res)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -111,6 +112,7 @@ type saleResult struct {
 	acked   []stock.Order
 	outcome map[string]int
 	retries int
+	history []porcupine.Operation // every attempt: call, return, outcome
 }
 
 // sell runs one flash sale on instances independent instances of a strategy (each its own
@@ -153,6 +155,7 @@ func wave(t *testing.T, insts []lockstrategy.Strategy, sku string, from, to int,
 		injected sync.WaitGroup
 	)
 	start := make(chan struct{})
+	base := time.Now()
 	for i := from; i < to; i++ {
 		wg.Add(1)
 		go func() {
@@ -161,7 +164,13 @@ func wave(t *testing.T, insts []lockstrategy.Strategy, sku string, from, to int,
 			req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("user-%03d", i), Quantity: 1, Strategy: strategy.Name()}
 			<-start
 			for {
+				call := time.Since(base).Nanoseconds()
 				order, err := strategy.PlaceOrder(ctx, req)
+				ret := time.Since(base).Nanoseconds()
+				mu.Lock()
+				res.history = append(res.history, porcupine.Operation{ClientId: i, Input: req.Quantity, Call: call,
+					Output: lockstrategy.Outcome(err), Return: ret})
+				mu.Unlock()
 				if errors.Is(err, stock.ErrBusy) && ctx.Err() == nil {
 					mu.Lock()
 					res.retries++
@@ -202,8 +211,53 @@ func TestStrategies(t *testing.T) {
 			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 			assert.Zero(t, a.Stock)
+			assertLinearizable(t, units, res)
 		})
 	}
+}
+
+// stockModel is the sequential specification of one product, for porcupine: an order (input:
+// its quantity) succeeds only if enough stock is left and takes it; sold_out is answered only when
+// not enough is left; busy changes nothing. Every attempt of a history must fit one sequential
+// order of these steps, each somewhere between its call and its return — or the strategy let two
+// orders see the same stock.
+func stockModel(initial int) porcupine.Model {
+	return porcupine.Model{
+		Init: func() any { return initial },
+		Step: func(state, input, output any) (bool, any) {
+			left, qty := state.(int), input.(int)
+			switch output {
+			case "ok":
+				return left >= qty, left - qty
+			case "sold_out":
+				return left < qty, left
+			case "busy":
+				return true, left
+			}
+			return false, left
+		},
+		DescribeOperation: func(input, output any) string { return fmt.Sprintf("order(%v) -> %v", input, output) },
+	}
+}
+
+// assertLinearizable checks a sale's history against stockModel.
+func assertLinearizable(t *testing.T, units int, res saleResult) {
+	t.Helper()
+	assert.Equal(t, porcupine.Ok, porcupine.CheckOperationsTimeout(stockModel(units), res.history, 30*time.Second),
+		"the history of %d attempts is not linearizable against one product's stock", len(res.history))
+}
+
+// TestHistoryCheckerCatchesOversell plants the bug: naive on a small sale (small, because
+// proving that no linearization exists means trying them all). Its history must be rejected.
+func TestHistoryCheckerCatchesOversell(t *testing.T) {
+	var insts []lockstrategy.Strategy
+	for range instances {
+		insts = append(insts, lockstrategy.NewNaive(backendtest.Store(t), 20*time.Millisecond))
+	}
+	res := sellOn(t, insts, backendtest.SKU(t), 3, 12, fault{})
+	require.Greater(t, res.outcome["ok"], 3, "naive did not oversell this time: nothing to catch")
+	assert.Equal(t, porcupine.Illegal, porcupine.CheckOperationsTimeout(stockModel(3), res.history, 30*time.Second),
+		"the linearizability checker accepted an oversold history")
 }
 
 // TestNaiveOversells proves that the suite's checks can see overselling: the unlocked
@@ -244,7 +298,8 @@ func (r *failRecorder) FailNow()              { r.failed = true; runtime.Goexit(
 
 // add merges the result of another wave of the same sale.
 func (r saleResult) add(o saleResult) saleResult {
-	out := saleResult{outcome: map[string]int{}, acked: append(append([]stock.Order{}, r.acked...), o.acked...), retries: r.retries + o.retries}
+	out := saleResult{outcome: map[string]int{}, acked: append(append([]stock.Order{}, r.acked...), o.acked...), retries: r.retries + o.retries,
+		history: append(append([]porcupine.Operation{}, r.history...), o.history...)}
 	for _, m := range []map[string]int{r.outcome, o.outcome} {
 		for k, v := range m {
 			out.outcome[k] += v
