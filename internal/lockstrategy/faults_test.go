@@ -1,0 +1,261 @@
+package lockstrategy_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// instance is one service instance's registry, wired as cmd/api wires it, with a named strategy.
+type instance struct {
+	*lockstrategy.Registry
+	strategy string
+}
+
+// faultInstance builds an instance whose database, Redis and etcd connections go to the given
+// addresses (fault proxies or the real thing).
+func faultInstance(t *testing.T, strategy string, store *stock.Store, redisAddr string, etcdEndpoints []string) instance {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	metrics := lockstrategy.NewLockMetrics(reg, time.Second, log)
+	rdb := lockstrategy.NewRedisClient(redisAddr)
+	t.Cleanup(func() { _ = rdb.Close() })
+	admission := lockstrategy.NewAdmission(rdb, store, log, reg)
+	r := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{Default: strategy, Admission: admission}, log, reg)
+	switch strategy {
+	case "hybrid":
+		r.Register(lockstrategy.NewHybrid(store, admission, redsync.New(goredis.NewPool(rdb)), defaultHybrid, metrics), false)
+	case "pessimistic":
+		r.Register(lockstrategy.NewPessimistic(store), false)
+	case "etcd":
+		r.Register(newEtcd(t, store, backendtest.EtcdClient(t, etcdEndpoints), lockstrategy.EtcdOptions{TTL: 2 * time.Second, Wait: 2 * time.Second}), false)
+	}
+	require.NoError(t, r.Validate())
+	return instance{Registry: r, strategy: strategy}
+}
+
+// faultSale is what the clients of a sale under faults saw.
+type faultSale struct {
+	ok, soldOut, replayed int
+	errs                  map[string]int // non-final answers, retried
+	acked                 []stock.Order
+}
+
+// sellThroughFaults runs buyers against units over the instances, every buyer with its own
+// Idempotency-Key and a per-attempt deadline. Any answer but an order or sold_out — busy,
+// unavailable, a timeout, an error whose commit outcome is unknown — is retried with the same key,
+// as a careful client does: if the first attempt did commit, the retry gets that order back
+// (replayed) instead of a second one. inject runs once, after `at` sales.
+func sellThroughFaults(t *testing.T, insts []instance, sku string, units, buyers, at int, inject func()) faultSale {
+	t.Helper()
+	_, err := backendtest.Store(t).PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: int64(units), MaxPerOrder: 1})
+	require.NoError(t, err)
+	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		res      = faultSale{errs: map[string]int{}}
+		wg       sync.WaitGroup
+		injected sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for i := range buyers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			user := fmt.Sprintf("user-%03d", i)
+			<-start
+			for attempt := 0; deadline.Err() == nil; attempt++ {
+				inst := insts[(i+attempt)%len(insts)]
+				req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: inst.strategy, IdempotencyKey: sku + "/" + user}
+				ctx, cancelAttempt := context.WithTimeout(deadline, 3*time.Second)
+				order, replayed, err := inst.PlaceOrder(ctx, req)
+				cancelAttempt()
+				mu.Lock()
+				switch {
+				case err == nil:
+					res.ok++
+					res.acked = append(res.acked, order)
+					if replayed {
+						res.replayed++
+					}
+					if res.ok == at && inject != nil {
+						injected.Add(1)
+						go func() { defer injected.Done(); inject() }()
+					}
+				case errors.Is(err, stock.ErrSoldOut):
+					res.soldOut++
+				default:
+					res.errs[lockstrategy.Outcome(err)]++
+					mu.Unlock()
+					time.Sleep(20*time.Millisecond + rand.N(30*time.Millisecond))
+					continue
+				}
+				mu.Unlock()
+				return
+			}
+			t.Errorf("%s: no final answer before the deadline", user)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	injected.Wait()
+	return res
+}
+
+// TestNetworkFaults cuts, slows and resets the connections between the service and its backends
+// with a fault proxy, mid-sale. Whatever happens, the invariant holds, every acknowledged order is
+// stored exactly once, and requests whose outcome was unknown are settled by their
+// Idempotency-Key on retry.
+func TestNetworkFaults(t *testing.T) {
+	mysqlAddr := backendtest.MySQLAddr(t)
+	if mysqlAddr == "" {
+		if backendtest.Required() {
+			t.Fatal("network fault tests need MariaDB")
+		}
+		t.Skip("network fault tests need MariaDB (the embedded store has no network to cut)")
+	}
+	const units, buyers = 30, 90
+	hold := func(d time.Duration, during func(), after func()) func() {
+		return func() { during(); time.Sleep(d); after() }
+	}
+	for _, tc := range []struct {
+		name, strategy string
+		fault          func(t *testing.T, db, redis, etcd *backendtest.FaultProxy) func()
+	}{
+		{"db latency spike", "pessimistic", func(t *testing.T, db, _, _ *backendtest.FaultProxy) func() {
+			return hold(1500*time.Millisecond, func() {
+				db.Add(`{"name":"lat","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":300,"jitter":100}}`)
+			}, func() { db.Remove("lat") })
+		}},
+		{"db black hole", "hybrid", func(t *testing.T, db, _, _ *backendtest.FaultProxy) func() {
+			return hold(1500*time.Millisecond, func() {
+				db.Add(`{"name":"hole","type":"timeout","stream":"upstream","toxicity":1,"attributes":{"timeout":0}}`)
+			}, func() { db.Remove("hole") })
+		}},
+		{"db connections reset mid-transaction", "pessimistic", func(t *testing.T, db, _, _ *backendtest.FaultProxy) func() {
+			return hold(1500*time.Millisecond, func() {
+				db.Add(`{"name":"reset","type":"reset_peer","stream":"upstream","toxicity":0.5,"attributes":{"timeout":5}}`)
+			}, func() { db.Remove("reset") })
+		}},
+		{"db connections reset mid-commit (hybrid)", "hybrid", func(t *testing.T, db, _, _ *backendtest.FaultProxy) func() {
+			return hold(1500*time.Millisecond, func() {
+				db.Add(`{"name":"reset","type":"reset_peer","stream":"downstream","toxicity":0.5,"attributes":{"timeout":1}}`)
+			}, func() { db.Remove("reset") })
+		}},
+		{"redis cut off", "hybrid", func(t *testing.T, _, redis, _ *backendtest.FaultProxy) func() {
+			return hold(1500*time.Millisecond, redis.Stop, func() { require.NoError(t, redis.Start()) })
+		}},
+		{"etcd cut off", "etcd", func(t *testing.T, _, _, etcd *backendtest.FaultProxy) func() {
+			return hold(2*time.Second, etcd.Stop, func() { require.NoError(t, etcd.Start()) })
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := backendtest.StartFaultProxy(t, mysqlAddr)
+			rp := backendtest.StartFaultProxy(t, backendtest.RedisAddr(t))
+			ep := backendtest.StartFaultProxy(t, hostPort(backendtest.EtcdEndpoints(t)[0]))
+			var insts []instance
+			for range instances {
+				insts = append(insts, faultInstance(t, tc.strategy, backendtest.StoreVia(t, "tcp", db.Listen), rp.Listen, []string{"http://" + ep.Listen}))
+			}
+			sku := backendtest.SKU(t)
+			res := sellThroughFaults(t, insts, sku, units, buyers, units/3, tc.fault(t, db, rp, ep))
+			t.Logf("%s under %s: %d orders (%d settled by replaying their Idempotency-Key), %d sold out, retried answers %v",
+				tc.strategy, tc.name, res.ok, res.replayed, res.soldOut, res.errs)
+			assert.Equal(t, units, res.ok)
+			assert.Equal(t, buyers-units, res.soldOut)
+			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+		})
+	}
+}
+
+// hostPort strips the scheme of an etcd client URL.
+func hostPort(url string) string {
+	for _, p := range []string{"http://", "https://"} {
+		if len(url) > len(p) && url[:len(p)] == p {
+			return url[len(p):]
+		}
+	}
+	return url
+}
+
+// commitLosingConn is a database connection that loses the answer to its first COMMIT once
+// armed: it sends the COMMIT, then closes before the answer can be read. The database commits;
+// the client sees a broken connection — the unknown outcome of a commit.
+type commitLosingConn struct {
+	net.Conn
+	armed *atomic.Bool
+}
+
+func (c *commitLosingConn) Write(p []byte) (int, error) {
+	if !bytes.Contains(p, []byte("COMMIT")) || !c.armed.CompareAndSwap(true, false) {
+		return c.Conn.Write(p)
+	}
+	n, err := c.Conn.Write(p)
+	_ = c.Conn.Close()
+	return n, err
+}
+
+// TestUnknownCommitOutcome loses the answer to a COMMIT that the database executed, for each
+// strategy whose write commits a transaction. The client sees an error, yet the order exists.
+// Retrying with the same Idempotency-Key must return that very order — never place a second one.
+func TestUnknownCommitOutcome(t *testing.T) {
+	mysqlAddr := backendtest.MySQLAddr(t)
+	if mysqlAddr == "" {
+		if backendtest.Required() {
+			t.Fatal("this fault test needs MariaDB")
+		}
+		t.Skip("this fault test needs MariaDB (the embedded store has no network to cut)")
+	}
+	var armed atomic.Bool
+	network := "commitloss-" + backendtest.SKU(t)
+	mysql.RegisterDialContext(network, func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &commitLosingConn{Conn: c, armed: &armed}, nil
+	})
+	for _, strategy := range []string{"pessimistic", "hybrid", "etcd"} {
+		t.Run(strategy, func(t *testing.T) {
+			endpoints := backendtest.EtcdEndpoints(t)
+			lossy := faultInstance(t, strategy, backendtest.StoreVia(t, network, mysqlAddr), backendtest.RedisAddr(t), endpoints)
+			healthy := faultInstance(t, strategy, backendtest.Store(t), backendtest.RedisAddr(t), endpoints)
+			s, sku := onSale(t, 5)
+			req := stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: strategy, IdempotencyKey: sku + "/u-1"}
+
+			armed.Store(true)
+			_, _, err := lossy.PlaceOrder(context.Background(), req)
+			require.Error(t, err, "the client lost the COMMIT's answer")
+			require.False(t, armed.Load(), "the COMMIT was sent")
+			stored, err := s.OrderByIdempotencyKey(context.Background(), req.IdempotencyKey)
+			require.NoError(t, err, "the database committed the order all the same")
+
+			again, replayed, err := healthy.PlaceOrder(context.Background(), req)
+			require.NoError(t, err)
+			assert.True(t, replayed, "the retry is a replay")
+			assert.Equal(t, stored.OrderID, again.OrderID, "the retry returns the committed order")
+			backendtest.RequireInvariant(t, s, sku, []stock.Order{again})
+		})
+	}
+}
