@@ -37,6 +37,12 @@ func TestConfigPrecedence(t *testing.T) {
 				assert.Equal(t, "tok", c.AdminToken)
 				assert.False(t, c.tokenGenerated)
 			}},
+		{"rate limit", map[string]string{"SECKILL_RATE_LIMIT": "50", "SECKILL_TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.1"}, nil,
+			func(t *testing.T, c *config) {
+				assert.InDelta(t, 50.0, c.RateLimit, 0)
+				assert.Equal(t, 100, c.RateBurst, "the burst defaults to twice the rate")
+				assert.Equal(t, []string{"10.0.0.0/8", "192.168.1.1"}, c.TrustedProxies)
+			}},
 		{"flag wins over env", map[string]string{"SECKILL_STRATEGY": "dblock"}, []string{"-strategy", "naive", "-strategy-override=false"},
 			func(t *testing.T, c *config) {
 				assert.Equal(t, "naive", c.Strategy)
@@ -62,6 +68,7 @@ func TestConfigRejects(t *testing.T) {
 		"unknown flag":      {args: []string{"-nope"}},
 		"stray argument":    {args: []string{"extra"}},
 		"unknown logformat": {env: map[string]string{"SECKILL_LOG_FORMAT": "xml"}},
+		"negative rate":     {args: []string{"-rate-limit", "-1"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadConfig(tc.args, env(tc.env))

@@ -72,20 +72,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer registry.Close()
 
+	h, err := handler.New(handler.Config{
+		Store:          store,
+		Sales:          registry,
+		Checks:         append([]handler.Check{{Name: "database", Ping: store.Ping}, etcd.check()}, rdb.checks()...),
+		AdminToken:     cfg.AdminToken,
+		Log:            log,
+		Registerer:     reg,
+		Gatherer:       reg,
+		RateLimit:      handler.RateLimit{Rate: cfg.RateLimit, Burst: cfg.RateBurst},
+		TrustedProxies: cfg.TrustedProxies,
+	})
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
 	srv := &http.Server{
-		Handler: handler.New(handler.Config{
-			Store:      store,
-			Sales:      registry,
-			Checks:     append([]handler.Check{{Name: "database", Ping: store.Ping}, etcd.check()}, rdb.checks()...),
-			AdminToken: cfg.AdminToken,
-			Log:        log,
-			Registerer: reg,
-			Gatherer:   reg,
-		}),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,

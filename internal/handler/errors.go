@@ -39,6 +39,9 @@ var errorTable = []struct {
 		return "this Idempotency-Key was already used with a different request"
 	}},
 	{stock.ErrBusy, http.StatusTooManyRequests, "busy", func(s string) string { return s + " is busy; retry shortly" }},
+	{errRateLimited, http.StatusTooManyRequests, "rate_limited", func(string) string {
+		return "too many requests from this client; retry shortly"
+	}},
 	{stock.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", func(string) string {
 		return "a backend is unavailable; retry shortly"
 	}},

@@ -6,6 +6,7 @@ package handler
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -54,6 +55,11 @@ type Config struct {
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// RateLimit limits each client's requests to the API (not the service endpoints); zero: off.
+	RateLimit RateLimit
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client (CIDRs or
+	// addresses); none by default, so a client cannot claim another's address.
+	TrustedProxies []string
 }
 
 // maxBodyBytes is the request body limit of API.md.
@@ -64,12 +70,15 @@ type handler struct {
 }
 
 // New returns the service's HTTP handler.
-func New(cfg Config) http.Handler {
+func New(cfg Config) (http.Handler, error) {
 	// Release mode: gin's debug mode prints every route at start and warns on every request.
 	gin.SetMode(gin.ReleaseMode)
 	h := &handler{Config: cfg}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
+	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("trusted proxies: %w", err)
+	}
 	r.Use(withRequestID(cfg.Log), newHTTPMetrics(cfg.Registerer).middleware(), withRecovery(), limitBody(maxBodyBytes))
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
@@ -77,6 +86,9 @@ func New(cfg Config) http.Handler {
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 
 	v1 := r.Group("/api/v1")
+	if cfg.RateLimit.Rate > 0 {
+		v1.Use(newClientLimiter(cfg.RateLimit).middleware())
+	}
 	admin := requireAdmin(cfg.AdminToken)
 	v1.PUT("/products/:sku", admin, h.putProduct)
 	v1.GET("/products/:sku", h.getProduct)
@@ -90,7 +102,7 @@ func New(cfg Config) http.Handler {
 		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, errorBody{Error: errorDetail{
 			Code: "method_not_allowed", Message: c.Request.Method + " is not allowed on " + c.Request.URL.Path}})
 	})
-	return r
+	return r, nil
 }
 
 // ready answers 200 when every backend answers, else 503 naming the ones that are down.

@@ -3,6 +3,7 @@ package handler_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -80,7 +81,7 @@ func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, checks ..
 	}, metrics), false)
 	registry.Register(lockstrategy.NewNaive(store, 0), true)
 	require.NoError(t, registry.Validate())
-	return handler.New(handler.Config{
+	h, err := handler.New(handler.Config{
 		Store:      store,
 		Sales:      registry,
 		Checks:     checks,
@@ -89,6 +90,8 @@ func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, checks ..
 		Registerer: reg,
 		Gatherer:   reg,
 	})
+	require.NoError(t, err)
+	return h
 }
 
 // do sends one request through the handler. An empty body sends no body at all.
@@ -898,3 +901,52 @@ func TestResetNeedsRedis(t *testing.T) {
 }
 
 func reconcilePath(sku string) string { return "/api/v1/products/" + sku + "/reconcile" }
+
+// TestRateLimit: with a per-client token bucket, a client over its budget hears 429
+// rate_limited with Retry-After, others do not, and a spoofed X-Forwarded-For changes nothing
+// unless the proxy is trusted.
+func TestRateLimit(t *testing.T) {
+	store := backendtest.Store(t)
+	sku := backendtest.SKU(t)
+	build := func(trusted []string) http.Handler {
+		log := slog.New(slog.DiscardHandler)
+		reg := prometheus.NewRegistry()
+		registry := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{Default: "pessimistic"}, log, reg)
+		registry.Register(lockstrategy.NewPessimistic(store), false)
+		h, err := handler.New(handler.Config{Store: store, Sales: registry, AdminToken: adminToken, Log: log,
+			Registerer: reg, Gatherer: reg, RateLimit: handler.RateLimit{Rate: 1, Burst: 2}, TrustedProxies: trusted})
+		require.NoError(t, err)
+		return h
+	}
+	get := func(h http.Handler, remote, forwarded string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, productPath(sku), nil)
+		req.RemoteAddr = remote
+		if forwarded != "" {
+			req.Header.Set("X-Forwarded-For", forwarded)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+
+	h := build(nil)
+	for range 2 {
+		assert.Equal(t, http.StatusNotFound, get(h, "10.0.0.1:1000", "").Code, "within the burst")
+	}
+	rec := get(h, "10.0.0.1:1000", "")
+	assertError(t, rec, http.StatusTooManyRequests, "rate_limited")
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	assertError(t, get(h, "10.0.0.1:1000", "10.9.9.9"), http.StatusTooManyRequests, "rate_limited")
+	assert.Equal(t, http.StatusNotFound, get(h, "10.0.0.2:1000", "").Code, "another client has its own bucket")
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	assert.Equal(t, http.StatusOK, rec.Code, "service endpoints are not limited")
+
+	behindProxy := build([]string{"10.0.0.0/24"})
+	for i := range 3 {
+		assert.Equal(t, http.StatusNotFound, get(behindProxy, "10.0.0.1:1000", fmt.Sprintf("192.0.2.%d", i)).Code,
+			"behind a trusted proxy each forwarded client has its own bucket")
+	}
+	_, err := handler.New(handler.Config{TrustedProxies: []string{"not an address"}, Registerer: prometheus.NewRegistry()})
+	assert.Error(t, err)
+}

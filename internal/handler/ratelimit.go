@@ -1,0 +1,70 @@
+package handler
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"golang.org/x/time/rate"
+)
+
+// errRateLimited means one client sent more requests than its token bucket allows.
+var errRateLimited = errors.New("rate limited")
+
+// RateLimit is the per-client token bucket: Rate requests per second on average, bursts of up
+// to Burst. A zero Rate turns limiting off.
+type RateLimit struct {
+	Rate  float64
+	Burst int
+}
+
+// clientLimiter keeps one token bucket per client address. Buckets idle for a minute are
+// dropped, so the map stays as large as the set of recent clients.
+type clientLimiter struct {
+	limit RateLimit
+	mu    sync.Mutex
+	seen  map[string]*bucket
+	calls int
+}
+
+type bucket struct {
+	*rate.Limiter
+	last time.Time
+}
+
+func newClientLimiter(limit RateLimit) *clientLimiter {
+	return &clientLimiter{limit: limit, seen: map[string]*bucket{}}
+}
+
+// allow takes a token from client's bucket.
+func (l *clientLimiter) allow(client string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.calls++; l.calls%1024 == 0 {
+		for k, b := range l.seen {
+			if now.Sub(b.last) > time.Minute {
+				delete(l.seen, k)
+			}
+		}
+	}
+	b := l.seen[client]
+	if b == nil {
+		b = &bucket{Limiter: rate.NewLimiter(rate.Limit(l.limit.Rate), max(1, l.limit.Burst))}
+		l.seen[client] = b
+	}
+	b.last = now
+	return b.AllowN(now, 1)
+}
+
+// middleware answers 429 rate_limited (with Retry-After) to a client over its budget. The client
+// is its address as gin sees it: the connection's peer, or the address a trusted proxy reports.
+func (l *clientLimiter) middleware() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if !l.allow(c.ClientIP(), time.Now()) {
+			fail(c, errRateLimited, "")
+			return
+		}
+		c.Next()
+	}
+}
