@@ -950,3 +950,64 @@ func TestRateLimit(t *testing.T) {
 	_, err := handler.New(handler.Config{TrustedProxies: []string{"not an address"}, Registerer: prometheus.NewRegistry()})
 	assert.Error(t, err)
 }
+
+// TestDatabaseRestart stops the database in the middle of a sale (a MariaDB of the test's own)
+// and starts it again: while it is down every answer that needs it is 503 unavailable with
+// Retry-After, never a 500 and never a lost order; when it is back the service recovers by itself
+// and the sale completes with the invariant intact.
+func TestDatabaseRestart(t *testing.T) {
+	ctx := context.Background()
+	mdb := backendtest.StartMariaDB(t)
+	store, err := stock.OpenMySQL(ctx, mdb.DSN, stock.Options{MaxOpenConns: 8})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	require.NoError(t, store.Migrate(ctx, slog.New(slog.DiscardHandler)))
+	s := &server{Handler: newHandlerOn(t, store, backendtest.Redis(t), handler.Check{Name: "database", Ping: store.Ping}), store: store}
+	sku := backendtest.SKU(t)
+	s.putProduct(t, sku, 10, 1)
+
+	var acked []stock.Order
+	buy := func(user, strategy string) *httptest.ResponseRecorder {
+		rec := s.do(t, http.MethodPost, ordersPath(sku), fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy),
+			header{"Idempotency-Key": sku + "/" + user})
+		if rec.Code == http.StatusCreated {
+			var o orderResponse
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &o))
+			acked = append(acked, stock.Order{OrderID: o.OrderID, UserID: o.UserID})
+		}
+		return rec
+	}
+	for i := range 4 {
+		require.Equal(t, http.StatusCreated, buy(fmt.Sprintf("before-%d", i), []string{"pessimistic", "hybrid"}[i%2]).Code)
+	}
+
+	mdb.Stop()
+	for i, strategy := range []string{"pessimistic", "hybrid", "dblock"} {
+		rec := buy(fmt.Sprintf("down-%d", i), strategy)
+		assertError(t, rec, http.StatusServiceUnavailable, "unavailable")
+		assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	}
+	assertError(t, s.do(t, http.MethodGet, productPath(sku), "", nil), http.StatusServiceUnavailable, "unavailable")
+	ready := s.do(t, http.MethodGet, "/readyz", "", nil)
+	assert.Equal(t, http.StatusServiceUnavailable, ready.Code)
+	assert.Contains(t, ready.Body.String(), `"database":"down"`)
+
+	mdb.Start()
+	require.Eventually(t, func() bool {
+		return s.do(t, http.MethodGet, "/readyz", "", nil).Code == http.StatusOK
+	}, 10*time.Second, 50*time.Millisecond, "the service recovers by itself")
+	for i := range 10 {
+		rec := buy(fmt.Sprintf("down-%d", i), []string{"pessimistic", "hybrid", "dblock"}[i%3])
+		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, rec.Code, "after the restart: %s", rec.Body)
+	}
+	a, err := store.Audit(ctx, sku)
+	require.NoError(t, err)
+	assert.True(t, a.Consistent(), "%+v", a)
+	assert.Zero(t, a.Stock, "the sale completed")
+	assert.Equal(t, int64(len(acked)), a.Orders, "every 201 has its order, no order without a 201")
+	for _, o := range acked {
+		got, err := store.Order(ctx, o.OrderID)
+		require.NoError(t, err)
+		assert.Equal(t, o.UserID, got.UserID)
+	}
+}
