@@ -103,9 +103,13 @@ func (l load) attack(ctx context.Context, name string, round []request) []*veget
 	if l.rate > 0 {
 		pacer = vegeta.Rate{Freq: l.rate, Per: time.Second}
 	}
+	// Our own client, so that its connections can be closed when the round ends: left idle,
+	// every round's connections would pile up on the servers and look like a leak in a soak.
+	transport := &http.Transport{MaxIdleConnsPerHost: l.concurrency, MaxConnsPerHost: l.concurrency, IdleConnTimeout: 30 * time.Second}
+	defer transport.CloseIdleConnections()
 	attacker := vegeta.NewAttacker(
-		vegeta.Workers(workers), vegeta.MaxWorkers(workers), vegeta.Connections(l.concurrency),
-		vegeta.KeepAlive(true), vegeta.Timeout(l.timeout), vegeta.MaxBody(4096),
+		vegeta.Workers(workers), vegeta.MaxWorkers(workers), vegeta.MaxBody(4096),
+		vegeta.Client(&http.Client{Transport: transport, Timeout: l.timeout}),
 	)
 	var bar *progressbar.ProgressBar
 	if l.progress != nil {

@@ -198,3 +198,18 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestGrowth: the soak's leak judgement ignores the noise of a busy process and names what keeps
+// growing.
+func TestGrowth(t *testing.T) {
+	base := sample{Goroutines: 100, RSS: 60 << 20, HeapInUse: 20 << 20, OpenConns: 10, Sessions: 1}
+	assert.Empty(t, growth(base, sample{Goroutines: 160, RSS: 100 << 20, HeapInUse: 50 << 20, OpenConns: 12, Sessions: 1}), "noise")
+	for name, last := range map[string]sample{
+		"goroutines": {Goroutines: 400, RSS: 60 << 20, HeapInUse: 20 << 20, Sessions: 1},
+		"resident":   {Goroutines: 100, RSS: 200 << 20, HeapInUse: 20 << 20, Sessions: 1},
+		"heap":       {Goroutines: 100, RSS: 60 << 20, HeapInUse: 90 << 20, Sessions: 1},
+		"sessions":   {Goroutines: 100, RSS: 60 << 20, HeapInUse: 20 << 20, Sessions: 3},
+	} {
+		assert.Len(t, growth(base, last), 1, name)
+	}
+}

@@ -60,6 +60,7 @@ type options struct {
 	redis       string
 	out         string
 	progress    bool
+	soak        time.Duration
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -83,6 +84,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.mysql, "mysql", "", "MySQL DSN: verify in SQL too (and, when the tool starts the service, use this database)")
 	fs.StringVar(&o.redis, "redis", "", "when the tool starts the service: Redis addresses for it (default: embedded)")
 	fs.StringVar(&o.out, "out", "", "output folder (default: loadtest-results/<time>)")
+	fs.DurationVar(&o.soak, "soak", 0, "repeat the sale (fresh product each round) for this long and check that nothing leaks; 0: one sale")
 	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -154,45 +156,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer db.Close()
 	}
 
-	strategies := []string{o.strategy}
-	if o.compare {
-		strategies = allStrategies
-	}
 	client := &http.Client{Timeout: o.timeout}
 	vf := verifier{client: client, base: targets[0], token: o.token, db: db}
 	var progress io.Writer
 	if o.progress {
 		progress = stderr
 	}
-	var reports []report
-	sales := map[string]sale{}
-	for _, strategy := range strategies {
-		name := strategy
-		if name == "" {
-			name = "default"
-		}
-		sku := o.sku + "-" + name
-		if err := putProduct(ctx, client, targets[0], o.token, sku, o.stock); err != nil {
-			return err
-		}
-		l := load{targets: targets, sku: sku, strategy: strategy, users: o.users, requests: o.requests, rate: o.rate,
-			concurrency: o.concurrency, duration: o.duration, timeout: o.timeout, retryRounds: o.retryRounds, progress: progress}
-		s, err := l.run(ctx, name)
-		if err != nil {
-			return err
-		}
-		r := newReport(name, sku, s)
-		if r.Outcomes[outcomeInvalid] == r.Requests {
-			r.Skipped = "refused by the server (naive needs SECKILL_ALLOW_UNSAFE=true)"
-		} else if r.Verdict, err = vf.verify(ctx, sku, s.acked); err != nil {
-			return fmt.Errorf("verify %s: %w", name, err)
-		}
-		r.judge()
-		reports = append(reports, r)
-		sales[name] = s
-		fmt.Fprintf(stderr, "loadtest: %s: %v; %s\n", name, r.Outcomes, r.verdictText())
+	rs := roundRunner{opts: o, targets: targets, client: client, verifier: vf, progress: progress, log: stderr}
+	reports, sales, err := rs.round(ctx, "")
+	if err != nil {
+		return err
 	}
-
+	var soakProblems []string
+	if o.soak > 0 {
+		if soakProblems, err = rs.soak(ctx, stdout); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(stdout, "\n%s\n\n", description)
 	markdown(stdout, reports)
 	if err := write(o.out, description, reports, sales); err != nil {
@@ -204,6 +184,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, f := range r.Failed {
 			failed = append(failed, r.Strategy+": "+f)
 		}
+	}
+	for _, p := range soakProblems {
+		failed = append(failed, "soak: "+p)
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("verification failed:\n  %s", strings.Join(failed, "\n  "))
@@ -254,4 +237,105 @@ func randomToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // crypto/rand.Read never returns an error on supported platforms
 	return hex.EncodeToString(b)
+}
+
+// roundRunner runs rounds of sales: every strategy of the run, each on a fresh product.
+type roundRunner struct {
+	opts     options
+	targets  []string
+	client   *http.Client
+	verifier verifier
+	progress io.Writer
+	log      io.Writer
+}
+
+// round sells, measures and verifies once per strategy; suffix keeps the SKUs of later rounds
+// apart.
+func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[string]sale, error) {
+	o := rr.opts
+	strategies := []string{o.strategy}
+	if o.compare {
+		strategies = allStrategies
+	}
+	var reports []report
+	sales := map[string]sale{}
+	for _, strategy := range strategies {
+		name := strategy
+		if name == "" {
+			name = "default"
+		}
+		sku := o.sku + "-" + name + suffix
+		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock); err != nil {
+			return nil, nil, err
+		}
+		l := load{targets: rr.targets, sku: sku, strategy: strategy, users: o.users, requests: o.requests, rate: o.rate,
+			concurrency: o.concurrency, duration: o.duration, timeout: o.timeout, retryRounds: o.retryRounds, progress: rr.progress}
+		s, err := l.run(ctx, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		r := newReport(name, sku, s)
+		if r.Outcomes[outcomeInvalid] == r.Requests {
+			r.Skipped = "refused by the server (naive needs SECKILL_ALLOW_UNSAFE=true)"
+		} else if r.Verdict, err = rr.verifier.verify(ctx, sku, s.acked); err != nil {
+			return nil, nil, fmt.Errorf("verify %s: %w", name, err)
+		}
+		r.judge()
+		reports = append(reports, r)
+		sales[name] = s
+		fmt.Fprintf(rr.log, "loadtest: %s: %v; %s\n", name, r.Outcomes, r.verdictText())
+	}
+	return reports, sales, nil
+}
+
+// soak repeats rounds until the soak time is up, failing on the first round that breaks the
+// invariant, and compares each instance's metrics after the first round with the last: nothing
+// may keep growing. It returns what grew.
+func (rr roundRunner) soak(ctx context.Context, stdout io.Writer) ([]string, error) {
+	began := time.Now()
+	first, err := rr.samples(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rounds := 1
+	for ; time.Since(began) < rr.opts.soak && ctx.Err() == nil; rounds++ {
+		reports, _, err := rr.round(ctx, fmt.Sprintf("-r%d", rounds))
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range reports {
+			if len(r.Failed) > 0 {
+				return []string{fmt.Sprintf("round %d, %s: %s", rounds, r.Strategy, strings.Join(r.Failed, "; "))}, nil
+			}
+		}
+	}
+	last, err := rr.samples(ctx)
+	if err != nil {
+		return nil, err
+	}
+	problems := soakReport(stdout, rr.targets, first, last, rounds, time.Since(began))
+	if rr.opts.redis != "" {
+		time.Sleep(time.Second) // let the last releases land
+		n, err := leftoverLocks(ctx, rr.opts.redis)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			problems = append(problems, fmt.Sprintf("%d Redis lock keys left behind", n))
+		}
+	}
+	return problems, nil
+}
+
+// samples scrapes every target's /metrics.
+func (rr roundRunner) samples(ctx context.Context) ([]sample, error) {
+	var out []sample
+	for _, target := range rr.targets {
+		s, err := sampleMetrics(ctx, rr.client, target)
+		if err != nil {
+			return nil, fmt.Errorf("soak: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }

@@ -65,7 +65,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer etcd.Close()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	dbStats, err := store.Collector()
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), dbStats)
 	registry, err := newRegistry(cfg, store, rdb, etcd, log, reg)
 	if err != nil {
 		return err

@@ -14,6 +14,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -127,6 +129,16 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 		return nil, err
 	}
 	return s, nil
+}
+
+// Collector exports the connection pool's statistics (open, in use, idle, waits) as Prometheus
+// metrics named go_sql_*{db_name="seckill"}: a pool that only grows is a leak.
+func (s *Store) Collector() (prometheus.Collector, error) {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return nil, err
+	}
+	return collectors.NewDBStatsCollector(sqlDB, "seckill"), nil
 }
 
 // Dialect reports which database the store talks to.
