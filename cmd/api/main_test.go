@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -171,4 +172,30 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	var out bytes.Buffer
 	err = run(context.Background(), []string{"-lock-ttl", "x"}, env(nil), &out, io.Discard)
 	assert.Error(t, err)
+}
+
+// TestServerEdges: the http.Server limits that protect the service from a client — a header
+// over 16 KiB is refused with 431, and a client that never finishes its headers (slowloris) is
+// cut off by ReadHeaderTimeout instead of holding a connection forever.
+func TestServerEdges(t *testing.T) {
+	svc, _ := startRun(t, map[string]string{"SECKILL_ADDR": "127.0.0.1:0", "SECKILL_DATA_DIR": t.TempDir(), "SECKILL_ADMIN_TOKEN": "tok"})
+
+	req, err := http.NewRequest(http.MethodGet, svc.url+"/healthz", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Padding", strings.Repeat("x", 32<<10))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(svc.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "))
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(15*time.Second)))
+	start := time.Now()
+	_, err = io.ReadAll(conn)
+	assert.NoError(t, err, "the server closed the connection (EOF), the client did not time out")
+	assert.Less(t, time.Since(start), 10*time.Second, "cut off by the 5 s ReadHeaderTimeout")
 }
