@@ -65,7 +65,7 @@ func NewRegistry(store *stock.Store, cfg RegistryConfig, log *slog.Logger, reg p
 		log:           log,
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_orders_total",
-			Help: "Order attempts by strategy and outcome (ok, replayed, sold_out, already_purchased, busy, invalid, not_found, unavailable, error).",
+			Help: "Order attempts by strategy and outcome (ok, replayed, sold_out, already_purchased, busy, invalid, not_found, idempotency_conflict, unavailable, timeout, canceled, error).",
 		}, []string{"strategy", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "seckill_order_duration_seconds",
@@ -252,6 +252,8 @@ func Outcome(err error) string {
 		{stock.ErrNotFound, "not_found"},
 		{stock.ErrIdempotencyConflict, "idempotency_conflict"},
 		{stock.ErrUnavailable, "unavailable"},
+		{context.DeadlineExceeded, "timeout"}, // the request's deadline passed while a backend was slow
+		{context.Canceled, "canceled"},        // the client went away
 	} {
 		if errors.Is(err, o.err) {
 			return o.name
