@@ -79,18 +79,42 @@ func startProcess(t *testing.T, bin string, extraEnv ...string) service {
 	return service{}
 }
 
-// TestProcesses runs the sale across three service processes on one database, over HTTP, for
-// every safe strategy: exactly the stock is sold, the invariant holds in SQL, and every 201 has
-// its order row. It logs each strategy's orders/s.
-func TestProcesses(t *testing.T) {
+// startThree builds the service and starts three processes of it, each with extraEnv.
+func startThree(t *testing.T, extraEnv ...string) []service {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the service and runs three processes; skipped with -short")
 	}
 	bin := buildService(t)
 	var procs []service
 	for range 3 {
-		procs = append(procs, startProcess(t, bin))
+		procs = append(procs, startProcess(t, bin, extraEnv...))
 	}
+	return procs
+}
+
+// putOnSale puts a fresh product with units on sale through svc and returns its SKU.
+func putOnSale(t *testing.T, svc service, units int) string {
+	t.Helper()
+	sku := backendtest.SKU(t)
+	require.Equal(t, http.StatusOK, svc.call(t, "PUT", "/api/v1/products/"+sku, fmt.Sprintf(`{"name":%q,"stock":%d}`, t.Name(), units), nil))
+	return sku
+}
+
+// assertSoldThrough checks the end of a sale: every unit sold, once, to a client that heard 201;
+// every other buyer heard sold out; the invariant holds in SQL.
+func assertSoldThrough(t *testing.T, res httpSale, sku string, units, buyers int) {
+	t.Helper()
+	assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+	assert.Zero(t, a.Stock, "every unit sold")
+}
+
+// TestProcesses runs the sale across three service processes on one database, over HTTP, for
+// every safe strategy: exactly the stock is sold, the invariant holds in SQL, and every 201 has
+// its order row. It logs each strategy's orders/s.
+func TestProcesses(t *testing.T) {
+	procs := startThree(t)
 	const (
 		units   = 100
 		buyers  = 300
@@ -98,9 +122,7 @@ func TestProcesses(t *testing.T) {
 	)
 	for _, strategy := range []string{"hybrid", "etcd", "pessimistic", "dblock"} {
 		t.Run(strategy, func(t *testing.T) {
-			sku := backendtest.SKU(t)
-			require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
-				fmt.Sprintf(`{"name":"process test","stock":%d}`, units), nil))
+			sku := putOnSale(t, procs[0], units)
 			admittedBefore := scrape(t, procs, `seckill_admission_total{result="sold_out"}`)
 			res := loadHTTP(t, procs, sku, strategy, buyers, clients, httpFault{})
 			soldIn := res.lastSale.Sub(res.start)
@@ -109,9 +131,8 @@ func TestProcesses(t *testing.T) {
 				res.percentile(50), res.percentile(99),
 				res.status[http.StatusConflict], 100*(scrape(t, procs, `seckill_admission_total{result="sold_out"}`)-admittedBefore)/float64(res.status[http.StatusConflict]),
 				res.busy, res.end.Sub(res.start).Round(time.Millisecond))
-			assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
 			assert.Zero(t, res.transportErrors)
-			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+			assertSoldThrough(t, res, sku, units, buyers)
 		})
 	}
 }
@@ -121,24 +142,13 @@ func TestProcesses(t *testing.T) {
 // others sell the rest. Clients whose request died with the process retry it, with the same
 // Idempotency-Key, on another process. Nothing is oversold and every unit sells.
 func TestProcessesEtcdKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the service and runs three processes; skipped with -short")
-	}
-	bin := buildService(t)
-	var procs []service
-	for range 3 {
-		procs = append(procs, startProcess(t, bin, "SECKILL_LOCK_TTL=2s", "SECKILL_LOCK_WAIT=3s"))
-	}
+	procs := startThree(t, "SECKILL_LOCK_TTL=2s", "SECKILL_LOCK_WAIT=3s")
 	const units, buyers, clients = 60, 150, 24
-	sku := backendtest.SKU(t)
-	require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
-		fmt.Sprintf(`{"name":"kill test","stock":%d}`, units), nil))
+	sku := putOnSale(t, procs[0], units)
 	res := loadHTTP(t, procs, sku, "etcd", buyers, clients, httpFault{at: units / 4, only: &procs[1], inject: procs[1].kill})
 	t.Logf("etcd, one of 3 processes SIGKILLed mid-sale: %v, %d busy retries, %d requests lost with the process and retried elsewhere, %s",
 		res.status, res.busy, res.transportErrors, res.end.Sub(res.start).Round(time.Millisecond))
-	assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
-	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
-	assert.Zero(t, a.Stock, "the others sold the rest")
+	assertSoldThrough(t, res, sku, units, buyers)
 }
 
 // TestProcessesHybridPause stops one of three hybrid processes with SIGSTOP in the middle of a
@@ -146,59 +156,35 @@ func TestProcessesEtcdKill(t *testing.T) {
 // watchdog frozen too — then resumes it. The others sell meanwhile; when the paused process
 // wakes, its stale writes fail their version check. Nothing is oversold, and the rest sells.
 func TestProcessesHybridPause(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the service and runs three processes; skipped with -short")
-	}
-	bin := buildService(t)
-	var procs []service
-	var pids []int
-	for range 3 {
-		svc := startProcess(t, bin, "SECKILL_LOCK_TTL=500ms", "SECKILL_LOCK_WAIT=3s")
-		procs = append(procs, svc)
-		pids = append(pids, svc.pid)
-	}
+	procs := startThree(t, "SECKILL_LOCK_TTL=500ms", "SECKILL_LOCK_WAIT=3s")
 	const units, buyers, clients = 100, 300, 48
-	sku := backendtest.SKU(t)
-	require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
-		fmt.Sprintf(`{"name":"pause test","stock":%d}`, units), nil))
+	sku := putOnSale(t, procs[0], units)
 	// Until the fault, all orders go to the process that will be paused, so that it is almost
 	// surely inside its critical section, holding the lock, when it stops.
 	res := loadHTTP(t, procs, sku, "hybrid", buyers, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
-		assert.NoError(t, syscall.Kill(pids[1], syscall.SIGSTOP))
+		assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGSTOP))
 		time.Sleep(1500 * time.Millisecond)
-		assert.NoError(t, syscall.Kill(pids[1], syscall.SIGCONT))
+		assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGCONT))
 	}})
 	t.Logf("hybrid, one of 3 processes SIGSTOPped for 1.5s (3 TTLs) mid-sale: %v, %d busy retries; locks lost %v, version conflicts retried %v",
 		res.status, res.busy, scrape(t, procs, `seckill_lock_lost_total{strategy="hybrid"}`),
 		scrape(t, procs, `seckill_optimistic_retries_total{strategy="hybrid"}`))
-	assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
-	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
-	assert.Zero(t, a.Stock, "the rest of the stock sold")
+	assertSoldThrough(t, res, sku, units, buyers)
 }
 
 // TestProcessesShutdownUnderLoad sends SIGTERM to one of three processes while it is taking
 // orders: it drains what is in flight and exits cleanly (checked at cleanup), its clients retry on
 // the others with the same Idempotency-Key, and no acknowledged order is lost.
 func TestProcessesShutdownUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the service and runs three processes; skipped with -short")
-	}
-	bin := buildService(t)
-	var procs []service
-	for range 3 {
-		procs = append(procs, startProcess(t, bin))
-	}
+	procs := startThree(t)
 	const units, buyers, clients = 100, 300, 48
-	sku := backendtest.SKU(t)
-	require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
-		fmt.Sprintf(`{"name":"shutdown test","stock":%d}`, units), nil))
+	sku := putOnSale(t, procs[0], units)
 	res := loadHTTP(t, procs, sku, "hybrid", buyers, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
 		assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGTERM))
 	}})
 	t.Logf("hybrid, one of 3 processes sent SIGTERM mid-sale: %v, %d requests retried elsewhere after the shutdown",
 		res.status, res.transportErrors)
-	assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
-	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+	assertSoldThrough(t, res, sku, units, buyers)
 }
 
 // scrape sums one sample line of the processes' /metrics.
