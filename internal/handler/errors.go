@@ -39,6 +39,11 @@ var errorTable = []struct {
 		return "this Idempotency-Key was already used with a different request"
 	}},
 	{stock.ErrBusy, http.StatusTooManyRequests, "busy", func(s string) string { return s + " is busy; retry shortly" }},
+	// Another request with the same Idempotency-Key is being placed right now and has not
+	// settled: this one can be answered once it has.
+	{stock.ErrDuplicateRequest, http.StatusTooManyRequests, "busy", func(string) string {
+		return "a request with this Idempotency-Key is in flight; retry shortly"
+	}},
 	{errRateLimited, http.StatusTooManyRequests, "rate_limited", func(string) string {
 		return "too many requests from this client; retry shortly"
 	}},

@@ -1011,3 +1011,24 @@ func TestDatabaseRestart(t *testing.T) {
 		assert.Equal(t, o.UserID, got.UserID)
 	}
 }
+
+// settlingSales answers every order with the error of a request whose Idempotency-Key is held by
+// another request that has not settled yet (the unique key fired, but the winner is not visible).
+type settlingSales struct{ handler.Sales }
+
+func (settlingSales) Resolve(string) (string, error) { return "pessimistic", nil }
+
+func (settlingSales) PlaceOrder(context.Context, stock.OrderRequest) (stock.Order, bool, error) {
+	return stock.Order{}, false, fmt.Errorf("insert: %w", stock.ErrDuplicateRequest)
+}
+
+// TestKeyInFlight: that race is the client's to retry (429 busy), not a server error.
+func TestKeyInFlight(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h, err := handler.New(handler.Config{Sales: settlingSales{}, Log: slog.New(slog.DiscardHandler), Registerer: reg, Gatherer: reg})
+	require.NoError(t, err)
+	s := &server{Handler: h}
+	rec := s.do(t, http.MethodPost, ordersPath("sku-1"), `{"user_id":"u-1"}`, header{"Idempotency-Key": "k"})
+	assertError(t, rec, http.StatusTooManyRequests, "busy")
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+}
