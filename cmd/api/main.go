@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/seckill/internal/handler"
 	"github.com/flashsale/seckill/internal/lockstrategy"
@@ -25,6 +26,9 @@ import (
 )
 
 func main() {
+	// go-redis logs through a package-level logger of its own (every refused dial while Redis is
+	// down); send it to slog rather than raw to stderr. Set here, once per process, not in run.
+	redis.SetLogger(redisLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -41,6 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("config: %w", err)
 	}
 	log := newLogger(cfg.LogFormat, stderr)
+	slog.SetDefault(log) // libraries that log through slog's default (go-redis, above) follow the configured format
 	cfg.print(stdout)
 
 	store, err := openStore(ctx, cfg, stdout)
@@ -127,6 +132,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// redisLogger adapts go-redis's logging to slog.
+type redisLogger struct{}
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	slog.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }
 
 func newLogger(format string, w io.Writer) *slog.Logger {
