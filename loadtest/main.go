@@ -81,7 +81,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.retryRounds, "retry-busy", 3, "rounds retrying 429 busy answers after their Retry-After (0: no retries)")
 	fs.StringVar(&o.strategy, "strategy", "", "strategy to run (default: the server's); see -compare")
 	fs.BoolVar(&o.compare, "compare", false, "run every strategy in turn (default when the tool starts the service)")
-	fs.StringVar(&o.mysql, "mysql", "", "MySQL DSN: verify in SQL too (and, when the tool starts the service, use this database)")
+	fs.StringVar(&o.mysql, "mysql", "", "MySQL DSN: verify in SQL too, and with -compare measure the per-order FOR UPDATE baseline (when the tool starts the service, it uses this database)")
 	fs.StringVar(&o.redis, "redis", "", "when the tool starts the service: Redis addresses for it (default: embedded)")
 	fs.StringVar(&o.out, "out", "", "output folder (default: loadtest-results/<time>)")
 	fs.DurationVar(&o.soak, "soak", 0, "repeat the sale (fresh product each round) for this long and check that nothing leaks; 0: one sale")
@@ -163,9 +163,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		progress = stderr
 	}
 	rs := roundRunner{opts: o, targets: targets, client: client, verifier: vf, progress: progress, log: stderr}
+	var base *report
+	if db != nil && o.compare {
+		b, err := rs.baselineReport(ctx, db)
+		if err != nil {
+			return err
+		}
+		base = &b
+	}
 	reports, sales, err := rs.round(ctx, "")
 	if err != nil {
 		return err
+	}
+	if base != nil {
+		for i := range reports {
+			reports[i].VsBaseline = reports[i].OrdersPerSecond / base.OrdersPerSecond
+		}
+		reports = append([]report{*base}, reports...)
 	}
 	var soakProblems []string
 	if o.soak > 0 {

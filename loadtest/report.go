@@ -33,6 +33,7 @@ type report struct {
 	Outcomes        map[string]int `json:"outcomes"`
 	BusyAnswers     int            `json:"busy_answers"`
 	OrdersPerSecond float64        `json:"orders_per_second"`
+	VsBaseline      float64        `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
 	Selling         phase          `json:"selling"`
 	SoldOut         phase          `json:"sold_out"`
 	Verdict         verdict        `json:"verdict"`
@@ -96,19 +97,23 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseco
 
 // markdown writes the comparison table.
 func markdown(w io.Writer, reports []report) {
-	fmt.Fprintln(w, "| strategy | lock | orders | orders/s (selling) | p50 / p99 ms (selling) | busy answers | sold-out req/s | sold-out p99 ms | oversold | verdict |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| strategy | lock | orders | orders/s (selling) | vs baseline | p50 / p99 ms (selling) | busy answers | sold-out req/s | sold-out p99 ms | oversold | verdict |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range reports {
 		if r.Skipped != "" {
-			fmt.Fprintf(w, "| `%s` | %s | | | | | | | | %s |\n", r.Strategy, r.Family, r.verdictText())
+			fmt.Fprintf(w, "| `%s` | %s | | | | | | | | | %s |\n", r.Strategy, r.Family, r.verdictText())
 			continue
 		}
 		busy := 0.0
 		if r.Attempts > 0 {
 			busy = 100 * float64(r.BusyAnswers) / float64(r.Attempts)
 		}
-		fmt.Fprintf(w, "| `%s` | %s | %d | %.0f | %s / %s | %d (%.0f%%) | %.0f | %s | %d | %s |\n",
-			r.Strategy, r.Family, r.Outcomes[outcomeOK], r.OrdersPerSecond, ms(r.Selling.P50), ms(r.Selling.P99),
+		vs := ""
+		if r.VsBaseline > 0 {
+			vs = fmt.Sprintf("%.2fx", r.VsBaseline)
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %d | %.0f | %s | %s / %s | %d (%.0f%%) | %.0f | %s | %d | %s |\n",
+			r.Strategy, r.Family, r.Outcomes[outcomeOK], r.OrdersPerSecond, vs, ms(r.Selling.P50), ms(r.Selling.P99),
 			r.BusyAnswers, busy, r.SoldOut.Throughput, ms(r.SoldOut.P99), r.Verdict.Oversold, r.verdictText())
 	}
 }
