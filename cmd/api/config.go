@@ -33,6 +33,7 @@ type config struct {
 	SlowHold         time.Duration
 	ShutdownTimeout  time.Duration
 	LogFormat        string
+	GroupCommit      int
 	RateLimit        float64
 	RateBurst        int
 	TrustedProxies   []string
@@ -71,6 +72,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.DurationVar(&c.SlowHold, "slow-hold", 500*time.Millisecond, "warn and count when a lock is held longer than this")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
+	fs.IntVar(&c.GroupCommit, "group-commit", 64, "hybrid: place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 0, "per-client requests/s to the API (token bucket); 0: off")
 	fs.IntVar(&c.RateBurst, "rate-burst", 0, "per-client burst; default: twice the rate")
 	fs.Var((*list)(&c.TrustedProxies), "trusted-proxies", "proxies (CIDRs or addresses) whose X-Forwarded-For names the client; empty: none")
@@ -99,6 +101,9 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return nil, fmt.Errorf("SECKILL_REDIS_ADDRS: %q: %w", addr, err)
 		}
+	}
+	if c.GroupCommit < 0 {
+		return nil, errors.New("group-commit must not be negative")
 	}
 	if c.RateLimit < 0 || c.RateBurst < 0 {
 		return nil, errors.New("rate-limit and rate-burst must not be negative")

@@ -161,7 +161,7 @@ func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, etcd *etcdB
 		Admission:     admission,
 	}, log, reg)
 	registry.Register(lockstrategy.NewHybrid(store, admission, rdb.redsync(), lockstrategy.HybridOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5,
+		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Batch: cfg.GroupCommit,
 	}, metrics), false)
 	registry.Register(lockstrategy.NewEtcd(etcd.client, store, lockstrategy.EtcdOptions{
 		TTL: cfg.LockTTL, Wait: cfg.LockWait,

@@ -138,3 +138,27 @@ func placeVersioned(ctx context.Context, store *stock.Store, req stock.OrderRequ
 		metrics.retried(strategy)
 	}
 }
+
+// placeVersionedBatch is placeVersioned for a batch: read, then place every order at that
+// version in one transaction (stock.Store.PlaceBatchAt), retrying the whole batch with a fresh
+// read when another writer got there first.
+func placeVersionedBatch(ctx context.Context, store *stock.Store, reqs []stock.OrderRequest, attempts int,
+	metrics *LockMetrics, strategy string) []stock.Placed {
+	for i := 1; ; i++ {
+		read, err := store.Product(ctx, reqs[0].SKU)
+		if err != nil {
+			return failAll(len(reqs), err)
+		}
+		placed, err := store.PlaceBatchAt(ctx, reqs, read)
+		if err == nil {
+			return placed
+		}
+		if !errors.Is(err, stock.ErrVersionConflict) {
+			return failAll(len(reqs), err)
+		}
+		if i >= attempts {
+			return failAll(len(reqs), fmt.Errorf("%d version conflicts on products/%s: %w", i, reqs[0].SKU, stock.ErrBusy))
+		}
+		metrics.retried(strategy)
+	}
+}

@@ -36,6 +36,7 @@ type Hybrid struct {
 	rs        *redsync.Redsync
 	opts      HybridOptions
 	lanes     *lanes
+	batch     *batcher // nil: one order per critical section
 	metrics   *LockMetrics
 }
 
@@ -45,6 +46,9 @@ type HybridOptions struct {
 	Wait     time.Duration // how long an order waits for the lock before answering busy
 	Extend   time.Duration // watchdog period; default TTL/3
 	Attempts int           // version-guarded writes tried before answering busy
+	// Batch, above 1, turns on group commit: up to Batch orders that queued for a SKU while the
+	// last section ran are placed by the next one together (one lock, one update, one insert).
+	Batch int
 	// AfterRead, when set, runs inside the critical section between reading the product and
 	// writing it. Tests use it to hold the section open, as a paused holder would.
 	AfterRead func(context.Context, stock.OrderRequest)
@@ -56,7 +60,14 @@ func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, op
 	if opts.Extend <= 0 {
 		opts.Extend = opts.TTL / 3
 	}
-	return &Hybrid{store: store, admission: admission, rs: rs, opts: opts, lanes: newLanes(), metrics: metrics}
+	h := &Hybrid{store: store, admission: admission, rs: rs, opts: opts, lanes: newLanes(), metrics: metrics}
+	if opts.Batch > 1 {
+		sectionTimeout := 2*opts.Wait + 5*time.Second // lock wait, then the write and its retries
+		h.batch = newBatcher(opts.Batch, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), sectionTimeout)
+		}, h.placeBatch)
+	}
+	return h
 }
 
 // Name implements Strategy.
@@ -72,11 +83,47 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	if err != nil {
 		return stock.Order{}, err
 	}
-	order, err := h.placeLocked(ctx, req)
+	place := h.placeLocked
+	if h.batch != nil {
+		place = h.batch.place
+	}
+	order, err := place(ctx, req)
 	if err != nil {
 		h.admission.GiveBack(ctx, req, err)
 	}
 	return order, err
+}
+
+// placeBatch is placeLocked for a batch: one lock acquisition, one version-guarded write for all
+// the orders, each answered on its own.
+func (h *Hybrid) placeBatch(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
+	key := lockKey(reqs[0].SKU)
+	waitCtx, cancel := context.WithTimeout(ctx, h.opts.Wait)
+	defer cancel()
+	start := time.Now()
+	m, err := h.lock(ctx, waitCtx, key)
+	if errors.Is(err, errLockUnreachable) {
+		h.admission.down("lock", err)
+		h.admission.fellBack("lock")
+		return placeVersionedBatch(ctx, h.store, reqs, h.opts.Attempts, h.metrics, h.Name())
+	}
+	if err != nil {
+		return failAll(len(reqs), waitFailed(ctx, key, h.opts.Wait, err))
+	}
+	locked := time.Now()
+	h.metrics.waited(h.Name(), locked.Sub(start))
+	section, stop := h.watchdog(ctx, m, key)
+	placed := placeVersionedBatch(section, h.store, reqs, h.opts.Attempts, h.metrics, h.Name())
+	stop()
+	h.unlock(ctx, m, key, locked)
+	if errors.Is(context.Cause(section), errLockLost) {
+		for i := range placed {
+			if placed[i].Err != nil && !errors.Is(placed[i].Err, stock.ErrSoldOut) {
+				placed[i].Err = fmt.Errorf("lock %s lost mid-section, section abandoned: %w", key, stock.ErrBusy)
+			}
+		}
+	}
+	return placed
 }
 
 // placeLocked runs the critical section under the redsync lock.

@@ -244,9 +244,18 @@ func TestHybridLockLostAbandonsSection(t *testing.T) {
 	backendtest.RequireInvariant(t, s, sku, nil)
 }
 
+// forEachMode runs a hybrid fault test once per order and once with group commit: the
+// invariant must hold either way.
+func forEachMode(t *testing.T, test func(t *testing.T, opts lockstrategy.HybridOptions)) {
+	batched := defaultHybrid
+	batched.Batch = 64
+	t.Run("per-order", func(t *testing.T) { test(t, defaultHybrid) })
+	t.Run("batched", func(t *testing.T) { test(t, batched) })
+}
+
 // hybrids builds instances hybrid instances over the given Redis addresses (admission on the
 // first; locks by quorum over all), each with its own store and clients.
-func hybrids(t *testing.T, addrs ...string) ([]lockstrategy.Strategy, []*prometheus.Registry) {
+func hybrids(t *testing.T, opts lockstrategy.HybridOptions, addrs ...string) ([]lockstrategy.Strategy, []*prometheus.Registry) {
 	t.Helper()
 	var insts []lockstrategy.Strategy
 	var regs []*prometheus.Registry
@@ -257,7 +266,7 @@ func hybrids(t *testing.T, addrs ...string) ([]lockstrategy.Strategy, []*prometh
 			t.Cleanup(func() { _ = c.Close() })
 			clients = append(clients, c)
 		}
-		h, reg := newHybridWithMetrics(t, backendtest.Store(t), defaultHybrid, clients...)
+		h, reg := newHybridWithMetrics(t, backendtest.Store(t), opts, clients...)
 		insts = append(insts, h)
 		regs = append(regs, reg)
 	}
@@ -277,61 +286,67 @@ func sum(t *testing.T, regs []*prometheus.Registry, name string, labels map[stri
 // from the database, the sale completes, and nothing is oversold. The buyers come in two waves,
 // so that admission is asked again after the flush.
 func TestHybridFlushMidSale(t *testing.T) {
-	srv := backendtest.StartRedis(t)
-	insts, regs := hybrids(t, srv.Addr)
-	flusher := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer flusher.Close()
-	sku := backendtest.SKU(t)
-	first := sellOn(t, insts, sku, units, units/2, fault{at: units / 4, inject: func() {
-		assert.NoError(t, flusher.FlushAll(context.Background()).Err())
-	}})
-	res := first.add(wave(t, insts, sku, units/2, buyers, fault{}))
-	warms := sum(t, regs, "seckill_admission_total", map[string]string{"result": "warmed"})
-	t.Logf("flush mid-sale: outcomes %v, counter built %v times", res.outcome, warms)
-	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
-	assert.GreaterOrEqual(t, warms, 2.0, "the counter was built at the start and rebuilt after the flush")
-	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
-	assertLinearizable(t, units, res)
+	forEachMode(t, func(t *testing.T, opts lockstrategy.HybridOptions) {
+		srv := backendtest.StartRedis(t)
+		insts, regs := hybrids(t, opts, srv.Addr)
+		flusher := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		defer flusher.Close()
+		sku := backendtest.SKU(t)
+		first := sellOn(t, insts, sku, units, units/2, fault{at: units / 4, inject: func() {
+			assert.NoError(t, flusher.FlushAll(context.Background()).Err())
+		}})
+		res := first.add(wave(t, insts, sku, units/2, buyers, fault{}))
+		warms := sum(t, regs, "seckill_admission_total", map[string]string{"result": "warmed"})
+		t.Logf("flush mid-sale: outcomes %v, counter built %v times", res.outcome, warms)
+		assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
+		assert.GreaterOrEqual(t, warms, 2.0, "the counter was built at the start and rebuilt after the flush")
+		backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+		assertLinearizable(t, units, res)
+	})
 }
 
 // TestHybridRedisDown kills Redis in the middle of a sale: orders go on through the
 // database-guarded fallback, nothing is oversold; when Redis is back, admission resumes by itself.
 func TestHybridRedisDown(t *testing.T) {
-	srv := backendtest.StartRedis(t)
-	insts, regs := hybrids(t, srv.Addr)
-	sku := backendtest.SKU(t)
-	res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: srv.Kill})
-	fallbacks := sum(t, regs, "seckill_redis_fallbacks_total", nil)
-	t.Logf("redis killed mid-sale: outcomes %v after %d busy retries; %v orders fell back", res.outcome, res.retries, fallbacks)
-	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
-	assert.Positive(t, fallbacks, "orders took the fallback path")
-	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
-	// No history check here, on purpose: admission's sold_out means "every unit is reserved", and
-	// when Redis dies the reserved orders in flight fail and are given back to the fallback path,
-	// so buyers told sold_out early can be followed by sales of those very units. Nothing is
-	// oversold (above), but those early answers are not linearizable against the database stock.
+	forEachMode(t, func(t *testing.T, opts lockstrategy.HybridOptions) {
+		srv := backendtest.StartRedis(t)
+		insts, regs := hybrids(t, opts, srv.Addr)
+		sku := backendtest.SKU(t)
+		res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: srv.Kill})
+		fallbacks := sum(t, regs, "seckill_redis_fallbacks_total", nil)
+		t.Logf("redis killed mid-sale: outcomes %v after %d busy retries; %v orders fell back", res.outcome, res.retries, fallbacks)
+		assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
+		assert.Positive(t, fallbacks, "orders took the fallback path")
+		backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+		// No history check here, on purpose: admission's sold_out means "every unit is reserved", and
+		// when Redis dies the reserved orders in flight fail and are given back to the fallback path,
+		// so buyers told sold_out early can be followed by sales of those very units. Nothing is
+		// oversold (above), but those early answers are not linearizable against the database stock.
 
-	srv.Start()
-	time.Sleep(1100 * time.Millisecond) // past the breaker's cooldown
-	admittedBefore := sum(t, regs, "seckill_admission_total", map[string]string{"result": "sold_out"})
-	for i, h := range insts {
-		_, err := h.PlaceOrder(context.Background(), req(sku, "late-"+string(rune('a'+i))))
-		assert.ErrorIs(t, err, stock.ErrSoldOut)
-	}
-	assert.EqualValues(t, admittedBefore+float64(len(insts)), sum(t, regs, "seckill_admission_total", map[string]string{"result": "sold_out"}),
-		"after Redis came back, admission answered again (warmed from the database)")
+		srv.Start()
+		time.Sleep(1100 * time.Millisecond) // past the breaker's cooldown
+		admittedBefore := sum(t, regs, "seckill_admission_total", map[string]string{"result": "sold_out"})
+		for i, h := range insts {
+			_, err := h.PlaceOrder(context.Background(), req(sku, "late-"+string(rune('a'+i))))
+			assert.ErrorIs(t, err, stock.ErrSoldOut)
+		}
+		assert.EqualValues(t, admittedBefore+float64(len(insts)), sum(t, regs, "seckill_admission_total", map[string]string{"result": "sold_out"}),
+			"after Redis came back, admission answered again (warmed from the database)")
+	})
 }
 
 // TestRedlockQuorum locks over three independent Redis servers (Redlock) and kills one of them
 // mid-sale: the other two still form a quorum, locks are still granted, nothing is oversold.
 func TestRedlockQuorum(t *testing.T) {
-	servers := []*backendtest.RedisProcess{backendtest.StartRedis(t), backendtest.StartRedis(t), backendtest.StartRedis(t)}
-	insts, regs := hybrids(t, servers[0].Addr, servers[1].Addr, servers[2].Addr)
-	sku := backendtest.SKU(t)
-	res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: servers[2].Kill})
-	t.Logf("redlock, one of three killed mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
-	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
-	assert.Zero(t, sum(t, regs, "seckill_redis_fallbacks_total", nil), "the quorum held: no order needed the fallback")
-	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
-	assertLinearizable(t, units, res)
+	forEachMode(t, func(t *testing.T, opts lockstrategy.HybridOptions) {
+		servers := []*backendtest.RedisProcess{backendtest.StartRedis(t), backendtest.StartRedis(t), backendtest.StartRedis(t)}
+		insts, regs := hybrids(t, opts, servers[0].Addr, servers[1].Addr, servers[2].Addr)
+		sku := backendtest.SKU(t)
+		res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: servers[2].Kill})
+		t.Logf("redlock, one of three killed mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
+		assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
+		assert.Zero(t, sum(t, regs, "seckill_redis_fallbacks_total", nil), "the quorum held: no order needed the fallback")
+		backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+		assertLinearizable(t, units, res)
+	})
 }

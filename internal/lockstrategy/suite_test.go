@@ -37,6 +37,10 @@ var strategies = map[string]newStrategy{
 		return newHybrid(t, s, lockstrategy.HybridOptions{TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5},
 			backendtest.Redis(t))
 	},
+	"hybrid-batched": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
+		return newHybrid(t, s, lockstrategy.HybridOptions{TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Batch: 64},
+			backendtest.Redis(t))
+	},
 	"etcd": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
 		return newEtcd(t, s, backendtest.Etcd(t), lockstrategy.EtcdOptions{TTL: 5 * time.Second, Wait: 2 * time.Second})
 	},

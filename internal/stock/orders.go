@@ -42,6 +42,23 @@ func (s *Store) Buyers(ctx context.Context, sku string) ([]string, error) {
 	return users, nil
 }
 
+// newOrderRow is the row of a new order: a fresh ULID, the request's fingerprint, now.
+func newOrderRow(req OrderRequest) orderRow {
+	row := orderRow{
+		OrderID:     ulid.Make().String(),
+		SKU:         req.SKU,
+		UserID:      req.UserID,
+		Quantity:    req.Quantity,
+		Strategy:    req.Strategy,
+		RequestHash: req.Fingerprint(),
+		CreatedAt:   time.Now().UTC().Truncate(time.Microsecond),
+	}
+	if req.IdempotencyKey != "" {
+		row.IdempotencyKey = &req.IdempotencyKey
+	}
+	return row
+}
+
 // Order reads one order by its id.
 func (s *Store) Order(ctx context.Context, orderID string) (Order, error) {
 	return s.orderWhere(ctx, "order_id = ?", orderID)
@@ -242,18 +259,7 @@ func sell(tx *gorm.DB, row Product, req OrderRequest, matchVersion bool) (Order,
 // ErrAlreadyPurchased and a reused Idempotency-Key into ErrDuplicateRequest; either way the
 // caller's transaction rolls back and gives the stock back.
 func insertOrder(tx *gorm.DB, req OrderRequest) (Order, error) {
-	row := orderRow{
-		OrderID:     ulid.Make().String(),
-		SKU:         req.SKU,
-		UserID:      req.UserID,
-		Quantity:    req.Quantity,
-		Strategy:    req.Strategy,
-		RequestHash: req.Fingerprint(),
-		CreatedAt:   time.Now().UTC().Truncate(time.Microsecond),
-	}
-	if req.IdempotencyKey != "" {
-		row.IdempotencyKey = &req.IdempotencyKey
-	}
+	row := newOrderRow(req)
 	if err := classify(tx.Create(&row).Error); err != nil {
 		switch {
 		case isDuplicate(err, "idempotency_key"):

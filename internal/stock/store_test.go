@@ -268,3 +268,48 @@ func TestMigrateConcurrently(t *testing.T) {
 		assert.NoError(t, err)
 	}
 }
+
+// TestPlaceBatchAt: a batch takes stock in arrival order with one conditional update and one
+// insert, and every order gets its own answer; a stale version writes nothing at all.
+func TestPlaceBatchAt(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 3, 2)
+	prior, err := placeAt(t, s, order(sku, "before"))
+	require.NoError(t, err)
+	read, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+
+	keyed := order(sku, "k1")
+	keyed.IdempotencyKey = "key-" + sku
+	sameKey := order(sku, "k2")
+	sameKey.IdempotencyKey = keyed.IdempotencyKey
+	two := stock.OrderRequest{SKU: sku, UserID: "two", Quantity: 2, Strategy: "test"}
+	batch := []stock.OrderRequest{
+		order(sku, "a"),
+		order(sku, "before"), // bought earlier
+		{SKU: sku, UserID: "greedy", Quantity: 3, Strategy: "test"}, // over max_per_order
+		order(sku, "a"), // twice in the batch
+		keyed,
+		sameKey, // its key is already in the batch
+		two,     // one unit left
+	}
+	res, err := s.PlaceBatchAt(ctx, batch, read)
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	assert.ErrorIs(t, res[1].Err, stock.ErrAlreadyPurchased)
+	assert.ErrorIs(t, res[2].Err, stock.ErrInvalid)
+	assert.ErrorIs(t, res[3].Err, stock.ErrAlreadyPurchased)
+	require.NoError(t, res[4].Err)
+	assert.ErrorIs(t, res[5].Err, stock.ErrDuplicateRequest)
+	var soldOut *stock.SoldOutError
+	require.ErrorAs(t, res[6].Err, &soldOut)
+	assert.EqualValues(t, 0, soldOut.Left)
+	after, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+	assert.Equal(t, read.Version+1, after.Version, "one update for the whole batch")
+
+	_, err = s.PlaceBatchAt(ctx, []stock.OrderRequest{order(sku, "late")}, read)
+	assert.ErrorIs(t, err, stock.ErrVersionConflict, "a stale read writes nothing")
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{prior, res[0].Order, res[4].Order})
+}

@@ -1,0 +1,90 @@
+package lockstrategy
+
+import (
+	"context"
+	"sync"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// batcher is group commit within one instance: orders for a SKU that arrive while a critical
+// section runs wait in a queue, and the next section takes the whole queue (up to max) — one
+// lock acquisition, one conditional stock update, one insert for all of them. A section is a
+// function of "the orders to place", so a batch of one and a batch of many share one path.
+type batcher struct {
+	max     int
+	section func(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed
+	ctx     func() (context.Context, context.CancelFunc) // the context of one section
+
+	mu     sync.Mutex
+	queues map[string][]*waiter // by SKU; a key is present while its drainer runs
+}
+
+type waiter struct {
+	req  stock.OrderRequest
+	done chan stock.Placed
+}
+
+func newBatcher(max int, ctx func() (context.Context, context.CancelFunc),
+	section func(context.Context, []stock.OrderRequest) []stock.Placed) *batcher {
+	return &batcher{max: max, section: section, ctx: ctx, queues: map[string][]*waiter{}}
+}
+
+// place queues req and waits for its answer. The first order of an idle SKU starts that SKU's
+// drainer, which runs sections until the queue is empty; no request waits for another's answer
+// beyond the section that places it. A request that gives up (ctx) may still be placed: like any
+// lost answer, its Idempotency-Key settles it.
+func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	w := &waiter{req: req, done: make(chan stock.Placed, 1)}
+	b.mu.Lock()
+	q, running := b.queues[req.SKU]
+	b.queues[req.SKU] = append(q, w)
+	b.mu.Unlock()
+	if !running {
+		go b.drain(req.SKU)
+	}
+	select {
+	case p := <-w.done:
+		return p.Order, p.Err
+	case <-ctx.Done():
+		return stock.Order{}, ctx.Err()
+	}
+}
+
+// drain runs sections over sku's queue until it is empty. Sections run on their own context:
+// the request that happened to start the drainer must not cancel everyone else's orders.
+func (b *batcher) drain(sku string) {
+	for {
+		b.mu.Lock()
+		q := b.queues[sku]
+		if len(q) == 0 {
+			delete(b.queues, sku)
+			b.mu.Unlock()
+			return
+		}
+		n := min(len(q), b.max)
+		batch := q[:n:n]
+		b.queues[sku] = q[n:]
+		b.mu.Unlock()
+
+		reqs := make([]stock.OrderRequest, len(batch))
+		for i, w := range batch {
+			reqs[i] = w.req
+		}
+		ctx, cancel := b.ctx()
+		results := b.section(ctx, reqs)
+		cancel()
+		for i, w := range batch {
+			w.done <- results[i]
+		}
+	}
+}
+
+// failAll answers every order of a batch with err.
+func failAll(n int, err error) []stock.Placed {
+	out := make([]stock.Placed, n)
+	for i := range out {
+		out[i].Err = err
+	}
+	return out
+}
