@@ -26,6 +26,7 @@ func TestConfigPrecedence(t *testing.T) {
 			assert.True(t, c.StrategyOverride)
 			assert.False(t, c.AllowUnsafe)
 			assert.Equal(t, "./.seckill", c.DataDir)
+			assert.Equal(t, 64, c.GroupCommit)
 			assert.True(t, c.tokenGenerated)
 			assert.Len(t, c.AdminToken, 32)
 		}},
@@ -69,6 +70,7 @@ func TestConfigRejects(t *testing.T) {
 		"stray argument":    {args: []string{"extra"}},
 		"unknown logformat": {env: map[string]string{"SECKILL_LOG_FORMAT": "xml"}},
 		"negative rate":     {args: []string{"-rate-limit", "-1"}},
+		"negative batch":    {args: []string{"-group-commit", "-1"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadConfig(tc.args, env(tc.env))
