@@ -164,7 +164,7 @@ func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, etcd *etcdB
 		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Batch: cfg.GroupCommit,
 	}, metrics), false)
 	registry.Register(lockstrategy.NewEtcd(etcd.client, store, lockstrategy.EtcdOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait,
+		TTL: cfg.LockTTL, Wait: cfg.LockWait, Batch: cfg.GroupCommit,
 	}, metrics, log, reg), false)
 	registry.Register(lockstrategy.NewPessimistic(store), false)
 	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{

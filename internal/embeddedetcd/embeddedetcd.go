@@ -35,8 +35,21 @@ func Start(dir string) (*Member, error) {
 }
 
 // StartCluster starts n members forming one new cluster, each keeping its data under dir, and
-// waits until the cluster has a leader.
+// waits until the cluster has a leader. The free ports it picks can be taken by another process
+// before a member binds them; it then starts over on new ports, up to three times.
 func StartCluster(dir string, n int) ([]*Member, error) {
+	var err error
+	for attempt := range 3 {
+		var members []*Member
+		members, err = startCluster(filepath.Join(dir, fmt.Sprintf("attempt-%d", attempt)), n)
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return members, err
+		}
+	}
+	return nil, err
+}
+
+func startCluster(dir string, n int) ([]*Member, error) {
 	cfgs := make([]*embed.Config, n)
 	var initial []string
 	for i := range n {
@@ -105,8 +118,19 @@ func Close(members ...*Member) {
 	}
 }
 
-// Close stops the member and waits until it has stopped. It may be called more than once.
-func (m *Member) Close() { m.closeOnce.Do(m.etcd.Close) }
+// Close stops the member and waits until it has stopped, for at most ten seconds: etcd's Close
+// can wait forever for a member that never became ready (one whose peers failed to start). It
+// may be called more than once.
+func (m *Member) Close() {
+	m.closeOnce.Do(func() {
+		done := make(chan struct{})
+		go func() { m.etcd.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+}
 
 // Endpoints are the client URLs of members.
 func Endpoints(members ...*Member) []string {

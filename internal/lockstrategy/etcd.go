@@ -32,6 +32,7 @@ type Etcd struct {
 	store   *stock.Store
 	opts    EtcdOptions
 	lanes   *lanes
+	batch   *batcher // nil: one order per critical section
 	metrics *LockMetrics
 	log     *slog.Logger
 
@@ -49,6 +50,9 @@ type EtcdOptions struct {
 	TTL    time.Duration // session lease TTL, rounded up to whole seconds (etcd leases count seconds)
 	Wait   time.Duration // how long an order waits for the mutex before answering busy
 	Prefix string        // key prefix of the mutexes; default /seckill/locks/
+	// Batch, above 1, turns on group commit (see HybridOptions.Batch): one lock acquisition and
+	// one fenced write for up to Batch queued orders of a SKU.
+	Batch int
 	// BeforeWrite, when set, runs inside the critical section after the lease was last checked
 	// and right before the fenced write — the window no check can close. Tests pause there.
 	BeforeWrite func(context.Context, stock.OrderRequest)
@@ -71,6 +75,12 @@ func NewEtcd(client *clientv3.Client, store *stock.Store, opts EtcdOptions, metr
 		}),
 	}
 	reg.MustRegister(e.fencedOut, e.renewals)
+	if opts.Batch > 1 {
+		sectionTimeout := 2*opts.Wait + 5*time.Second
+		e.batch = newBatcher(opts.Batch, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), sectionTimeout)
+		}, e.placeBatch)
+	}
 	return e
 }
 
@@ -122,6 +132,9 @@ func (e *Etcd) currentSession(ctx context.Context) (*concurrency.Session, error)
 
 // PlaceOrder implements Strategy.
 func (e *Etcd) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	if e.batch != nil {
+		return e.batch.place(ctx, req)
+	}
 	key := e.opts.Prefix + req.SKU
 	waitCtx, cancel := context.WithTimeout(ctx, e.opts.Wait)
 	defer cancel()
@@ -153,6 +166,52 @@ func (e *Etcd) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Or
 		return stock.Order{}, fmt.Errorf("lock %s: %w: %w", key, stock.ErrBusy, err)
 	}
 	return order, err
+}
+
+// placeBatch is the critical section for a batch: one mutex acquisition, one fenced write for
+// all the orders (the batcher already serialises this instance's sections per SKU).
+func (e *Etcd) placeBatch(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
+	key := e.opts.Prefix + reqs[0].SKU
+	waitCtx, cancel := context.WithTimeout(ctx, e.opts.Wait)
+	defer cancel()
+	start := time.Now()
+	session, m, err := e.lock(waitCtx, key)
+	if err != nil {
+		return failAll(len(reqs), waitFailed(ctx, key, e.opts.Wait, err))
+	}
+	locked := time.Now()
+	e.metrics.waited(e.Name(), locked.Sub(start))
+	defer e.unlock(ctx, session, m, key, locked)
+
+	fence := m.Header().Revision
+	write := func() ([]stock.Placed, error) {
+		select {
+		case <-session.Done():
+			return nil, fmt.Errorf("lease lost before the write, section abandoned: %w", stock.ErrBusy)
+		default:
+		}
+		return e.store.PlaceBatchFenced(ctx, reqs, fence)
+	}
+	for attempt := 1; ; attempt++ {
+		placed, err := write()
+		var fenced *stock.FenceError
+		if errors.As(err, &fenced) && attempt == 1 && e.recover(ctx, fenced) {
+			continue
+		}
+		switch {
+		case err == nil:
+			return placed
+		case errors.Is(err, stock.ErrFencedOut):
+			e.fencedOut.Inc()
+			return failAll(len(reqs), fmt.Errorf("lock %s: %w: %w", key, stock.ErrBusy, err))
+		case errors.Is(err, stock.ErrVersionConflict) && attempt < 3:
+			e.metrics.retried(e.Name()) // a writer outside the lock moved the stock: read again
+			continue
+		case errors.Is(err, stock.ErrVersionConflict):
+			return failAll(len(reqs), fmt.Errorf("%w: %w", stock.ErrBusy, err))
+		}
+		return failAll(len(reqs), err)
+	}
 }
 
 // lock takes the mutex of key on the instance's session. A lease that etcd no longer knows

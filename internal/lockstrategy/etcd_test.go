@@ -75,18 +75,24 @@ func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 // TestEtcdClusterMemberStopped sells on a 3-member etcd cluster and stops one member mid-sale:
 // the other two keep a quorum, locks keep being granted, nothing is oversold.
 func TestEtcdClusterMemberStopped(t *testing.T) {
-	members := backendtest.StartEtcdCluster(t, 3)
-	endpoints := embeddedetcd.Endpoints(members...)
-	var insts []lockstrategy.Strategy
-	for range instances {
-		insts = append(insts, newEtcd(t, backendtest.Store(t), backendtest.EtcdClient(t, endpoints), defaultEtcd))
+	batched := defaultEtcd
+	batched.Batch = 64
+	for name, opts := range map[string]lockstrategy.EtcdOptions{"per-order": defaultEtcd, "batched": batched} {
+		t.Run(name, func(t *testing.T) {
+			members := backendtest.StartEtcdCluster(t, 3)
+			endpoints := embeddedetcd.Endpoints(members...)
+			var insts []lockstrategy.Strategy
+			for range instances {
+				insts = append(insts, newEtcd(t, backendtest.Store(t), backendtest.EtcdClient(t, endpoints), opts))
+			}
+			sku := backendtest.SKU(t)
+			res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: members[2].Close})
+			t.Logf("etcd, one of three members stopped mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
+			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
+			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+			assertLinearizable(t, units, res)
+		})
 	}
-	sku := backendtest.SKU(t)
-	res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: members[2].Close})
-	t.Logf("etcd, one of three members stopped mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
-	assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
-	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
-	assertLinearizable(t, units, res)
 }
 
 // TestEtcdReplacedCluster moves a product that was sold under one etcd cluster to a new cluster,

@@ -44,6 +44,9 @@ var strategies = map[string]newStrategy{
 	"etcd": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
 		return newEtcd(t, s, backendtest.Etcd(t), lockstrategy.EtcdOptions{TTL: 5 * time.Second, Wait: 2 * time.Second})
 	},
+	"etcd-batched": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
+		return newEtcd(t, s, backendtest.Etcd(t), lockstrategy.EtcdOptions{TTL: 5 * time.Second, Wait: 2 * time.Second, Batch: 64})
+	},
 	"pessimistic": func(_ *testing.T, s *stock.Store) lockstrategy.Strategy { return lockstrategy.NewPessimistic(s) },
 	"dblock": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
 		return lockstrategy.NewDBLock(s, lockstrategy.DBLockOptions{

@@ -24,52 +24,14 @@ type Placed struct {
 // ErrVersionConflict (nothing written) means another writer got there first — read again and
 // retry. Any other error fails the whole batch, and nothing was written.
 func (s *Store) PlaceBatchAt(ctx context.Context, reqs []OrderRequest, read Product) ([]Placed, error) {
-	out := make([]Placed, len(reqs))
-	users := make([]string, len(reqs))
-	for i, r := range reqs {
-		users[i] = r.UserID
+	a, err := s.allocate(ctx, reqs, read)
+	if err != nil || len(a.rows) == 0 {
+		return a.out, err
 	}
-	var existing []string
-	if err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Where("sku = ? AND user_id IN ?", read.SKU, users).
-		Pluck("user_id", &existing).Error); err != nil {
-		return nil, fmt.Errorf("batch buyers of %s: %w", read.SKU, err)
-	}
-	bought := map[string]bool{}
-	for _, u := range existing {
-		bought[u] = true
-	}
-	keys := map[string]bool{}
-	left, total := read.Stock, int64(0)
-	var rows []orderRow
-	var at []int // out index of each row
-	for i, r := range reqs {
-		switch {
-		case r.Quantity > read.MaxPerOrder:
-			out[i].Err = &InvalidError{Msg: fmt.Sprintf("quantity %d exceeds max_per_order %d of product %s", r.Quantity, read.MaxPerOrder, read.SKU)}
-		case bought[r.UserID]:
-			out[i].Err = fmt.Errorf("user %s, product %s: %w", r.UserID, r.SKU, ErrAlreadyPurchased)
-		case r.IdempotencyKey != "" && keys[r.IdempotencyKey]:
-			out[i].Err = fmt.Errorf("key %q twice in one batch: %w", r.IdempotencyKey, ErrDuplicateRequest)
-		case int64(r.Quantity) > left:
-			out[i].Err = &SoldOutError{SKU: read.SKU, Left: left, Asked: r.Quantity}
-		default:
-			bought[r.UserID] = true
-			if r.IdempotencyKey != "" {
-				keys[r.IdempotencyKey] = true
-			}
-			left -= int64(r.Quantity)
-			total += int64(r.Quantity)
-			rows = append(rows, newOrderRow(r))
-			at = append(at, i)
-		}
-	}
-	if len(rows) == 0 {
-		return out, nil
-	}
-	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
-		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, total).
+	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
+		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, a.total).
 			Updates(map[string]any{
-				"stock":      gorm.Expr("stock - ?", total),
+				"stock":      gorm.Expr("stock - ?", a.total),
 				"version":    gorm.Expr("version + 1"),
 				"updated_at": time.Now().UTC(),
 			})
@@ -79,19 +41,116 @@ func (s *Store) PlaceBatchAt(ctx context.Context, reqs []OrderRequest, read Prod
 		if res.RowsAffected != 1 {
 			return fmt.Errorf("product %s at version %d: %w", read.SKU, read.Version, ErrVersionConflict)
 		}
-		return tx.Create(&rows).Error
+		return tx.Create(&a.rows).Error
 	})
+	return a.settle(read, err)
+}
+
+// PlaceBatchFenced is the group-commit form of PlaceOrderFenced: the batch is placed in one
+// transaction only if no later lock holder has written (fence <= token), and sets the fence. A
+// newer fence refuses the whole batch with a *FenceError; a stock that moved under the batch
+// (a writer outside the lock) answers ErrVersionConflict: read again and retry.
+func (s *Store) PlaceBatchFenced(ctx context.Context, reqs []OrderRequest, fence int64) ([]Placed, error) {
+	read, err := s.Product(ctx, reqs[0].SKU)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.allocate(ctx, reqs, read)
+	if err != nil || len(a.rows) == 0 {
+		return a.out, err
+	}
+	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
+		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND fence <= ?", read.SKU, read.Version, fence).
+			Updates(map[string]any{
+				"stock":      gorm.Expr("stock - ?", a.total),
+				"version":    gorm.Expr("version + 1"),
+				"fence":      fence,
+				"updated_at": time.Now().UTC(),
+			})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != 1 {
+			var now productRow
+			if err := tx.Where("sku = ?", read.SKU).Take(&now).Error; err != nil {
+				return err
+			}
+			if now.Fence > fence {
+				return &FenceError{SKU: read.SKU, Token: fence, Fence: now.Fence}
+			}
+			return fmt.Errorf("product %s changed under the batch: %w", read.SKU, ErrVersionConflict)
+		}
+		return tx.Create(&a.rows).Error
+	})
+	return a.settle(read, err)
+}
+
+// allocation is a batch decided against one read of the product: the answers of the orders that
+// fail alone, and the rows of those to insert.
+type allocation struct {
+	out   []Placed
+	rows  []orderRow
+	at    []int // out index of each row
+	total int64
+}
+
+// allocate decides each order of a batch against read, in arrival order: over the product's
+// limit, a repeat buyer (in the database or earlier in the batch), a key already in the batch, or
+// not enough stock left fail alone; the rest take their units.
+func (s *Store) allocate(ctx context.Context, reqs []OrderRequest, read Product) (allocation, error) {
+	a := allocation{out: make([]Placed, len(reqs))}
+	users := make([]string, len(reqs))
+	for i, r := range reqs {
+		users[i] = r.UserID
+	}
+	var existing []string
+	if err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Where("sku = ? AND user_id IN ?", read.SKU, users).
+		Pluck("user_id", &existing).Error); err != nil {
+		return a, fmt.Errorf("batch buyers of %s: %w", read.SKU, err)
+	}
+	bought := map[string]bool{}
+	for _, u := range existing {
+		bought[u] = true
+	}
+	keys := map[string]bool{}
+	left := read.Stock
+	for i, r := range reqs {
+		switch {
+		case r.Quantity > read.MaxPerOrder:
+			a.out[i].Err = &InvalidError{Msg: fmt.Sprintf("quantity %d exceeds max_per_order %d of product %s", r.Quantity, read.MaxPerOrder, read.SKU)}
+		case bought[r.UserID]:
+			a.out[i].Err = fmt.Errorf("user %s, product %s: %w", r.UserID, r.SKU, ErrAlreadyPurchased)
+		case r.IdempotencyKey != "" && keys[r.IdempotencyKey]:
+			a.out[i].Err = fmt.Errorf("key %q twice in one batch: %w", r.IdempotencyKey, ErrDuplicateRequest)
+		case int64(r.Quantity) > left:
+			a.out[i].Err = &SoldOutError{SKU: read.SKU, Left: left, Asked: r.Quantity}
+		default:
+			bought[r.UserID] = true
+			if r.IdempotencyKey != "" {
+				keys[r.IdempotencyKey] = true
+			}
+			left -= int64(r.Quantity)
+			a.total += int64(r.Quantity)
+			a.rows = append(a.rows, newOrderRow(r))
+			a.at = append(a.at, i)
+		}
+	}
+	return a, nil
+}
+
+// settle turns the batch transaction's outcome into the answers.
+func (a allocation) settle(read Product, err error) ([]Placed, error) {
 	if err != nil {
 		var dup *errDuplicate
 		if errors.As(err, &dup) {
 			// A key or buyer of this batch was taken by a writer outside it between the check and
-			// the insert: nothing was written; the caller places these orders one by one.
-			return nil, fmt.Errorf("batch of %d on %s: %w", len(rows), read.SKU, ErrVersionConflict)
+			// the insert: nothing was written; read again and retry.
+			return nil, fmt.Errorf("batch of %d on %s: %w", len(a.rows), read.SKU, ErrVersionConflict)
 		}
-		return nil, fmt.Errorf("batch of %d on %s at version %d: %w", len(rows), read.SKU, read.Version, err)
+		return nil, fmt.Errorf("batch of %d on %s: %w", len(a.rows), read.SKU, err)
 	}
-	for j, i := range at {
-		out[i].Order = rows[j].order()
+	for j, i := range a.at {
+		a.out[i].Order = a.rows[j].order()
 	}
-	return out, nil
+	return a.out, nil
 }
