@@ -54,7 +54,8 @@ type EtcdOptions struct {
 	// one fenced write for up to Batch queued orders of a SKU.
 	Batch int
 	// BeforeWrite, when set, runs inside the critical section after the lease was last checked
-	// and right before the fenced write — the window no check can close. Tests pause there.
+	// and right before the fenced write — the window no check can close. Tests pause there
+	// (per-order sections only: a batch has no single order to pause).
 	BeforeWrite func(context.Context, stock.OrderRequest)
 }
 

@@ -50,7 +50,8 @@ type HybridOptions struct {
 	// last section ran are placed by the next one together (one lock, one update, one insert).
 	Batch int
 	// AfterRead, when set, runs inside the critical section between reading the product and
-	// writing it. Tests use it to hold the section open, as a paused holder would.
+	// writing it. Tests use it to hold the section open, as a paused holder would (per-order
+	// sections only).
 	AfterRead func(context.Context, stock.OrderRequest)
 }
 
