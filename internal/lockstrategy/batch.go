@@ -3,6 +3,7 @@ package lockstrategy
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -14,7 +15,7 @@ import (
 type batcher struct {
 	max     int
 	section func(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed
-	ctx     func() (context.Context, context.CancelFunc) // the context of one section
+	timeout time.Duration // bounds one section: its lock wait, then the write and its retries
 
 	mu     sync.Mutex
 	queues map[string][]*waiter // by SKU; a key is present while its drainer runs
@@ -25,9 +26,10 @@ type waiter struct {
 	done chan stock.Placed
 }
 
-func newBatcher(max int, ctx func() (context.Context, context.CancelFunc),
-	section func(context.Context, []stock.OrderRequest) []stock.Placed) *batcher {
-	return &batcher{max: max, section: section, ctx: ctx, queues: map[string][]*waiter{}}
+// newBatcher returns a batcher of up to max orders per section; lockWait is the section's
+// budget for its lock, and the section may take twice that plus time to write.
+func newBatcher(max int, lockWait time.Duration, section func(context.Context, []stock.OrderRequest) []stock.Placed) *batcher {
+	return &batcher{max: max, section: section, timeout: 2*lockWait + 5*time.Second, queues: map[string][]*waiter{}}
 }
 
 // place queues req and waits for its answer. The first order of an idle SKU starts that SKU's
@@ -71,7 +73,7 @@ func (b *batcher) drain(sku string) {
 		for i, w := range batch {
 			reqs[i] = w.req
 		}
-		ctx, cancel := b.ctx()
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		results := b.section(ctx, reqs)
 		cancel()
 		for i, w := range batch {

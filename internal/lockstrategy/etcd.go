@@ -77,10 +77,7 @@ func NewEtcd(client *clientv3.Client, store *stock.Store, opts EtcdOptions, metr
 	}
 	reg.MustRegister(e.fencedOut, e.renewals)
 	if opts.Batch > 1 {
-		sectionTimeout := 2*opts.Wait + 5*time.Second
-		e.batch = newBatcher(opts.Batch, func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), sectionTimeout)
-		}, e.placeBatch)
+		e.batch = newBatcher(opts.Batch, opts.Wait, e.placeBatch)
 	}
 	return e
 }

@@ -63,10 +63,7 @@ func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, op
 	}
 	h := &Hybrid{store: store, admission: admission, rs: rs, opts: opts, lanes: newLanes(), metrics: metrics}
 	if opts.Batch > 1 {
-		sectionTimeout := 2*opts.Wait + 5*time.Second // lock wait, then the write and its retries
-		h.batch = newBatcher(opts.Batch, func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), sectionTimeout)
-		}, h.placeBatch)
+		h.batch = newBatcher(opts.Batch, opts.Wait, h.placeBatch)
 	}
 	return h
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"gorm.io/gorm"
 )
@@ -30,11 +29,7 @@ func (s *Store) PlaceBatchAt(ctx context.Context, reqs []OrderRequest, read Prod
 	}
 	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
 		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, a.total).
-			Updates(map[string]any{
-				"stock":      gorm.Expr("stock - ?", a.total),
-				"version":    gorm.Expr("version + 1"),
-				"updated_at": time.Now().UTC(),
-			})
+			Updates(sale(a.total, 0))
 		if res.Error != nil {
 			return res.Error
 		}
@@ -61,12 +56,7 @@ func (s *Store) PlaceBatchFenced(ctx context.Context, reqs []OrderRequest, fence
 	}
 	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
 		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND fence <= ?", read.SKU, read.Version, fence).
-			Updates(map[string]any{
-				"stock":      gorm.Expr("stock - ?", a.total),
-				"version":    gorm.Expr("version + 1"),
-				"fence":      fence,
-				"updated_at": time.Now().UTC(),
-			})
+			Updates(sale(a.total, fence))
 		if res.Error != nil {
 			return res.Error
 		}

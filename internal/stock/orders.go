@@ -140,12 +140,7 @@ func (s *Store) PlaceOrderFenced(ctx context.Context, req OrderRequest, fence in
 			return err
 		}
 		res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ? AND fence <= ?", req.SKU, req.Quantity, fence).
-			Updates(map[string]any{
-				"stock":      gorm.Expr("stock - ?", req.Quantity),
-				"version":    gorm.Expr("version + 1"),
-				"fence":      fence,
-				"updated_at": time.Now().UTC(),
-			})
+			Updates(sale(int64(req.Quantity), fence))
 		if res.Error != nil {
 			return res.Error
 		}
@@ -241,11 +236,7 @@ func sell(tx *gorm.DB, row Product, req OrderRequest, matchVersion bool) (Order,
 	if matchVersion {
 		q = q.Where("version = ?", row.Version)
 	}
-	res := q.Updates(map[string]any{
-		"stock":      gorm.Expr("stock - ?", req.Quantity),
-		"version":    gorm.Expr("version + 1"),
-		"updated_at": time.Now().UTC(),
-	})
+	res := q.Updates(sale(int64(req.Quantity), 0))
 	if res.Error != nil {
 		return Order{}, res.Error
 	}
@@ -253,6 +244,21 @@ func sell(tx *gorm.DB, row Product, req OrderRequest, matchVersion bool) (Order,
 		return Order{}, fmt.Errorf("product %s at version %d: %w", req.SKU, row.Version, ErrVersionConflict)
 	}
 	return insertOrder(tx, req)
+}
+
+// sale is what selling units writes to the product row: fewer units, a new version (so that any
+// writer holding the old one fails), and, under the etcd lock, the writer's fencing token (0:
+// the fence is left as it is).
+func sale(units, fence int64) map[string]any {
+	update := map[string]any{
+		"stock":      gorm.Expr("stock - ?", units),
+		"version":    gorm.Expr("version + 1"),
+		"updated_at": time.Now().UTC(),
+	}
+	if fence > 0 {
+		update["fence"] = fence
+	}
+	return update
 }
 
 // insertOrder inserts the order row. The unique keys turn a repeat buyer into
