@@ -72,7 +72,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.DurationVar(&c.SlowHold, "slow-hold", 500*time.Millisecond, "warn and count when a lock is held longer than this")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
-	fs.IntVar(&c.GroupCommit, "group-commit", 64, "hybrid and etcd: place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
+	fs.IntVar(&c.GroupCommit, "group-commit", 64, "place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 0, "per-client requests/s to the API (token bucket); 0: off")
 	fs.IntVar(&c.RateBurst, "rate-burst", 0, "per-client burst; default: twice the rate")
 	fs.Var((*list)(&c.TrustedProxies), "trusted-proxies", "proxies (CIDRs or addresses) whose X-Forwarded-For names the client; empty: none")

@@ -166,9 +166,11 @@ func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, etcd *etcdB
 	registry.Register(lockstrategy.NewEtcd(etcd.client, store, lockstrategy.EtcdOptions{
 		TTL: cfg.LockTTL, Wait: cfg.LockWait, Batch: cfg.GroupCommit,
 	}, metrics, log, reg), false)
-	registry.Register(lockstrategy.NewPessimistic(store), false)
+	registry.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{
+		Wait: cfg.LockWait, Batch: cfg.GroupCommit,
+	}, metrics), false)
 	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Instance: fmt.Sprintf("%s/%d", host, os.Getpid()),
+		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Instance: fmt.Sprintf("%s/%d", host, os.Getpid()), Batch: cfg.GroupCommit,
 	}, metrics), false)
 	registry.Register(lockstrategy.NewNaive(store, cfg.NaivePause), true)
 	if err := registry.Validate(); err != nil {

@@ -75,7 +75,7 @@ func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, checks ..
 	registry.Register(lockstrategy.NewHybrid(store, admission, redsync.New(goredis.NewPool(rdb)), lockstrategy.HybridOptions{
 		TTL: 10 * time.Second, Wait: time.Second, Attempts: 5,
 	}, metrics), false)
-	registry.Register(lockstrategy.NewPessimistic(store), false)
+	registry.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{}, metrics), false)
 	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
 		TTL: 10 * time.Second, Wait: 100 * time.Millisecond, Attempts: 3, Instance: "test",
 	}, metrics), false)
@@ -912,7 +912,7 @@ func TestRateLimit(t *testing.T) {
 		log := slog.New(slog.DiscardHandler)
 		reg := prometheus.NewRegistry()
 		registry := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{Default: "pessimistic"}, log, reg)
-		registry.Register(lockstrategy.NewPessimistic(store), false)
+		registry.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{}, lockstrategy.NewLockMetrics(reg, time.Second, log)), false)
 		h, err := handler.New(handler.Config{Store: store, Sales: registry, AdminToken: adminToken, Log: log,
 			Registerer: reg, Gatherer: reg, RateLimit: handler.RateLimit{Rate: 1, Burst: 2}, TrustedProxies: trusted})
 		require.NoError(t, err)

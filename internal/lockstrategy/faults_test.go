@@ -46,7 +46,7 @@ func faultInstance(t *testing.T, strategy string, store *stock.Store, redisAddr 
 	case "hybrid":
 		r.Register(lockstrategy.NewHybrid(store, admission, redsync.New(goredis.NewPool(rdb)), defaultHybrid, metrics), false)
 	case "pessimistic":
-		r.Register(lockstrategy.NewPessimistic(store), false)
+		r.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{}, metrics), false)
 	case "etcd":
 		r.Register(newEtcd(t, store, backendtest.EtcdClient(t, etcdEndpoints), lockstrategy.EtcdOptions{TTL: 2 * time.Second, Wait: 2 * time.Second}), false)
 	}

@@ -108,9 +108,9 @@ func TestHybridGiveBack(t *testing.T) {
 
 	// Redis overestimates (the database sold elsewhere): the database says sold out and the
 	// counter is capped at the database's stock.
-	_, err = lockstrategy.NewPessimistic(s).PlaceOrder(ctx, req(sku, "p1"))
+	_, err = lockstrategy.NewPessimistic(s, lockstrategy.PessimisticOptions{}, lockMetrics()).PlaceOrder(ctx, req(sku, "p1"))
 	require.NoError(t, err)
-	_, err = lockstrategy.NewPessimistic(s).PlaceOrder(ctx, req(sku, "p2"))
+	_, err = lockstrategy.NewPessimistic(s, lockstrategy.PessimisticOptions{}, lockMetrics()).PlaceOrder(ctx, req(sku, "p2"))
 	require.NoError(t, err)
 	_, err = h.PlaceOrder(ctx, req(sku, "u2"))
 	assert.ErrorIs(t, err, stock.ErrSoldOut)

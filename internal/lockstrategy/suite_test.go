@@ -47,10 +47,20 @@ var strategies = map[string]newStrategy{
 	"etcd-batched": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
 		return newEtcd(t, s, backendtest.Etcd(t), lockstrategy.EtcdOptions{TTL: 5 * time.Second, Wait: 2 * time.Second, Batch: 64})
 	},
-	"pessimistic": func(_ *testing.T, s *stock.Store) lockstrategy.Strategy { return lockstrategy.NewPessimistic(s) },
+	"pessimistic": func(_ *testing.T, s *stock.Store) lockstrategy.Strategy {
+		return lockstrategy.NewPessimistic(s, lockstrategy.PessimisticOptions{}, lockMetrics())
+	},
+	"pessimistic-batched": func(_ *testing.T, s *stock.Store) lockstrategy.Strategy {
+		return lockstrategy.NewPessimistic(s, lockstrategy.PessimisticOptions{Wait: 2 * time.Second, Batch: 64}, lockMetrics())
+	},
 	"dblock": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
 		return lockstrategy.NewDBLock(s, lockstrategy.DBLockOptions{
 			TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Instance: t.Name(),
+		}, lockMetrics())
+	},
+	"dblock-batched": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
+		return lockstrategy.NewDBLock(s, lockstrategy.DBLockOptions{
+			TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Instance: t.Name(), Batch: 64,
 		}, lockMetrics())
 	},
 }

@@ -23,7 +23,7 @@ type Placed struct {
 // ErrVersionConflict (nothing written) means another writer got there first — read again and
 // retry. Any other error fails the whole batch, and nothing was written.
 func (s *Store) PlaceBatchAt(ctx context.Context, reqs []OrderRequest, read Product) ([]Placed, error) {
-	a, err := s.allocate(ctx, reqs, read)
+	a, err := allocate(s.db.WithContext(ctx), reqs, read)
 	if err != nil || len(a.rows) == 0 {
 		return a.out, err
 	}
@@ -50,7 +50,7 @@ func (s *Store) PlaceBatchFenced(ctx context.Context, reqs []OrderRequest, fence
 	if err != nil {
 		return nil, err
 	}
-	a, err := s.allocate(ctx, reqs, read)
+	a, err := allocate(s.db.WithContext(ctx), reqs, read)
 	if err != nil || len(a.rows) == 0 {
 		return a.out, err
 	}
@@ -75,6 +75,38 @@ func (s *Store) PlaceBatchFenced(ctx context.Context, reqs []OrderRequest, fence
 	return a.settle(read, err)
 }
 
+// PlaceBatchNowait is the group-commit form of PlaceOrderNowait: one transaction takes the
+// product row without waiting (SELECT ... FOR UPDATE NOWAIT), decides every order of the batch
+// against it, decrements once and inserts all the rows. A row locked by another transaction
+// answers ErrBusy at once, having written nothing; the caller decides whether to try again.
+func (s *Store) PlaceBatchNowait(ctx context.Context, reqs []OrderRequest) ([]Placed, error) {
+	var (
+		a    allocation
+		read Product
+	)
+	err := withTx(ctx, s.nowait, func(tx *gorm.DB) error {
+		row, err := s.lockNowait(tx, reqs[0].SKU)
+		if err != nil {
+			return err
+		}
+		read = row.product()
+		// Under the row lock no other writer can sell, so the buyers read here stay true until
+		// the commit; the unique keys back that up.
+		if a, err = allocate(tx, reqs, read); err != nil || len(a.rows) == 0 {
+			return err
+		}
+		res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", read.SKU, a.total).Updates(sale(a.total, 0))
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != 1 {
+			return fmt.Errorf("product %s changed under its row lock: %w", read.SKU, ErrVersionConflict)
+		}
+		return tx.Create(&a.rows).Error
+	})
+	return a.settle(read, err)
+}
+
 // allocation is a batch decided against one read of the product: the answers of the orders that
 // fail alone, and the rows of those to insert.
 type allocation struct {
@@ -87,14 +119,15 @@ type allocation struct {
 // allocate decides each order of a batch against read, in arrival order: over the product's
 // limit, a repeat buyer (in the database or earlier in the batch), a key already in the batch, or
 // not enough stock left fail alone; the rest take their units.
-func (s *Store) allocate(ctx context.Context, reqs []OrderRequest, read Product) (allocation, error) {
+// db is the store's pool or the transaction the batch runs in.
+func allocate(db *gorm.DB, reqs []OrderRequest, read Product) (allocation, error) {
 	a := allocation{out: make([]Placed, len(reqs))}
 	users := make([]string, len(reqs))
 	for i, r := range reqs {
 		users[i] = r.UserID
 	}
 	var existing []string
-	if err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Where("sku = ? AND user_id IN ?", read.SKU, users).
+	if err := classify(db.Model(&orderRow{}).Where("sku = ? AND user_id IN ?", read.SKU, users).
 		Pluck("user_id", &existing).Error); err != nil {
 		return a, fmt.Errorf("batch buyers of %s: %w", read.SKU, err)
 	}

@@ -84,15 +84,10 @@ func (s *Store) orderWhere(ctx context.Context, cond string, arg string) (Order,
 func (s *Store) PlaceOrderNowait(ctx context.Context, req OrderRequest) (Order, error) {
 	var order Order
 	err := withTx(ctx, s.nowait, func(tx *gorm.DB) error {
-		q := tx.Where("sku = ?", req.SKU)
-		if s.dialect == MySQL {
-			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsNoWait})
-		}
-		var row productRow
-		if err := q.Take(&row).Error; err != nil {
+		row, err := s.lockNowait(tx, req.SKU)
+		if err != nil {
 			return err
 		}
-		var err error
 		order, err = sell(tx, row.product(), req, false)
 		return err
 	})
@@ -100,6 +95,17 @@ func (s *Store) PlaceOrderNowait(ctx context.Context, req OrderRequest) (Order, 
 		return Order{}, fmt.Errorf("place order %s/%s nowait: %w", req.SKU, req.UserID, err)
 	}
 	return order, nil
+}
+
+// lockNowait reads sku's row in tx and locks it without waiting. On SQLite the transaction of
+// the nowait pool already holds the database's write lock (BEGIN IMMEDIATE, busy_timeout 0).
+func (s *Store) lockNowait(tx *gorm.DB, sku string) (productRow, error) {
+	q := tx.Where("sku = ?", sku)
+	if s.dialect == MySQL {
+		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsNoWait})
+	}
+	var row productRow
+	return row, q.Take(&row).Error
 }
 
 // PlaceOrderAt is the optimistic critical section: it places the order only if the product is
