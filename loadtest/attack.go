@@ -98,29 +98,13 @@ func (l load) run(ctx context.Context, name string) (sale, error) {
 
 // attack runs one round through vegeta.
 func (l load) attack(ctx context.Context, name string, round []request) []*vegeta.Result {
-	workers := uint64(l.concurrency)
-	pacer := vegeta.Pacer(vegeta.Rate{Freq: 0}) // closed model: each worker sends its next request when answered
-	if l.rate > 0 {
-		pacer = vegeta.Rate{Freq: l.rate, Per: time.Second}
-	}
-	// Our own client, so that its connections can be closed when the round ends: left idle,
-	// every round's connections would pile up on the servers and look like a leak in a soak.
-	transport := &http.Transport{MaxIdleConnsPerHost: l.concurrency, MaxConnsPerHost: l.concurrency, IdleConnTimeout: 30 * time.Second}
+	attacker, transport := l.newAttacker()
 	defer transport.CloseIdleConnections()
-	attacker := vegeta.NewAttacker(
-		vegeta.Workers(workers), vegeta.MaxWorkers(workers), vegeta.MaxBody(4096),
-		vegeta.Client(&http.Client{Transport: transport, Timeout: l.timeout}),
-	)
-	var bar *progressbar.ProgressBar
-	if l.progress != nil {
-		bar = progressbar.NewOptions(len(round), progressbar.OptionSetWriter(l.progress),
-			progressbar.OptionSetDescription(name), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
-			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-	}
 	stop := context.AfterFunc(ctx, func() { attacker.Stop() })
 	defer stop()
+	bar := newBar(l.progress, len(round), name)
 	var results []*vegeta.Result
-	for r := range attacker.Attack(l.targeter(round), pacer, l.duration, name) {
+	for r := range attacker.Attack(l.targeter(len(round), func(n int) request { return round[n] }), l.pacer(), l.duration, name) {
 		if r.Error == vegeta.ErrNoTargets.Error() {
 			continue // a worker asked for a target after the last one: not a request
 		}
@@ -135,17 +119,50 @@ func (l load) attack(ctx context.Context, name string, round []request) []*veget
 	return results
 }
 
-// targeter hands out the round's requests, one buyer each, round-robin over the targets. The
-// request index rides in the query string (the server ignores it) so that each result can be
-// matched to its request; the Idempotency-Key makes a retried request safe to send again.
-func (l load) targeter(round []request) vegeta.Targeter {
+// newAttacker builds the attacker of a round or phase: concurrency workers, and its own
+// transport, which the caller closes when the round ends (CloseIdleConnections): left idle,
+// every round's connections would pile up on the servers and look like a leak in a soak.
+func (l load) newAttacker() (*vegeta.Attacker, *http.Transport) {
+	workers := uint64(l.concurrency)
+	transport := &http.Transport{MaxIdleConnsPerHost: l.concurrency, MaxConnsPerHost: l.concurrency, IdleConnTimeout: 30 * time.Second}
+	attacker := vegeta.NewAttacker(
+		vegeta.Workers(workers), vegeta.MaxWorkers(workers), vegeta.MaxBody(4096),
+		vegeta.Client(&http.Client{Transport: transport, Timeout: l.timeout}),
+	)
+	return attacker, transport
+}
+
+// pacer is the open model at l.rate, or the closed model: each worker sends its next request
+// when answered.
+func (l load) pacer() vegeta.Pacer {
+	if l.rate > 0 {
+		return vegeta.Rate{Freq: l.rate, Per: time.Second}
+	}
+	return vegeta.Rate{Freq: 0}
+}
+
+// newBar is a progress bar on w, or nil without one; total -1 is a counter with no end.
+func newBar(w io.Writer, total int, name string) *progressbar.ProgressBar {
+	if w == nil {
+		return nil
+	}
+	return progressbar.NewOptions(total, progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(name), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
+		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+}
+
+// targeter hands out n requests, the nth being at(n), one buyer each, round-robin over the
+// targets. The request index rides in the query string (the server ignores it) so that each
+// result can be matched to its request; the Idempotency-Key makes a retried request safe to send
+// again.
+func (l load) targeter(n int, at func(int) request) vegeta.Targeter {
 	var next atomic.Int64
 	return func(t *vegeta.Target) error {
-		n := int(next.Add(1) - 1)
-		if n >= len(round) {
+		i := int(next.Add(1) - 1)
+		if i >= n {
 			return vegeta.ErrNoTargets
 		}
-		r := round[n]
+		r := at(i)
 		body := map[string]any{"user_id": r.user, "quantity": 1}
 		if l.strategy != "" {
 			body["strategy"] = l.strategy

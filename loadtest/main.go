@@ -136,7 +136,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		instances, err := spawn(ctx, o.spawn, dir, env, stderr)
+		bin, err := build(ctx, dir, stderr)
+		if err != nil {
+			return err
+		}
+		instances, err := spawn(ctx, bin, o.spawn, dir, env, stderr)
 		if err != nil {
 			return err
 		}

@@ -23,18 +23,23 @@ type instance struct {
 	exited chan error
 }
 
-// spawn builds cmd/api and starts n processes of it on loopback ports, sharing backends: those
-// given in env (a MySQL DSN, Redis addresses), and for the rest the embedded ones of the first
-// process — its data dir (SQLite), its in-process Redis and its in-process etcd — so that all n
-// contend for the same locks, as replicas behind a load balancer would.
-func spawn(ctx context.Context, n int, dir string, env []string, logs io.Writer) ([]*instance, error) {
+// build builds cmd/api into dir once per run, however many sets of processes the run starts.
+func build(ctx context.Context, dir string, logs io.Writer) (string, error) {
 	bin := filepath.Join(dir, "seckill")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/flashsale/seckill/cmd/api")
-	build.Stdout, build.Stderr = logs, logs
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/flashsale/seckill/cmd/api")
+	cmd.Stdout, cmd.Stderr = logs, logs
 	fmt.Fprintln(logs, "loadtest: building cmd/api")
-	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("build cmd/api: %w", err)
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build cmd/api: %w", err)
 	}
+	return bin, nil
+}
+
+// spawn starts n processes of bin (cmd/api) on loopback ports, sharing backends: those given in
+// env (a MySQL DSN, Redis addresses), and for the rest the embedded ones of the first process —
+// its data dir (SQLite) under dir, its in-process Redis and its in-process etcd — so that all n
+// contend for the same locks, as replicas behind a load balancer would.
+func spawn(ctx context.Context, bin string, n int, dir string, env []string, logs io.Writer) ([]*instance, error) {
 	base := append(os.Environ(), "SECKILL_ADDR=127.0.0.1:0", "SECKILL_DATA_DIR="+filepath.Join(dir, "data"),
 		"SECKILL_ALLOW_UNSAFE=true", "SECKILL_LOG_FORMAT=json")
 	base = append(base, env...)
@@ -58,7 +63,7 @@ func spawn(ctx context.Context, n int, dir string, env []string, logs io.Writer)
 	return out, nil
 }
 
-// start starts one process and reads its start-up lines until it listens.
+// start starts one process and reads its start-up lines until it says where it listens.
 func start(ctx context.Context, bin string, env []string, logPath string) (*instance, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -99,10 +104,10 @@ func start(ctx context.Context, bin string, env []string, logPath string) (*inst
 	case <-ready:
 		return inst, nil
 	case err := <-inst.exited:
-		return nil, fmt.Errorf("service exited at start (see %s): %v", logPath, err)
+		return nil, fmt.Errorf("%s exited at start (see %s): %v", filepath.Base(bin), logPath, err)
 	case <-time.After(2 * time.Minute):
 		_ = cmd.Process.Kill()
-		return nil, errors.New("service did not start listening within 2 minutes; see " + logPath)
+		return nil, errors.New(filepath.Base(bin) + " did not start listening within 2 minutes; see " + logPath)
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
 		return nil, ctx.Err()
