@@ -3,9 +3,16 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +22,22 @@ import (
 	"github.com/stretchr/testify/require"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
+
+// TestMain lets the test binary stand in for the tool's when measureBare re-executes itself as a
+// bare server: under go test, os.Executable is the test binary.
+func TestMain(m *testing.M) {
+	if addr, ok := os.LookupEnv(bareAddrEnv); ok {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := serveBare(ctx, addr, os.Stdout)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // result builds a vegeta result as the attacker would record it.
 func result(code uint16, body string, at, latency time.Duration) *vegeta.Result {
@@ -172,7 +195,7 @@ func TestSmokeCompare(t *testing.T) {
 	}
 	dsn, redisAddr := backends(t)
 	args := []string{"-spawn", "3", "-compare", "-stock", "30", "-users", "120", "-concurrency", "16",
-		"-retry-busy", "5", "-out", t.TempDir(), "-progress=false"}
+		"-retry-busy", "5", "-soldout", "1s", "-out", t.TempDir(), "-progress=false"}
 	if dsn != "" {
 		args = append(args, "-mysql", dsn)
 	}
@@ -189,6 +212,8 @@ func TestSmokeCompare(t *testing.T) {
 		assert.Contains(t, out.String(), "`"+s+"`")
 	}
 	assert.Contains(t, out.String(), "caught as expected")
+	assert.Contains(t, out.String(), "`"+bareRow+"`", "the bare handler was measured")
+	assert.Contains(t, out.String(), "Sold-out phase")
 }
 
 // testWriter sends the tool's log lines to the test log.
@@ -212,4 +237,108 @@ func TestGrowth(t *testing.T) {
 	} {
 		assert.Len(t, growth(base, last), 1, name)
 	}
+}
+
+// TestBareHandler: the bare reference answers exactly API.md's sold_out error, and the tool
+// classifies it as the service's.
+func TestBareHandler(t *testing.T) {
+	srv := httptest.NewServer(bareHandler())
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/api/v1/products/lt-1/orders?lt=7", "application/json", strings.NewReader(`{"user_id":"u-1","quantity":1}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusConflict, resp.StatusCode)
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	assert.JSONEq(t, `{"error":{"code":"sold_out","message":"product lt-1 is sold out"}}`, string(raw))
+	assert.Equal(t, outcomeSoldOut, classify(&vegeta.Result{Code: uint16(resp.StatusCode), Body: raw}))
+
+	err = serveBare(context.Background(), "0.0.0.0:0", io.Discard)
+	assert.ErrorContains(t, err, "loopback", "the bare server never listens beyond this machine")
+}
+
+// TestMeasureBare: the tool re-executes itself as bare servers, attacks them like a sold-out
+// phase and stops them.
+func TestMeasureBare(t *testing.T) {
+	o := options{sku: "lt-bare", users: 10, requests: 10, concurrency: 8, timeout: 5 * time.Second, soldOut: 300 * time.Millisecond}
+	r, err := measureBare(context.Background(), o, 2, t.TempDir(), nil, testWriter{t})
+	require.NoError(t, err)
+	require.NotNil(t, r.Steady)
+	assert.Equal(t, bareRow, r.Strategy)
+	assert.Positive(t, r.Steady.Requests)
+	assert.Equal(t, r.Steady.Requests, r.Steady.Outcomes[outcomeSoldOut], "every answer is 409 sold_out: %v", r.Steady.Outcomes)
+	assert.Positive(t, r.Steady.Throughput)
+}
+
+// TestSoldOutPhase: the steady phase sends fresh buyers with fresh keys, counts every answer by
+// kind, and a 201 there fails the run for a safe strategy (it is a unit that does not exist) but
+// not for naive.
+func TestSoldOutPhase(t *testing.T) {
+	var mu sync.Mutex
+	users, keys := map[string]bool{}, map[string]bool{}
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			UserID string `json:"user_id"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		assert.False(t, users[body.UserID], "buyer %s sent twice", body.UserID)
+		assert.False(t, keys[r.Header.Get("Idempotency-Key")], "key sent twice")
+		users[body.UserID], keys[r.Header.Get("Idempotency-Key")] = true, true
+		n++
+		i := n
+		mu.Unlock()
+		switch i % 4 {
+		case 0:
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"order_id":"o%d","user_id":%q}`, i, body.UserID)
+		case 1:
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, errBody("busy"))
+		case 2:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, errBody("unavailable"))
+		default:
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, errBody("sold_out"))
+		}
+	}))
+	defer srv.Close()
+	l := load{targets: []string{srv.URL}, sku: "lt-s", strategy: "hybrid", users: 5, requests: 5, rate: 50, concurrency: 4, timeout: 5 * time.Second}
+	s := l.soldOut(context.Background(), "hybrid", 200*time.Millisecond)
+	require.Positive(t, s.Requests)
+	assert.Equal(t, s.Outcomes[outcomeOK], len(s.acked), "every 201 of the phase is kept for the verifier")
+	assert.Positive(t, s.Outcomes[outcomeOK])
+	assert.Positive(t, s.TooMany)
+	assert.Positive(t, s.Server)
+	assert.Positive(t, s.Outcomes[outcomeSoldOut])
+	assert.Zero(t, s.unexpected())
+	assert.Greater(t, s.Requests, 50/5, "the closed model, not -rate: the phase measures capacity")
+
+	safe := report{Strategy: "hybrid", Outcomes: map[string]int{outcomeOK: 5}, Steady: &s}
+	safe.judge()
+	assert.Contains(t, strings.Join(safe.Failed, "; "), "201 in the sold-out phase")
+	naive := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{outcomeOK: 9}, Verdict: verdict{Oversold: 4}, Steady: &s}
+	naive.judge()
+	assert.Empty(t, naive.Failed)
+}
+
+// TestJudgeAfterSoldOut: a problem that appears only after the sold-out phase fails the run, once.
+func TestJudgeAfterSoldOut(t *testing.T) {
+	r := report{Strategy: "hybrid", Outcomes: map[string]int{outcomeOK: 5}, Verdict: verdict{Problems: []string{"p1"}},
+		Steady: &steady{Outcomes: map[string]int{outcomeSoldOut: 10}, Verdict: &verdict{Problems: []string{"p1", "p2"}}}}
+	r.judge()
+	assert.Equal(t, []string{"p1", "after the sold-out phase: p2"}, r.Failed)
+	clean := report{Strategy: "hybrid", Outcomes: map[string]int{outcomeOK: 5},
+		Steady: &steady{Outcomes: map[string]int{outcomeSoldOut: 10, outcomeBusy: 3}, TooMany: 3, Verdict: &verdict{}}}
+	clean.judge()
+	assert.Empty(t, clean.Failed, "429 and 5xx in the sold-out phase are reported, not failures")
+}
+
+func TestFileName(t *testing.T) {
+	assert.Equal(t, "hybrid-batched-64", fileName("hybrid (batched 64)"))
+	assert.Equal(t, "hybrid-per-order", fileName("hybrid (per-order)"))
+	assert.Equal(t, "pessimistic", fileName("pessimistic"))
 }

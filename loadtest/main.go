@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +33,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	var err error
+	if addr, ok := os.LookupEnv(bareAddrEnv); ok {
+		err = serveBare(ctx, addr, os.Stdout) // re-executed by measureBare as a bare server
+	} else {
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
@@ -61,6 +68,7 @@ type options struct {
 	out         string
 	progress    bool
 	soak        time.Duration
+	soldOut     time.Duration // the steady sold-out phase of each sale; 0: none
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -85,6 +93,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redis, "redis", "", "when the tool starts the service: Redis addresses for it (default: embedded)")
 	fs.StringVar(&o.out, "out", "", "output folder (default: loadtest-results/<time>)")
 	fs.DurationVar(&o.soak, "soak", 0, "repeat the sale (fresh product each round) for this long and check that nothing leaks; 0: one sale")
+	fs.DurationVar(&o.soldOut, "soldout", 0, "after each sale sold out and was verified, order it this long with fresh buyers at -concurrency "+
+		"and measure the rejections beside a bare net/http handler (default 5s with -compare; 0: off)")
 	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -96,12 +106,19 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-stock must be >= 0; -users, -concurrency and -spawn >= 1")
 	case o.compare && o.strategy != "":
 		return o, errors.New("-compare runs every strategy: leave out -strategy")
+	case o.soldOut < 0:
+		return o, errors.New("-soldout must not be negative")
 	}
 	if o.requests == 0 {
 		o.requests = o.users
 	}
 	if o.targets == "" && o.strategy == "" {
 		o.compare = true
+	}
+	soldOutSet := false
+	fs.Visit(func(f *flag.Flag) { soldOutSet = soldOutSet || f.Name == "soldout" })
+	if o.compare && !soldOutSet {
+		o.soldOut = defaultSoldOut
 	}
 	stamp := time.Now().UTC().Format("20060102-150405")
 	if o.sku == "" {
@@ -119,39 +136,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	targets := strings.Split(o.targets, ",")
-	description := fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %s.", o.stock, o.users, o.requests, model(o), o.targets)
-	if o.targets == "" {
-		o.token = randomToken()
-		var env []string
-		if o.mysql != "" {
-			env = append(env, "SECKILL_MYSQL_DSN="+o.mysql)
-		}
-		if o.redis != "" {
-			env = append(env, "SECKILL_REDIS_ADDRS="+o.redis)
-		}
-		env = append(env, "SECKILL_ADMIN_TOKEN="+o.token)
-		dir, err := os.MkdirTemp("", "seckill-loadtest-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		bin, err := build(ctx, dir, stderr)
-		if err != nil {
-			return err
-		}
-		instances, err := spawn(ctx, bin, o.spawn, dir, env, stderr)
-		if err != nil {
-			return err
-		}
-		defer stop(instances)
-		targets = targets[:0]
-		for _, inst := range instances {
-			targets = append(targets, inst.url)
-		}
-		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s).",
-			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o))
+	dir, err := os.MkdirTemp("", "seckill-loadtest-")
+	if err != nil {
+		return err
 	}
+	defer os.RemoveAll(dir)
 	var db *sql.DB
 	if o.mysql != "" {
 		if db, err = sql.Open("mysql", o.mysql); err != nil {
@@ -159,37 +148,78 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer db.Close()
 	}
-
-	client := &http.Client{Timeout: o.timeout}
-	vf := verifier{client: client, base: targets[0], token: o.token, db: db}
 	var progress io.Writer
 	if o.progress {
 		progress = stderr
 	}
-	rs := roundRunner{opts: o, targets: targets, client: client, verifier: vf, progress: progress, log: stderr}
+	targets := strings.Split(o.targets, ",")
+	description := fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %s.", o.stock, o.users, o.requests, model(o), o.targets)
+	var bin string
+	if o.targets == "" {
+		o.token = randomToken()
+		if bin, err = build(ctx, dir, stderr); err != nil {
+			return err
+		}
+		targets = make([]string, o.spawn)
+		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s).",
+			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o))
+	}
+
+	// The bare handler first, alone on the machine but for the tool: the ceiling the service's
+	// sold-out answers are held against.
+	var bare *report
+	if o.compare && o.soldOut > 0 {
+		b, err := measureBare(ctx, o, len(targets), dir, progress, stderr)
+		if err != nil {
+			return err
+		}
+		bare = &b
+	}
+	if bin != "" {
+		instances, err := spawn(ctx, bin, o.spawn, dir, serviceEnv(o), stderr)
+		if err != nil {
+			return err
+		}
+		defer stop(instances)
+		for i, inst := range instances {
+			targets[i] = inst.url
+		}
+	}
+	client := &http.Client{Timeout: o.timeout}
+	vf := verifier{client: client, base: targets[0], token: o.token, db: db}
+	rr := roundRunner{opts: o, targets: targets, client: client, verifier: vf, progress: progress, log: stderr}
 	var base *report
 	if db != nil && o.compare {
-		b, err := rs.baselineReport(ctx, db)
+		b, err := rr.baselineReport(ctx, db)
 		if err != nil {
 			return err
 		}
 		base = &b
 	}
-	reports, sales, err := rs.round(ctx, "")
+	reports, sales, err := rr.round(ctx, "")
 	if err != nil {
 		return err
 	}
-	if base != nil {
-		for i := range reports {
-			reports[i].VsBaseline = reports[i].OrdersPerSecond / base.OrdersPerSecond
-		}
-		reports = append([]report{*base}, reports...)
-	}
 	var soakProblems []string
 	if o.soak > 0 {
-		if soakProblems, err = rs.soak(ctx, stdout); err != nil {
+		if soakProblems, err = rr.soak(ctx, stdout); err != nil {
 			return err
 		}
+	}
+	for i := range reports {
+		r := &reports[i]
+		if base != nil && base.OrdersPerSecond > 0 {
+			r.VsBaseline = r.OrdersPerSecond / base.OrdersPerSecond
+		}
+		if bare != nil && r.Steady != nil && bare.Steady.Throughput > 0 {
+			r.Steady.VsBare = r.Steady.Throughput / bare.Steady.Throughput
+		}
+	}
+	if bare != nil {
+		reports = append([]report{*bare}, reports...)
+	}
+	if base != nil {
+		reports = append([]report{*base}, reports...)
 	}
 	fmt.Fprintf(stdout, "\n%s\n\n", description)
 	markdown(stdout, reports)
@@ -210,6 +240,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("verification failed:\n  %s", strings.Join(failed, "\n  "))
 	}
 	return nil
+}
+
+// serviceEnv is the environment of the service processes the tool starts: its backends and its
+// admin token.
+func serviceEnv(o options) []string {
+	var env []string
+	if o.mysql != "" {
+		env = append(env, "SECKILL_MYSQL_DSN="+o.mysql)
+	}
+	if o.redis != "" {
+		env = append(env, "SECKILL_REDIS_ADDRS="+o.redis)
+	}
+	return append(env, "SECKILL_ADMIN_TOKEN="+o.token)
 }
 
 func model(o options) string {
@@ -267,8 +310,8 @@ type roundRunner struct {
 	log      io.Writer
 }
 
-// round sells, measures and verifies once per strategy; suffix keeps the SKUs of later rounds
-// apart.
+// round sells, measures and verifies once per strategy, then (with -soldout) keeps ordering the
+// sold-out product and verifies again; suffix keeps the SKUs of later rounds apart.
 func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[string]sale, error) {
 	o := rr.opts
 	strategies := []string{o.strategy}
@@ -295,8 +338,15 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		r := newReport(name, sku, s)
 		if r.Outcomes[outcomeInvalid] == r.Requests {
 			r.Skipped = "refused by the server (naive needs SECKILL_ALLOW_UNSAFE=true)"
-		} else if r.Verdict, err = rr.verifier.verify(ctx, sku, s.acked); err != nil {
-			return nil, nil, fmt.Errorf("verify %s: %w", name, err)
+		} else {
+			if r.Verdict, err = rr.verifier.verify(ctx, sku, s.acked); err != nil {
+				return nil, nil, fmt.Errorf("verify %s: %w", name, err)
+			}
+			if o.soldOut > 0 {
+				if r.Steady, err = rr.soldOut(ctx, l, r, s.acked); err != nil {
+					return nil, nil, err
+				}
+			}
 		}
 		r.judge()
 		reports = append(reports, r)
@@ -306,10 +356,30 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 	return reports, sales, nil
 }
 
+// soldOut runs the steady sold-out phase on a sale that sold out and was verified, and checks
+// the invariant again after it, counting any 201 of the phase as an order the store must hold.
+func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []ackedOrder) (*steady, error) {
+	if left := r.Verdict.Audit.Stock; left != 0 {
+		return &steady{Duration: rr.opts.soldOut, Skipped: fmt.Sprintf("the sale ended with stock %d left", left)}, nil
+	}
+	s := l.soldOut(ctx, r.Strategy, rr.opts.soldOut)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	v, err := rr.verifier.verify(ctx, l.sku, append(slices.Clip(acked), s.acked...))
+	if err != nil {
+		return nil, fmt.Errorf("verify %s after the sold-out phase: %w", r.Strategy, err)
+	}
+	s.Verdict = &v
+	fmt.Fprintf(rr.log, "loadtest: %s sold out: %d requests at %.0f req/s, p99 %s ms; %v\n", r.Strategy, s.Requests, s.Throughput, ms(s.P99), s.Outcomes)
+	return &s, nil
+}
+
 // soak repeats rounds until the soak time is up, failing on the first round that breaks the
 // invariant, and compares each instance's metrics after the first round with the last: nothing
 // may keep growing. It returns what grew.
 func (rr roundRunner) soak(ctx context.Context, stdout io.Writer) ([]string, error) {
+	rr.opts.soldOut = 0 // the soak looks for leaks round after round, not for rates: no sold-out phases
 	began := time.Now()
 	first, err := rr.samples(ctx)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ var families = map[string]string{
 	"naive":       "none (unsafe on purpose)",
 }
 
-// report is one strategy's sale, measured and verified.
+// report is one strategy's sale, measured and verified: a row of the comparison.
 type report struct {
 	Strategy        string         `json:"strategy"`
 	Family          string         `json:"family"`
@@ -35,7 +36,8 @@ type report struct {
 	OrdersPerSecond float64        `json:"orders_per_second"`
 	VsBaseline      float64        `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
 	Selling         phase          `json:"selling"`
-	SoldOut         phase          `json:"sold_out"`
+	SoldOut         phase          `json:"sold_out"` // the tail of the sale's own requests, after the last 201
+	Steady          *steady        `json:"sold_out_steady,omitempty"`
 	Verdict         verdict        `json:"verdict"`
 	ExpectOversell  bool           `json:"expect_oversell"`
 	Skipped         string         `json:"skipped,omitempty"`
@@ -63,8 +65,10 @@ func newReport(strategy, sku string, s sale) report {
 	return r
 }
 
-// judge decides whether the run passes: a safe strategy must keep the invariant and never answer
-// 5xx; the unsafe one must be caught overselling, or the checks are blind.
+// judge decides whether the run passes: a safe strategy must keep the invariant, never answer
+// 5xx while selling, and never answer 201 once sold out (that unit does not exist), and the
+// invariant must still hold after the sold-out phase; the unsafe one must be caught overselling,
+// or the checks are blind.
 func (r *report) judge() {
 	if r.Skipped != "" {
 		return
@@ -79,6 +83,19 @@ func (r *report) judge() {
 		return
 	}
 	r.Failed = append(r.Failed, r.Verdict.Problems...)
+	if r.Steady == nil {
+		return
+	}
+	if n := r.Steady.Outcomes[outcomeOK]; n > 0 {
+		r.Failed = append(r.Failed, fmt.Sprintf("%d orders answered 201 in the sold-out phase: oversold", n))
+	}
+	if r.Steady.Verdict != nil {
+		for _, p := range r.Steady.Verdict.Problems {
+			if !slices.Contains(r.Verdict.Problems, p) {
+				r.Failed = append(r.Failed, "after the sold-out phase: "+p)
+			}
+		}
+	}
 }
 
 func (r report) verdictText() string {
@@ -93,15 +110,28 @@ func (r report) verdictText() string {
 	return "invariant holds"
 }
 
+// ms is a duration in milliseconds with one decimal, the unit of every latency in the report.
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
 
-// markdown writes the comparison table.
-func markdown(w io.Writer, reports []report) {
-	fmt.Fprintln(w, "| strategy | lock | orders | orders/s (selling) | vs baseline | p50 / p99 ms (selling) | busy answers | sold-out req/s | sold-out p99 ms | oversold | verdict |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+// table is one table of the report, rendered as Markdown on stdout and in report.md, and as
+// HTML in report.html, from the same cells.
+type table struct {
+	Intro string
+	Head  []string
+	Rows  [][]string
+}
+
+// tables are the report's tables: the comparison, then, when the run measured it, the steady
+// sold-out phase beside the bare handler.
+func tables(reports []report) []table {
+	comparison := table{Head: []string{"strategy", "lock", "orders", "orders/s (selling)", "vs baseline", "p50 / p99 ms (selling)",
+		"busy answers", "tail sold-out req/s", "tail sold-out p99 ms", "oversold", "verdict"}}
 	for _, r := range reports {
-		if r.Skipped != "" {
-			fmt.Fprintf(w, "| `%s` | %s | | | | | | | | | %s |\n", r.Strategy, r.Family, r.verdictText())
+		switch {
+		case r.Strategy == bareRow:
+			continue
+		case r.Skipped != "":
+			comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, "", "", "", "", "", "", "", "", r.verdictText()})
 			continue
 		}
 		busy := 0.0
@@ -112,9 +142,69 @@ func markdown(w io.Writer, reports []report) {
 		if r.VsBaseline > 0 {
 			vs = fmt.Sprintf("%.2fx", r.VsBaseline)
 		}
-		fmt.Fprintf(w, "| `%s` | %s | %d | %.0f | %s | %s / %s | %d (%.0f%%) | %.0f | %s | %d | %s |\n",
-			r.Strategy, r.Family, r.Outcomes[outcomeOK], r.OrdersPerSecond, vs, ms(r.Selling.P50), ms(r.Selling.P99),
-			r.BusyAnswers, busy, r.SoldOut.Throughput, ms(r.SoldOut.P99), r.Verdict.Oversold, r.verdictText())
+		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.Outcomes[outcomeOK]), fmt.Sprintf("%.0f", r.OrdersPerSecond), vs,
+			ms(r.Selling.P50) + " / " + ms(r.Selling.P99), fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy),
+			fmt.Sprintf("%.0f", r.SoldOut.Throughput), ms(r.SoldOut.P99), fmt.Sprint(r.Verdict.Oversold), r.verdictText()})
+	}
+	out := []table{comparison}
+	if t, ok := steadyTable(reports); ok {
+		out = append(out, t)
+	}
+	return out
+}
+
+// steadyTable is the steady sold-out phase of every row that had one; ok is false if none did.
+func steadyTable(reports []report) (t table, ok bool) {
+	t.Head = []string{"row", "requests", "req/s", "vs bare", "p50 / p99 ms", "409 sold_out", "201 (oversold)", "429", "5xx", "other", "invariant after"}
+	for _, r := range reports {
+		s := r.Steady
+		switch {
+		case s == nil:
+			continue
+		case t.Intro == "":
+			t.Intro = fmt.Sprintf("Sold-out phase: after the sale sold out and was verified, fresh buyers (each with a new Idempotency-Key) "+
+				"ordered it for %s in the closed model; the bare handler is net/http alone answering the same requests 409 sold_out, "+
+				"as many processes as instances, in the same run. A 201 here is an oversell.", s.Duration)
+		}
+		if s.Skipped != "" {
+			t.Rows = append(t.Rows, []string{r.Strategy, "", "", "", "", "", "", "", "", "", "skipped: " + s.Skipped})
+			continue
+		}
+		vs, after := "", ""
+		if s.VsBare > 0 {
+			vs = fmt.Sprintf("%.2fx", s.VsBare)
+		}
+		switch {
+		case s.Verdict == nil:
+		case s.Verdict.ok():
+			after = "holds"
+		case r.ExpectOversell:
+			after = fmt.Sprintf("oversold by %d, as expected", s.Verdict.Oversold)
+		default:
+			after = "FAIL: " + strings.Join(s.Verdict.Problems, "; ")
+		}
+		t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(s.Requests), fmt.Sprintf("%.0f", s.Throughput), vs,
+			ms(s.P50) + " / " + ms(s.P99), fmt.Sprint(s.Outcomes[outcomeSoldOut]), fmt.Sprint(s.Outcomes[outcomeOK]),
+			fmt.Sprint(s.TooMany), fmt.Sprint(s.Server), fmt.Sprint(s.unexpected()), after})
+	}
+	return t, len(t.Rows) > 0
+}
+
+// markdown writes the report's tables.
+func markdown(w io.Writer, reports []report) {
+	for i, t := range tables(reports) {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if t.Intro != "" {
+			fmt.Fprintf(w, "%s\n\n", t.Intro)
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(t.Head, " | "))
+		fmt.Fprintln(w, "|"+strings.Repeat(" --- |", len(t.Head)))
+		for _, row := range t.Rows {
+			cells := append([]string{"`" + row[0] + "`"}, row[1:]...)
+			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+		}
 	}
 }
 
@@ -124,18 +214,35 @@ var htmlReport = template.Must(template.New("report").Parse(`<!doctype html>
 iframe{width:100%;height:480px;border:0}</style></head><body>
 <h1>seckill load test</h1>
 <p>{{.Description}}</p>
-<table><tr><th>strategy</th><th>lock</th><th>orders</th><th>orders/s (selling)</th><th>p50 / p99 ms (selling)</th>
-<th>busy answers</th><th>sold-out req/s</th><th>oversold</th><th>verdict</th></tr>
-{{range .Reports}}<tr><td>{{.Strategy}}</td><td>{{.Family}}</td><td>{{index .Outcomes "ok"}}</td><td>{{printf "%.0f" .OrdersPerSecond}}</td>
-<td>{{.Selling.P50}} / {{.Selling.P99}}</td><td>{{.BusyAnswers}}</td><td>{{printf "%.0f" .SoldOut.Throughput}}</td>
-<td>{{.Verdict.Oversold}}</td><td>{{.VerdictText}}</td></tr>
+{{range .Tables}}{{with .Intro}}<p>{{.}}</p>{{end}}
+<table><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>
-{{range .Reports}}{{if not .Skipped}}<h2>{{.Strategy}}: latency over time</h2><iframe src="plot-{{.Strategy}}.html"></iframe>{{end}}{{end}}
+{{end}}
+{{range .Plots}}<h2>{{.Name}}: latency over time</h2><iframe src="plot-{{.File}}.html"></iframe>{{end}}
 </body></html>
 `))
 
-// write saves the report files in dir: report.md, report.html with a latency plot per strategy,
-// summary.json, and every result of every strategy as JSON lines (results-<strategy>.json).
+// fileName turns a row name ("hybrid (batched 64)") into a file name part ("hybrid-batched-64").
+func fileName(row string) string {
+	var b strings.Builder
+	dash := false
+	for _, c := range strings.ToLower(row) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(c)
+			dash = false
+		} else {
+			dash = true
+		}
+	}
+	return b.String()
+}
+
+// write saves the report files in dir: report.md, report.html with a latency plot per sale,
+// summary.json, and every result of every sale as JSON lines (results-<row>.json).
 func write(dir, description string, reports []report, sales map[string]sale) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -146,16 +253,15 @@ func write(dir, description string, reports []report, sales map[string]sale) err
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
-	type row struct {
-		report
-		VerdictText string
-	}
-	rows := make([]row, len(reports))
-	for i, r := range reports {
-		rows[i] = row{r, r.verdictText()}
+	type plotLink struct{ Name, File string }
+	var plots []plotLink
+	for _, r := range reports {
+		if _, ok := sales[r.Strategy]; ok {
+			plots = append(plots, plotLink{r.Strategy, fileName(r.Strategy)})
+		}
 	}
 	if err := writeFile(filepath.Join(dir, "report.html"), func(w io.Writer) error {
-		return htmlReport.Execute(w, map[string]any{"Description": description, "Reports": rows})
+		return htmlReport.Execute(w, map[string]any{"Description": description, "Tables": tables(reports), "Plots": plots})
 	}); err != nil {
 		return err
 	}
@@ -167,10 +273,10 @@ func write(dir, description string, reports []report, sales map[string]sale) err
 			}
 		}
 		p.Close()
-		if err := writeFile(filepath.Join(dir, "plot-"+name+".html"), func(w io.Writer) error { _, err := p.WriteTo(w); return err }); err != nil {
+		if err := writeFile(filepath.Join(dir, "plot-"+fileName(name)+".html"), func(w io.Writer) error { _, err := p.WriteTo(w); return err }); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(dir, "results-"+name+".json"), func(w io.Writer) error {
+		if err := writeFile(filepath.Join(dir, "results-"+fileName(name)+".json"), func(w io.Writer) error {
 			enc := vegeta.NewJSONEncoder(w)
 			for _, r := range s.results {
 				if err := enc.Encode(r); err != nil {
@@ -189,6 +295,7 @@ func write(dir, description string, reports []report, sales map[string]sale) err
 	})
 }
 
+// writeFile creates path and fills it, reporting the error of Close too: a full disk shows there.
 func writeFile(path string, fill func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// instance is a service process the tool started.
+// instance is a process the tool started: a service instance, or a bare server.
 type instance struct {
 	url    string
 	redis  string // the address of its embedded Redis, if it started one

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// bareAddrEnv, when set, turns the tool's own binary into a bare server listening on its value
+// (a loopback host:port). The tool re-executes itself this way so that the bare reference runs
+// as separate processes, like the service instances it is compared with, and needs no other
+// binary.
+const bareAddrEnv = "LOADTEST_BARE_ADDR"
+
+// bareRow names the bare handler's row in the report.
+const bareRow = "bare handler"
+
+// bareHandler is the ceiling for a sold-out answer: what net/http alone costs to read an order
+// and answer API.md's 409 sold_out, with no routing library, no validation, no Redis, no database.
+// A service that rejects early should come close to it.
+func bareHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/products/{sku}/orders", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 4<<10)) // the body limit of API.md
+		raw, _ := json.Marshal(errorBody{Error: errorDetail{Code: outcomeSoldOut, Message: "product " + r.PathValue("sku") + " is sold out"}})
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write(raw)
+	})
+	return mux
+}
+
+// errorBody is API.md's error shape.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+// errorDetail is the inside of errorBody.
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// serveBare is the bare server's process: it listens on addr, loopback only (it is a local
+// reference, never a service), prints "listening on <url>" on stdout the way cmd/api does so
+// that start can read it, and serves until ctx ends.
+func serveBare(ctx context.Context, addr string, stdout io.Writer) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", bareAddrEnv, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%s=%s: the bare server listens on a loopback address only", bareAddrEnv, addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: bareHandler(), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// measureBare starts n bare servers (as many as service instances), attacks them exactly as a
+// steady sold-out phase attacks the service, stops them and reports the figures as the bare
+// handler's row.
+func measureBare(ctx context.Context, o options, n int, dir string, progress, logs io.Writer) (report, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return report{}, fmt.Errorf("bare handler: %w", err)
+	}
+	var servers []*instance
+	defer func() { stop(servers) }()
+	var urls []string
+	for i := range n {
+		log := filepath.Join(dir, fmt.Sprintf("bare-%d.log", i))
+		inst, err := start(ctx, exe, append(os.Environ(), bareAddrEnv+"=127.0.0.1:0"), log)
+		if err != nil {
+			return report{}, fmt.Errorf("bare handler: %w", err)
+		}
+		servers = append(servers, inst)
+		urls = append(urls, inst.url)
+	}
+	fmt.Fprintf(logs, "loadtest: bare handler: %d server(s) at %v\n", n, urls)
+	// The strategy field only gives the body the shape and size of the strategies' requests.
+	l := load{targets: urls, sku: o.sku + "-bare", strategy: allStrategies[0], requests: o.requests,
+		concurrency: o.concurrency, timeout: o.timeout, progress: progress}
+	s := l.soldOut(ctx, bareRow, o.soldOut)
+	if err := ctx.Err(); err != nil {
+		return report{}, err
+	}
+	fmt.Fprintf(logs, "loadtest: bare handler: %d requests at %.0f req/s, p99 %s ms\n", s.Requests, s.Throughput, ms(s.P99))
+	return report{Strategy: bareRow, Family: "net/http alone: reads the body, answers 409 sold_out (no service)", Steady: &s}, nil
+}

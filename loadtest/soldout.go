@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// defaultSoldOut is how long the steady sold-out phase lasts with -compare unless -soldout
+// says otherwise: long enough for a stable rate, short enough to run once per strategy.
+const defaultSoldOut = 5 * time.Second
+
+// soldOutMaxRate bounds the steady phase in count as well as in time: at most this many requests
+// per second of the phase. It is well above what one machine's loopback serves, so it only stops
+// a phase whose clock went wrong, never a real one.
+const soldOutMaxRate = 100_000
+
+// steady is the steady sold-out measurement: after a product sold out, fresh buyers keep ordering
+// it for a fixed time. Every answer should be 409 sold_out, given without touching the hot row;
+// its rate next to a bare handler's is what rejecting early is worth.
+type steady struct {
+	Duration   time.Duration  `json:"duration"`
+	Requests   int            `json:"requests"`
+	Outcomes   map[string]int `json:"outcomes"`
+	TooMany    int            `json:"status_429"`          // busy or rate limited: reported, not a failure
+	Server     int            `json:"status_5xx"`          // reported, not a failure: the phase measures load
+	Throughput float64        `json:"requests_per_second"` // answered requests over the phase
+	P50        time.Duration  `json:"p50"`
+	P99        time.Duration  `json:"p99"`
+	VsBare     float64        `json:"vs_bare,omitempty"` // Throughput over the bare handler's, same run
+	Verdict    *verdict       `json:"verdict,omitempty"` // the invariant checked again after the phase
+	Skipped    string         `json:"skipped,omitempty"`
+
+	acked []ackedOrder // 201s of the phase: each one is an oversell
+}
+
+// soldOut attacks the product for d in the closed model with l.concurrency clients, whatever
+// l.rate says (the phase measures capacity, which a fixed rate would hide). Every request is a
+// fresh buyer with a fresh Idempotency-Key, so none can be answered from a repeat-buyer or
+// idempotency shortcut. Results are aggregated as they arrive, not kept: a fast phase sends far
+// more requests than a sale.
+func (l load) soldOut(ctx context.Context, name string, d time.Duration) steady {
+	attacker, transport := l.newAttacker()
+	defer transport.CloseIdleConnections()
+	stop := context.AfterFunc(ctx, func() { attacker.Stop() })
+	defer stop()
+	l.rate = 0
+	limit := max(l.concurrency, int(d.Seconds()*soldOutMaxRate))
+	first := l.requests // indexes of the sale's own requests stay theirs: keys and buyers are new
+	at := func(n int) request { return request{index: first + n, user: fmt.Sprintf("%s-s%07d", l.sku, n)} }
+	bar := newBar(l.progress, -1, name+" sold out")
+	s := steady{Duration: d, Outcomes: map[string]int{}}
+	var m vegeta.Metrics
+	answered := 0
+	for r := range attacker.Attack(l.targeter(limit, at), l.pacer(), d, name+" sold out") {
+		if r.Error == vegeta.ErrNoTargets.Error() {
+			continue
+		}
+		m.Add(r)
+		outcome := classify(r)
+		s.Outcomes[outcome]++
+		switch {
+		case r.Code == http.StatusTooManyRequests:
+			s.TooMany++
+		case r.Code >= 500:
+			s.Server++
+		}
+		if r.Code != 0 {
+			answered++
+		}
+		if r.Code == http.StatusCreated {
+			var o ackedOrder
+			if json.Unmarshal(r.Body, &o) == nil && o.OrderID != "" {
+				s.acked = append(s.acked, o)
+			}
+		}
+		if bar != nil {
+			_ = bar.Add(1)
+		}
+	}
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	m.Close()
+	s.Requests = int(m.Requests)
+	s.P50, s.P99 = m.Latencies.P50, m.Latencies.P99
+	if window := m.End.Sub(m.Earliest); window > 0 {
+		s.Throughput = float64(answered) / window.Seconds()
+	}
+	return s
+}
+
+// unexpected is how many answers were none of 409 sold_out, 201, 429 or 5xx (which are
+// reported on their own): a transport error, another 4xx.
+func (s steady) unexpected() int {
+	return s.Requests - s.Outcomes[outcomeSoldOut] - s.Outcomes[outcomeOK] - s.TooMany - s.Server
+}
