@@ -337,6 +337,63 @@ func TestJudgeAfterSoldOut(t *testing.T) {
 	assert.Empty(t, clean.Failed, "429 and 5xx in the sold-out phase are reported, not failures")
 }
 
+func TestParseGroupCommit(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		err  string
+	}{
+		{"", nil, ""},
+		{"64", []int{64}, ""},
+		{"0,64", []int{0, 64}, ""},
+		{" 0 , 8, 64 ", []int{0, 8, 64}, ""},
+		{"-1", nil, "not a batch size"},
+		{"x", nil, "not a batch size"},
+		{"0,", nil, "not a batch size"},
+		{"0,1", nil, "per-order twice"},
+		{"64,64", nil, "batched 64 twice"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseGroupCommit(tc.in)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+	assert.Equal(t, "per-order", groupCommitLabel(0))
+	assert.Equal(t, "batched 64", groupCommitLabel(64))
+
+	o, err := parse([]string{"-group-commit", "0,64"}, io.Discard)
+	require.NoError(t, err)
+	passes := o.passes()
+	require.Len(t, passes, 2)
+	assert.Equal(t, []string{"SECKILL_GROUP_COMMIT=0"}, passes[0].env)
+	assert.Equal(t, "batched 64", passes[1].label)
+	assert.NotEqual(t, passes[0].suffix, passes[1].suffix, "fresh SKUs per value")
+	assert.Equal(t, defaultSoldOut, o.soldOut, "comparing: a sold-out phase by default")
+	o, err = parse(nil, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []*pass{{}}, o.passes(), "no list: one pass on the server's default")
+
+	for name, args := range map[string][]string{
+		"with -target":       {"-target", "http://x", "-token", "t", "-group-commit", "0"},
+		"soak over two sets": {"-soak", "1m", "-group-commit", "0,64"},
+		"negative soldout":   {"-soldout", "-1s"},
+	} {
+		_, err := parse(args, io.Discard)
+		assert.Error(t, err, name)
+	}
+	o, err = parse([]string{"-target", "http://x", "-token", "t", "-strategy", "hybrid"}, io.Discard)
+	require.NoError(t, err)
+	assert.Zero(t, o.soldOut, "one strategy: no sold-out phase unless asked")
+	o, err = parse([]string{"-soldout", "0"}, io.Discard)
+	require.NoError(t, err)
+	assert.Zero(t, o.soldOut, "0 turns it off")
+}
+
 func TestFileName(t *testing.T) {
 	assert.Equal(t, "hybrid-batched-64", fileName("hybrid (batched 64)"))
 	assert.Equal(t, "hybrid-per-order", fileName("hybrid (per-order)"))

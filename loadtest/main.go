@@ -18,11 +18,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -69,6 +71,7 @@ type options struct {
 	progress    bool
 	soak        time.Duration
 	soldOut     time.Duration // the steady sold-out phase of each sale; 0: none
+	groupCommit []int         // SECKILL_GROUP_COMMIT of each pass; none: the server's default
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -95,8 +98,14 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soak, "soak", 0, "repeat the sale (fresh product each round) for this long and check that nothing leaks; 0: one sale")
 	fs.DurationVar(&o.soldOut, "soldout", 0, "after each sale sold out and was verified, order it this long with fresh buyers at -concurrency "+
 		"and measure the rejections beside a bare net/http handler (default 5s with -compare; 0: off)")
+	groupCommit := fs.String("group-commit", "", "when the tool starts the service: comma-separated SECKILL_GROUP_COMMIT values "+
+		"(0: one order per critical section; 64: batched), one set of processes and one comparison each, in one run; empty: the server's default")
 	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var err error
+	if o.groupCommit, err = parseGroupCommit(*groupCommit); err != nil {
 		return o, err
 	}
 	switch {
@@ -106,6 +115,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-stock must be >= 0; -users, -concurrency and -spawn >= 1")
 	case o.compare && o.strategy != "":
 		return o, errors.New("-compare runs every strategy: leave out -strategy")
+	case o.targets != "" && len(o.groupCommit) > 0:
+		return o, errors.New("-group-commit configures the processes the tool starts: leave out -target")
+	case o.soak > 0 && len(o.groupCommit) > 1:
+		return o, errors.New("-soak watches one set of processes: give -group-commit at most one value")
 	case o.soldOut < 0:
 		return o, errors.New("-soldout must not be negative")
 	}
@@ -152,57 +165,64 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.progress {
 		progress = stderr
 	}
-	targets := strings.Split(o.targets, ",")
 	description := fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %s.", o.stock, o.users, o.requests, model(o), o.targets)
+	instances := len(strings.Split(o.targets, ","))
 	var bin string
 	if o.targets == "" {
 		o.token = randomToken()
 		if bin, err = build(ctx, dir, stderr); err != nil {
 			return err
 		}
-		targets = make([]string, o.spawn)
-		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s).",
-			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o))
+		instances = o.spawn
+		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s)%s.",
+			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o))
 	}
 
 	// The bare handler first, alone on the machine but for the tool: the ceiling the service's
 	// sold-out answers are held against.
 	var bare *report
 	if o.compare && o.soldOut > 0 {
-		b, err := measureBare(ctx, o, len(targets), dir, progress, stderr)
+		b, err := measureBare(ctx, o, instances, dir, progress, stderr)
 		if err != nil {
 			return err
 		}
 		bare = &b
 	}
-	if bin != "" {
-		instances, err := spawn(ctx, bin, o.spawn, dir, serviceEnv(o), stderr)
-		if err != nil {
-			return err
-		}
-		defer stop(instances)
-		for i, inst := range instances {
-			targets[i] = inst.url
-		}
-	}
 	client := &http.Client{Timeout: o.timeout}
-	vf := verifier{client: client, base: targets[0], token: o.token, db: db}
-	rr := roundRunner{opts: o, targets: targets, client: client, verifier: vf, progress: progress, log: stderr}
-	var base *report
-	if db != nil && o.compare {
-		b, err := rr.baselineReport(ctx, db)
-		if err != nil {
+	var (
+		base         *report
+		reports      []report
+		sales        = map[string]sale{}
+		soakProblems []string
+	)
+	for i, p := range o.passes() {
+		err := func() error {
+			targets, err := p.start(ctx, o, bin, dir, stderr)
+			if err != nil {
+				return err
+			}
+			defer p.stop()
+			vf := verifier{client: client, base: targets[0], token: o.token, db: db}
+			rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, progress: progress, log: stderr}
+			if i == 0 && db != nil && o.compare {
+				b, err := rr.baselineReport(ctx, db)
+				if err != nil {
+					return err
+				}
+				base = &b
+			}
+			rs, ss, err := rr.round(ctx, "")
+			if err != nil {
+				return err
+			}
+			reports = append(reports, rs...)
+			maps.Copy(sales, ss)
+			if o.soak > 0 {
+				soakProblems, err = rr.soak(ctx, stdout)
+			}
 			return err
-		}
-		base = &b
-	}
-	reports, sales, err := rr.round(ctx, "")
-	if err != nil {
-		return err
-	}
-	var soakProblems []string
-	if o.soak > 0 {
-		if soakProblems, err = rr.soak(ctx, stdout); err != nil {
+		}()
+		if err != nil {
 			return err
 		}
 	}
@@ -240,6 +260,102 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("verification failed:\n  %s", strings.Join(failed, "\n  "))
 	}
 	return nil
+}
+
+// parseGroupCommit reads -group-commit: comma-separated batch sizes as the service takes them
+// (0 and 1 both mean one order per critical section, so only one of them may be given).
+func parseGroupCommit(list string) ([]int, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	var out []int
+	seen := map[string]bool{}
+	for _, field := range strings.Split(list, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("-group-commit: %q is not a batch size (0: per-order, or a number of orders)", field)
+		}
+		label := groupCommitLabel(v)
+		if seen[label] {
+			return nil, fmt.Errorf("-group-commit: %s twice", label)
+		}
+		seen[label] = true
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// groupCommitLabel names a group commit setting in the rows it produced.
+func groupCommitLabel(v int) string {
+	if v <= 1 {
+		return "per-order"
+	}
+	return fmt.Sprintf("batched %d", v)
+}
+
+// pass is one set of service processes and the comparison run on them: the run compares
+// service configurations (-group-commit) side by side, each on processes of its own.
+type pass struct {
+	label     string      // added to the name of every row: "per-order", "batched 64"; "": the server's default
+	suffix    string      // keeps the SKUs of this pass apart from the other passes'
+	env       []string    // added to the service's environment
+	instances []*instance // the processes, while the pass runs
+}
+
+// passes are the passes of the run: one per -group-commit value, or one with the server's default.
+func (o options) passes() []*pass {
+	if len(o.groupCommit) == 0 {
+		return []*pass{{}}
+	}
+	var out []*pass
+	for _, v := range o.groupCommit {
+		out = append(out, &pass{label: groupCommitLabel(v), suffix: fmt.Sprintf("-gc%d", v),
+			env: []string{fmt.Sprintf("SECKILL_GROUP_COMMIT=%d", v)}})
+	}
+	return out
+}
+
+// start returns the targets of the pass: the -target URLs, or (with bin, the built service) the
+// URLs of the processes it starts in a folder of its own under dir.
+func (p *pass) start(ctx context.Context, o options, bin, dir string, logs io.Writer) ([]string, error) {
+	if bin == "" {
+		return strings.Split(o.targets, ","), nil
+	}
+	env := append(serviceEnv(o), p.env...)
+	dir = filepath.Join(dir, "service"+p.suffix)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if p.label != "" {
+		fmt.Fprintf(logs, "loadtest: pass %s (%s)\n", p.label, strings.Join(p.env, " "))
+	}
+	var err error
+	if p.instances, err = spawn(ctx, bin, o.spawn, dir, env, logs); err != nil {
+		return nil, err
+	}
+	var targets []string
+	for _, inst := range p.instances {
+		targets = append(targets, inst.url)
+	}
+	return targets, nil
+}
+
+// stop stops the processes of the pass, if it started any.
+func (p *pass) stop() {
+	stop(p.instances)
+	p.instances = nil
+}
+
+// passesText describes the passes for the report.
+func passesText(o options) string {
+	if len(o.groupCommit) == 0 {
+		return ""
+	}
+	labels := make([]string, len(o.groupCommit))
+	for i, v := range o.groupCommit {
+		labels[i] = fmt.Sprintf("%d (%s)", v, groupCommitLabel(v))
+	}
+	return ", once per SECKILL_GROUP_COMMIT value, fresh processes each: " + strings.Join(labels, ", ")
 }
 
 // serviceEnv is the environment of the service processes the tool starts: its backends and its
@@ -303,6 +419,7 @@ func randomToken() string {
 // roundRunner runs rounds of sales: every strategy of the run, each on a fresh product.
 type roundRunner struct {
 	opts     options
+	pass     *pass
 	targets  []string
 	client   *http.Client
 	verifier verifier
@@ -325,22 +442,26 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		if name == "" {
 			name = "default"
 		}
-		sku := o.sku + "-" + name + suffix
+		row := name
+		if rr.pass.label != "" {
+			row = fmt.Sprintf("%s (%s)", name, rr.pass.label)
+		}
+		sku := o.sku + "-" + name + rr.pass.suffix + suffix
 		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock); err != nil {
 			return nil, nil, err
 		}
 		l := load{targets: rr.targets, sku: sku, strategy: strategy, users: o.users, requests: o.requests, rate: o.rate,
 			concurrency: o.concurrency, duration: o.duration, timeout: o.timeout, retryRounds: o.retryRounds, progress: rr.progress}
-		s, err := l.run(ctx, name)
+		s, err := l.run(ctx, row)
 		if err != nil {
 			return nil, nil, err
 		}
-		r := newReport(name, sku, s)
+		r := newReport(row, strategy, sku, s)
 		if r.Outcomes[outcomeInvalid] == r.Requests {
 			r.Skipped = "refused by the server (naive needs SECKILL_ALLOW_UNSAFE=true)"
 		} else {
 			if r.Verdict, err = rr.verifier.verify(ctx, sku, s.acked); err != nil {
-				return nil, nil, fmt.Errorf("verify %s: %w", name, err)
+				return nil, nil, fmt.Errorf("verify %s: %w", row, err)
 			}
 			if o.soldOut > 0 {
 				if r.Steady, err = rr.soldOut(ctx, l, r, s.acked); err != nil {
@@ -350,8 +471,8 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		}
 		r.judge()
 		reports = append(reports, r)
-		sales[name] = s
-		fmt.Fprintf(rr.log, "loadtest: %s: %v; %s\n", name, r.Outcomes, r.verdictText())
+		sales[row] = s
+		fmt.Fprintf(rr.log, "loadtest: %s: %v; %s\n", row, r.Outcomes, r.verdictText())
 	}
 	return reports, sales, nil
 }

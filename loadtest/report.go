@@ -26,7 +26,7 @@ var families = map[string]string{
 
 // report is one strategy's sale, measured and verified: a row of the comparison.
 type report struct {
-	Strategy        string         `json:"strategy"`
+	Strategy        string         `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
 	Family          string         `json:"family"`
 	SKU             string         `json:"sku"`
 	Requests        int            `json:"requests"`
@@ -44,9 +44,9 @@ type report struct {
 	Failed          []string       `json:"failed,omitempty"` // why this run fails the tool
 }
 
-// newReport measures a sale. The verdict is added by the caller.
-func newReport(strategy, sku string, s sale) report {
-	r := report{Strategy: strategy, Family: families[strategy], SKU: sku, Requests: len(s.final), Attempts: len(s.results),
+// newReport measures a sale of strategy, reported as row. The verdict is added by the caller.
+func newReport(row, strategy, sku string, s sale) report {
+	r := report{Strategy: row, Family: families[strategy], SKU: sku, Requests: len(s.final), Attempts: len(s.results),
 		Outcomes: map[string]int{}, ExpectOversell: strategy == "naive"}
 	if r.Family == "" {
 		r.Family = "server default"
