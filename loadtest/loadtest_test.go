@@ -214,6 +214,7 @@ func TestSmokeCompare(t *testing.T) {
 	assert.Contains(t, out.String(), "caught as expected")
 	assert.Contains(t, out.String(), "`"+bareRow+"`", "the bare handler was measured")
 	assert.Contains(t, out.String(), "Sold-out phase")
+	assert.Contains(t, out.String(), "Targets of the performance issue")
 }
 
 // testWriter sends the tool's log lines to the test log.
@@ -392,6 +393,60 @@ func TestParseGroupCommit(t *testing.T) {
 	o, err = parse([]string{"-soldout", "0"}, io.Discard)
 	require.NoError(t, err)
 	assert.Zero(t, o.soldOut, "0 turns it off")
+}
+
+// TestGoals: each target holds, fails or is not measured, with its numbers; the references and
+// the unsafe control are not judged.
+func TestGoals(t *testing.T) {
+	base := &report{Strategy: "baseline", OrdersPerSecond: 200}
+	bare := &report{Strategy: bareRow, Steady: &steady{Throughput: 10000}}
+	good := report{Strategy: "hybrid (batched 64)", OrdersPerSecond: 2400, Selling: phase{Requests: 100, P99: 30 * time.Millisecond},
+		Steady: &steady{Throughput: 9000}, PeakRSSMB: 80}
+	g := goals(good, base, bare, 64)
+	require.Len(t, g, len(goalNames))
+	for i, x := range g {
+		require.NotNil(t, x.Met, x.Name)
+		assert.True(t, *x.Met, x.Name)
+		assert.Equal(t, goalNames[i], x.Name)
+	}
+	assert.Equal(t, "yes: 12.00x (2400 vs 200 orders/s)", g[0].text())
+	assert.Equal(t, "yes: 0.90x (9000 vs 10000 req/s)", g[1].text())
+	assert.Equal(t, "yes: 30.0 ms", g[2].text())
+	assert.Equal(t, "yes: 80 MB", g[3].text())
+
+	bad := report{Strategy: "pessimistic", OrdersPerSecond: 1000, Selling: phase{Requests: 100, P99: 51 * time.Millisecond},
+		Steady: &steady{Throughput: 7000}, PeakRSSMB: 101, PeakRSSSinceStart: true}
+	for _, x := range goals(bad, base, bare, 16) {
+		require.NotNil(t, x.Met, x.Name)
+		assert.False(t, *x.Met, x.Name)
+		assert.True(t, strings.HasPrefix(x.text(), "NO: "), x.text())
+	}
+	assert.Contains(t, goals(bad, base, bare, 16)[2].Detail, "at 16 clients (stated at 64)")
+	assert.Contains(t, goals(bad, base, bare, 16)[3].Detail, "since the process started")
+
+	for _, x := range goals(report{Strategy: "hybrid"}, nil, nil, 64) {
+		assert.Nil(t, x.Met, "%s: nothing was measured", x.Name)
+		assert.True(t, strings.HasPrefix(x.text(), "n/a: "), x.text())
+	}
+	skipped := goals(report{Strategy: "etcd", Steady: &steady{Skipped: "the sale did not sell out"}}, base, bare, 64)
+	assert.Equal(t, "n/a: the sale did not sell out", skipped[1].text())
+	assert.Nil(t, goals(*base, base, bare, 64))
+	assert.Nil(t, goals(*bare, base, bare, 64))
+	assert.Nil(t, goals(report{Strategy: "naive", ExpectOversell: true}, base, bare, 64))
+}
+
+func TestParsePeakRSS(t *testing.T) {
+	n, err := parsePeakRSS([]byte("Name:\tseckill\nVmPeak:\t 2000 kB\nVmHWM:\t    51200 kB\nVmRSS:\t 40000 kB\n"))
+	require.NoError(t, err)
+	assert.Equal(t, int64(50<<20), n)
+	_, err = parsePeakRSS([]byte("Name:\tseckill\n"))
+	assert.Error(t, err)
+
+	p := peaks{pids: []int{os.Getpid()}}
+	p.begin()
+	mb, err := p.highest()
+	require.NoError(t, err)
+	assert.Positive(t, mb)
 }
 
 func TestFileName(t *testing.T) {

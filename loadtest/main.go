@@ -197,13 +197,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	)
 	for i, p := range o.passes() {
 		err := func() error {
-			targets, err := p.start(ctx, o, bin, dir, stderr)
+			targets, pids, err := p.start(ctx, o, bin, dir, stderr)
 			if err != nil {
 				return err
 			}
 			defer p.stop()
 			vf := verifier{client: client, base: targets[0], token: o.token, db: db}
-			rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, progress: progress, log: stderr}
+			rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: peaks{pids: pids},
+				progress: progress, log: stderr}
 			if i == 0 && db != nil && o.compare {
 				b, err := rr.baselineReport(ctx, db)
 				if err != nil {
@@ -234,6 +235,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if bare != nil && r.Steady != nil && bare.Steady.Throughput > 0 {
 			r.Steady.VsBare = r.Steady.Throughput / bare.Steady.Throughput
 		}
+		r.Goals = goals(*r, base, bare, o.concurrency)
 	}
 	if bare != nil {
 		reports = append([]report{*bare}, reports...)
@@ -316,28 +318,30 @@ func (o options) passes() []*pass {
 }
 
 // start returns the targets of the pass: the -target URLs, or (with bin, the built service) the
-// URLs of the processes it starts in a folder of its own under dir.
-func (p *pass) start(ctx context.Context, o options, bin, dir string, logs io.Writer) ([]string, error) {
+// URLs and process ids of the processes it starts in a folder of its own under dir.
+func (p *pass) start(ctx context.Context, o options, bin, dir string, logs io.Writer) ([]string, []int, error) {
 	if bin == "" {
-		return strings.Split(o.targets, ","), nil
+		return strings.Split(o.targets, ","), nil, nil
 	}
 	env := append(serviceEnv(o), p.env...)
 	dir = filepath.Join(dir, "service"+p.suffix)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if p.label != "" {
 		fmt.Fprintf(logs, "loadtest: pass %s (%s)\n", p.label, strings.Join(p.env, " "))
 	}
 	var err error
 	if p.instances, err = spawn(ctx, bin, o.spawn, dir, env, logs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var targets []string
+	var pids []int
 	for _, inst := range p.instances {
 		targets = append(targets, inst.url)
+		pids = append(pids, inst.cmd.Process.Pid)
 	}
-	return targets, nil
+	return targets, pids, nil
 }
 
 // stop stops the processes of the pass, if it started any.
@@ -423,6 +427,7 @@ type roundRunner struct {
 	targets  []string
 	client   *http.Client
 	verifier verifier
+	peaks    peaks // of the service processes, when the tool started them
 	progress io.Writer
 	log      io.Writer
 }
@@ -447,6 +452,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 			row = fmt.Sprintf("%s (%s)", name, rr.pass.label)
 		}
 		sku := o.sku + "-" + name + rr.pass.suffix + suffix
+		rr.peaks.begin()
 		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock); err != nil {
 			return nil, nil, err
 		}
@@ -468,6 +474,14 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 					return nil, nil, err
 				}
 			}
+		}
+		if len(rr.peaks.pids) > 0 {
+			// Memory is informational: a process that cannot be read leaves the cell blank and
+			// says why in the log, but never costs the run its verdicts.
+			if r.PeakRSSMB, err = rr.peaks.highest(); err != nil {
+				fmt.Fprintf(rr.log, "loadtest: %s: %v\n", row, err)
+			}
+			r.PeakRSSSinceStart = rr.peaks.sinceStart
 		}
 		r.judge()
 		reports = append(reports, r)

@@ -26,22 +26,25 @@ var families = map[string]string{
 
 // report is one strategy's sale, measured and verified: a row of the comparison.
 type report struct {
-	Strategy        string         `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
-	Family          string         `json:"family"`
-	SKU             string         `json:"sku"`
-	Requests        int            `json:"requests"`
-	Attempts        int            `json:"attempts"`
-	Outcomes        map[string]int `json:"outcomes"`
-	BusyAnswers     int            `json:"busy_answers"`
-	OrdersPerSecond float64        `json:"orders_per_second"`
-	VsBaseline      float64        `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
-	Selling         phase          `json:"selling"`
-	SoldOut         phase          `json:"sold_out"` // the tail of the sale's own requests, after the last 201
-	Steady          *steady        `json:"sold_out_steady,omitempty"`
-	Verdict         verdict        `json:"verdict"`
-	ExpectOversell  bool           `json:"expect_oversell"`
-	Skipped         string         `json:"skipped,omitempty"`
-	Failed          []string       `json:"failed,omitempty"` // why this run fails the tool
+	Strategy          string         `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
+	Family            string         `json:"family"`
+	SKU               string         `json:"sku"`
+	Requests          int            `json:"requests"`
+	Attempts          int            `json:"attempts"`
+	Outcomes          map[string]int `json:"outcomes"`
+	BusyAnswers       int            `json:"busy_answers"`
+	OrdersPerSecond   float64        `json:"orders_per_second"`
+	VsBaseline        float64        `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
+	Selling           phase          `json:"selling"`
+	SoldOut           phase          `json:"sold_out"` // the tail of the sale's own requests, after the last 201
+	Steady            *steady        `json:"sold_out_steady,omitempty"`
+	PeakRSSMB         float64        `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
+	PeakRSSSinceStart bool           `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
+	Goals             []goal         `json:"targets,omitempty"`
+	Verdict           verdict        `json:"verdict"`
+	ExpectOversell    bool           `json:"expect_oversell"`
+	Skipped           string         `json:"skipped,omitempty"`
+	Failed            []string       `json:"failed,omitempty"` // why this run fails the tool
 }
 
 // newReport measures a sale of strategy, reported as row. The verdict is added by the caller.
@@ -121,17 +124,17 @@ type table struct {
 	Rows  [][]string
 }
 
-// tables are the report's tables: the comparison, then, when the run measured it, the steady
-// sold-out phase beside the bare handler.
+// tables are the report's tables: the comparison, then, when the run measured them, the steady
+// sold-out phase beside the bare handler and the targets of the performance issue.
 func tables(reports []report) []table {
 	comparison := table{Head: []string{"strategy", "lock", "orders", "orders/s (selling)", "vs baseline", "p50 / p99 ms (selling)",
-		"busy answers", "tail sold-out req/s", "tail sold-out p99 ms", "oversold", "verdict"}}
+		"busy answers", "tail sold-out req/s", "tail sold-out p99 ms", "peak RSS MB", "oversold", "verdict"}}
 	for _, r := range reports {
 		switch {
 		case r.Strategy == bareRow:
 			continue
 		case r.Skipped != "":
-			comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, "", "", "", "", "", "", "", "", r.verdictText()})
+			comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, "", "", "", "", "", "", "", "", "", r.verdictText()})
 			continue
 		}
 		busy := 0.0
@@ -144,13 +147,27 @@ func tables(reports []report) []table {
 		}
 		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.Outcomes[outcomeOK]), fmt.Sprintf("%.0f", r.OrdersPerSecond), vs,
 			ms(r.Selling.P50) + " / " + ms(r.Selling.P99), fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy),
-			fmt.Sprintf("%.0f", r.SoldOut.Throughput), ms(r.SoldOut.P99), fmt.Sprint(r.Verdict.Oversold), r.verdictText()})
+			fmt.Sprintf("%.0f", r.SoldOut.Throughput), ms(r.SoldOut.P99), r.rssText(), fmt.Sprint(r.Verdict.Oversold), r.verdictText()})
 	}
 	out := []table{comparison}
 	if t, ok := steadyTable(reports); ok {
 		out = append(out, t)
 	}
+	if t, ok := goalsTable(reports); ok {
+		out = append(out, t)
+	}
 	return out
+}
+
+// rssText is the peak RSS cell: blank when not measured.
+func (r report) rssText() string {
+	switch {
+	case r.PeakRSSMB == 0:
+		return ""
+	case r.PeakRSSSinceStart:
+		return fmt.Sprintf("%.0f (since start)", r.PeakRSSMB)
+	}
+	return fmt.Sprintf("%.0f", r.PeakRSSMB)
 }
 
 // steadyTable is the steady sold-out phase of every row that had one; ok is false if none did.
@@ -186,6 +203,24 @@ func steadyTable(reports []report) (t table, ok bool) {
 		t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(s.Requests), fmt.Sprintf("%.0f", s.Throughput), vs,
 			ms(s.P50) + " / " + ms(s.P99), fmt.Sprint(s.Outcomes[outcomeSoldOut]), fmt.Sprint(s.Outcomes[outcomeOK]),
 			fmt.Sprint(s.TooMany), fmt.Sprint(s.Server), fmt.Sprint(s.unexpected()), after})
+	}
+	return t, len(t.Rows) > 0
+}
+
+// goalsTable is the targets of the performance issue for every judged row; ok is false if none
+// was judged.
+func goalsTable(reports []report) (t table, ok bool) {
+	t.Intro = "Targets of the performance issue (informational: only the invariant fails a run):"
+	t.Head = append([]string{"row"}, goalNames...)
+	for _, r := range reports {
+		if len(r.Goals) == 0 {
+			continue
+		}
+		row := []string{r.Strategy}
+		for _, g := range r.Goals {
+			row = append(row, g.text())
+		}
+		t.Rows = append(t.Rows, row)
 	}
 	return t, len(t.Rows) > 0
 }
