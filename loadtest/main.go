@@ -3,7 +3,10 @@
 // answer by status and error code, splits the selling phase from the sold-out phase, and then
 // verifies the invariant through the audit endpoint and every acknowledged order — and, given a
 // MySQL DSN, straight in SQL. With -compare it runs every strategy in turn on a fresh product and
-// writes the comparison as Markdown, HTML with latency plots, and JSON.
+// writes the comparison as Markdown, HTML with latency plots, and JSON. With -soldout it keeps
+// ordering each sold-out product and holds the rejections against a bare net/http handler
+// measured in the same run; with -group-commit it repeats the comparison once per service
+// configuration; and it judges every row against the targets of the performance issue.
 //
 // It is a black-box client of API.md and imports nothing of the service. With no -target it
 // builds cmd/api, starts it on the embedded default, runs the comparison and stops it.
