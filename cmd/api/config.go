@@ -34,6 +34,8 @@ type config struct {
 	ShutdownTimeout  time.Duration
 	LogFormat        string
 	GroupCommit      int
+	SoldOutFlag      time.Duration
+	PprofAddr        string
 	RateLimit        float64
 	RateBurst        int
 	TrustedProxies   []string
@@ -73,6 +75,9 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&c.GroupCommit, "group-commit", 64, "place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
+	fs.DurationVar(&c.SoldOutFlag, "sold-out-flag", time.Second,
+		"answer sold-out products from a local flag, checked against the database at least this often; 0: off")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this address (keep it on loopback); empty: off")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 0, "per-client requests/s to the API (token bucket); 0: off")
 	fs.IntVar(&c.RateBurst, "rate-burst", 0, "per-client burst; default: twice the rate")
 	fs.Var((*list)(&c.TrustedProxies), "trusted-proxies", "proxies (CIDRs or addresses) whose X-Forwarded-For names the client; empty: none")
@@ -104,6 +109,9 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	}
 	if c.GroupCommit < 0 {
 		return nil, errors.New("group-commit must not be negative")
+	}
+	if c.SoldOutFlag < 0 {
+		return nil, errors.New("sold-out-flag must not be negative")
 	}
 	if c.RateLimit < 0 || c.RateBurst < 0 {
 		return nil, errors.New("rate-limit and rate-burst must not be negative")

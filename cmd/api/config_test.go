@@ -27,6 +27,8 @@ func TestConfigPrecedence(t *testing.T) {
 			assert.False(t, c.AllowUnsafe)
 			assert.Equal(t, "./.seckill", c.DataDir)
 			assert.Equal(t, 64, c.GroupCommit)
+			assert.Equal(t, time.Second, c.SoldOutFlag)
+			assert.Empty(t, c.PprofAddr)
 			assert.True(t, c.tokenGenerated)
 			assert.Len(t, c.AdminToken, 32)
 		}},
@@ -71,6 +73,7 @@ func TestConfigRejects(t *testing.T) {
 		"unknown logformat": {env: map[string]string{"SECKILL_LOG_FORMAT": "xml"}},
 		"negative rate":     {args: []string{"-rate-limit", "-1"}},
 		"negative batch":    {args: []string{"-group-commit", "-1"}},
+		"negative flag ttl": {args: []string{"-sold-out-flag", "-1s"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadConfig(tc.args, env(tc.env))

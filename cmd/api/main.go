@@ -113,6 +113,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fmt.Fprintf(stdout, "strategies: %v (default %s)\n", registry.Names(), cfg.Strategy)
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	if cfg.PprofAddr != "" {
+		stopPprof, err := servePprof(cfg.PprofAddr, stdout, log)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stopPprof()
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -154,11 +162,16 @@ func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, etcd *etcdB
 	host, _ := os.Hostname()
 	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
 	admission := lockstrategy.NewAdmission(rdb.clients[0], store, log, reg)
+	var soldOut *lockstrategy.SoldOut
+	if cfg.SoldOutFlag > 0 {
+		soldOut = lockstrategy.NewSoldOut(rdb.clients[0], store, cfg.SoldOutFlag, log, reg)
+	}
 	registry := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{
 		Default:       cfg.Strategy,
 		AllowOverride: cfg.StrategyOverride,
 		AllowUnsafe:   cfg.AllowUnsafe,
 		Admission:     admission,
+		SoldOut:       soldOut,
 	}, log, reg)
 	registry.Register(lockstrategy.NewHybrid(store, admission, rdb.redsync(), lockstrategy.HybridOptions{
 		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Batch: cfg.GroupCommit,

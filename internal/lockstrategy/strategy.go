@@ -32,6 +32,7 @@ type Strategy interface {
 type Registry struct {
 	store         *stock.Store
 	admission     *Admission // nil without Redis
+	soldOut       *SoldOut   // nil: no local sold-out flags
 	strategies    map[string]Strategy
 	defaultName   string
 	allowOverride bool
@@ -50,6 +51,9 @@ type RegistryConfig struct {
 	// Admission is the Redis admission state that product resets and audits must keep in step
 	// with the database; nil when no strategy uses Redis.
 	Admission *Admission
+	// SoldOut, when set, answers orders for products known to be at zero stock from memory; the
+	// Registry keeps it in step with product resets and closes it.
+	SoldOut *SoldOut
 }
 
 // NewRegistry returns a Registry over store. Register strategies, then call Validate.
@@ -57,6 +61,7 @@ func NewRegistry(store *stock.Store, cfg RegistryConfig, log *slog.Logger, reg p
 	r := &Registry{
 		store:         store,
 		admission:     cfg.Admission,
+		soldOut:       cfg.SoldOut,
 		strategies:    map[string]Strategy{},
 		unsafe:        map[string]bool{},
 		defaultName:   cfg.Default,
@@ -83,9 +88,13 @@ func (r *Registry) Register(s Strategy, unsafe bool) {
 	r.unsafe[s.Name()] = unsafe
 }
 
-// Close closes the strategies that hold resources (the etcd strategy's session and lease).
+// Close closes the strategies that hold resources (the etcd strategy's session and lease) and
+// the sold-out flags' subscription.
 func (r *Registry) Close() error {
 	var errs []error
+	if r.soldOut != nil {
+		errs = append(errs, r.soldOut.Close())
+	}
 	for _, s := range r.strategies {
 		if c, ok := s.(io.Closer); ok {
 			errs = append(errs, c.Close())
@@ -154,12 +163,26 @@ func (r *Registry) PlaceOrder(ctx context.Context, req stock.OrderRequest) (orde
 		}
 		r.outcomes.WithLabelValues(s.Name(), outcome).Inc()
 	}()
+	// The unsafe strategy shows what no lock does; no shortcut may hide it.
+	flagged := r.soldOut != nil && !r.unsafe[s.Name()]
+	if flagged {
+		// Before the replay lookup: a flag lets through every buyer who holds an order, so a
+		// replay still finds it. A key reused with another body on a sold-out product hears
+		// sold_out here rather than idempotency_conflict: both are 409, and telling them apart
+		// would cost the database read the flag exists to save.
+		if err = r.soldOut.rejects(req); err != nil {
+			return stock.Order{}, false, err
+		}
+	}
 	if req.IdempotencyKey != "" {
 		if order, err := r.replay(ctx, req); !errors.Is(err, stock.ErrNotFound) {
 			return order, err == nil, err
 		}
 	}
 	order, err = s.PlaceOrder(ctx, req)
+	if flagged && errors.Is(err, stock.ErrSoldOut) {
+		r.soldOut.learn(req.SKU)
+	}
 	// Two requests with one key can race past the lookup above; the unique key lets one insert
 	// win, and the other (ErrDuplicateRequest, or ErrAlreadyPurchased when the same buyer's
 	// unique key fired first) answers the winner's order.
@@ -195,6 +218,9 @@ func (r *Registry) PutProduct(ctx context.Context, spec stock.ProductSpec) (stoc
 	p, err := r.store.PutProduct(ctx, spec)
 	if err != nil {
 		return stock.Product{}, err
+	}
+	if r.soldOut != nil {
+		r.soldOut.Reset(ctx, p.SKU)
 	}
 	if r.admission != nil {
 		// A failure here leaves no counter, and the first order warms one from the database.

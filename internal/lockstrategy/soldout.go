@@ -1,0 +1,260 @@
+package lockstrategy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// soldOutChannel carries product resets to every instance: the payload is the SKU whose local
+// sold-out flags must go.
+const soldOutChannel = "seckill:products:reset"
+
+// maxFlagBuyers bounds the buyers a flag remembers (a few MB); a bigger sale is not flagged.
+const maxFlagBuyers = 100_000
+
+// SoldOut is one instance's local sold-out flags: once the database shows a product's stock at
+// zero, this instance answers sold_out for it from memory, touching neither Redis nor the
+// database — the requests of the sold-out phase of a flash sale outnumber the units many times.
+//
+// Why a flag is safe to trust: the stock of a product only goes down until the next product
+// PUT, so a stock of zero stays zero, and the orders it was read with are all the orders there
+// will be. The flag keeps those buyers, so that a buyer who holds an order (a retried request,
+// whose Idempotency-Key must answer the original 201) still takes the full path; everybody else
+// has no order and no chance of one. What could make a flag lie is a PUT starting a new round,
+// so a PUT drops the flag here and publishes the SKU to every instance (Redis pub/sub). Flags
+// are set and trusted only while this instance's subscription is up, and all of them are dropped
+// whenever it goes down, because messages published meanwhile are lost. As a last guard a flag
+// is trusted for at most TTL; then a one-row read of the product renews it (same version, still
+// zero) or drops it.
+type SoldOut struct {
+	store *stock.Store
+	rdb   *redis.Client
+	ttl   time.Duration
+	log   *slog.Logger
+
+	rejections prometheus.Counter
+	subscribed prometheus.Gauge
+
+	mu       sync.RWMutex
+	live     bool   // the reset subscription is up
+	gen      uint64 // bumped by every reset and every subscription change: a learn that spans one does not set its flag
+	flags    map[string]*soldOutFlag
+	learning map[string]time.Time // SKUs being learned, or when they were last
+
+	ps   *redis.PubSub
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+type soldOutFlag struct {
+	version     int64
+	maxPerOrder int
+	buyers      map[string]struct{}
+	checked     time.Time
+}
+
+// NewSoldOut starts the flags of one instance: it subscribes to product resets on rdb (the
+// Redis that holds admission state). ttl bounds how long a flag is trusted without a database
+// check. Close stops it.
+func NewSoldOut(rdb *redis.Client, store *stock.Store, ttl time.Duration, log *slog.Logger, reg prometheus.Registerer) *SoldOut {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &SoldOut{
+		store: store, rdb: rdb, ttl: ttl, log: log, stop: cancel,
+		flags: map[string]*soldOutFlag{}, learning: map[string]time.Time{},
+		rejections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_sold_out_flag_rejections_total",
+			Help: "Orders answered sold_out from this instance's local sold-out flag, without Redis or the database.",
+		}),
+		subscribed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seckill_sold_out_flag_subscribed",
+			Help: "1 while this instance hears product resets, so its sold-out flags may be used.",
+		}),
+	}
+	reg.MustRegister(s.rejections, s.subscribed)
+	s.ps = rdb.Subscribe(ctx, soldOutChannel)
+	s.wg.Add(1)
+	go s.listen(ctx)
+	return s
+}
+
+// Close stops listening and waits for learns in flight.
+func (s *SoldOut) Close() error {
+	s.stop()
+	err := s.ps.Close() // wakes the listener from its read
+	s.wg.Wait()
+	return err
+}
+
+// rejects answers req from the flag: a *stock.SoldOutError when its product is flagged and the
+// buyer holds no order, nil when the order must take the full path.
+func (s *SoldOut) rejects(req stock.OrderRequest) error {
+	s.mu.RLock()
+	f := s.flags[req.SKU]
+	s.mu.RUnlock()
+	if f == nil || time.Since(f.checked) > s.ttl || req.Quantity > f.maxPerOrder {
+		return nil
+	}
+	if _, bought := f.buyers[req.UserID]; bought {
+		return nil
+	}
+	s.rejections.Inc()
+	return &stock.SoldOutError{SKU: req.SKU, Left: 0, Asked: req.Quantity}
+}
+
+// learn is told that an order for sku was answered sold_out, and checks in the background
+// whether the product is at zero, to flag it. At most one check per SKU runs at a time, and
+// no more than ten a second.
+func (s *SoldOut) learn(sku string) {
+	s.mu.Lock()
+	last, busy := s.learning[sku]
+	if !s.live || (busy && (last.IsZero() || time.Since(last) < 100*time.Millisecond)) {
+		s.mu.Unlock()
+		return
+	}
+	s.learning[sku] = time.Time{}
+	gen := s.gen
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		f, err := s.check(ctx, sku)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.learning[sku] = time.Now()
+		switch {
+		case err != nil:
+			s.log.Debug("sold-out flag not learned", "sku", sku, "err", err)
+		case f != nil && s.live && s.gen == gen:
+			s.flags[sku] = f
+		}
+	}()
+}
+
+// check reads whether sku is at zero stock and, if so, its buyers: the flag to set, or nil.
+func (s *SoldOut) check(ctx context.Context, sku string) (*soldOutFlag, error) {
+	before, err := s.store.Product(ctx, sku)
+	if err != nil || before.Stock != 0 {
+		return nil, err
+	}
+	s.mu.RLock()
+	known := s.flags[sku]
+	s.mu.RUnlock()
+	if known != nil && known.version == before.Version {
+		return &soldOutFlag{version: known.version, maxPerOrder: known.maxPerOrder, buyers: known.buyers, checked: time.Now()}, nil
+	}
+	if before.Sold() > maxFlagBuyers {
+		return nil, nil
+	}
+	users, err := s.store.Buyers(ctx, sku)
+	if err != nil {
+		return nil, err
+	}
+	// A PUT between the two reads would make the buyers those of another round; the version
+	// moves with every PUT.
+	after, err := s.store.Product(ctx, sku)
+	if err != nil || after.Version != before.Version || after.Stock != 0 {
+		return nil, err
+	}
+	buyers := make(map[string]struct{}, len(users))
+	for _, u := range users {
+		buyers[u] = struct{}{}
+	}
+	return &soldOutFlag{version: before.Version, maxPerOrder: before.MaxPerOrder, buyers: buyers, checked: time.Now()}, nil
+}
+
+// Reset drops sku's flag here and tells every other instance to drop theirs. A failed publish is
+// logged, not returned: the database reset has happened, and other instances' flags expire
+// within the TTL.
+func (s *SoldOut) Reset(ctx context.Context, sku string) {
+	s.drop(sku)
+	if err := s.rdb.Publish(ctx, soldOutChannel, sku).Err(); err != nil {
+		s.log.Warn("product reset not published; other instances' sold-out flags expire by their TTL",
+			"sku", sku, "ttl", s.ttl, "err", err)
+	}
+}
+
+func (s *SoldOut) drop(sku string) {
+	s.mu.Lock()
+	s.gen++
+	delete(s.flags, sku)
+	s.mu.Unlock()
+}
+
+// setLive records whether resets are heard. Any change drops every flag: while the subscription
+// was down, resets may have been missed.
+func (s *SoldOut) setLive(live bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live == live {
+		return
+	}
+	s.live = live
+	s.gen++
+	clear(s.flags)
+	if live {
+		s.subscribed.Set(1)
+	} else {
+		s.subscribed.Set(0)
+		s.log.Warn("product resets not heard; local sold-out flags off until Redis is back")
+	}
+}
+
+// sweep forgets flags that nobody asked about for a while, so a long run of sales does not
+// accumulate them.
+func (s *SoldOut) sweep() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sku, f := range s.flags {
+		if time.Since(f.checked) > 10*s.ttl {
+			delete(s.flags, sku)
+		}
+	}
+	for sku, last := range s.learning {
+		if !last.IsZero() && time.Since(last) > 10*s.ttl {
+			delete(s.learning, sku)
+		}
+	}
+}
+
+// listen holds the reset subscription until Close. A connection silent for a second (or a TTL,
+// if shorter) is pinged; a second silence, or any error, counts as down until Redis answers
+// again.
+func (s *SoldOut) listen(ctx context.Context) {
+	defer s.wg.Done()
+	silent := 0
+	for ctx.Err() == nil {
+		msg, err := s.ps.ReceiveTimeout(ctx, min(s.ttl, time.Second))
+		var timeout interface{ Timeout() bool }
+		switch {
+		case err == nil:
+			silent = 0
+			s.setLive(true)
+			if m, ok := msg.(*redis.Message); ok {
+				s.drop(m.Payload)
+			}
+		case errors.As(err, &timeout) && timeout.Timeout():
+			silent++
+			if silent > 1 {
+				s.setLive(false)
+			}
+			s.sweep()
+			_ = s.ps.Ping(ctx) // its answer, or the error, arrives through ReceiveTimeout
+		default:
+			s.setLive(false)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+}
