@@ -3,8 +3,8 @@ package lockstrategy_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"log/slog"
+	"math/rand/v2"
 	"testing"
 	"time"
 
