@@ -166,27 +166,23 @@ func (r *Registry) PlaceOrder(ctx context.Context, req stock.OrderRequest) (orde
 	// The unsafe strategy shows what no lock does; no shortcut may hide it.
 	flagged := r.soldOut != nil && !r.unsafe[s.Name()]
 	if flagged {
-		// Before the replay lookup: a flag lets through every buyer who holds an order, so a
-		// replay still finds it. A key reused with another body on a sold-out product hears
-		// sold_out here rather than idempotency_conflict: both are 409, and telling them apart
-		// would cost the database read the flag exists to save.
+		// A flag lets through every buyer who holds an order, so a replay still finds it.
 		if err = r.soldOut.rejects(req); err != nil {
 			return stock.Order{}, false, err
-		}
-	}
-	if req.IdempotencyKey != "" {
-		if order, err := r.replay(ctx, req); !errors.Is(err, stock.ErrNotFound) {
-			return order, err == nil, err
 		}
 	}
 	order, err = s.PlaceOrder(ctx, req)
 	if flagged && errors.Is(err, stock.ErrSoldOut) {
 		r.soldOut.learn(req.SKU)
 	}
-	// Two requests with one key can race past the lookup above; the unique key lets one insert
-	// win, and the other (ErrDuplicateRequest, or ErrAlreadyPurchased when the same buyer's
-	// unique key fired first) answers the winner's order.
-	if req.IdempotencyKey != "" && (errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased)) {
+	// A replay is looked up only when the order failed the way a retry of a placed order fails —
+	// its key or its buyer is taken (one buyer holds one order per product), or the stock is gone
+	// (the original may have taken the last unit) — not before every order: that would be a
+	// database read per request on the hottest path. The price: a key reused with another body,
+	// for an order that fails in another way (an unknown product; or sold out, answered by the
+	// sold-out flag), hears that failure rather than idempotency_conflict.
+	if req.IdempotencyKey != "" && (errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
+		errors.Is(err, stock.ErrSoldOut)) {
 		if order, rerr := r.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
 			return order, rerr == nil, rerr
 		}

@@ -117,25 +117,39 @@ type allocation struct {
 }
 
 // allocate decides each order of a batch against read, in arrival order: over the product's
-// limit, a repeat buyer (in the database or earlier in the batch), a key already in the batch, or
-// not enough stock left fail alone; the rest take their units.
+// limit, a repeat buyer (in the database or earlier in the batch), an Idempotency-Key already
+// used (in the database or earlier in the batch), or not enough stock left fail alone; the rest
+// take their units. One query finds the buyers and keys already stored, so that no known
+// conflict reaches the insert, where it would fail the whole batch.
 // db is the store's pool or the transaction the batch runs in.
 func allocate(db *gorm.DB, reqs []OrderRequest, read Product) (allocation, error) {
 	a := allocation{out: make([]Placed, len(reqs))}
 	users := make([]string, len(reqs))
+	keyList := []string{}
 	for i, r := range reqs {
 		users[i] = r.UserID
+		if r.IdempotencyKey != "" {
+			keyList = append(keyList, r.IdempotencyKey)
+		}
 	}
-	var existing []string
-	if err := classify(db.Model(&orderRow{}).Where("sku = ? AND user_id IN ?", read.SKU, users).
-		Pluck("user_id", &existing).Error); err != nil {
+	q := db.Model(&orderRow{}).Where("sku = ? AND user_id IN ?", read.SKU, users)
+	if len(keyList) > 0 {
+		q = q.Or("idempotency_key IN ?", keyList)
+	}
+	var existing []orderRow
+	if err := classify(q.Select("sku", "user_id", "idempotency_key").Find(&existing).Error); err != nil {
 		return a, fmt.Errorf("batch buyers of %s: %w", read.SKU, err)
 	}
 	bought := map[string]bool{}
-	for _, u := range existing {
-		bought[u] = true
-	}
 	keys := map[string]bool{}
+	for _, o := range existing {
+		if o.SKU == read.SKU {
+			bought[o.UserID] = true
+		}
+		if o.IdempotencyKey != nil {
+			keys[*o.IdempotencyKey] = true
+		}
+	}
 	left := read.Stock
 	for i, r := range reqs {
 		switch {
@@ -144,7 +158,7 @@ func allocate(db *gorm.DB, reqs []OrderRequest, read Product) (allocation, error
 		case bought[r.UserID]:
 			a.out[i].Err = fmt.Errorf("user %s, product %s: %w", r.UserID, r.SKU, ErrAlreadyPurchased)
 		case r.IdempotencyKey != "" && keys[r.IdempotencyKey]:
-			a.out[i].Err = fmt.Errorf("key %q twice in one batch: %w", r.IdempotencyKey, ErrDuplicateRequest)
+			a.out[i].Err = fmt.Errorf("key %q already used: %w", r.IdempotencyKey, ErrDuplicateRequest)
 		case int64(r.Quantity) > left:
 			a.out[i].Err = &SoldOutError{SKU: read.SKU, Left: left, Asked: r.Quantity}
 		default:

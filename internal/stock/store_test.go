@@ -180,12 +180,19 @@ func TestNowaitFailsFast(t *testing.T) {
 	_, err = s.PlaceOrderNowait(ctx, order(sku, "u1"))
 	assert.ErrorIs(t, err, stock.ErrBusy)
 	t.Logf("busy answered after %s", time.Since(start))
+	_, err = s.PlaceBatchNowait(ctx, []stock.OrderRequest{order(sku, "u1"), order(sku, "u2")})
+	assert.ErrorIs(t, err, stock.ErrBusy, "the batch form as well")
 
 	_, err = other.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
 	placed, err := s.PlaceOrderNowait(ctx, order(sku, "u1"))
 	require.NoError(t, err)
-	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
+	batch, err := s.PlaceBatchNowait(ctx, []stock.OrderRequest{order(sku, "u1"), order(sku, "u2"), order(sku, "u3")})
+	require.NoError(t, err)
+	assert.ErrorIs(t, batch[0].Err, stock.ErrAlreadyPurchased)
+	require.NoError(t, batch[1].Err)
+	require.NoError(t, batch[2].Err)
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed, batch[1].Order, batch[2].Order})
 }
 
 func TestLockTable(t *testing.T) {
@@ -277,6 +284,10 @@ func TestPlaceBatchAt(t *testing.T) {
 	sku := newProduct(t, s, 3, 2)
 	prior, err := placeAt(t, s, order(sku, "before"))
 	require.NoError(t, err)
+	elsewhere := order(newProduct(t, s, 1, 1), "elsewhere")
+	elsewhere.IdempotencyKey = "used-" + sku
+	_, err = placeAt(t, s, elsewhere)
+	require.NoError(t, err)
 	read, err := s.Product(ctx, sku)
 	require.NoError(t, err)
 
@@ -284,6 +295,8 @@ func TestPlaceBatchAt(t *testing.T) {
 	keyed.IdempotencyKey = "key-" + sku
 	sameKey := order(sku, "k2")
 	sameKey.IdempotencyKey = keyed.IdempotencyKey
+	reused := order(sku, "k3")
+	reused.IdempotencyKey = elsewhere.IdempotencyKey
 	two := stock.OrderRequest{SKU: sku, UserID: "two", Quantity: 2, Strategy: "test"}
 	batch := []stock.OrderRequest{
 		order(sku, "a"),
@@ -292,6 +305,7 @@ func TestPlaceBatchAt(t *testing.T) {
 		order(sku, "a"), // twice in the batch
 		keyed,
 		sameKey, // its key is already in the batch
+		reused,  // its key is already stored, for another product
 		two,     // one unit left
 	}
 	res, err := s.PlaceBatchAt(ctx, batch, read)
@@ -302,8 +316,9 @@ func TestPlaceBatchAt(t *testing.T) {
 	assert.ErrorIs(t, res[3].Err, stock.ErrAlreadyPurchased)
 	require.NoError(t, res[4].Err)
 	assert.ErrorIs(t, res[5].Err, stock.ErrDuplicateRequest)
+	assert.ErrorIs(t, res[6].Err, stock.ErrDuplicateRequest, "fails alone, not the batch")
 	var soldOut *stock.SoldOutError
-	require.ErrorAs(t, res[6].Err, &soldOut)
+	require.ErrorAs(t, res[7].Err, &soldOut)
 	assert.EqualValues(t, 0, soldOut.Left)
 	after, err := s.Product(ctx, sku)
 	require.NoError(t, err)
