@@ -25,8 +25,9 @@ type Pessimistic struct {
 type PessimisticOptions struct {
 	// Batch, above 1, turns on group commit: up to Batch orders that queued for a SKU in this
 	// instance take the row lock once, in one transaction. One order per transaction answers
-	// busy as soon as the row is locked; a batch speaks for many buyers, so it tries again
-	// (jittered, still without parking a connection in a lock wait) until Wait runs out.
+	// busy as soon as the row is locked; a batch speaks for many buyers, and there is at most
+	// one per SKU and instance, so it waits in the row's lock queue (stock.Store's LockWait) and
+	// is tried again, jittered, until Wait runs out (SQLite, which cannot queue, relies on that).
 	Batch int
 	Wait  time.Duration
 }
@@ -55,15 +56,15 @@ func (p *Pessimistic) PlaceOrder(ctx context.Context, req stock.OrderRequest) (s
 	return order, err
 }
 
-// placeBatch places a batch under one row lock, trying the lock again with capped, jittered
-// backoff until the wait budget runs out.
+// placeBatch places a batch under one row lock, trying again with capped, jittered backoff
+// until the wait budget runs out.
 func (p *Pessimistic) placeBatch(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
 	sku := reqs[0].SKU
 	start := time.Now()
 	deadline := start.Add(p.opts.Wait)
 	backoff := time.Millisecond
 	for {
-		placed, err := p.store.PlaceBatchNowait(ctx, reqs)
+		placed, err := p.store.PlaceBatchForUpdate(ctx, reqs)
 		if !lockLost(err) {
 			if err != nil {
 				return failAll(len(reqs), err)

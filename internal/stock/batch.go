@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // Placed is the answer to one order of a batch: its order, or why it was not placed.
@@ -75,21 +76,30 @@ func (s *Store) PlaceBatchFenced(ctx context.Context, reqs []OrderRequest, fence
 	return a.settle(read, err)
 }
 
-// PlaceBatchNowait is the group-commit form of PlaceOrderNowait: one transaction takes the
-// product row without waiting (SELECT ... FOR UPDATE NOWAIT), decides every order of the batch
-// against it, decrements once and inserts all the rows. A row locked by another transaction
-// answers ErrBusy at once, having written nothing; the caller decides whether to try again.
-func (s *Store) PlaceBatchNowait(ctx context.Context, reqs []OrderRequest) ([]Placed, error) {
+// PlaceBatchForUpdate is the group-commit form of PlaceOrderNowait: one transaction takes the
+// product row (SELECT ... FOR UPDATE), decides every order of the batch against it, decrements
+// once and inserts all the rows. Unlike one order per transaction, it waits in the row's lock
+// queue, for at most Options.LockWait: NOWAIT exists so that hundreds of buyers cannot park
+// connections behind one row, but batches are at most one per SKU and instance, and the queue
+// hands the row to the next batch the moment the holder commits, where retried NOWAITs would
+// leave it idle between tries. A wait that runs out answers ErrBusy, having written nothing.
+// On SQLite the write lock is taken without waiting: the caller decides whether to try again.
+func (s *Store) PlaceBatchForUpdate(ctx context.Context, reqs []OrderRequest) ([]Placed, error) {
 	var (
 		a    allocation
 		read Product
 	)
-	err := withTx(ctx, s.nowait, func(tx *gorm.DB) error {
-		row, err := s.lockNowait(tx, reqs[0].SKU)
-		if err != nil {
+	err := withTx(ctx, s.queue, func(tx *gorm.DB) error {
+		q := tx.Where("sku = ?", reqs[0].SKU)
+		if s.dialect == MySQL {
+			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+		}
+		var row productRow
+		if err := q.Take(&row).Error; err != nil {
 			return err
 		}
 		read = row.product()
+		var err error
 		// Under the row lock no other writer can sell, so the buyers read here stay true until
 		// the commit; the unique keys back that up.
 		if a, err = allocate(tx, reqs, read); err != nil || len(a.rows) == 0 {

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -43,11 +46,24 @@ type Store struct {
 	// becomes "take the database's single write lock without waiting" — the same fail-fast
 	// behaviour at a coarser granularity (one writer for the whole file, not per row).
 	nowait *gorm.DB
+	// queue runs the batched pessimistic critical section, which waits in the row's lock queue
+	// for at most the lock wait. On MySQL it is a small pool of its own whose sessions carry
+	// that innodb_lock_wait_timeout, so no other statement inherits it; on SQLite it is nowait.
+	queue *gorm.DB
 }
 
 // Options tune a Store's connection pool.
 type Options struct {
-	MaxOpenConns int // default 32
+	MaxOpenConns int           // default 32
+	LockWait     time.Duration // how long a batch waits for a row lock (MySQL: whole seconds, at least 1); default 2s
+}
+
+// lockWaitSeconds is LockWait as innodb_lock_wait_timeout takes it.
+func (o Options) lockWaitSeconds() int {
+	if o.LockWait <= 0 {
+		return 2
+	}
+	return max(1, int(math.Ceil(o.LockWait.Seconds())))
 }
 
 func (o Options) maxOpen() int {
@@ -85,7 +101,25 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	sqlDB.SetMaxOpenConns(opts.maxOpen())
 	sqlDB.SetMaxIdleConns(opts.maxOpen())
 	sqlDB.SetConnMaxLifetime(5 * time.Minute)
-	s := &Store{db: db, dialect: MySQL, nowait: db}
+	// A waiting batch holds one connection per hot SKU and instance: a few are plenty.
+	queueCfg := cfg.Clone()
+	if queueCfg.Params == nil {
+		queueCfg.Params = map[string]string{}
+	}
+	queueCfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(opts.lockWaitSeconds())
+	queue, err := gorm.Open(gormmysql.Open(queueCfg.FormatDSN()), gormConfig())
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("open mysql: %w", err)
+	}
+	queueDB, err := queue.DB()
+	if err != nil {
+		return nil, err
+	}
+	queueDB.SetMaxOpenConns(max(2, opts.maxOpen()/4))
+	queueDB.SetMaxIdleConns(2)
+	queueDB.SetConnMaxLifetime(5 * time.Minute)
+	s := &Store{db: db, dialect: MySQL, nowait: db, queue: queue}
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -123,7 +157,7 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, dialect: SQLite, nowait: nowait}
+	s := &Store{db: db, dialect: SQLite, nowait: nowait, queue: nowait}
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -159,7 +193,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the store's connection pools.
 func (s *Store) Close() error {
 	var errs []error
-	for _, db := range uniq(s.db, s.nowait) {
+	for _, db := range uniq(s.db, s.nowait, s.queue) {
 		sqlDB, err := db.DB()
 		if err == nil {
 			err = sqlDB.Close()
@@ -169,11 +203,15 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-func uniq(a, b *gorm.DB) []*gorm.DB {
-	if a == b {
-		return []*gorm.DB{a}
+// uniq lists the store's distinct pools (they alias one another where a dialect needs fewer).
+func uniq(pools ...*gorm.DB) []*gorm.DB {
+	var out []*gorm.DB
+	for _, p := range pools {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
 	}
-	return []*gorm.DB{a, b}
+	return out
 }
 
 // Migrate applies the embedded migrations for the store's dialect. On MySQL it holds goose's
