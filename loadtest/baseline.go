@@ -24,6 +24,9 @@ var errSoldOut = errors.New("sold out")
 func baseline(ctx context.Context, db *sql.DB, sku string, buyers, workers int) (orders []ackedOrder, selling time.Duration, err error) {
 	db.SetMaxOpenConns(workers)
 	db.SetMaxIdleConns(workers)
+	// Give the connections back afterwards: left idle, they would keep the service instances
+	// that run next from theirs (MariaDB allows 151 by default) and show up as 503s.
+	defer db.SetMaxIdleConns(2)
 	users := make(chan int)
 	go func() {
 		defer close(users)
