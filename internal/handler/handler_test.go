@@ -59,11 +59,12 @@ func newServer(t testing.TB) *server {
 // test.
 func newHandler(t testing.TB, store *stock.Store, checks ...handler.Check) http.Handler {
 	t.Helper()
-	return newHandlerOn(t, store, backendtest.Redis(t), checks...)
+	return newHandlerOn(t, store, backendtest.Redis(t), 0, checks...)
 }
 
-// newHandlerOn is newHandler with admission on the given Redis client.
-func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, checks ...handler.Check) http.Handler {
+// newHandlerOn is newHandler with admission on the given Redis client, and group commit of up to
+// batch orders (0: one order per critical section).
+func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, batch int, checks ...handler.Check) http.Handler {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
@@ -73,11 +74,11 @@ func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, checks ..
 		Default: "pessimistic", AllowOverride: true, AllowUnsafe: false, Admission: admission,
 	}, log, reg)
 	registry.Register(lockstrategy.NewHybrid(store, admission, redsync.New(goredis.NewPool(rdb)), lockstrategy.HybridOptions{
-		TTL: 10 * time.Second, Wait: time.Second, Attempts: 5,
+		TTL: 10 * time.Second, Wait: time.Second, Attempts: 5, Batch: batch,
 	}, metrics), false)
-	registry.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{}, metrics), false)
+	registry.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{Wait: time.Second, Batch: batch}, metrics), false)
 	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
-		TTL: 10 * time.Second, Wait: 100 * time.Millisecond, Attempts: 3, Instance: "test",
+		TTL: 10 * time.Second, Wait: 100 * time.Millisecond, Attempts: 3, Instance: "test", Batch: batch,
 	}, metrics), false)
 	registry.Register(lockstrategy.NewNaive(store, 0), true)
 	require.NoError(t, registry.Validate())
@@ -884,7 +885,7 @@ func TestResetNeedsRedis(t *testing.T) {
 
 	dead := lockstrategy.NewRedisClient("127.0.0.1:1")
 	t.Cleanup(func() { _ = dead.Close() })
-	down := &server{Handler: newHandlerOn(t, up.store, dead), store: up.store}
+	down := &server{Handler: newHandlerOn(t, up.store, dead, 0), store: up.store}
 	rec := down.do(t, http.MethodPut, productPath(sku), `{"name":"reset","stock":50}`, admin)
 	assertError(t, rec, http.StatusServiceUnavailable, "unavailable")
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
@@ -954,15 +955,22 @@ func TestRateLimit(t *testing.T) {
 // TestDatabaseRestart stops the database in the middle of a sale (a MariaDB of the test's own)
 // and starts it again: while it is down every answer that needs it is 503 unavailable with
 // Retry-After, never a 500 and never a lost order; when it is back the service recovers by itself
-// and the sale completes with the invariant intact.
+// and the sale completes with the invariant intact. It runs with one order per critical section
+// and with group commit.
 func TestDatabaseRestart(t *testing.T) {
+	for name, batch := range map[string]int{"per-order": 0, "batched": 64} {
+		t.Run(name, func(t *testing.T) { databaseRestart(t, batch) })
+	}
+}
+
+func databaseRestart(t *testing.T, batch int) {
 	ctx := context.Background()
 	mdb := backendtest.StartMariaDB(t)
 	store, err := stock.OpenMySQL(ctx, mdb.DSN, stock.Options{MaxOpenConns: 8})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	require.NoError(t, store.Migrate(ctx, slog.New(slog.DiscardHandler)))
-	s := &server{Handler: newHandlerOn(t, store, backendtest.Redis(t), handler.Check{Name: "database", Ping: store.Ping}), store: store}
+	s := &server{Handler: newHandlerOn(t, store, backendtest.Redis(t), batch, handler.Check{Name: "database", Ping: store.Ping}), store: store}
 	sku := backendtest.SKU(t)
 	s.putProduct(t, sku, 10, 1)
 

@@ -13,9 +13,11 @@ import (
 // lock acquisition, one conditional stock update, one insert for all of them. A section is a
 // function of "the orders to place", so a batch of one and a batch of many share one path.
 type batcher struct {
-	max     int
-	section func(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed
-	timeout time.Duration // bounds one section: its lock wait, then the write and its retries
+	strategy string
+	metrics  *LockMetrics
+	max      int
+	section  func(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed
+	timeout  time.Duration // bounds one section: its lock wait, then the write and its retries
 
 	mu     sync.Mutex
 	queues map[string][]*waiter // by SKU; a key is present while its drainer runs
@@ -26,10 +28,12 @@ type waiter struct {
 	done chan stock.Placed
 }
 
-// newBatcher returns a batcher of up to max orders per section; lockWait is the section's
-// budget for its lock, and the section may take twice that plus time to write.
-func newBatcher(max int, lockWait time.Duration, section func(context.Context, []stock.OrderRequest) []stock.Placed) *batcher {
-	return &batcher{max: max, section: section, timeout: 2*lockWait + 5*time.Second, queues: map[string][]*waiter{}}
+// newBatcher returns strategy's batcher of up to max orders per section; lockWait is the
+// section's budget for its lock, and the section may take twice that plus time to write.
+func newBatcher(strategy string, max int, lockWait time.Duration, metrics *LockMetrics,
+	section func(context.Context, []stock.OrderRequest) []stock.Placed) *batcher {
+	return &batcher{strategy: strategy, metrics: metrics, max: max, section: section,
+		timeout: 2*lockWait + 5*time.Second, queues: map[string][]*waiter{}}
 }
 
 // place queues req and waits for its answer. The first order of an idle SKU starts that SKU's
@@ -73,6 +77,7 @@ func (b *batcher) drain(sku string) {
 		for i, w := range batch {
 			reqs[i] = w.req
 		}
+		b.metrics.batched(b.strategy, len(reqs))
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		results := b.section(ctx, reqs)
 		cancel()

@@ -42,7 +42,7 @@ type DBLockOptions struct {
 func NewDBLock(store *stock.Store, opts DBLockOptions, metrics *LockMetrics) *DBLock {
 	d := &DBLock{store: store, opts: opts, metrics: metrics}
 	if opts.Batch > 1 {
-		d.batch = newBatcher(opts.Batch, opts.Wait, d.placeBatch)
+		d.batch = newBatcher(d.Name(), opts.Batch, opts.Wait, metrics, d.placeBatch)
 	}
 	return d
 }

@@ -77,7 +77,7 @@ func NewEtcd(client *clientv3.Client, store *stock.Store, opts EtcdOptions, metr
 	}
 	reg.MustRegister(e.fencedOut, e.renewals)
 	if opts.Batch > 1 {
-		e.batch = newBatcher(opts.Batch, opts.Wait, e.placeBatch)
+		e.batch = newBatcher(e.Name(), opts.Batch, opts.Wait, metrics, e.placeBatch)
 	}
 	return e
 }

@@ -31,9 +31,17 @@ type instance struct {
 	strategy string
 }
 
+// modes are the two ways every fault test runs a strategy: one order per critical section, and
+// group commit (the service's default).
+var modes = []struct {
+	name  string
+	batch int
+}{{"per-order", 0}, {"batched", 64}}
+
 // faultInstance builds an instance whose database, Redis and etcd connections go to the given
-// addresses (fault proxies or the real thing).
-func faultInstance(t *testing.T, strategy string, store *stock.Store, redisAddr string, etcdEndpoints []string) instance {
+// addresses (fault proxies or the real thing), wired as cmd/api wires it: with the sold-out flag
+// on, and group commit when batch is above 1.
+func faultInstance(t *testing.T, strategy string, batch int, store *stock.Store, redisAddr string, etcdEndpoints []string) instance {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
@@ -41,14 +49,20 @@ func faultInstance(t *testing.T, strategy string, store *stock.Store, redisAddr 
 	rdb := lockstrategy.NewRedisClient(redisAddr)
 	t.Cleanup(func() { _ = rdb.Close() })
 	admission := lockstrategy.NewAdmission(rdb, store, log, reg)
-	r := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{Default: strategy, Admission: admission}, log, reg)
+	r := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{
+		Default: strategy, Admission: admission, SoldOut: lockstrategy.NewSoldOut(rdb, store, time.Second, log, reg),
+	}, log, reg)
+	t.Cleanup(func() { _ = r.Close() })
 	switch strategy {
 	case "hybrid":
-		r.Register(lockstrategy.NewHybrid(store, admission, redsync.New(goredis.NewPool(rdb)), defaultHybrid, metrics), false)
+		opts := defaultHybrid
+		opts.Batch = batch
+		r.Register(lockstrategy.NewHybrid(store, admission, redsync.New(goredis.NewPool(rdb)), opts, metrics), false)
 	case "pessimistic":
-		r.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{}, metrics), false)
+		r.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{Wait: 2 * time.Second, Batch: batch}, metrics), false)
 	case "etcd":
-		r.Register(newEtcd(t, store, backendtest.EtcdClient(t, etcdEndpoints), lockstrategy.EtcdOptions{TTL: 2 * time.Second, Wait: 2 * time.Second}), false)
+		r.Register(newEtcd(t, store, backendtest.EtcdClient(t, etcdEndpoints),
+			lockstrategy.EtcdOptions{TTL: 2 * time.Second, Wait: 2 * time.Second, Batch: batch}), false)
 	}
 	require.NoError(t, r.Validate())
 	return instance{Registry: r, strategy: strategy}
@@ -170,22 +184,25 @@ func TestNetworkFaults(t *testing.T) {
 			return hold(2*time.Second, etcd.Stop, func() { require.NoError(t, etcd.Start()) })
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			db := backendtest.StartFaultProxy(t, mysqlAddr)
-			rp := backendtest.StartFaultProxy(t, backendtest.RedisAddr(t))
-			ep := backendtest.StartFaultProxy(t, hostPort(backendtest.EtcdEndpoints(t)[0]))
-			var insts []instance
-			for range instances {
-				insts = append(insts, faultInstance(t, tc.strategy, backendtest.StoreVia(t, "tcp", db.Listen), rp.Listen, []string{"http://" + ep.Listen}))
-			}
-			sku := backendtest.SKU(t)
-			res := sellThroughFaults(t, insts, sku, units, buyers, units/3, tc.fault(t, db, rp, ep))
-			t.Logf("%s under %s: %d orders (%d settled by replaying their Idempotency-Key), %d sold out, retried answers %v",
-				tc.strategy, tc.name, res.ok, res.replayed, res.soldOut, res.errs)
-			assert.Equal(t, units, res.ok)
-			assert.Equal(t, buyers-units, res.soldOut)
-			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
-		})
+		for _, mode := range modes {
+			t.Run(tc.name+"/"+mode.name, func(t *testing.T) {
+				db := backendtest.StartFaultProxy(t, mysqlAddr)
+				rp := backendtest.StartFaultProxy(t, backendtest.RedisAddr(t))
+				ep := backendtest.StartFaultProxy(t, hostPort(backendtest.EtcdEndpoints(t)[0]))
+				var insts []instance
+				for range instances {
+					insts = append(insts, faultInstance(t, tc.strategy, mode.batch, backendtest.StoreVia(t, "tcp", db.Listen), rp.Listen,
+						[]string{"http://" + ep.Listen}))
+				}
+				sku := backendtest.SKU(t)
+				res := sellThroughFaults(t, insts, sku, units, buyers, units/3, tc.fault(t, db, rp, ep))
+				t.Logf("%s (%s) under %s: %d orders (%d settled by replaying their Idempotency-Key), %d sold out, retried answers %v",
+					tc.strategy, mode.name, tc.name, res.ok, res.replayed, res.soldOut, res.errs)
+				assert.Equal(t, units, res.ok)
+				assert.Equal(t, buyers-units, res.soldOut)
+				backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+			})
+		}
 	}
 }
 
@@ -237,25 +254,33 @@ func TestUnknownCommitOutcome(t *testing.T) {
 		return &commitLosingConn{Conn: c, armed: &armed}, nil
 	})
 	for _, strategy := range []string{"pessimistic", "hybrid", "etcd"} {
-		t.Run(strategy, func(t *testing.T) {
-			endpoints := backendtest.EtcdEndpoints(t)
-			lossy := faultInstance(t, strategy, backendtest.StoreVia(t, network, mysqlAddr), backendtest.RedisAddr(t), endpoints)
-			healthy := faultInstance(t, strategy, backendtest.Store(t), backendtest.RedisAddr(t), endpoints)
-			s, sku := onSale(t, 5)
-			req := stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: strategy, IdempotencyKey: sku + "/u-1"}
-
-			armed.Store(true)
-			_, _, err := lossy.PlaceOrder(context.Background(), req)
-			require.Error(t, err, "the client lost the COMMIT's answer")
-			require.False(t, armed.Load(), "the COMMIT was sent")
-			stored, err := s.OrderByIdempotencyKey(context.Background(), req.IdempotencyKey)
-			require.NoError(t, err, "the database committed the order all the same")
-
-			again, replayed, err := healthy.PlaceOrder(context.Background(), req)
-			require.NoError(t, err)
-			assert.True(t, replayed, "the retry is a replay")
-			assert.Equal(t, stored.OrderID, again.OrderID, "the retry returns the committed order")
-			backendtest.RequireInvariant(t, s, sku, []stock.Order{again})
-		})
+		for _, mode := range modes {
+			t.Run(strategy+"/"+mode.name, func(t *testing.T) {
+				unknownCommitOutcome(t, strategy, mode.batch, network, mysqlAddr, &armed)
+			})
+		}
 	}
+}
+
+// unknownCommitOutcome loses one COMMIT answer of strategy on one instance and retries the
+// order on another.
+func unknownCommitOutcome(t *testing.T, strategy string, batch int, network, mysqlAddr string, armed *atomic.Bool) {
+	endpoints := backendtest.EtcdEndpoints(t)
+	lossy := faultInstance(t, strategy, batch, backendtest.StoreVia(t, network, mysqlAddr), backendtest.RedisAddr(t), endpoints)
+	healthy := faultInstance(t, strategy, batch, backendtest.Store(t), backendtest.RedisAddr(t), endpoints)
+	s, sku := onSale(t, 5)
+	req := stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: strategy, IdempotencyKey: sku + "/u-1"}
+
+	armed.Store(true)
+	_, _, err := lossy.PlaceOrder(context.Background(), req)
+	require.Error(t, err, "the client lost the COMMIT's answer")
+	require.False(t, armed.Load(), "the COMMIT was sent")
+	stored, err := s.OrderByIdempotencyKey(context.Background(), req.IdempotencyKey)
+	require.NoError(t, err, "the database committed the order all the same")
+
+	again, replayed, err := healthy.PlaceOrder(context.Background(), req)
+	require.NoError(t, err)
+	assert.True(t, replayed, "the retry is a replay")
+	assert.Equal(t, stored.OrderID, again.OrderID, "the retry returns the committed order")
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{again})
 }

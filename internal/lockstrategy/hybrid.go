@@ -63,7 +63,7 @@ func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, op
 	}
 	h := &Hybrid{store: store, admission: admission, rs: rs, opts: opts, lanes: newLanes(), metrics: metrics}
 	if opts.Batch > 1 {
-		h.batch = newBatcher(opts.Batch, opts.Wait, h.placeBatch)
+		h.batch = newBatcher(h.Name(), opts.Batch, opts.Wait, metrics, h.placeBatch)
 	}
 	return h
 }

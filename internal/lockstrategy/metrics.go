@@ -16,6 +16,7 @@ type LockMetrics struct {
 	lost        *prometheus.CounterVec
 	retries     *prometheus.CounterVec
 	extensions  *prometheus.CounterVec
+	batches     *prometheus.HistogramVec
 	threshold   time.Duration
 	log         *slog.Logger
 }
@@ -42,10 +43,15 @@ func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog
 		extensions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_lock_extensions_total", Help: "Lock expiries extended by a watchdog while a section ran, by strategy.",
 		}, []string{"strategy"}),
+		batches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "seckill_batch_orders",
+			Help:    "Orders placed together by one critical section under group commit, by strategy: the lock and the write they share.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+		}, []string{"strategy"}),
 		threshold: slowHold,
 		log:       log,
 	}
-	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions)
+	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches)
 	return m
 }
 
@@ -69,3 +75,7 @@ func (m *LockMetrics) lostAt(strategy, key string) {
 func (m *LockMetrics) retried(strategy string) { m.retries.WithLabelValues(strategy).Inc() }
 
 func (m *LockMetrics) extended(strategy string) { m.extensions.WithLabelValues(strategy).Inc() }
+
+func (m *LockMetrics) batched(strategy string, orders int) {
+	m.batches.WithLabelValues(strategy).Observe(float64(orders))
+}

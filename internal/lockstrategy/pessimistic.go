@@ -36,7 +36,7 @@ type PessimisticOptions struct {
 func NewPessimistic(store *stock.Store, opts PessimisticOptions, metrics *LockMetrics) *Pessimistic {
 	p := &Pessimistic{store: store, opts: opts, metrics: metrics}
 	if opts.Batch > 1 {
-		p.batch = newBatcher(opts.Batch, opts.Wait, p.placeBatch)
+		p.batch = newBatcher(p.Name(), opts.Batch, opts.Wait, metrics, p.placeBatch)
 	}
 	return p
 }
@@ -76,7 +76,6 @@ func (p *Pessimistic) placeBatch(ctx context.Context, reqs []stock.OrderRequest)
 		if time.Now().Add(pause).After(deadline) {
 			return failAll(len(reqs), fmt.Errorf("lock products/%s: waited %s: %w", sku, p.opts.Wait, stock.ErrBusy))
 		}
-		p.metrics.retried(p.Name())
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
