@@ -11,71 +11,117 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// BenchmarkCriticalSection measures each strategy's database critical section, one order per
-// operation, on one hot row: serially (the floor of one writer) and from parallel goroutines
-// (what contention costs). It is the per-order figure that group commit (issue 6) is measured
-// against:
+// section places orders in one critical section and answers each: the per-order methods take
+// one, the group-commit ones take a batch.
+type section func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error)
+
+// one adapts a per-order critical section.
+func one(place func(s *stock.Store, req stock.OrderRequest) (stock.Order, error)) section {
+	return func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
+		o, err := place(s, reqs[0])
+		return []stock.Placed{{Order: o, Err: err}}, nil
+	}
+}
+
+// BenchmarkCriticalSection measures each strategy's database critical section on one hot row,
+// per order (batch=1: the per-order methods) and with group commit (batch=64: the batch methods,
+// 64 orders per transaction), serially (the floor of one writer) and from parallel goroutines
+// (what contention costs). ns/op is per order in both, so the two read side by side:
 //
 //	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$' -bench CriticalSection -benchtime 2000x ./internal/stock
 func BenchmarkCriticalSection(b *testing.B) {
 	ctx := context.Background()
-	sections := map[string]func(s *stock.Store, req stock.OrderRequest) (stock.Order, error){
-		"nowait": func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
-			return s.PlaceOrderNowait(ctx, req)
+	sections := map[string]map[int]section{
+		"nowait": {
+			1: one(func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) { return s.PlaceOrderNowait(ctx, req) }),
+			64: func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
+				return s.PlaceBatchForUpdate(ctx, reqs)
+			},
 		},
-		"version": func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
-			p, err := s.Product(ctx, req.SKU)
-			if err != nil {
-				return stock.Order{}, err
-			}
-			return s.PlaceOrderAt(ctx, req, p)
+		"version": {
+			1: one(func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
+				p, err := s.Product(ctx, req.SKU)
+				if err != nil {
+					return stock.Order{}, err
+				}
+				return s.PlaceOrderAt(ctx, req, p)
+			}),
+			64: func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
+				p, err := s.Product(ctx, reqs[0].SKU)
+				if err != nil {
+					return nil, err
+				}
+				return s.PlaceBatchAt(ctx, reqs, p)
+			},
 		},
-		"fenced": func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
-			return s.PlaceOrderFenced(ctx, req, 1)
+		"fenced": {
+			1: one(func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
+				return s.PlaceOrderFenced(ctx, req, 1)
+			}),
+			64: func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
+				return s.PlaceBatchFenced(ctx, reqs, 1)
+			},
 		},
 	}
 	for _, name := range []string{"nowait", "version", "fenced"} {
-		section := sections[name]
-		for _, parallel := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/parallel=%v", name, parallel), func(b *testing.B) {
-				s := backendtest.Store(b)
-				sku := backendtest.SKU(b)
-				_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "bench", Stock: 1 << 30, MaxPerOrder: 1})
-				if err != nil {
-					b.Fatal(err)
-				}
-				var (
-					n, failed atomic.Int64
-					mu        sync.Mutex
-					placed    []stock.Order
-				)
-				order := func() {
-					req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("u%09d", n.Add(1)), Quantity: 1, Strategy: name}
-					o, err := section(s, req)
-					if err != nil {
-						failed.Add(1) // busy or a version conflict under contention: a lost attempt
-						return
-					}
-					mu.Lock()
-					placed = append(placed, o)
-					mu.Unlock()
-				}
-				b.ResetTimer()
-				if parallel {
-					b.RunParallel(func(pb *testing.PB) {
-						for pb.Next() {
-							order()
-						}
-					})
-				} else {
-					for range b.N {
-						order()
-					}
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(failed.Load())/float64(b.N), "lost/op")
-				backendtest.RequireInvariant(b, s, sku, placed)
-			})
+		for _, batch := range []int{1, 64} {
+			place := sections[name][batch]
+			for _, parallel := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/batch=%d/parallel=%v", name, batch, parallel), func(b *testing.B) {
+					benchSection(b, place, name, batch, parallel)
+				})
+			}
 		}
 	}
+}
+
+func benchSection(b *testing.B, place section, name string, batch int, parallel bool) {
+	ctx := context.Background()
+	s := backendtest.Store(b)
+	sku := backendtest.SKU(b)
+	if _, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "bench", Stock: 1 << 30, MaxPerOrder: 1}); err != nil {
+		b.Fatal(err)
+	}
+	var (
+		n, failed atomic.Int64
+		mu        sync.Mutex
+		placed    []stock.Order
+	)
+	flush := func(reqs []stock.OrderRequest) {
+		res, err := place(s, reqs)
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range reqs {
+			if err != nil || res[i].Err != nil {
+				failed.Add(1) // busy or a version conflict under contention: a lost attempt
+				continue
+			}
+			placed = append(placed, res[i].Order)
+		}
+	}
+	next := func() stock.OrderRequest {
+		return stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("u%09d", n.Add(1)), Quantity: 1, Strategy: name}
+	}
+	run := func(more func() bool) {
+		reqs := make([]stock.OrderRequest, 0, batch)
+		for more() {
+			if reqs = append(reqs, next()); len(reqs) == batch {
+				flush(reqs)
+				reqs = reqs[:0]
+			}
+		}
+		if len(reqs) > 0 {
+			flush(reqs)
+		}
+	}
+	b.ResetTimer()
+	if parallel {
+		b.RunParallel(func(pb *testing.PB) { run(pb.Next) })
+	} else {
+		i := 0
+		run(func() bool { i++; return i <= b.N })
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(failed.Load())/float64(b.N), "lost/op")
+	backendtest.RequireInvariant(b, s, sku, placed)
 }
