@@ -215,13 +215,13 @@ func (e *Etcd) placeBatch(ctx context.Context, reqs []stock.OrderRequest) []stoc
 // lock takes the mutex of key on the instance's session. A lease that etcd no longer knows
 // (revoked, or expired before the keep-alive noticed) fails the attempt at once; the session is
 // then dropped and the attempt made once more on a new one.
-func (e *Etcd) lock(ctx context.Context, key string) (*concurrency.Session, *concurrency.Mutex, error) {
+func (e *Etcd) lock(ctx context.Context, key string) (*concurrency.Session, *EtcdMutex, error) {
 	for attempt := 0; ; attempt++ {
 		session, err := e.currentSession(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		m := concurrency.NewMutex(session, key)
+		m := NewEtcdMutex(session, key)
 		err = m.Lock(ctx)
 		if err == nil {
 			return session, m, nil
@@ -277,7 +277,7 @@ func (e *Etcd) recover(ctx context.Context, fenced *stock.FenceError) bool {
 
 // unlock releases the mutex even when the request was cancelled. etcd's Unlock answers nil even
 // when the lease had already expired, so a lost lock is read from the session instead.
-func (e *Etcd) unlock(ctx context.Context, session *concurrency.Session, m *concurrency.Mutex, key string, locked time.Time) {
+func (e *Etcd) unlock(ctx context.Context, session *concurrency.Session, m *EtcdMutex, key string, locked time.Time) {
 	e.metrics.held(e.Name(), key, time.Since(locked))
 	select {
 	case <-session.Done():
