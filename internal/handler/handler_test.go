@@ -82,6 +82,7 @@ func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, batch int
 	}, metrics), false)
 	registry.Register(lockstrategy.NewNaive(store, 0), true)
 	require.NoError(t, registry.Validate())
+	t.Cleanup(func() { _ = registry.Close() })
 	h, err := handler.New(handler.Config{
 		Store:      store,
 		Sales:      registry,

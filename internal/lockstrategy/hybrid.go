@@ -38,6 +38,7 @@ type Hybrid struct {
 	lanes     *lanes
 	batch     *batcher // nil: one order per critical section
 	metrics   *LockMetrics
+	releases  *releases
 }
 
 // HybridOptions tune the hybrid strategy.
@@ -46,6 +47,9 @@ type HybridOptions struct {
 	Wait     time.Duration // how long an order waits for the lock before answering busy
 	Extend   time.Duration // watchdog period; default TTL/3
 	Attempts int           // version-guarded writes tried before answering busy
+	// Poll is how often a waiter tries a taken lock when no release message wakes it first;
+	// default: every 1 to 5 ms, jittered.
+	Poll time.Duration
 	// Batch, above 1, turns on group commit: up to Batch orders that queued for a SKU while the
 	// last section ran are placed by the next one together (one lock, one update, one insert).
 	Batch int
@@ -61,7 +65,8 @@ func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, op
 	if opts.Extend <= 0 {
 		opts.Extend = opts.TTL / 3
 	}
-	h := &Hybrid{store: store, admission: admission, rs: rs, opts: opts, lanes: newLanes(), metrics: metrics}
+	h := &Hybrid{store: store, admission: admission, rs: rs, opts: opts, lanes: newLanes(), metrics: metrics,
+		releases: newReleases(admission.client)}
 	if opts.Batch > 1 {
 		h.batch = newBatcher(h.Name(), opts.Batch, opts.Wait, metrics, h.placeBatch)
 	}
@@ -70,6 +75,9 @@ func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, op
 
 // Name implements Strategy.
 func (*Hybrid) Name() string { return "hybrid" }
+
+// Close stops listening for lock releases.
+func (h *Hybrid) Close() error { return h.releases.Close() }
 
 // PlaceOrder implements Strategy.
 func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
@@ -176,6 +184,7 @@ func (h *Hybrid) lock(ctx, waitCtx context.Context, key string) (*redsync.Mutex,
 		redsync.WithGenValueFunc(func() (string, error) { value = lockValue(); return value, nil }),
 	)
 	for {
+		released := h.releases.next(key)
 		err := m.LockContext(waitCtx)
 		if err == nil {
 			return m, nil
@@ -193,9 +202,18 @@ func (h *Hybrid) lock(ctx, waitCtx context.Context, key string) (*redsync.Mutex,
 			_, _ = h.rs.NewMutex(key, redsync.WithValue(value)).UnlockContext(cleanupCtx)
 			cancel()
 			return nil, err
-		case <-time.After(time.Millisecond + rand.N(4*time.Millisecond)):
+		case <-released:
+			h.metrics.wokenByRelease(h.Name())
+		case <-time.After(h.poll()):
 		}
 	}
+}
+
+func (h *Hybrid) poll() time.Duration {
+	if h.opts.Poll > 0 {
+		return h.opts.Poll
+	}
+	return time.Millisecond + rand.N(4*time.Millisecond)
 }
 
 // unreachable reports whether a failed try met only connection failures: no node said the lock
@@ -300,5 +318,7 @@ func (h *Hybrid) unlock(ctx context.Context, m *redsync.Mutex, key string, locke
 	defer cancel()
 	if ok, _ := m.UnlockContext(unlockCtx); !ok {
 		h.metrics.lostAt(h.Name(), key)
+		return
 	}
+	h.releases.released(unlockCtx, key)
 }

@@ -186,6 +186,33 @@ func TestHybridLockExpiry(t *testing.T) {
 	assert.Zero(t, a.Stock)
 }
 
+// TestHybridReleaseWakesWaiter: an instance waiting for a lock that another instance holds tries
+// again when the holder's release message arrives, not at its next poll (here: none before the
+// wait budget runs out).
+func TestHybridReleaseWakesWaiter(t *testing.T) {
+	ctx := context.Background()
+	s, sku := onSale(t, 2)
+	hook, read := pauseFirst("holder", 200*time.Millisecond)
+	holder := newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{
+		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, AfterRead: hook,
+	}, backendtest.Redis(t))
+	waiter, reg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
+		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Poll: time.Minute,
+	}, backendtest.Redis(t))
+
+	held := make(chan stock.Order, 1)
+	go func() {
+		o, err := holder.PlaceOrder(ctx, req(sku, "holder"))
+		assert.NoError(t, err)
+		held <- o
+	}()
+	<-read
+	second, err := waiter.PlaceOrder(ctx, req(sku, "waiter"))
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, counter(t, reg, "seckill_lock_release_wakeups_total", nil), "woken by the release")
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{<-held, second})
+}
+
 // TestHybridWatchdogKeepsLock holds a section for three TTLs with the watchdog running: the lock
 // is extended, nobody else gets in meanwhile, and nothing is lost.
 func TestHybridWatchdogKeepsLock(t *testing.T) {

@@ -17,6 +17,7 @@ type LockMetrics struct {
 	retries     *prometheus.CounterVec
 	extensions  *prometheus.CounterVec
 	batches     *prometheus.HistogramVec
+	wakeups     *prometheus.CounterVec
 	threshold   time.Duration
 	log         *slog.Logger
 }
@@ -48,10 +49,14 @@ func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog
 			Help:    "Orders placed together by one critical section under group commit, by strategy: the lock and the write they share.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
 		}, []string{"strategy"}),
+		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_lock_release_wakeups_total",
+			Help: "Lock waits ended by the holder's release message rather than by the next poll, by strategy.",
+		}, []string{"strategy"}),
 		threshold: slowHold,
 		log:       log,
 	}
-	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches)
+	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches, m.wakeups)
 	return m
 }
 
@@ -75,6 +80,8 @@ func (m *LockMetrics) lostAt(strategy, key string) {
 func (m *LockMetrics) retried(strategy string) { m.retries.WithLabelValues(strategy).Inc() }
 
 func (m *LockMetrics) extended(strategy string) { m.extensions.WithLabelValues(strategy).Inc() }
+
+func (m *LockMetrics) wokenByRelease(strategy string) { m.wakeups.WithLabelValues(strategy).Inc() }
 
 func (m *LockMetrics) batched(strategy string, orders int) {
 	m.batches.WithLabelValues(strategy).Observe(float64(orders))

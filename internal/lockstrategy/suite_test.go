@@ -83,8 +83,9 @@ func newHybridWithMetrics(t *testing.T, s *stock.Store, opts lockstrategy.Hybrid
 		pools[i] = goredis.NewPool(c)
 	}
 	admission := lockstrategy.NewAdmission(clients[0], s, log, reg)
-	return lockstrategy.NewHybrid(s, admission, redsync.New(pools...), opts,
-		lockstrategy.NewLockMetrics(reg, time.Second, log)), reg
+	h := lockstrategy.NewHybrid(s, admission, redsync.New(pools...), opts, lockstrategy.NewLockMetrics(reg, time.Second, log))
+	t.Cleanup(func() { _ = h.Close() })
+	return h, reg
 }
 
 // newEtcd builds one instance's etcd strategy on its own client (and so its own session), closed
