@@ -82,7 +82,8 @@ func gormConfig() *gorm.Config {
 	}
 }
 
-// OpenMySQL connects to MySQL or MariaDB. The DSN is normalised: parseTime on, times in UTC.
+// OpenMySQL connects to MySQL or MariaDB. The DSN is normalised: parseTime on, times in UTC,
+// arguments interpolated by the client.
 func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -90,6 +91,11 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
+	// Without it the driver runs every statement that has arguments as a server-side prepared
+	// statement: prepare, execute, close — three round trips where one does, and a critical
+	// section is a handful of statements under a lock. Client-side interpolation is safe with
+	// the driver's utf8mb4 (it is refused only for multibyte charsets like GBK or SJIS).
+	cfg.InterpolateParams = true
 	db, err := gorm.Open(gormmysql.Open(cfg.FormatDSN()), gormConfig())
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)
