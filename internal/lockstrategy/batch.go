@@ -16,12 +16,19 @@ type batcher struct {
 	strategy string
 	metrics  *LockMetrics
 	max      int
-	section  func(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed
+	section  section
 	timeout  time.Duration // bounds one section: its lock wait, then the write and its retries
 
 	mu     sync.Mutex
 	queues map[string][]*waiter // by SKU; a key is present while its drainer runs
 }
+
+// A section is one critical section over sku. It calls take exactly once, as soon as it holds
+// the lock (or has failed to get it), and answers each order take returned, in order. Taking the
+// queue at the grant rather than before the wait lets the orders that arrived while the section
+// waited for the lock — while other instances held it — ride along in the same batch: under
+// contention that is most of them.
+type section func(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed
 
 type waiter struct {
 	req  stock.OrderRequest
@@ -30,9 +37,8 @@ type waiter struct {
 
 // newBatcher returns strategy's batcher of up to max orders per section; lockWait is the
 // section's budget for its lock, and the section may take twice that plus time to write.
-func newBatcher(strategy string, max int, lockWait time.Duration, metrics *LockMetrics,
-	section func(context.Context, []stock.OrderRequest) []stock.Placed) *batcher {
-	return &batcher{strategy: strategy, metrics: metrics, max: max, section: section,
+func newBatcher(strategy string, max int, lockWait time.Duration, metrics *LockMetrics, s section) *batcher {
+	return &batcher{strategy: strategy, metrics: metrics, max: max, section: s,
 		timeout: 2*lockWait + 5*time.Second, queues: map[string][]*waiter{}}
 }
 
@@ -62,24 +68,30 @@ func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Orde
 func (b *batcher) drain(sku string) {
 	for {
 		b.mu.Lock()
-		q := b.queues[sku]
-		if len(q) == 0 {
+		if len(b.queues[sku]) == 0 {
 			delete(b.queues, sku)
 			b.mu.Unlock()
 			return
 		}
-		n := min(len(q), b.max)
-		batch := q[:n:n]
-		b.queues[sku] = q[n:]
 		b.mu.Unlock()
 
-		reqs := make([]stock.OrderRequest, len(batch))
-		for i, w := range batch {
-			reqs[i] = w.req
+		var batch []*waiter
+		take := func() []stock.OrderRequest {
+			b.mu.Lock()
+			q := b.queues[sku] // not empty: only this drainer takes from it
+			n := min(len(q), b.max)
+			batch = q[:n:n]
+			b.queues[sku] = q[n:]
+			b.mu.Unlock()
+			reqs := make([]stock.OrderRequest, n)
+			for i, w := range batch {
+				reqs[i] = w.req
+			}
+			b.metrics.batched(b.strategy, n)
+			return reqs
 		}
-		b.metrics.batched(b.strategy, len(reqs))
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		results := b.section(ctx, reqs)
+		results := b.section(ctx, sku, take)
 		cancel()
 		for i, w := range batch {
 			w.done <- results[i]

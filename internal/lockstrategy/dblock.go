@@ -65,14 +65,14 @@ func (d *DBLock) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 }
 
 // placeBatch places a batch under one acquisition of the lock-table lock.
-func (d *DBLock) placeBatch(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
+func (d *DBLock) placeBatch(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
 	var placed []stock.Placed
-	err := d.locked(ctx, reqs[0].SKU, func() error {
-		placed = placeVersionedBatch(ctx, d.store, reqs, d.opts.Attempts, d.metrics, d.Name())
+	err := d.locked(ctx, sku, func() error {
+		placed = placeVersionedBatch(ctx, d.store, take(), d.opts.Attempts, d.metrics, d.Name())
 		return nil
 	})
 	if err != nil {
-		return failAll(len(reqs), err)
+		return failAll(len(take()), err)
 	}
 	return placed
 }

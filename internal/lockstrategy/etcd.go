@@ -168,15 +168,16 @@ func (e *Etcd) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Or
 
 // placeBatch is the critical section for a batch: one mutex acquisition, one fenced write for
 // all the orders (the batcher already serialises this instance's sections per SKU).
-func (e *Etcd) placeBatch(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
-	key := e.opts.Prefix + reqs[0].SKU
+func (e *Etcd) placeBatch(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+	key := e.opts.Prefix + sku
 	waitCtx, cancel := context.WithTimeout(ctx, e.opts.Wait)
 	defer cancel()
 	start := time.Now()
 	session, m, err := e.lock(waitCtx, key)
 	if err != nil {
-		return failAll(len(reqs), waitFailed(ctx, key, e.opts.Wait, err))
+		return failAll(len(take()), waitFailed(ctx, key, e.opts.Wait, err))
 	}
+	reqs := take()
 	locked := time.Now()
 	e.metrics.waited(e.Name(), locked.Sub(start))
 	defer e.unlock(ctx, session, m, key, locked)

@@ -102,8 +102,8 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 
 // placeBatch is placeLocked for a batch: one lock acquisition, one version-guarded write for all
 // the orders, each answered on its own.
-func (h *Hybrid) placeBatch(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
-	key := lockKey(reqs[0].SKU)
+func (h *Hybrid) placeBatch(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+	key := lockKey(sku)
 	waitCtx, cancel := context.WithTimeout(ctx, h.opts.Wait)
 	defer cancel()
 	start := time.Now()
@@ -111,15 +111,15 @@ func (h *Hybrid) placeBatch(ctx context.Context, reqs []stock.OrderRequest) []st
 	if errors.Is(err, errLockUnreachable) {
 		h.admission.down("lock", err)
 		h.admission.fellBack("lock")
-		return placeVersionedBatch(ctx, h.store, reqs, h.opts.Attempts, h.metrics, h.Name())
+		return placeVersionedBatch(ctx, h.store, take(), h.opts.Attempts, h.metrics, h.Name())
 	}
 	if err != nil {
-		return failAll(len(reqs), waitFailed(ctx, key, h.opts.Wait, err))
+		return failAll(len(take()), waitFailed(ctx, key, h.opts.Wait, err))
 	}
 	locked := time.Now()
 	h.metrics.waited(h.Name(), locked.Sub(start))
 	section, stop := h.watchdog(ctx, m, key)
-	placed := placeVersionedBatch(section, h.store, reqs, h.opts.Attempts, h.metrics, h.Name())
+	placed := placeVersionedBatch(section, h.store, take(), h.opts.Attempts, h.metrics, h.Name())
 	stop()
 	h.unlock(ctx, m, key, locked)
 	if errors.Is(context.Cause(section), errLockLost) {

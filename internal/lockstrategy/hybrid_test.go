@@ -2,6 +2,7 @@ package lockstrategy_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -211,6 +212,64 @@ func TestHybridReleaseWakesWaiter(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, counter(t, reg, "seckill_lock_release_wakeups_total", nil), "woken by the release")
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{<-held, second})
+}
+
+// TestBatchTakenAtGrant: orders that reach an instance while its section waits for a lock another
+// instance holds are placed together by that section once it gets the lock — one batch, one
+// write — not one batch per arrival.
+func TestBatchTakenAtGrant(t *testing.T) {
+	ctx := context.Background()
+	s, sku := onSale(t, 20)
+	hook, read := pauseFirst("holder", 300*time.Millisecond)
+	holder := newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{
+		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, AfterRead: hook,
+	}, backendtest.Redis(t))
+	batched, reg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
+		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Batch: 64,
+	}, backendtest.Redis(t))
+
+	var (
+		mu    sync.Mutex
+		acked []stock.Order
+		wg    sync.WaitGroup
+	)
+	place := func(st lockstrategy.Strategy, user string) {
+		defer wg.Done()
+		o, err := st.PlaceOrder(ctx, req(sku, user))
+		if assert.NoError(t, err) {
+			mu.Lock()
+			acked = append(acked, o)
+			mu.Unlock()
+		}
+	}
+	wg.Add(1)
+	go place(holder, "holder")
+	<-read
+	for i := range 10 {
+		wg.Add(1)
+		go place(batched, fmt.Sprintf("queued-%d", i))
+	}
+	wg.Wait()
+	count, sum := histogram(t, reg, "seckill_batch_orders")
+	assert.Equal(t, uint64(1), count, "one section")
+	assert.Equal(t, 10.0, sum, "all ten orders in it")
+	backendtest.RequireInvariant(t, s, sku, acked)
+}
+
+// histogram reads the sample count and sum of a histogram family.
+func histogram(t *testing.T, reg *prometheus.Registry, name string) (count uint64, sum float64) {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				count += m.GetHistogram().GetSampleCount()
+				sum += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return count, sum
 }
 
 // TestHybridWatchdogKeepsLock holds a section for three TTLs with the watchdog running: the lock
