@@ -93,14 +93,15 @@ func (d *DBLock) locked(ctx context.Context, sku string, section func() error) e
 	return section()
 }
 
-// acquire polls TryLock with capped, jittered exponential backoff until the wait budget runs out.
+// acquire tries TryLock, then polls with capped, jittered exponential backoff until the wait
+// budget runs out, reading the lock row (Store.LockTaken) and writing only when it looks free.
 // Jitter keeps the waiters of all instances from polling in lockstep.
 func (d *DBLock) acquire(ctx context.Context, key, holder string) error {
 	waitCtx, cancel := context.WithTimeout(ctx, d.opts.Wait)
 	defer cancel()
 	backoff := time.Millisecond
-	for {
-		ok, err := d.store.TryLock(waitCtx, key, holder, d.opts.TTL)
+	for first := true; ; first = false {
+		ok, err := d.try(waitCtx, key, holder, first)
 		if ok {
 			return nil
 		}
@@ -123,8 +124,18 @@ func (d *DBLock) acquire(ctx context.Context, key, holder string) error {
 			return fmt.Errorf("lock %s: waited %s: %w", key, d.opts.Wait, stock.ErrBusy)
 		case <-time.After(backoff/2 + rand.N(backoff)):
 		}
-		backoff = min(2*backoff, 32*time.Millisecond)
+		backoff = min(2*backoff, 4*time.Millisecond)
 	}
+}
+
+// try makes one attempt at the lock; after the first it reads before it writes.
+func (d *DBLock) try(ctx context.Context, key, holder string, first bool) (bool, error) {
+	if !first {
+		if taken, err := d.store.LockTaken(ctx, key); err != nil || taken {
+			return false, err
+		}
+	}
+	return d.store.TryLock(ctx, key, holder, d.opts.TTL)
 }
 
 // release deletes the holder's row, even when the request was cancelled.
