@@ -57,31 +57,37 @@ func (p *Pessimistic) PlaceOrder(ctx context.Context, req stock.OrderRequest) (s
 }
 
 // placeBatch places a batch under one row lock, trying again with capped, jittered backoff
-// until the wait budget runs out. The row lock is taken inside the transaction that writes, so
-// the batch is taken before it: the database's lock queue hands over at once, leaving little
-// to gain from waiting for more orders.
+// until the wait budget runs out. The batch is taken once the row is held, inside the
+// transaction, so the orders that arrived while it waited in the row's lock queue come too.
 func (p *Pessimistic) placeBatch(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
-	reqs := take()
+	var reqs []stock.OrderRequest
+	taken := false
+	once := func() []stock.OrderRequest {
+		if !taken {
+			reqs, taken = take(), true
+		}
+		return reqs
+	}
 	start := time.Now()
 	deadline := start.Add(p.opts.Wait)
 	backoff := time.Millisecond
 	for {
-		placed, err := p.store.PlaceBatchForUpdate(ctx, reqs)
+		placed, err := p.store.PlaceBatchForUpdate(ctx, sku, once)
 		if !lockLost(err) {
 			if err != nil {
-				return failAll(len(reqs), err)
+				return failAll(len(once()), err)
 			}
 			p.metrics.waited(p.Name(), time.Since(start))
 			return placed
 		}
 		pause := backoff/2 + rand.N(backoff)
 		if time.Now().Add(pause).After(deadline) {
-			return failAll(len(reqs), fmt.Errorf("lock products/%s: waited %s: %w", sku, p.opts.Wait, stock.ErrBusy))
+			return failAll(len(once()), fmt.Errorf("lock products/%s: waited %s: %w", sku, p.opts.Wait, stock.ErrBusy))
 		}
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
-			return failAll(len(reqs), ctx.Err())
+			return failAll(len(once()), ctx.Err())
 		}
 		backoff = min(2*backoff, 16*time.Millisecond)
 	}

@@ -84,13 +84,18 @@ func (s *Store) PlaceBatchFenced(ctx context.Context, reqs []OrderRequest, fence
 // hands the row to the next batch the moment the holder commits, where retried NOWAITs would
 // leave it idle between tries. A wait that runs out answers ErrBusy, having written nothing.
 // On SQLite the write lock is taken without waiting: the caller decides whether to try again.
-func (s *Store) PlaceBatchForUpdate(ctx context.Context, reqs []OrderRequest) ([]Placed, error) {
+//
+// The orders come from take, called once the row is held, so that the orders that arrived while
+// the batch waited in the queue are placed by it too; the answers are for take's orders, in
+// order. take is not called when the row could not be had, and may be called again on a retry
+// (it must return the same orders then).
+func (s *Store) PlaceBatchForUpdate(ctx context.Context, sku string, take func() []OrderRequest) ([]Placed, error) {
 	var (
 		a    allocation
 		read Product
 	)
 	err := withTx(ctx, s.queue, func(tx *gorm.DB) error {
-		q := tx.Where("sku = ?", reqs[0].SKU)
+		q := tx.Where("sku = ?", sku)
 		if s.dialect == MySQL {
 			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 		}
@@ -102,7 +107,7 @@ func (s *Store) PlaceBatchForUpdate(ctx context.Context, reqs []OrderRequest) ([
 		var err error
 		// Under the row lock no other writer can sell, so the buyers read here stay true until
 		// the commit; the unique keys back that up.
-		if a, err = allocate(tx, reqs, read); err != nil || len(a.rows) == 0 {
+		if a, err = allocate(tx, take(), read); err != nil || len(a.rows) == 0 {
 			return err
 		}
 		res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", read.SKU, a.total).Updates(sale(a.total, 0))

@@ -35,7 +35,7 @@ func BenchmarkCriticalSection(b *testing.B) {
 		"nowait": {
 			1: one(func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) { return s.PlaceOrderNowait(ctx, req) }),
 			64: func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-				return s.PlaceBatchForUpdate(ctx, reqs)
+				return s.PlaceBatchForUpdate(ctx, reqs[0].SKU, func() []stock.OrderRequest { return reqs })
 			},
 		},
 		"version": {

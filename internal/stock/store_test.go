@@ -180,14 +180,21 @@ func TestNowaitFailsFast(t *testing.T) {
 	_, err = s.PlaceOrderNowait(ctx, order(sku, "u1"))
 	assert.ErrorIs(t, err, stock.ErrBusy)
 	t.Logf("busy answered after %s", time.Since(start))
-	_, err = s.PlaceBatchForUpdate(ctx, []stock.OrderRequest{order(sku, "u1"), order(sku, "u2")})
+	taken := false
+	_, err = s.PlaceBatchForUpdate(ctx, sku, func() []stock.OrderRequest {
+		taken = true
+		return []stock.OrderRequest{order(sku, "u1"), order(sku, "u2")}
+	})
 	assert.ErrorIs(t, err, stock.ErrBusy, "the batch form, once its lock wait has run out")
+	assert.False(t, taken, "no orders are taken without the row")
 
 	_, err = other.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
 	placed, err := s.PlaceOrderNowait(ctx, order(sku, "u1"))
 	require.NoError(t, err)
-	batch, err := s.PlaceBatchForUpdate(ctx, []stock.OrderRequest{order(sku, "u1"), order(sku, "u2"), order(sku, "u3")})
+	batch, err := s.PlaceBatchForUpdate(ctx, sku, func() []stock.OrderRequest {
+		return []stock.OrderRequest{order(sku, "u1"), order(sku, "u2"), order(sku, "u3")}
+	})
 	require.NoError(t, err)
 	assert.ErrorIs(t, batch[0].Err, stock.ErrAlreadyPurchased)
 	require.NoError(t, batch[1].Err)
