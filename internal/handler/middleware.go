@@ -27,7 +27,7 @@ const (
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
 // withRequestID gives every request an id (the client's X-Request-Id when it is sane), echoes it
-// in the response, and puts a logger carrying it in the context.
+// in the response, and keeps it with the service's logger in the context for logger.
 func withRequestID(log *slog.Logger) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		id := c.GetHeader(requestIDHeader)
@@ -35,8 +35,7 @@ func withRequestID(log *slog.Logger) gin.HandlerFunc {
 			id = ulid.Make().String()
 		}
 		c.Set(ctxRequestID, id)
-		c.Set(ctxLogger, log.With(slog.String("request_id", id), slog.String("method", c.Request.Method),
-			slog.String("path", c.Request.URL.Path)))
+		c.Set(ctxLogger, log) // the request's attributes are added in logger, only when it logs: most requests never do
 		c.Header(requestIDHeader, id)
 		c.Next()
 	}
@@ -44,11 +43,14 @@ func withRequestID(log *slog.Logger) gin.HandlerFunc {
 
 func requestID(c *gin.Context) string { return c.GetString(ctxRequestID) }
 
+// logger is the request's logger: the service's, with the request id, method and path.
 func logger(c *gin.Context) *slog.Logger {
+	log := slog.Default()
 	if l, ok := c.Get(ctxLogger); ok {
-		return l.(*slog.Logger)
+		log = l.(*slog.Logger)
 	}
-	return slog.Default()
+	return log.With(slog.String("request_id", requestID(c)), slog.String("method", c.Request.Method),
+		slog.String("path", c.Request.URL.Path))
 }
 
 // withRecovery turns a panic into a logged 500 in the API's error shape.
