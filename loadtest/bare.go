@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -80,34 +82,59 @@ func serveBare(ctx context.Context, addr string, stdout io.Writer) error {
 	return nil
 }
 
-// measureBare starts n bare servers (as many as service instances), attacks them exactly as a
-// steady sold-out phase attacks the service, stops them and reports the figures as the bare
-// handler's row.
-func measureBare(ctx context.Context, o options, n int, dir string, progress, logs io.Writer) (report, error) {
+// bareServers are the bare handler's processes, as many as service instances, started once and
+// kept for the run, so that each sold-out phase can be held against a bare measurement taken
+// just before it: on a shared machine the same load drifts between the start and the end of a
+// run by more than the difference being measured.
+type bareServers struct {
+	servers []*instance
+	urls    []string
+	opts    options
+	log     io.Writer
+	all     []steady // every measurement, for the report's bare row
+}
+
+// startBare starts n bare servers.
+func startBare(ctx context.Context, o options, n int, dir string, logs io.Writer) (*bareServers, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return report{}, fmt.Errorf("bare handler: %w", err)
+		return nil, fmt.Errorf("bare handler: %w", err)
 	}
-	var servers []*instance
-	defer func() { stop(servers) }()
-	var urls []string
+	b := &bareServers{opts: o, log: logs}
 	for i := range n {
 		log := filepath.Join(dir, fmt.Sprintf("bare-%d.log", i))
 		inst, err := start(ctx, exe, append(os.Environ(), bareAddrEnv+"=127.0.0.1:0"), log)
 		if err != nil {
-			return report{}, fmt.Errorf("bare handler: %w", err)
+			b.stop()
+			return nil, fmt.Errorf("bare handler: %w", err)
 		}
-		servers = append(servers, inst)
-		urls = append(urls, inst.url)
+		b.servers = append(b.servers, inst)
+		b.urls = append(b.urls, inst.url)
 	}
-	fmt.Fprintf(logs, "loadtest: bare handler: %d server(s) at %v\n", n, urls)
-	// The strategy field only gives the body the shape and size of the strategies' requests.
-	l := load{targets: urls, sku: o.sku + "-bare", strategy: allStrategies[0], requests: o.requests,
-		concurrency: o.concurrency, timeout: o.timeout, progress: progress}
-	s := l.soldOut(ctx, bareRow, o.soldOut)
-	if err := ctx.Err(); err != nil {
-		return report{}, err
-	}
-	fmt.Fprintf(logs, "loadtest: bare handler: %d requests at %.0f req/s, p99 %s ms\n", s.Requests, s.Throughput, ms(s.P99))
-	return report{Strategy: bareRow, Family: "net/http alone: reads the body, answers 409 sold_out (no service)", Steady: &s}, nil
+	fmt.Fprintf(logs, "loadtest: bare handler: %d server(s) at %v\n", n, b.urls)
+	return b, nil
 }
+
+// measure attacks the bare servers exactly as a steady sold-out phase attacks the service.
+func (b *bareServers) measure(ctx context.Context, progress io.Writer) steady {
+	// The strategy field only gives the body the shape and size of the strategies' requests.
+	l := load{targets: b.urls, sku: b.opts.sku + "-bare", strategy: allStrategies[0], requests: b.opts.requests,
+		concurrency: b.opts.concurrency, timeout: b.opts.timeout, progress: progress}
+	s := l.soldOut(ctx, bareRow, b.opts.soldOut)
+	fmt.Fprintf(b.log, "loadtest: bare handler: %d requests at %.0f req/s, p99 %s ms\n", s.Requests, s.Throughput, ms(s.P99))
+	b.all = append(b.all, s)
+	return s
+}
+
+// row is the bare handler's row of the report: the measurement of median rate among all taken.
+func (b *bareServers) row() (report, bool) {
+	if len(b.all) == 0 {
+		return report{}, false
+	}
+	sorted := slices.SortedFunc(slices.Values(b.all), func(x, y steady) int { return cmp.Compare(x.Throughput, y.Throughput) })
+	median := sorted[len(sorted)/2]
+	return report{Strategy: bareRow, Steady: &median,
+		Family: fmt.Sprintf("net/http alone: reads the body, answers 409 sold_out (no service); median of %d measurements, one before each sold-out phase", len(b.all))}, true
+}
+
+func (b *bareServers) stop() { stop(b.servers) }

@@ -181,15 +181,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o))
 	}
 
-	// The bare handler first, alone on the machine but for the tool: the ceiling the service's
-	// sold-out answers are held against.
-	var bare *report
+	// The bare handler: the ceiling the service's sold-out answers are held against, measured
+	// just before each sold-out phase.
+	var bare *bareServers
 	if o.compare && o.soldOut > 0 {
-		b, err := measureBare(ctx, o, instances, dir, progress, stderr)
-		if err != nil {
+		if bare, err = startBare(ctx, o, instances, dir, stderr); err != nil {
 			return err
 		}
-		bare = &b
+		defer bare.stop()
 	}
 	client := &http.Client{Timeout: o.timeout}
 	var (
@@ -207,7 +206,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defer p.stop()
 			vf := verifier{client: client, base: targets[0], token: o.token, db: db}
 			rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: peaks{pids: pids},
-				progress: progress, log: stderr}
+				bare: bare, progress: progress, log: stderr}
 			if i == 0 && db != nil && o.compare {
 				b, err := rr.baselineReport(ctx, db)
 				if err != nil {
@@ -235,13 +234,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if base != nil && base.OrdersPerSecond > 0 {
 			r.VsBaseline = r.OrdersPerSecond / base.OrdersPerSecond
 		}
-		if bare != nil && r.Steady != nil && bare.Steady.Throughput > 0 {
-			r.Steady.VsBare = r.Steady.Throughput / bare.Steady.Throughput
-		}
-		r.Goals = goals(*r, base, bare, o.concurrency)
+		r.Goals = goals(*r, base, o.concurrency)
 	}
 	if bare != nil {
-		reports = append([]report{*bare}, reports...)
+		if row, ok := bare.row(); ok {
+			reports = append([]report{row}, reports...)
+		}
 	}
 	if base != nil {
 		reports = append([]report{*base}, reports...)
@@ -430,7 +428,8 @@ type roundRunner struct {
 	targets  []string
 	client   *http.Client
 	verifier verifier
-	peaks    peaks // of the service processes, when the tool started them
+	peaks    peaks        // of the service processes, when the tool started them
+	bare     *bareServers // nil: sold-out phases are not held against a bare handler
 	progress io.Writer
 	log      io.Writer
 }
@@ -500,9 +499,17 @@ func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []ack
 	if left := r.Verdict.Audit.Stock; left != 0 {
 		return &steady{Duration: rr.opts.soldOut, Skipped: fmt.Sprintf("the sale ended with stock %d left", left)}, nil
 	}
+	var bare *steady
+	if rr.bare != nil {
+		b := rr.bare.measure(ctx, rr.progress)
+		bare = &b
+	}
 	s := l.soldOut(ctx, r.Strategy, rr.opts.soldOut)
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if bare != nil && bare.Throughput > 0 {
+		s.Bare, s.VsBare = bare, s.Throughput/bare.Throughput
 	}
 	v, err := rr.verifier.verify(ctx, l.sku, append(slices.Clip(acked), s.acked...))
 	if err != nil {

@@ -31,7 +31,8 @@ type steady struct {
 	Throughput float64        `json:"requests_per_second"` // answered requests over the phase
 	P50        time.Duration  `json:"p50"`
 	P99        time.Duration  `json:"p99"`
-	VsBare     float64        `json:"vs_bare,omitempty"` // Throughput over the bare handler's, same run
+	VsBare     float64        `json:"vs_bare,omitempty"` // Throughput over Bare's
+	Bare       *steady        `json:"bare,omitempty"`    // the bare handler, measured just before this phase
 	Verdict    *verdict       `json:"verdict,omitempty"` // the invariant checked again after the phase
 	Skipped    string         `json:"skipped,omitempty"`
 

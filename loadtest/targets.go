@@ -42,11 +42,11 @@ func (g goal) text() string {
 	return "NO: " + g.Detail
 }
 
-// goals judges a strategy's row against every target, given the run's baseline and bare handler
-// rows (nil when not measured) and its concurrency. It returns nil for rows that are not judged:
+// goals judges a strategy's row against every target, given the run's baseline row (nil when
+// not measured) and its concurrency; the sold-out phase carries its own bare measurement. It returns nil for rows that are not judged:
 // the references themselves, skipped rows, and the unsafe control, whose speed is beside the
 // point.
-func goals(r report, baseline, bare *report, clients int) []goal {
+func goals(r report, baseline *report, clients int) []goal {
 	if r.Strategy == bareRow || r.Strategy == "baseline" || r.Skipped != "" || r.ExpectOversell {
 		return nil
 	}
@@ -67,16 +67,16 @@ func goals(r report, baseline, bare *report, clients int) []goal {
 	}
 
 	switch {
-	case bare == nil || bare.Steady == nil || bare.Steady.Throughput == 0:
-		out = append(out, goal{Name: goalNames[1], Detail: "no bare handler (it needs -compare and -soldout)"})
 	case r.Steady == nil:
 		out = append(out, goal{Name: goalNames[1], Detail: "no sold-out phase"})
 	case r.Steady.Skipped != "":
 		out = append(out, goal{Name: goalNames[1], Detail: r.Steady.Skipped})
+	case r.Steady.Bare == nil || r.Steady.Bare.Throughput == 0:
+		out = append(out, goal{Name: goalNames[1], Detail: "no bare handler (it needs -compare and -soldout)"})
 	default:
-		ratio := r.Steady.Throughput / bare.Steady.Throughput
+		ratio := r.Steady.VsBare
 		out = append(out, judged(goalNames[1], ratio >= targetVsBare,
-			fmt.Sprintf("%.2fx (%.0f vs %.0f req/s)", ratio, r.Steady.Throughput, bare.Steady.Throughput)))
+			fmt.Sprintf("%.2fx (%.0f vs %.0f req/s)", ratio, r.Steady.Throughput, r.Steady.Bare.Throughput)))
 	}
 
 	if r.Selling.Requests == 0 {
