@@ -1,5 +1,5 @@
 # Shortcuts for the commands in README.md.
-.PHONY: run test test-short vet build loadtest
+.PHONY: run test test-short vet build loadtest bench compare
 
 run: ## run the service on the embedded default
 	go run ./cmd/api
@@ -19,3 +19,12 @@ build:
 
 loadtest: ## compare every strategy on the embedded default (builds and starts the service)
 	go run ./loadtest
+
+bench: ## the critical sections per order and batched, and the etcd mutex hand-off (needs MariaDB)
+	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$$' -bench CriticalSection -benchtime 2000x ./internal/stock
+	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$$' -bench EtcdMutexHandoff -benchtime 200x ./internal/lockstrategy
+
+compare: ## per order vs batched on three processes, local MariaDB and Redis (README, Results)
+	mysql -uroot -h127.0.0.1 -e 'CREATE DATABASE IF NOT EXISTS seckill_lt'
+	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
+		-stock 3000 -users 12000 -concurrency 64 -retry-busy 0 -soldout 3s -group-commit 0,64
