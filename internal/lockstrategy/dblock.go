@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -26,9 +25,7 @@ type DBLock struct {
 	opts    DBLockOptions
 	metrics *LockMetrics
 	batch   *batcher // nil: one order per acquisition
-
-	mu       sync.Mutex
-	released map[string]time.Time // by key: when this instance last let it go
+	turns   *turns
 }
 
 // maxPoll caps the interval at which a waiter reads the lock row.
@@ -47,7 +44,7 @@ type DBLockOptions struct {
 
 // NewDBLock returns the lock-table strategy.
 func NewDBLock(store *stock.Store, opts DBLockOptions, metrics *LockMetrics) *DBLock {
-	d := &DBLock{store: store, opts: opts, metrics: metrics, released: map[string]time.Time{}}
+	d := &DBLock{store: store, opts: opts, metrics: metrics, turns: newTurns()}
 	if opts.Batch > 1 {
 		d.batch = newBatcher(d.Name(), opts.Batch, opts.Wait, metrics, d.placeBatch)
 	}
@@ -91,7 +88,8 @@ func (d *DBLock) locked(ctx context.Context, sku string, section func() error) e
 	// never release a lock that another of its own requests (or a successor) holds.
 	holder := d.opts.Instance + "/" + ulid.Make().String()
 	start := time.Now()
-	d.yield(ctx, key)
+	// Waiters of other instances read the row every few milliseconds.
+	d.turns.wait(ctx, key, maxPoll/2+rand.N(maxPoll/2))
 	if err := d.acquire(ctx, key, holder); err != nil {
 		return err
 	}
@@ -99,25 +97,6 @@ func (d *DBLock) locked(ctx context.Context, sku string, section func() error) e
 	d.metrics.waited(d.Name(), locked.Sub(start))
 	defer d.release(ctx, key, holder, locked)
 	return section()
-}
-
-// yield keeps an instance that has just released key from taking it straight back. Waiters of
-// other instances poll every few milliseconds, while the releaser, with its next batch already
-// queued, would try at once and win again and again: their orders would wait out several
-// sections (the tail of the latency). So the releaser waits as long as a waiter would first.
-func (d *DBLock) yield(ctx context.Context, key string) {
-	d.mu.Lock()
-	at, ok := d.released[key]
-	delete(d.released, key)
-	d.mu.Unlock()
-	pause := maxPoll/2 + rand.N(maxPoll/2)
-	if !ok || time.Since(at) > pause {
-		return
-	}
-	select {
-	case <-time.After(pause - time.Since(at)):
-	case <-ctx.Done():
-	}
 }
 
 // acquire tries TryLock, then polls with capped, jittered exponential backoff until the wait
@@ -171,9 +150,7 @@ func (d *DBLock) release(ctx context.Context, key, holder string, locked time.Ti
 	if !d.unlock(ctx, key, holder) {
 		d.metrics.lostAt(d.Name(), key)
 	}
-	d.mu.Lock()
-	d.released[key] = time.Now()
-	d.mu.Unlock()
+	d.turns.done(key)
 }
 
 // unlock reports whether the holder's row was there to delete. An error counts as released: the

@@ -39,6 +39,7 @@ type Hybrid struct {
 	batch     *batcher // nil: one order per critical section
 	metrics   *LockMetrics
 	releases  *releases
+	turns     *turns
 }
 
 // HybridOptions tune the hybrid strategy.
@@ -66,7 +67,7 @@ func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, op
 		opts.Extend = opts.TTL / 3
 	}
 	h := &Hybrid{store: store, admission: admission, rs: rs, opts: opts, lanes: newLanes(), metrics: metrics,
-		releases: newReleases(admission.client)}
+		releases: newReleases(admission.client), turns: newTurns()}
 	if opts.Batch > 1 {
 		h.batch = newBatcher(h.Name(), opts.Batch, opts.Wait, metrics, h.placeBatch)
 	}
@@ -107,6 +108,8 @@ func (h *Hybrid) placeBatch(ctx context.Context, sku string, take func() []stock
 	waitCtx, cancel := context.WithTimeout(ctx, h.opts.Wait)
 	defer cancel()
 	start := time.Now()
+	// A woken waiter needs a fraction of a millisecond to hear the release message and try.
+	h.turns.wait(ctx, key, 500*time.Microsecond+rand.N(500*time.Microsecond))
 	m, err := h.lock(ctx, waitCtx, key)
 	if errors.Is(err, errLockUnreachable) {
 		h.admission.down("lock", err)
@@ -122,6 +125,7 @@ func (h *Hybrid) placeBatch(ctx context.Context, sku string, take func() []stock
 	placed := placeVersionedBatch(section, h.store, take(), h.opts.Attempts, h.metrics, h.Name())
 	stop()
 	h.unlock(ctx, m, key, locked)
+	h.turns.done(key)
 	if errors.Is(context.Cause(section), errLockLost) {
 		for i := range placed {
 			if placed[i].Err != nil && !errors.Is(placed[i].Err, stock.ErrSoldOut) {
