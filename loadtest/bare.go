@@ -84,8 +84,8 @@ func serveBare(ctx context.Context, addr string, stdout io.Writer) error {
 
 // bareServers are the bare handler's processes, as many as service instances, started once and
 // kept for the run, so that each sold-out phase can be held against a bare measurement taken
-// just before it: on a shared machine the same load drifts between the start and the end of a
-// run by more than the difference being measured.
+// alongside it: on a shared machine the same load drifts between the start and the end of a
+// run, and even within a phase, by more than the difference being measured.
 type bareServers struct {
 	servers []*instance
 	urls    []string
@@ -115,15 +115,19 @@ func startBare(ctx context.Context, o options, n int, dir string, logs io.Writer
 	return b, nil
 }
 
-// measure attacks the bare servers exactly as a steady sold-out phase attacks the service.
-func (b *bareServers) measure(ctx context.Context, progress io.Writer) steady {
+// slice attacks the bare servers for d into p, exactly as a slice of a sold-out phase attacks
+// the service.
+func (b *bareServers) slice(ctx context.Context, d time.Duration, p *phaseSlices, progress io.Writer) {
 	// The strategy field only gives the body the shape and size of the strategies' requests.
 	l := load{targets: b.urls, sku: b.opts.sku + "-bare", strategy: allStrategies[0], requests: b.opts.requests,
 		concurrency: b.opts.concurrency, timeout: b.opts.timeout, progress: progress}
-	s := l.soldOut(ctx, bareRow, b.opts.soldOut)
+	l.soldOutSlice(ctx, bareRow, d, p)
+}
+
+// measured records one bare measurement for the report's bare row.
+func (b *bareServers) measured(s steady) {
 	fmt.Fprintf(b.log, "loadtest: bare handler: %d requests at %.0f req/s, p99 %s ms\n", s.Requests, s.Throughput, ms(s.P99))
 	b.all = append(b.all, s)
-	return s
 }
 
 // row is the bare handler's row of the report: the measurement of median rate among all taken.

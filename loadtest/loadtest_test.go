@@ -261,7 +261,8 @@ func TestBareHandler(t *testing.T) {
 }
 
 // TestMeasureBare: the tool re-executes itself as bare servers, attacks them like a sold-out
-// phase as often as asked, reports the median measurement as the bare row, and stops them.
+// phase in slices (fresh buyers in each), reports the median measurement as the bare row, and
+// stops them.
 func TestMeasureBare(t *testing.T) {
 	o := options{sku: "lt-bare", users: 10, requests: 10, concurrency: 8, timeout: 5 * time.Second, soldOut: 300 * time.Millisecond}
 	b, err := startBare(context.Background(), o, 2, t.TempDir(), testWriter{t})
@@ -270,7 +271,12 @@ func TestMeasureBare(t *testing.T) {
 	_, ok := b.row()
 	assert.False(t, ok, "no row before a measurement")
 	for range 3 {
-		s := b.measure(context.Background(), nil)
+		var p phaseSlices
+		for range 2 {
+			b.slice(context.Background(), 150*time.Millisecond, &p, nil)
+		}
+		s := p.steady()
+		b.measured(s)
 		assert.Positive(t, s.Requests)
 		assert.Equal(t, s.Requests, s.Outcomes[outcomeSoldOut], "every answer is 409 sold_out: %v", s.Outcomes)
 		assert.Positive(t, s.Throughput)
@@ -319,8 +325,12 @@ func TestSoldOutPhase(t *testing.T) {
 	}))
 	defer srv.Close()
 	l := load{targets: []string{srv.URL}, sku: "lt-s", strategy: "hybrid", users: 5, requests: 5, rate: 50, concurrency: 4, timeout: 5 * time.Second}
-	s := l.soldOut(context.Background(), "hybrid", 200*time.Millisecond)
+	var p phaseSlices // in two slices, as beside the bare handler: buyers stay new across them
+	l.soldOutSlice(context.Background(), "hybrid", 100*time.Millisecond, &p)
+	l.soldOutSlice(context.Background(), "hybrid", 100*time.Millisecond, &p)
+	s := p.steady()
 	require.Positive(t, s.Requests)
+	assert.Equal(t, 200*time.Millisecond, s.Duration)
 	assert.Equal(t, s.Outcomes[outcomeOK], len(s.acked), "every 201 of the phase is kept for the verifier")
 	assert.Positive(t, s.Outcomes[outcomeOK])
 	assert.Positive(t, s.TooMany)

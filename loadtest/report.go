@@ -181,8 +181,8 @@ func steadyTable(reports []report) (t table, ok bool) {
 		case t.Intro == "":
 			t.Intro = fmt.Sprintf("Sold-out phase: after the sale sold out and was verified, fresh buyers (each with a new Idempotency-Key) "+
 				"ordered it for %s in the closed model; the bare handler is net/http alone answering the same requests 409 sold_out, "+
-				"as many processes as instances, measured for as long just before each phase (vs bare is against that measurement; "+
-				"the bare row shows the median one). A 201 here is an oversell.", s.Duration)
+				"as many processes as instances, measured for as long as each phase and alternating with it in thirds "+
+				"(vs bare is against that measurement; the bare row shows the median one). A 201 here is an oversell.", s.Duration)
 		}
 		if s.Skipped != "" {
 			t.Rows = append(t.Rows, []string{r.Strategy, "", "", "", "", "", "", "", "", "", "skipped: " + s.Skipped})

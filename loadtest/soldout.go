@@ -45,38 +45,66 @@ type steady struct {
 // idempotency shortcut. Results are aggregated as they arrive, not kept: a fast phase sends far
 // more requests than a sale.
 func (l load) soldOut(ctx context.Context, name string, d time.Duration) steady {
+	var p phaseSlices
+	l.soldOutSlice(ctx, name, d, &p)
+	return p.steady()
+}
+
+// phaseSlices accumulates a sold-out phase run in slices — interleaved with the bare handler's,
+// so that both see the same machine — into one measurement.
+type phaseSlices struct {
+	s        steady
+	m        vegeta.Metrics
+	answered int
+	window   time.Duration // the slices' own time, from each one's first request to its last answer
+	sent     int           // buyers used so far: each slice's are new
+}
+
+// soldOutSlice runs one slice of d of the phase into p.
+func (l load) soldOutSlice(ctx context.Context, name string, d time.Duration, p *phaseSlices) {
 	attacker, transport := l.newAttacker()
 	defer transport.CloseIdleConnections()
 	stop := context.AfterFunc(ctx, func() { attacker.Stop() })
 	defer stop()
 	l.rate = 0
 	limit := max(l.concurrency, int(d.Seconds()*soldOutMaxRate))
-	first := l.requests // indexes of the sale's own requests stay theirs: keys and buyers are new
-	at := func(n int) request { return request{index: first + n, user: fmt.Sprintf("%s-s%07d", l.sku, n)} }
+	first, from := l.requests, p.sent // indexes of the sale's own requests stay theirs: keys and buyers are new
+	p.sent += limit
+	at := func(n int) request {
+		return request{index: first + from + n, user: fmt.Sprintf("%s-s%07d", l.sku, from+n)}
+	}
 	bar := newBar(l.progress, -1, name+" sold out")
-	s := steady{Duration: d, Outcomes: map[string]int{}}
-	var m vegeta.Metrics
-	answered := 0
+	if p.s.Outcomes == nil {
+		p.s.Outcomes = map[string]int{}
+	}
+	p.s.Duration += d
+	var began, ended time.Time
 	for r := range attacker.Attack(l.targeter(limit, at), l.pacer(), d, name+" sold out") {
 		if r.Error == vegeta.ErrNoTargets.Error() {
 			continue
 		}
-		m.Add(r)
+		p.m.Add(r)
+		if began.IsZero() || r.Timestamp.Before(began) {
+			began = r.Timestamp
+		}
+		if end := r.Timestamp.Add(r.Latency); end.After(ended) {
+			ended = end
+		}
 		outcome := classify(r)
-		s.Outcomes[outcome]++
+		p.s.Outcomes[outcome]++
 		switch {
 		case r.Code == http.StatusTooManyRequests:
-			s.TooMany++
+			p.s.TooMany++
 		case r.Code >= 500:
-			s.Server++
+			p.s.Server++
 		}
 		if r.Code != 0 {
-			answered++
+			p.answered++
 		}
 		if r.Code == http.StatusCreated {
 			var o ackedOrder
 			if json.Unmarshal(r.Body, &o) == nil && o.OrderID != "" {
-				s.acked = append(s.acked, o)
+				p.s.acked = append(p.s.acked, o)
 			}
 		}
 		if bar != nil {
@@ -86,11 +114,20 @@ func (l load) soldOut(ctx context.Context, name string, d time.Duration) steady 
 	if bar != nil {
 		_ = bar.Finish()
 	}
-	m.Close()
-	s.Requests = int(m.Requests)
-	s.P50, s.P99 = m.Latencies.P50, m.Latencies.P99
-	if window := m.End.Sub(m.Earliest); window > 0 {
-		s.Throughput = float64(answered) / window.Seconds()
+	if ended.After(began) {
+		p.window += ended.Sub(began)
+	}
+}
+
+// steady is the measurement of all the slices: answered requests over their own time, latency
+// percentiles over all their requests.
+func (p *phaseSlices) steady() steady {
+	p.m.Close()
+	s := p.s
+	s.Requests = int(p.m.Requests)
+	s.P50, s.P99 = p.m.Latencies.P50, p.m.Latencies.P99
+	if p.window > 0 {
+		s.Throughput = float64(p.answered) / p.window.Seconds()
 	}
 	return s
 }
