@@ -24,13 +24,13 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
-// TestMain lets the test binary stand in for the tool's when measureBare re-executes itself as a
-// bare server: under go test, os.Executable is the test binary.
+// TestMain lets the test binary stand in for the tool's when it re-executes itself as a bare
+// server or as the services' etcd: under go test, os.Executable is the test binary.
 func TestMain(m *testing.M) {
-	if addr, ok := os.LookupEnv(bareAddrEnv); ok {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := serveBare(ctx, addr, os.Stdout)
-		stop()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	served, err := serveReexecuted(ctx)
+	stop()
+	if served {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -38,16 +38,26 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
-	if addr, ok := os.LookupEnv(bareAddrEnv); ok {
-		err = serveBare(ctx, addr, os.Stdout) // re-executed by measureBare as a bare server
-	} else {
+	served, err := serveReexecuted(ctx)
+	if !served {
 		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
+}
+
+// serveReexecuted runs the process the tool re-executed itself as — a bare server (startBare),
+// the services' etcd (startEtcdProcess) — and reports whether it was one.
+func serveReexecuted(ctx context.Context) (served bool, err error) {
+	if addr, ok := os.LookupEnv(bareAddrEnv); ok {
+		return true, serveBare(ctx, addr, os.Stdout)
+	}
+	if dir, ok := os.LookupEnv(etcdDirEnv); ok {
+		return true, serveEtcd(ctx, dir, os.Stdout)
+	}
+	return false, nil
 }
 
 // allStrategies are compared in this order; naive last, as the control that must be caught.
@@ -70,6 +80,7 @@ type options struct {
 	compare     bool
 	mysql       string
 	redis       string
+	etcd        string // when the tool starts the service: the client URL of the etcd process it started for it
 	out         string
 	progress    bool
 	soak        time.Duration
@@ -176,6 +187,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if bin, err = build(ctx, dir, stderr); err != nil {
 			return err
 		}
+		etcd, err := startEtcdProcess(ctx, dir, stderr)
+		if err != nil {
+			return err
+		}
+		defer stop([]*instance{etcd})
+		o.etcd = etcd.url
 		instances = o.spawn
 		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s)%s.",
 			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o))
@@ -373,6 +390,9 @@ func serviceEnv(o options) []string {
 	if o.redis != "" {
 		env = append(env, "SECKILL_REDIS_ADDRS="+o.redis)
 	}
+	if o.etcd != "" {
+		env = append(env, "SECKILL_ETCD_ENDPOINTS="+o.etcd)
+	}
 	return append(env, "SECKILL_ADMIN_TOKEN="+o.token)
 }
 
@@ -391,7 +411,7 @@ func backendsText(o options) string {
 	if o.redis != "" {
 		redis = "Redis " + o.redis
 	}
-	return db + ", " + redis + ", embedded etcd"
+	return db + ", " + redis + ", etcd embedded in a process of its own"
 }
 
 // putProduct starts the sale round of sku.

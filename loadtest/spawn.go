@@ -18,7 +18,6 @@ import (
 type instance struct {
 	url    string
 	redis  string // the address of its embedded Redis, if it started one
-	etcd   string // the client URL of its embedded etcd, if it started one
 	cmd    *exec.Cmd
 	exited chan error
 }
@@ -36,9 +35,9 @@ func build(ctx context.Context, dir string, logs io.Writer) (string, error) {
 }
 
 // spawn starts n processes of bin (cmd/api) on loopback ports, sharing backends: those given in
-// env (a MySQL DSN, Redis addresses), and for the rest the embedded ones of the first process —
-// its data dir (SQLite) under dir, its in-process Redis and its in-process etcd — so that all n
-// contend for the same locks, as replicas behind a load balancer would.
+// env (a MySQL DSN, Redis addresses, the etcd the tool started), and for the rest the embedded
+// ones of the first process — its data dir (SQLite) under dir and its in-process Redis — so that
+// all n contend for the same locks, as replicas behind a load balancer would.
 func spawn(ctx context.Context, bin string, n int, dir string, env []string, logs io.Writer) ([]*instance, error) {
 	base := append(os.Environ(), "SECKILL_ADDR=127.0.0.1:0", "SECKILL_DATA_DIR="+filepath.Join(dir, "data"),
 		"SECKILL_ALLOW_UNSAFE=true", "SECKILL_LOG_FORMAT=json")
@@ -48,9 +47,6 @@ func spawn(ctx context.Context, bin string, n int, dir string, env []string, log
 		procEnv := base
 		if i > 0 && out[0].redis != "" {
 			procEnv = append(procEnv, "SECKILL_REDIS_ADDRS="+out[0].redis)
-		}
-		if i > 0 && out[0].etcd != "" {
-			procEnv = append(procEnv, "SECKILL_ETCD_ENDPOINTS="+out[0].etcd)
 		}
 		inst, err := start(ctx, bin, procEnv, filepath.Join(dir, fmt.Sprintf("instance-%d.log", i)))
 		if err != nil {
@@ -88,9 +84,6 @@ func start(ctx context.Context, bin string, env []string, logPath string) (*inst
 			fmt.Fprintln(logFile, line)
 			if v, ok := strings.CutPrefix(line, "redis: embedded (miniredis) at "); ok {
 				inst.redis, _, _ = strings.Cut(v, " ")
-			}
-			if v, ok := strings.CutPrefix(line, "etcd: embedded at "); ok {
-				inst.etcd, _, _ = strings.Cut(v, ",")
 			}
 			if v, ok := strings.CutPrefix(line, "listening on "); ok {
 				inst.url = v

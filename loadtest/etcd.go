@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// etcdDirEnv, when set, turns the tool's own binary into an etcd server keeping its data in
+// that directory, on loopback ports of its own. The tool starts one this way for the service
+// processes it spawns, so that they are alike: with the first instance's embedded etcd, that
+// instance would also serve every other instance's locks, and its figures would carry that load.
+const etcdDirEnv = "LOADTEST_ETCD_DIR"
+
+// serveEtcd is the etcd process: one member on free loopback ports, which prints "listening on
+// <client URL>" on stdout the way cmd/api does, so that start can read it, and serves until ctx
+// ends.
+func serveEtcd(ctx context.Context, dir string, stdout io.Writer) error {
+	var (
+		e   *embed.Etcd
+		err error
+	)
+	// A free port can be taken by someone else between finding it and binding it: try again.
+	for range 3 {
+		if e, err = startEtcdMember(dir); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(time.Minute):
+		return fmt.Errorf("etcd in %s did not become ready within a minute", dir)
+	}
+	fmt.Fprintf(stdout, "listening on %s\n", e.Config().AdvertiseClientUrls[0].String())
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-e.Err():
+		return err
+	}
+}
+
+func startEtcdMember(dir string) (*embed.Etcd, error) {
+	peer, err := freeURL()
+	if err != nil {
+		return nil, err
+	}
+	client, err := freeURL()
+	if err != nil {
+		return nil, err
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "loadtest"
+	cfg.Dir = filepath.Join(dir, "data")
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		return nil, err
+	}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.InitialCluster = cfg.Name + "=" + peer.String()
+	cfg.LogLevel = "warn"
+	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
+	return embed.StartEtcd(cfg)
+}
+
+// freeURL is an http URL on a loopback port that was free a moment ago.
+func freeURL() (*url.URL, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	return url.Parse("http://" + ln.Addr().String())
+}
+
+// startEtcdProcess starts the etcd process for the spawned service instances.
+func startEtcdProcess(ctx context.Context, dir string, logs io.Writer) (*instance, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	dir = filepath.Join(dir, "etcd")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	inst, err := start(ctx, exe, append(os.Environ(), etcdDirEnv+"="+dir), filepath.Join(dir, "process.log"))
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	fmt.Fprintf(logs, "loadtest: etcd for the service processes at %s\n", inst.url)
+	return inst, nil
+}
