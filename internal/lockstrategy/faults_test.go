@@ -275,8 +275,15 @@ func unknownCommitOutcome(t *testing.T, strategy string, batch int, network, mys
 	_, _, err := lossy.PlaceOrder(context.Background(), req)
 	require.Error(t, err, "the client lost the COMMIT's answer")
 	require.False(t, armed.Load(), "the COMMIT was sent")
-	stored, err := s.OrderByIdempotencyKey(context.Background(), req.IdempotencyKey)
-	require.NoError(t, err, "the database committed the order all the same")
+	// The COMMIT is in the database's hands: it reads it before it could notice the closed
+	// connection, so it commits — but its thread may not have run yet, and on a busy machine
+	// that is a race with this read. Give it a moment.
+	var stored stock.Order
+	require.Eventually(t, func() bool {
+		o, err := s.OrderByIdempotencyKey(context.Background(), req.IdempotencyKey)
+		stored = o
+		return err == nil
+	}, 3*time.Second, 10*time.Millisecond, "the database committed the order all the same")
 
 	again, replayed, err := healthy.PlaceOrder(context.Background(), req)
 	require.NoError(t, err)
