@@ -637,6 +637,7 @@ func TestIdempotency(t *testing.T) {
 		{"different user", `{"user_id":"u-2","quantity":2}`},
 		{"different quantity", `{"user_id":"u-1","quantity":1}`},
 		{"different strategy", `{"user_id":"u-1","quantity":2,"strategy":"dblock"}`},
+		{"a quantity over the product's limit", `{"user_id":"u-2","quantity":3}`},
 	}
 	for _, c := range conflicts {
 		t.Run(c.name, func(t *testing.T) {
@@ -648,6 +649,9 @@ func TestIdempotency(t *testing.T) {
 		s.putProduct(t, other, 5, 2)
 		assertError(t, s.do(t, http.MethodPost, ordersPath(other), body, key), http.StatusConflict, "idempotency_conflict")
 		s.requireUntouched(t, other, 5)
+	})
+	t.Run("unknown product", func(t *testing.T) {
+		assertError(t, s.do(t, http.MethodPost, ordersPath(backendtest.SKU(t)), body, key), http.StatusConflict, "idempotency_conflict")
 	})
 
 	a := s.audit(t, sku)

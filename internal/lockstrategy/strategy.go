@@ -175,14 +175,15 @@ func (r *Registry) PlaceOrder(ctx context.Context, req stock.OrderRequest) (orde
 	if flagged && errors.Is(err, stock.ErrSoldOut) {
 		r.soldOut.learn(req.SKU)
 	}
-	// A replay is looked up only when the order failed the way a retry of a placed order fails —
-	// its key or its buyer is taken (one buyer holds one order per product), or the stock is gone
-	// (the original may have taken the last unit) — not before every order: that would be a
-	// database read per request on the hottest path. The price: a key reused with another body,
-	// for an order that fails in another way (an unknown product; or sold out, answered by the
-	// sold-out flag), hears that failure rather than idempotency_conflict.
+	// A replay is looked up only when the order failed: its key or its buyer is taken (one buyer
+	// holds one order per product), the stock is gone (the original may have taken the last
+	// unit), or the request does not fit the product (a key reused with another body must hear
+	// idempotency_conflict) — not before every order, which would be a database read per request
+	// on the hottest path. One case is answered without it: a key reused with another body for a
+	// product that the sold-out flag answers hears sold_out rather than idempotency_conflict
+	// (both 409): telling them apart would cost the read the flag exists to save.
 	if req.IdempotencyKey != "" && (errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
-		errors.Is(err, stock.ErrSoldOut)) {
+		errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)) {
 		if order, rerr := r.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
 			return order, rerr == nil, rerr
 		}
