@@ -88,8 +88,9 @@ func (d *DBLock) locked(ctx context.Context, sku string, section func() error) e
 	// never release a lock that another of its own requests (or a successor) holds.
 	holder := d.opts.Instance + "/" + ulid.Make().String()
 	start := time.Now()
-	// Waiters of other instances read the row every few milliseconds.
-	d.turns.wait(ctx, key, maxPoll/2+rand.N(maxPoll/2))
+	// Waiters of other instances read the row up to every maxPoll (jittered to one and a half):
+	// give them a whole interval.
+	d.turns.wait(ctx, key, maxPoll+rand.N(maxPoll/2))
 	if err := d.acquire(ctx, key, holder); err != nil {
 		return err
 	}
