@@ -182,7 +182,7 @@ func steadyTable(reports []report) (t table, ok bool) {
 			t.Intro = fmt.Sprintf("Sold-out phase: after the sale sold out and was verified, fresh buyers (each with a new Idempotency-Key) "+
 				"ordered it for %s in the closed model; the bare handler is net/http alone answering the same requests 409 sold_out, "+
 				"as many processes as instances, measured for as long as each phase and alternating with it in thirds "+
-				"(vs bare is against that measurement; the bare row shows the median one). A 201 here is an oversell.", s.Duration)
+				"(vs bare is against that measurement; the bare row shows the median one). A 201 here is an oversell.", s.Duration.Round(time.Millisecond))
 		}
 		if s.Skipped != "" {
 			t.Rows = append(t.Rows, []string{r.Strategy, "", "", "", "", "", "", "", "", "", "skipped: " + s.Skipped})
