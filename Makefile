@@ -27,4 +27,4 @@ bench: ## the critical sections per order and batched, and the etcd mutex hand-o
 compare: ## per order vs batched on three processes, local MariaDB and Redis (README, Results)
 	mysql -uroot -h127.0.0.1 -e 'CREATE DATABASE IF NOT EXISTS seckill_lt'
 	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
-		-stock 10000 -users 40000 -concurrency 64 -retry-busy 0 -soldout 3s -group-commit 0,64
+		-stock 10000 -users 40000 -concurrency 64 -retry-busy 0 -soldout 5s -group-commit 0,64
