@@ -39,17 +39,6 @@ type steady struct {
 	acked []ackedOrder // 201s of the phase: each one is an oversell
 }
 
-// soldOut attacks the product for d in the closed model with l.concurrency clients, whatever
-// l.rate says (the phase measures capacity, which a fixed rate would hide). Every request is a
-// fresh buyer with a fresh Idempotency-Key, so none can be answered from a repeat-buyer or
-// idempotency shortcut. Results are aggregated as they arrive, not kept: a fast phase sends far
-// more requests than a sale.
-func (l load) soldOut(ctx context.Context, name string, d time.Duration) steady {
-	var p phaseSlices
-	l.soldOutSlice(ctx, name, d, &p)
-	return p.steady()
-}
-
 // phaseSlices accumulates a sold-out phase run in slices — interleaved with the bare handler's,
 // so that both see the same machine — into one measurement.
 type phaseSlices struct {
@@ -60,7 +49,11 @@ type phaseSlices struct {
 	sent     int           // buyers used so far: each slice's are new
 }
 
-// soldOutSlice runs one slice of d of the phase into p.
+// soldOutSlice attacks the product for d, one slice of the phase, into p: the closed model with
+// l.concurrency clients, whatever l.rate says (the phase measures capacity, which a fixed rate
+// would hide). Every request is a fresh buyer with a fresh Idempotency-Key, so none can be
+// answered from a repeat-buyer or idempotency shortcut. Results are aggregated as they arrive,
+// not kept: a fast phase sends far more requests than a sale.
 func (l load) soldOutSlice(ctx context.Context, name string, d time.Duration, p *phaseSlices) {
 	attacker, transport := l.newAttacker()
 	defer transport.CloseIdleConnections()
