@@ -23,8 +23,9 @@ type batcher struct {
 	queues map[string][]*waiter // by SKU; a key is present while its drainer runs
 }
 
-// A section is one critical section over sku. It calls take exactly once, as soon as it holds
-// the lock (or has failed to get it), and answers each order take returned, in order. Taking the
+// A section is one critical section over sku. It calls take as soon as it holds the lock (or
+// has failed to get it), and answers each order take returned, in order; take returns the same
+// orders if called again (a section that retries its write). Taking the
 // queue at the grant rather than before the wait lets the orders that arrived while the section
 // waited for the lock — while other instances held it — ride along in the same batch: under
 // contention that is most of them.
@@ -75,15 +76,21 @@ func (b *batcher) drain(sku string) {
 		}
 		b.mu.Unlock()
 
-		var batch []*waiter
+		var (
+			batch []*waiter
+			reqs  []stock.OrderRequest
+		)
 		take := func() []stock.OrderRequest {
+			if reqs != nil {
+				return reqs
+			}
 			b.mu.Lock()
 			q := b.queues[sku] // not empty: only this drainer takes from it
 			n := min(len(q), b.max)
 			batch = q[:n:n]
 			b.queues[sku] = q[n:]
 			b.mu.Unlock()
-			reqs := make([]stock.OrderRequest, n)
+			reqs = make([]stock.OrderRequest, n)
 			for i, w := range batch {
 				reqs[i] = w.req
 			}

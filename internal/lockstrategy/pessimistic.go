@@ -60,34 +60,26 @@ func (p *Pessimistic) PlaceOrder(ctx context.Context, req stock.OrderRequest) (s
 // until the wait budget runs out. The batch is taken once the row is held, inside the
 // transaction, so the orders that arrived while it waited in the row's lock queue come too.
 func (p *Pessimistic) placeBatch(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
-	var reqs []stock.OrderRequest
-	taken := false
-	once := func() []stock.OrderRequest {
-		if !taken {
-			reqs, taken = take(), true
-		}
-		return reqs
-	}
 	start := time.Now()
 	deadline := start.Add(p.opts.Wait)
 	backoff := time.Millisecond
 	for {
-		placed, err := p.store.PlaceBatchForUpdate(ctx, sku, once)
+		placed, err := p.store.PlaceBatchForUpdate(ctx, sku, take)
 		if !lockLost(err) {
 			if err != nil {
-				return failAll(len(once()), err)
+				return failAll(len(take()), err)
 			}
 			p.metrics.waited(p.Name(), time.Since(start))
 			return placed
 		}
 		pause := backoff/2 + rand.N(backoff)
 		if time.Now().Add(pause).After(deadline) {
-			return failAll(len(once()), fmt.Errorf("lock products/%s: waited %s: %w", sku, p.opts.Wait, stock.ErrBusy))
+			return failAll(len(take()), fmt.Errorf("lock products/%s: waited %s: %w", sku, p.opts.Wait, stock.ErrBusy))
 		}
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
-			return failAll(len(once()), ctx.Err())
+			return failAll(len(take()), ctx.Err())
 		}
 		backoff = min(2*backoff, 16*time.Millisecond)
 	}
