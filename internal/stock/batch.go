@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // Placed is the answer to one order of a batch: its order, or why it was not placed.
@@ -95,16 +94,11 @@ func (s *Store) PlaceBatchForUpdate(ctx context.Context, sku string, take func()
 		read Product
 	)
 	err := withTx(ctx, s.queue, func(tx *gorm.DB) error {
-		q := tx.Where("sku = ?", sku)
-		if s.dialect == MySQL {
-			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
-		}
-		var row productRow
-		if err := q.Take(&row).Error; err != nil {
+		row, err := s.lockRow(tx, sku, "")
+		if err != nil {
 			return err
 		}
 		read = row.product()
-		var err error
 		// Under the row lock no other writer can sell, so the buyers read here stay true until
 		// the commit; the unique keys back that up.
 		if a, err = allocate(tx, take(), read); err != nil || len(a.rows) == 0 {

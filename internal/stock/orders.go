@@ -84,7 +84,7 @@ func (s *Store) orderWhere(ctx context.Context, cond string, arg string) (Order,
 func (s *Store) PlaceOrderNowait(ctx context.Context, req OrderRequest) (Order, error) {
 	var order Order
 	err := withTx(ctx, s.nowait, func(tx *gorm.DB) error {
-		row, err := s.lockNowait(tx, req.SKU)
+		row, err := s.lockRow(tx, req.SKU, clause.LockingOptionsNoWait)
 		if err != nil {
 			return err
 		}
@@ -97,12 +97,13 @@ func (s *Store) PlaceOrderNowait(ctx context.Context, req OrderRequest) (Order, 
 	return order, nil
 }
 
-// lockNowait reads sku's row in tx and locks it without waiting. On SQLite the transaction of
-// the nowait pool already holds the database's write lock (BEGIN IMMEDIATE, busy_timeout 0).
-func (s *Store) lockNowait(tx *gorm.DB, sku string) (productRow, error) {
+// lockRow reads sku's row in tx and locks it: SELECT ... FOR UPDATE with options (NOWAIT, or
+// none to wait in the row's lock queue). On SQLite the transaction already holds the database's
+// write lock (BEGIN IMMEDIATE), taken without waiting on the nowait pool.
+func (s *Store) lockRow(tx *gorm.DB, sku, options string) (productRow, error) {
 	q := tx.Where("sku = ?", sku)
 	if s.dialect == MySQL {
-		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsNoWait})
+		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: options})
 	}
 	var row productRow
 	return row, q.Take(&row).Error

@@ -105,7 +105,7 @@ func TestFence(t *testing.T) {
 	ctx := context.Background()
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 2, 1)
-	a, err := s.PlaceOrderFenced(ctx, order(sku, "a"), 10)
+	_, err := s.PlaceOrderFenced(ctx, order(sku, "a"), 10)
 	require.NoError(t, err)
 	_, err = s.PlaceOrderFenced(ctx, order(sku, "b"), 20)
 	require.NoError(t, err)
@@ -117,7 +117,7 @@ func TestFence(t *testing.T) {
 	require.NoError(t, err)
 	p, _ = s.Product(ctx, sku)
 	assert.Zero(t, p.Fence, "a reset clears the fence")
-	a, err = s.PlaceOrderFenced(ctx, order(sku, "a"), 30)
+	a, err := s.PlaceOrderFenced(ctx, order(sku, "a"), 30)
 	require.NoError(t, err)
 	_, err = s.PlaceOrderFenced(ctx, order(sku, "stale"), 29)
 	var fenced *stock.FenceError
