@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,12 +18,12 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// counter sums the samples of a counter family whose labels include labels.
-func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+// samples gathers the metrics of the family name whose labels include labels.
+func samples(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) []*dto.Metric {
 	t.Helper()
 	families, err := reg.Gather()
 	require.NoError(t, err)
-	var sum float64
+	var out []*dto.Metric
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
@@ -38,8 +39,18 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 					continue metrics
 				}
 			}
-			sum += m.GetCounter().GetValue()
+			out = append(out, m)
 		}
+	}
+	return out
+}
+
+// counter sums the samples of a counter family whose labels include labels.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	var sum float64
+	for _, m := range samples(t, reg, name, labels) {
+		sum += m.GetCounter().GetValue()
 	}
 	return sum
 }
@@ -187,16 +198,23 @@ func TestHybridLockExpiry(t *testing.T) {
 	assert.Zero(t, a.Stock)
 }
 
+// pausedHolder is an instance whose order for the user "holder" holds the lock for d once it
+// has read the product; read is closed then.
+func pausedHolder(t *testing.T, d time.Duration) (*lockstrategy.Hybrid, <-chan struct{}) {
+	t.Helper()
+	hook, read := pauseFirst("holder", d)
+	return newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{
+		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, AfterRead: hook,
+	}, backendtest.Redis(t)), read
+}
+
 // TestHybridReleaseWakesWaiter: an instance waiting for a lock that another instance holds tries
 // again when the holder's release message arrives, not at its next poll (here: none before the
 // wait budget runs out).
 func TestHybridReleaseWakesWaiter(t *testing.T) {
 	ctx := context.Background()
 	s, sku := onSale(t, 2)
-	hook, read := pauseFirst("holder", 200*time.Millisecond)
-	holder := newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{
-		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, AfterRead: hook,
-	}, backendtest.Redis(t))
+	holder, read := pausedHolder(t, 200*time.Millisecond)
 	waiter, reg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
 		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Poll: time.Minute,
 	}, backendtest.Redis(t))
@@ -220,10 +238,7 @@ func TestHybridReleaseWakesWaiter(t *testing.T) {
 func TestBatchTakenAtGrant(t *testing.T) {
 	ctx := context.Background()
 	s, sku := onSale(t, 20)
-	hook, read := pauseFirst("holder", 300*time.Millisecond)
-	holder := newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{
-		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, AfterRead: hook,
-	}, backendtest.Redis(t))
+	holder, read := pausedHolder(t, 300*time.Millisecond)
 	batched, reg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
 		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Batch: 64,
 	}, backendtest.Redis(t))
@@ -259,15 +274,9 @@ func TestBatchTakenAtGrant(t *testing.T) {
 // histogram reads the sample count and sum of a histogram family.
 func histogram(t *testing.T, reg *prometheus.Registry, name string) (count uint64, sum float64) {
 	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				count += m.GetHistogram().GetSampleCount()
-				sum += m.GetHistogram().GetSampleSum()
-			}
-		}
+	for _, m := range samples(t, reg, name, nil) {
+		count += m.GetHistogram().GetSampleCount()
+		sum += m.GetHistogram().GetSampleSum()
 	}
 	return count, sum
 }

@@ -138,13 +138,7 @@ func TestSoldOutFlagOffWithoutResets(t *testing.T) {
 // gauge reads a gauge without labels.
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() == name {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
+	m := samples(t, reg, name, nil)
+	require.Len(t, m, 1, "gauge %s", name)
+	return m[0].GetGauge().GetValue()
 }
