@@ -236,6 +236,8 @@ func (s *SoldOut) listen(ctx context.Context) {
 		msg, err := s.ps.ReceiveTimeout(ctx, min(s.ttl, time.Second))
 		var timeout interface{ Timeout() bool }
 		switch {
+		case ctx.Err() != nil:
+			return // Close: the subscription ended on purpose, not Redis
 		case err == nil:
 			silent = 0
 			s.setLive(true)
