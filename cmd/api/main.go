@@ -185,7 +185,7 @@ func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, etcd *etcdB
 	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
 		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Instance: fmt.Sprintf("%s/%d", host, os.Getpid()), Batch: cfg.GroupCommit,
 	}, metrics), false)
-	registry.Register(lockstrategy.NewNaive(store, cfg.NaivePause), true)
+	registry.Register(lockstrategy.NewNaive(store, cfg.NaivePause, cfg.GroupCommit, metrics), true)
 	if err := registry.Validate(); err != nil {
 		return nil, fmt.Errorf("strategy: %w", err)
 	}

@@ -80,7 +80,7 @@ func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, batch int
 	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
 		TTL: 10 * time.Second, Wait: 100 * time.Millisecond, Attempts: 3, Instance: "test", Batch: batch,
 	}, metrics), false)
-	registry.Register(lockstrategy.NewNaive(store, 0), true)
+	registry.Register(lockstrategy.NewNaive(store, 0, batch, metrics), true)
 	require.NoError(t, registry.Validate())
 	t.Cleanup(func() { _ = registry.Close() })
 	h, err := handler.New(handler.Config{

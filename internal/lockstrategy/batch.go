@@ -2,16 +2,21 @@ package lockstrategy
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// batcher is group commit within one instance: orders for a SKU that arrive while a critical
-// section runs wait in a queue, and the next section takes the whole queue (up to max) — one
-// lock acquisition, one conditional stock update, one insert for all of them. A section is a
-// function of "the orders to place", so a batch of one and a batch of many share one path.
+// batcher is how every strategy places orders: orders for a SKU that arrive while a critical
+// section runs wait in a queue, and the next section takes the queue (up to max) — one lock
+// acquisition, one conditional stock update, one insert for all of them (group commit). A
+// section is a function of "the orders to place", so one order per section (max 1) and many
+// share one path: the strategy's only one. The batcher also runs at most one section per SKU in
+// an instance, so an instance's orders take turns in memory, where waiting is free, and only one
+// of them at a time waits for the distributed lock.
 type batcher struct {
 	strategy string
 	metrics  *LockMetrics
@@ -25,7 +30,8 @@ type batcher struct {
 
 // A section is one critical section over sku. It calls take as soon as it holds the lock (or
 // has failed to get it), and answers each order take returned, in order; take returns the same
-// orders if called again (a section that retries its write). Taking the
+// orders if called again (a section that retries its write), and may return none (the requests
+// gave up while the section waited for its lock). Taking the
 // queue at the grant rather than before the wait lets the orders that arrived while the section
 // waited for the lock — while other instances held it — ride along in the same batch: under
 // contention that is most of them.
@@ -36,17 +42,19 @@ type waiter struct {
 	done chan stock.Placed
 }
 
-// newBatcher returns strategy's batcher of up to max orders per section; lockWait is the
-// section's budget for its lock, and the section may take twice that plus time to write.
-func newBatcher(strategy string, max int, lockWait time.Duration, metrics *LockMetrics, s section) *batcher {
-	return &batcher{strategy: strategy, metrics: metrics, max: max, section: s,
+// newBatcher returns strategy's batcher of up to most orders per section (at least one);
+// lockWait is the section's budget for its lock, and the section may take twice that plus time
+// to write.
+func newBatcher(strategy string, most int, lockWait time.Duration, metrics *LockMetrics, s section) *batcher {
+	return &batcher{strategy: strategy, metrics: metrics, max: max(1, most), section: s,
 		timeout: 2*lockWait + 5*time.Second, queues: map[string][]*waiter{}}
 }
 
 // place queues req and waits for its answer. The first order of an idle SKU starts that SKU's
 // drainer, which runs sections until the queue is empty; no request waits for another's answer
-// beyond the section that places it. A request that gives up (ctx) may still be placed: like any
-// lost answer, its Idempotency-Key settles it.
+// beyond the section that places it. A request that gives up (ctx) before a section took it is
+// taken out of the queue and never placed; once taken, it waits for the section's answer, so
+// that what it returns is what happened.
 func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	w := &waiter{req: req, done: make(chan stock.Placed, 1)}
 	b.mu.Lock()
@@ -60,8 +68,17 @@ func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Orde
 	case p := <-w.done:
 		return p.Order, p.Err
 	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	q = b.queues[req.SKU]
+	if i := slices.Index(q, w); i >= 0 {
+		b.queues[req.SKU] = slices.Delete(q, i, i+1)
+		b.mu.Unlock()
 		return stock.Order{}, ctx.Err()
 	}
+	b.mu.Unlock()
+	p := <-w.done
+	return p.Order, p.Err
 }
 
 // drain runs sections over sku's queue until it is empty. Sections run on their own context:
@@ -85,7 +102,7 @@ func (b *batcher) drain(sku string) {
 				return reqs
 			}
 			b.mu.Lock()
-			q := b.queues[sku] // not empty: only this drainer takes from it
+			q := b.queues[sku] // empty only if its requests gave up since the drainer looked
 			n := min(len(q), b.max)
 			batch = q[:n:n]
 			b.queues[sku] = q[n:]
@@ -113,4 +130,13 @@ func failAll(n int, err error) []stock.Placed {
 		out[i].Err = err
 	}
 	return out
+}
+
+// waitFailed maps a wait for a lock that ran out of budget to busy, unless the section's own
+// context is gone (then its error is returned).
+func waitFailed(ctx context.Context, key string, budget time.Duration, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("lock %s: waited %s: %w: %w", key, budget, stock.ErrBusy, err)
 }

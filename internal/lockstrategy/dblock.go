@@ -24,7 +24,7 @@ type DBLock struct {
 	store   *stock.Store
 	opts    DBLockOptions
 	metrics *LockMetrics
-	batch   *batcher // nil: one order per acquisition
+	batch   *batcher
 	turns   *turns
 }
 
@@ -34,20 +34,19 @@ const maxPoll = 4 * time.Millisecond
 // DBLockOptions tune the lock-table lock.
 type DBLockOptions struct {
 	TTL      time.Duration // after this a crashed holder's lock may be reclaimed
-	Wait     time.Duration // how long an order polls for the lock before answering busy
+	Wait     time.Duration // how long a section polls for the lock before answering busy
 	Attempts int           // version-guarded writes tried under the lock before answering busy
 	Instance string        // names this instance in the holder column, for operators
-	// Batch, above 1, turns on group commit: up to Batch orders that queued for a SKU in this
-	// instance are placed under one acquisition, with one version-guarded write.
+	// Batch is how many queued orders of a SKU one section may place under one acquisition
+	// (group commit); 1 or less: one order per section.
 	Batch int
+	Hooks Hooks
 }
 
 // NewDBLock returns the lock-table strategy.
 func NewDBLock(store *stock.Store, opts DBLockOptions, metrics *LockMetrics) *DBLock {
 	d := &DBLock{store: store, opts: opts, metrics: metrics, turns: newTurns()}
-	if opts.Batch > 1 {
-		d.batch = newBatcher(d.Name(), opts.Batch, opts.Wait, metrics, d.placeBatch)
-	}
+	d.batch = newBatcher(d.Name(), opts.Batch, opts.Wait, metrics, d.section)
 	return d
 }
 
@@ -56,23 +55,15 @@ func (*DBLock) Name() string { return "dblock" }
 
 // PlaceOrder implements Strategy.
 func (d *DBLock) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	if d.batch != nil {
-		return d.batch.place(ctx, req)
-	}
-	var order stock.Order
-	err := d.locked(ctx, req.SKU, func() error {
-		var err error
-		order, err = placeVersioned(ctx, d.store, req, d.opts.Attempts, d.metrics, d.Name(), nil)
-		return err
-	})
-	return order, err
+	return d.batch.place(ctx, req)
 }
 
-// placeBatch places a batch under one acquisition of the lock-table lock.
-func (d *DBLock) placeBatch(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+// section is the critical section: the orders it takes are placed under one acquisition of the
+// lock-table lock, with one version-guarded write.
+func (d *DBLock) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
 	var placed []stock.Placed
 	err := d.locked(ctx, sku, func() error {
-		placed = placeVersionedBatch(ctx, d.store, take(), d.opts.Attempts, d.metrics, d.Name())
+		placed = placeVersioned(ctx, d.store, take(), d.opts.Attempts, d.metrics, d.Name(), d.opts.Hooks)
 		return nil
 	})
 	if err != nil {
@@ -167,43 +158,23 @@ func (d *DBLock) unlock(ctx context.Context, key, holder string) bool {
 	return released
 }
 
-// placeVersioned runs the version-guarded critical section: read the product, then place the
-// order only if it is still at that version. A lost race is retried with a fresh read up to
-// attempts times before answering busy. It never writes blind: each attempt either matches the
-// version it read or writes nothing. afterRead, when set, runs between the read and the write
-// (tests hold the section open there, as a paused holder would).
-func placeVersioned(ctx context.Context, store *stock.Store, req stock.OrderRequest, attempts int,
-	metrics *LockMetrics, strategy string, afterRead func(context.Context, stock.OrderRequest)) (stock.Order, error) {
-	for i := 1; ; i++ {
-		read, err := store.Product(ctx, req.SKU)
-		if err != nil {
-			return stock.Order{}, err
-		}
-		if afterRead != nil {
-			afterRead(ctx, req)
-		}
-		order, err := store.PlaceOrderAt(ctx, req, read)
-		if !errors.Is(err, stock.ErrVersionConflict) {
-			return order, err
-		}
-		if i >= attempts {
-			return stock.Order{}, fmt.Errorf("%d version conflicts on products/%s: %w", i, req.SKU, stock.ErrBusy)
-		}
-		metrics.retried(strategy)
+// placeVersioned is the version-guarded write of hybrid and dblock: read the product, then place
+// every order at that version in one transaction (stock.Store.PlaceAt), retrying the whole batch
+// with a fresh read when another writer got there first — up to attempts times, then busy. It
+// never writes blind: each attempt either matches the version it read or writes nothing. The
+// InSection hook runs between the read and the write.
+func placeVersioned(ctx context.Context, store *stock.Store, reqs []stock.OrderRequest, attempts int,
+	metrics *LockMetrics, strategy string, hooks Hooks) []stock.Placed {
+	if len(reqs) == 0 {
+		return nil
 	}
-}
-
-// placeVersionedBatch is placeVersioned for a batch: read, then place every order at that
-// version in one transaction (stock.Store.PlaceBatchAt), retrying the whole batch with a fresh
-// read when another writer got there first.
-func placeVersionedBatch(ctx context.Context, store *stock.Store, reqs []stock.OrderRequest, attempts int,
-	metrics *LockMetrics, strategy string) []stock.Placed {
 	for i := 1; ; i++ {
 		read, err := store.Product(ctx, reqs[0].SKU)
 		if err != nil {
 			return failAll(len(reqs), err)
 		}
-		placed, err := store.PlaceBatchAt(ctx, reqs, read)
+		hooks.inSection(ctx, reqs)
+		placed, err := store.PlaceAt(ctx, reqs, read)
 		if err == nil {
 			return placed
 		}

@@ -21,7 +21,7 @@ import (
 // a session, and a mutex per SKU. A lease can still expire under a paused or partitioned holder,
 // so the lock alone is not mutual exclusion; the revision at which the mutex was granted is used
 // as a fencing token, and the database refuses a write whose token is older than the last one
-// written (stock.Store.PlaceOrderFenced).
+// written (stock.Store.PlaceFenced).
 //
 // The token: each grant happens only after the previous holder's key was deleted (a write, so a
 // new revision), and the mutex's response header carries the revision at grant time. Tokens
@@ -31,8 +31,7 @@ type Etcd struct {
 	client  *clientv3.Client
 	store   *stock.Store
 	opts    EtcdOptions
-	lanes   *lanes
-	batch   *batcher // nil: one order per critical section
+	batch   *batcher
 	metrics *LockMetrics
 	log     *slog.Logger
 
@@ -48,15 +47,14 @@ type Etcd struct {
 // EtcdOptions tune the etcd strategy.
 type EtcdOptions struct {
 	TTL    time.Duration // session lease TTL, rounded up to whole seconds (etcd leases count seconds)
-	Wait   time.Duration // how long an order waits for the mutex before answering busy
+	Wait   time.Duration // how long a section waits for the mutex before answering busy
 	Prefix string        // key prefix of the mutexes; default /seckill/locks/
-	// Batch, above 1, turns on group commit (see HybridOptions.Batch): one lock acquisition and
-	// one fenced write for up to Batch queued orders of a SKU.
+	// Batch is how many queued orders of a SKU one section may place under one mutex
+	// acquisition and one fenced write (group commit); 1 or less: one order per section.
 	Batch int
-	// BeforeWrite, when set, runs inside the critical section after the lease was last checked
-	// and right before the fenced write — the window no check can close. Tests pause there
-	// (per-order sections only: a batch has no single order to pause).
-	BeforeWrite func(context.Context, stock.OrderRequest)
+	// Hooks.InSection runs after the lease was last checked, right before the fenced write — the
+	// window no check can close.
+	Hooks Hooks
 }
 
 // NewEtcd returns the etcd strategy. Close it to revoke its lease.
@@ -67,7 +65,7 @@ func NewEtcd(client *clientv3.Client, store *stock.Store, opts EtcdOptions, metr
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Etcd{
-		client: client, store: store, opts: opts, lanes: newLanes(), metrics: metrics, log: log, ctx: ctx, cancel: cancel,
+		client: client, store: store, opts: opts, metrics: metrics, log: log, ctx: ctx, cancel: cancel,
 		fencedOut: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_fenced_out_total", Help: "Writes refused by the database because a newer etcd lock holder had written (never a sale).",
 		}),
@@ -76,9 +74,7 @@ func NewEtcd(client *clientv3.Client, store *stock.Store, opts EtcdOptions, metr
 		}),
 	}
 	reg.MustRegister(e.fencedOut, e.renewals)
-	if opts.Batch > 1 {
-		e.batch = newBatcher(e.Name(), opts.Batch, opts.Wait, metrics, e.placeBatch)
-	}
+	e.batch = newBatcher(e.Name(), opts.Batch, opts.Wait, metrics, e.section)
 	return e
 }
 
@@ -130,45 +126,14 @@ func (e *Etcd) currentSession(ctx context.Context) (*concurrency.Session, error)
 
 // PlaceOrder implements Strategy.
 func (e *Etcd) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	if e.batch != nil {
-		return e.batch.place(ctx, req)
-	}
-	key := e.opts.Prefix + req.SKU
-	waitCtx, cancel := context.WithTimeout(ctx, e.opts.Wait)
-	defer cancel()
-	start := time.Now()
-	// Two mutexes on one session do not exclude each other (the mutex key is prefix + lease), so
-	// this instance's orders for a SKU take turns in memory first: at most one etcd waiter per
-	// instance and SKU.
-	release, err := e.lanes.acquire(waitCtx, req.SKU)
-	if err != nil {
-		return stock.Order{}, waitFailed(ctx, key, e.opts.Wait, err)
-	}
-	defer release()
-	session, m, err := e.lock(waitCtx, key)
-	if err != nil {
-		return stock.Order{}, waitFailed(ctx, key, e.opts.Wait, err)
-	}
-	locked := time.Now()
-	e.metrics.waited(e.Name(), locked.Sub(start))
-	defer e.unlock(ctx, session, m, key, locked)
-
-	fence := m.Header().Revision
-	order, err := e.write(ctx, session, req, fence)
-	var fenced *stock.FenceError
-	if errors.As(err, &fenced) && e.recover(ctx, fenced) {
-		order, err = e.write(ctx, session, req, fence)
-	}
-	if errors.Is(err, stock.ErrFencedOut) {
-		e.fencedOut.Inc()
-		return stock.Order{}, fmt.Errorf("lock %s: %w: %w", key, stock.ErrBusy, err)
-	}
-	return order, err
+	return e.batch.place(ctx, req)
 }
 
-// placeBatch is the critical section for a batch: one mutex acquisition, one fenced write for
-// all the orders (the batcher already serialises this instance's sections per SKU).
-func (e *Etcd) placeBatch(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+// section is the critical section: one mutex acquisition, one fenced write for the orders it
+// takes. Two mutexes on one session do not exclude each other (the mutex key is prefix + lease),
+// so this instance's orders for a SKU must take turns in memory first: the batcher runs at most
+// one section per SKU, hence at most one etcd waiter per instance and SKU.
+func (e *Etcd) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
 	key := e.opts.Prefix + sku
 	waitCtx, cancel := context.WithTimeout(ctx, e.opts.Wait)
 	defer cancel()
@@ -183,16 +148,8 @@ func (e *Etcd) placeBatch(ctx context.Context, sku string, take func() []stock.O
 	defer e.unlock(ctx, session, m, key, locked)
 
 	fence := m.Header().Revision
-	write := func() ([]stock.Placed, error) {
-		select {
-		case <-session.Done():
-			return nil, fmt.Errorf("lease lost before the write, section abandoned: %w", stock.ErrBusy)
-		default:
-		}
-		return e.store.PlaceBatchFenced(ctx, reqs, fence)
-	}
 	for attempt := 1; ; attempt++ {
-		placed, err := write()
+		placed, err := e.write(ctx, session, reqs, fence)
 		var fenced *stock.FenceError
 		if errors.As(err, &fenced) && attempt == 1 && e.recover(ctx, fenced) {
 			continue
@@ -248,16 +205,14 @@ func (e *Etcd) dropSession(s *concurrency.Session) {
 // write makes the fenced write, unless the lease is already known to be gone: then the section
 // is abandoned before it writes. Between that check and the write, the fence is what stops a
 // holder whose lease expires.
-func (e *Etcd) write(ctx context.Context, session *concurrency.Session, req stock.OrderRequest, fence int64) (stock.Order, error) {
+func (e *Etcd) write(ctx context.Context, session *concurrency.Session, reqs []stock.OrderRequest, fence int64) ([]stock.Placed, error) {
 	select {
 	case <-session.Done():
-		return stock.Order{}, fmt.Errorf("lease lost before the write, section abandoned: %w", stock.ErrBusy)
+		return nil, fmt.Errorf("lease lost before the write, section abandoned: %w", stock.ErrBusy)
 	default:
 	}
-	if e.opts.BeforeWrite != nil {
-		e.opts.BeforeWrite(ctx, req)
-	}
-	return e.store.PlaceOrderFenced(ctx, req, fence)
+	e.opts.Hooks.inSection(ctx, reqs)
+	return e.store.PlaceFenced(ctx, reqs, fence)
 }
 
 // recover handles a fence that is ahead of the etcd cluster itself. No holder can have been

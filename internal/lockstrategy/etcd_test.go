@@ -32,8 +32,8 @@ func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 	reached, resume := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	opts := defaultEtcd
-	opts.BeforeWrite = func(_ context.Context, r stock.OrderRequest) {
-		if r.UserID == "slow" {
+	opts.Hooks.InSection = func(_ context.Context, orders []stock.OrderRequest) {
+		if orders[0].UserID == "slow" {
 			once.Do(func() { close(reached); <-resume })
 		}
 	}

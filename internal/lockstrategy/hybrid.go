@@ -16,27 +16,27 @@ import (
 )
 
 // Hybrid is the pattern this project teaches, and its default: Redis admission rejects the
-// losers at memory speed, a redsync lock per SKU lets one admitted order at a time into the
-// critical section (so the hot row sees no contention), and the database's version check is the
-// final guarantee for when the lock fails — expiry under a pause, a failover, a flush.
+// losers at memory speed, a redsync lock per SKU lets one batch of admitted orders at a time into
+// the critical section (so the hot row sees no contention), and the database's version check is
+// the final guarantee for when the lock fails — expiry under a pause, a failover, a flush.
 //
 // Order of events for one order:
 //  1. Admission (one Lua script): sold out / already purchased are answered here.
-//  2. A per-instance lane, then the redsync mutex (expiry, bounded wait); a watchdog extends the
-//     mutex while the section runs and cancels the section if an extension fails.
-//  3. Read the product, then UPDATE ... WHERE version = ? AND stock >= ?; insert the order.
+//  2. The order queues in the instance's batcher; the next section of its SKU takes the redsync
+//     mutex (expiry, bounded wait), and a watchdog extends it while the section runs and
+//     cancels the section if an extension fails.
+//  3. Read the product, then UPDATE ... WHERE version = ? AND stock >= total; insert the orders.
 //     Zero rows means another writer got there: re-read and retry, never write blind.
 //  4. If the database step failed, the admission's pre-deduction is given back.
 //
-// With Redis unreachable, orders skip 1 and 2 and take 3 alone (behind the per-instance lane):
-// slower under contention, still correct.
+// With Redis unreachable, orders skip 1 and the lock and take 3 alone (still one section per SKU
+// and instance): slower under contention, still correct.
 type Hybrid struct {
 	store     *stock.Store
 	admission *Admission
 	rs        *redsync.Redsync
 	opts      HybridOptions
-	lanes     *lanes
-	batch     *batcher // nil: one order per critical section
+	batch     *batcher
 	metrics   *LockMetrics
 	releases  *releases
 	turns     *turns
@@ -45,19 +45,16 @@ type Hybrid struct {
 // HybridOptions tune the hybrid strategy.
 type HybridOptions struct {
 	TTL      time.Duration // redsync lock expiry
-	Wait     time.Duration // how long an order waits for the lock before answering busy
+	Wait     time.Duration // how long a section waits for the lock before answering busy
 	Extend   time.Duration // watchdog period; default TTL/3
 	Attempts int           // version-guarded writes tried before answering busy
 	// Poll is how often a waiter tries a taken lock when no release message wakes it first;
 	// default: every 1 to 5 ms, jittered.
 	Poll time.Duration
-	// Batch, above 1, turns on group commit: up to Batch orders that queued for a SKU while the
-	// last section ran are placed by the next one together (one lock, one update, one insert).
+	// Batch is how many queued orders of a SKU one section may place (group commit); 1 or less:
+	// one order per section.
 	Batch int
-	// AfterRead, when set, runs inside the critical section between reading the product and
-	// writing it. Tests use it to hold the section open, as a paused holder would (per-order
-	// sections only).
-	AfterRead func(context.Context, stock.OrderRequest)
+	Hooks Hooks
 }
 
 // NewHybrid returns the hybrid strategy. rs locks over one Redis (a single pool) or several
@@ -66,11 +63,9 @@ func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, op
 	if opts.Extend <= 0 {
 		opts.Extend = opts.TTL / 3
 	}
-	h := &Hybrid{store: store, admission: admission, rs: rs, opts: opts, lanes: newLanes(), metrics: metrics,
+	h := &Hybrid{store: store, admission: admission, rs: rs, opts: opts, metrics: metrics,
 		releases: newReleases(admission.client), turns: newTurns()}
-	if opts.Batch > 1 {
-		h.batch = newBatcher(h.Name(), opts.Batch, opts.Wait, metrics, h.placeBatch)
-	}
+	h.batch = newBatcher(h.Name(), opts.Batch, opts.Wait, metrics, h.section)
 	return h
 }
 
@@ -85,25 +80,26 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	err := h.admission.Admit(ctx, req)
 	if errors.Is(err, errRedisDown) {
 		h.admission.fellBack("admission")
-		return h.placeUnlocked(ctx, req)
+		return h.batch.place(ctx, req)
 	}
 	if err != nil {
 		return stock.Order{}, err
 	}
-	place := h.placeLocked
-	if h.batch != nil {
-		place = h.batch.place
-	}
-	order, err := place(ctx, req)
+	order, err := h.batch.place(ctx, req)
 	if err != nil {
 		h.admission.GiveBack(ctx, req, err)
 	}
 	return order, err
 }
 
-// placeBatch is placeLocked for a batch: one lock acquisition, one version-guarded write for all
-// the orders, each answered on its own.
-func (h *Hybrid) placeBatch(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+// section is the critical section: one lock acquisition, one version-guarded write for all the
+// orders it takes, each answered on its own.
+func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+	if !h.admission.available() {
+		// Redis is known to be down: no lock can be had, and the database decides on its own.
+		h.admission.fellBack("lock")
+		return placeVersioned(ctx, h.store, take(), h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
+	}
 	key := lockKey(sku)
 	waitCtx, cancel := context.WithTimeout(ctx, h.opts.Wait)
 	defer cancel()
@@ -112,9 +108,11 @@ func (h *Hybrid) placeBatch(ctx context.Context, sku string, take func() []stock
 	h.turns.wait(ctx, key, 500*time.Microsecond+rand.N(500*time.Microsecond))
 	m, err := h.lock(ctx, waitCtx, key)
 	if errors.Is(err, errLockUnreachable) {
+		// Redis failed between admission and lock: the orders are admitted, and the database can
+		// still decide them safely on its own.
 		h.admission.down("lock", err)
 		h.admission.fellBack("lock")
-		return placeVersionedBatch(ctx, h.store, take(), h.opts.Attempts, h.metrics, h.Name())
+		return placeVersioned(ctx, h.store, take(), h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
 	}
 	if err != nil {
 		return failAll(len(take()), waitFailed(ctx, key, h.opts.Wait, err))
@@ -122,7 +120,7 @@ func (h *Hybrid) placeBatch(ctx context.Context, sku string, take func() []stock
 	locked := time.Now()
 	h.metrics.waited(h.Name(), locked.Sub(start))
 	section, stop := h.watchdog(ctx, m, key)
-	placed := placeVersionedBatch(section, h.store, take(), h.opts.Attempts, h.metrics, h.Name())
+	placed := placeVersioned(section, h.store, take(), h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
 	stop()
 	h.unlock(ctx, m, key, locked)
 	h.turns.done(key)
@@ -134,42 +132,6 @@ func (h *Hybrid) placeBatch(ctx context.Context, sku string, take func() []stock
 		}
 	}
 	return placed
-}
-
-// placeLocked runs the critical section under the redsync lock.
-func (h *Hybrid) placeLocked(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	key := lockKey(req.SKU)
-	waitCtx, cancel := context.WithTimeout(ctx, h.opts.Wait)
-	defer cancel()
-	start := time.Now()
-	release, err := h.lanes.acquire(waitCtx, req.SKU)
-	if err != nil {
-		return stock.Order{}, waitFailed(ctx, key, h.opts.Wait, err)
-	}
-	defer release()
-
-	m, err := h.lock(ctx, waitCtx, key)
-	if errors.Is(err, errLockUnreachable) {
-		// Redis failed between admission and lock: the order is admitted, and the database can
-		// still decide it safely on its own.
-		h.admission.down("lock", err)
-		h.admission.fellBack("lock")
-		return placeVersioned(ctx, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
-	}
-	if err != nil {
-		return stock.Order{}, waitFailed(ctx, key, h.opts.Wait, err)
-	}
-	locked := time.Now()
-	h.metrics.waited(h.Name(), locked.Sub(start))
-
-	section, stop := h.watchdog(ctx, m, key)
-	order, err := placeVersioned(section, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
-	stop()
-	h.unlock(ctx, m, key, locked)
-	if err != nil && errors.Is(context.Cause(section), errLockLost) && ctx.Err() == nil {
-		return stock.Order{}, fmt.Errorf("lock %s lost mid-section, section abandoned: %w", key, stock.ErrBusy)
-	}
-	return order, err
 }
 
 // errLockUnreachable means a lock attempt found no holder, only Redis errors: no quorum of
@@ -253,19 +215,6 @@ func collect(err error, out *[]error) {
 	} else if errors.As(err, &redisErr) {
 		*out = append(*out, redisErr.Err)
 	}
-}
-
-// placeUnlocked is the fallback without Redis: the version guard alone decides, behind the
-// per-instance lane so that at least this instance's orders do not conflict with each other.
-func (h *Hybrid) placeUnlocked(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	waitCtx, cancel := context.WithTimeout(ctx, h.opts.Wait)
-	defer cancel()
-	release, err := h.lanes.acquire(waitCtx, req.SKU)
-	if err != nil {
-		return stock.Order{}, waitFailed(ctx, "lane "+req.SKU, h.opts.Wait, err)
-	}
-	defer release()
-	return placeVersioned(ctx, h.store, req, h.opts.Attempts, h.metrics, h.Name(), h.opts.AfterRead)
 }
 
 // errLockLost is the cause given to a critical section whose lock could not be extended.

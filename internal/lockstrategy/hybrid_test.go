@@ -3,6 +3,7 @@ package lockstrategy_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -135,13 +136,13 @@ func TestHybridGiveBack(t *testing.T) {
 	assert.EqualValues(t, 3, a.Orders)
 }
 
-// pauseFirst returns an AfterRead hook that holds the first section of user open for d, and a
+// pauseFirst returns hooks that hold the first section placing user's order open for d, and a
 // channel closed when that section has read the product.
-func pauseFirst(user string, d time.Duration) (func(context.Context, stock.OrderRequest), <-chan struct{}) {
+func pauseFirst(user string, d time.Duration) (lockstrategy.Hooks, <-chan struct{}) {
 	var once sync.Once
 	read := make(chan struct{})
-	return func(ctx context.Context, r stock.OrderRequest) {
-		if r.UserID != user {
+	return lockstrategy.Hooks{InSection: func(ctx context.Context, orders []stock.OrderRequest) {
+		if !slices.ContainsFunc(orders, func(r stock.OrderRequest) bool { return r.UserID == user }) {
 			return
 		}
 		once.Do(func() {
@@ -151,7 +152,7 @@ func pauseFirst(user string, d time.Duration) (func(context.Context, stock.Order
 			case <-ctx.Done():
 			}
 		})
-	}, read
+	}}, read
 }
 
 // TestHybridLockExpiry holds a critical section past the lock's TTL with its watchdog unable to
@@ -164,8 +165,8 @@ func TestHybridLockExpiry(t *testing.T) {
 	hook, read := pauseFirst("slow", time.Second)
 	paused, pausedReg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
 		TTL: 300 * time.Millisecond, Wait: 2 * time.Second, Attempts: 5,
-		Extend:    time.Hour, // the watchdog never runs: the holder is "paused" as a whole
-		AfterRead: hook,
+		Extend: time.Hour, // the watchdog never runs: the holder is "paused" as a whole
+		Hooks:  hook,
 	}, backendtest.Redis(t))
 	other := newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{TTL: 300 * time.Millisecond, Wait: 2 * time.Second, Attempts: 5},
 		backendtest.Redis(t))
@@ -204,7 +205,7 @@ func pausedHolder(t *testing.T, d time.Duration) (*lockstrategy.Hybrid, <-chan s
 	t.Helper()
 	hook, read := pauseFirst("holder", d)
 	return newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{
-		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, AfterRead: hook,
+		TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Hooks: hook,
 	}, backendtest.Redis(t)), read
 }
 
@@ -288,7 +289,7 @@ func TestHybridWatchdogKeepsLock(t *testing.T) {
 	s, sku := onSale(t, 3)
 	hook, read := pauseFirst("slow", 2500*time.Millisecond)
 	holder, reg := newHybridWithMetrics(t, backendtest.Store(t), lockstrategy.HybridOptions{
-		TTL: time.Second, Wait: 2 * time.Second, Attempts: 5, AfterRead: hook,
+		TTL: time.Second, Wait: 2 * time.Second, Attempts: 5, Hooks: hook,
 	}, backendtest.Redis(t))
 	other := newHybrid(t, backendtest.Store(t), lockstrategy.HybridOptions{TTL: time.Second, Wait: 1500 * time.Millisecond, Attempts: 5},
 		backendtest.Redis(t))
@@ -319,7 +320,7 @@ func TestHybridLockLostAbandonsSection(t *testing.T) {
 	rdb := backendtest.Redis(t)
 	hook, read := pauseFirst("slow", 5*time.Second)
 	h := newHybrid(t, s, lockstrategy.HybridOptions{
-		TTL: time.Second, Wait: 2 * time.Second, Attempts: 5, Extend: 100 * time.Millisecond, AfterRead: hook,
+		TTL: time.Second, Wait: 2 * time.Second, Attempts: 5, Extend: 100 * time.Millisecond, Hooks: hook,
 	}, rdb)
 	done := make(chan error, 1)
 	go func() {

@@ -2,24 +2,31 @@ package lockstrategy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Naive reads, checks and writes with no lock. It is unsafe on purpose — concurrent buyers read
-// the same stock and overwrite each other's decrements — and it is refused unless the server
-// allows unsafe strategies. It exists so that every test and load run can show that its checks
-// see overselling: a check that never fails proves nothing.
+// Naive reads, checks and writes with no lock. It is unsafe on purpose — concurrent sections
+// read the same stock and overwrite each other's decrements — and it is refused unless the
+// server allows unsafe strategies. It exists so that every test and load run can show that its
+// checks see overselling: a check that never fails proves nothing. It has the shape of the
+// others — a section over the orders that queued in this instance — without their guard.
 type Naive struct {
 	store *stock.Store
 	pause time.Duration
+	batch *batcher
 }
 
 // NewNaive returns the naive strategy. pause is slept between the read and the write, standing
-// in for the network and application latency that opens the race window in production.
-func NewNaive(store *stock.Store, pause time.Duration) *Naive {
-	return &Naive{store: store, pause: pause}
+// in for the network and application latency that opens the race window in production; batch
+// is how many queued orders one section places.
+func NewNaive(store *stock.Store, pause time.Duration, batch int, metrics *LockMetrics) *Naive {
+	n := &Naive{store: store, pause: pause}
+	n.batch = newBatcher(n.Name(), batch, pause, metrics, n.section)
+	return n
 }
 
 // Name implements Strategy.
@@ -27,5 +34,20 @@ func (*Naive) Name() string { return "naive" }
 
 // PlaceOrder implements Strategy.
 func (n *Naive) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	return n.store.PlaceOrderUnguarded(ctx, req, n.pause)
+	return n.batch.place(ctx, req)
+}
+
+// section reads, decides, pauses and writes the stock it computed (stock.Store.PlaceUnguarded).
+// Only a buyer or key taken between its read and its insert stops it: then nothing was written,
+// and the orders answer busy.
+func (n *Naive) section(ctx context.Context, _ string, take func() []stock.OrderRequest) []stock.Placed {
+	reqs := take()
+	placed, err := n.store.PlaceUnguarded(ctx, reqs, n.pause)
+	if errors.Is(err, stock.ErrVersionConflict) {
+		return failAll(len(reqs), fmt.Errorf("%w: %w", stock.ErrBusy, err))
+	}
+	if err != nil {
+		return failAll(len(reqs), err)
+	}
+	return placed
 }

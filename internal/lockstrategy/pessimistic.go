@@ -11,33 +11,32 @@ import (
 )
 
 // Pessimistic serialises orders with the database's own row lock: one transaction takes the
-// product row with SELECT ... FOR UPDATE NOWAIT, checks, decrements and inserts. It needs no
-// extra component, and it is honest about contention: a locked row answers busy at once (429
-// with Retry-After) rather than parking a connection behind the lock until the pool runs dry.
+// product row with SELECT ... FOR UPDATE, decides, decrements and inserts. It needs no extra
+// component, and it cannot pile up connections behind the hot row: at most one section per
+// product and instance waits for the row (the batcher), for at most the lock wait, and a row it
+// could not have answers busy (429 with Retry-After).
 type Pessimistic struct {
 	store   *stock.Store
 	opts    PessimisticOptions
 	metrics *LockMetrics
-	batch   *batcher // nil: one order per transaction
+	batch   *batcher
 }
 
 // PessimisticOptions tune the row-lock strategy.
 type PessimisticOptions struct {
-	// Batch, above 1, turns on group commit: up to Batch orders that queued for a SKU in this
-	// instance take the row lock once, in one transaction. One order per transaction answers
-	// busy as soon as the row is locked; a batch speaks for many buyers, and there is at most
-	// one per SKU and instance, so it waits in the row's lock queue (stock.Store's LockWait) and
-	// is tried again, jittered, until Wait runs out (SQLite, which cannot queue, relies on that).
+	// Batch is how many queued orders of a SKU one transaction may place (group commit); 1 or
+	// less: one order per transaction.
 	Batch int
+	// Wait bounds the wait for the row: on MySQL the row's lock queue (stock.Options.LockWait),
+	// then tries again, jittered, until Wait runs out (SQLite, which cannot queue, relies on that).
 	Wait  time.Duration
+	Hooks Hooks
 }
 
 // NewPessimistic returns the pessimistic strategy over store.
 func NewPessimistic(store *stock.Store, opts PessimisticOptions, metrics *LockMetrics) *Pessimistic {
 	p := &Pessimistic{store: store, opts: opts, metrics: metrics}
-	if opts.Batch > 1 {
-		p.batch = newBatcher(p.Name(), opts.Batch, opts.Wait, metrics, p.placeBatch)
-	}
+	p.batch = newBatcher(p.Name(), opts.Batch, opts.Wait, metrics, p.section)
 	return p
 }
 
@@ -46,25 +45,23 @@ func (*Pessimistic) Name() string { return "pessimistic" }
 
 // PlaceOrder implements Strategy.
 func (p *Pessimistic) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	if p.batch != nil {
-		return p.batch.place(ctx, req)
-	}
-	order, err := p.store.PlaceOrderNowait(ctx, req)
-	if lockLost(err) {
-		return stock.Order{}, fmt.Errorf("lock products/%s: %w", req.SKU, stock.ErrBusy)
-	}
-	return order, err
+	return p.batch.place(ctx, req)
 }
 
-// placeBatch places a batch under one row lock, trying again with capped, jittered backoff
-// until the wait budget runs out. The batch is taken once the row is held, inside the
-// transaction, so the orders that arrived while it waited in the row's lock queue come too.
-func (p *Pessimistic) placeBatch(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+// section is the critical section: the orders are taken once the row is held, inside the
+// transaction, so the orders that arrived while it waited in the row's lock queue come too. A
+// row it could not have is tried again with capped, jittered backoff until the wait runs out.
+func (p *Pessimistic) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
 	start := time.Now()
 	deadline := start.Add(p.opts.Wait)
 	backoff := time.Millisecond
+	held := func() []stock.OrderRequest {
+		reqs := take()
+		p.opts.Hooks.inSection(ctx, reqs) // the row is locked: a pause here holds it
+		return reqs
+	}
 	for {
-		placed, err := p.store.PlaceBatchForUpdate(ctx, sku, take)
+		placed, err := p.store.PlaceLocked(ctx, sku, held)
 		if !lockLost(err) {
 			if err != nil {
 				return failAll(len(take()), err)

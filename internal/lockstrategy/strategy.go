@@ -27,6 +27,21 @@ type Strategy interface {
 	PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error)
 }
 
+// Hooks reach into the one critical section of every strategy, for tests that must hold a
+// section open as a paused holder would (GC, a frozen VM, SIGSTOP) or act at its most delicate
+// moment. The zero value, which production uses, does nothing.
+type Hooks struct {
+	// InSection runs inside the critical section, with the lock held and the product read (the
+	// row locked, for pessimistic), right before the orders are written.
+	InSection func(ctx context.Context, orders []stock.OrderRequest)
+}
+
+func (h Hooks) inSection(ctx context.Context, orders []stock.OrderRequest) {
+	if h.InSection != nil {
+		h.InSection(ctx, orders)
+	}
+}
+
 // Registry holds the strategies of one service instance and places orders through them. It
 // owns what every strategy shares: choosing the strategy, idempotent replays, outcome metrics.
 type Registry struct {

@@ -270,7 +270,7 @@ func assertLinearizable(t *testing.T, units int, res saleResult) {
 func TestHistoryCheckerCatchesOversell(t *testing.T) {
 	var insts []lockstrategy.Strategy
 	for range instances {
-		insts = append(insts, lockstrategy.NewNaive(backendtest.Store(t), 20*time.Millisecond))
+		insts = append(insts, lockstrategy.NewNaive(backendtest.Store(t), 20*time.Millisecond, 64, lockMetrics()))
 	}
 	res := sellOn(t, insts, backendtest.SKU(t), 3, 12, fault{})
 	require.Greater(t, res.outcome["ok"], 3, "naive did not oversell this time: nothing to catch")
@@ -284,7 +284,7 @@ func TestHistoryCheckerCatchesOversell(t *testing.T) {
 func TestNaiveOversells(t *testing.T) {
 	sku := backendtest.SKU(t)
 	naive := func(_ *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return lockstrategy.NewNaive(s, 20*time.Millisecond)
+		return lockstrategy.NewNaive(s, 20*time.Millisecond, 64, lockMetrics())
 	}
 	res := sell(t, naive, sku, units, buyers)
 	a, err := backendtest.Store(t).Audit(context.Background(), sku)

@@ -11,64 +11,38 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// section places orders in one critical section and answers each: the per-order methods take
-// one, the group-commit ones take a batch.
+// section places a batch of orders in one critical section and answers each.
 type section func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error)
 
-// one adapts a per-order critical section.
-func one(place func(s *stock.Store, req stock.OrderRequest) (stock.Order, error)) section {
-	return func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-		o, err := place(s, reqs[0])
-		return []stock.Placed{{Order: o, Err: err}}, nil
-	}
-}
-
 // BenchmarkCriticalSection measures each strategy's database critical section on one hot row,
-// per order (batch=1: the per-order methods) and with group commit (batch=64: the batch methods,
-// 64 orders per transaction), serially (the floor of one writer) and from parallel goroutines
-// (what contention costs). ns/op is per order in both, so the two read side by side:
+// one order per section (batch=1) and with group commit (batch=64: 64 orders per transaction) —
+// the same function either way — serially (the floor of one writer) and from parallel
+// goroutines (what contention costs without a lock in front). ns/op is per order in both, so
+// the two read side by side:
 //
 //	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$' -bench CriticalSection -benchtime 2000x ./internal/stock
 func BenchmarkCriticalSection(b *testing.B) {
 	ctx := context.Background()
-	sections := map[string]map[int]section{
-		"nowait": {
-			1: one(func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) { return s.PlaceOrderNowait(ctx, req) }),
-			64: func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-				return s.PlaceBatchForUpdate(ctx, reqs[0].SKU, func() []stock.OrderRequest { return reqs })
-			},
+	sections := map[string]section{
+		"rowlock": func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
+			return s.PlaceLocked(ctx, reqs[0].SKU, func() []stock.OrderRequest { return reqs })
 		},
-		"version": {
-			1: one(func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
-				p, err := s.Product(ctx, req.SKU)
-				if err != nil {
-					return stock.Order{}, err
-				}
-				return s.PlaceOrderAt(ctx, req, p)
-			}),
-			64: func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-				p, err := s.Product(ctx, reqs[0].SKU)
-				if err != nil {
-					return nil, err
-				}
-				return s.PlaceBatchAt(ctx, reqs, p)
-			},
+		"version": func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
+			p, err := s.Product(ctx, reqs[0].SKU)
+			if err != nil {
+				return nil, err
+			}
+			return s.PlaceAt(ctx, reqs, p)
 		},
-		"fenced": {
-			1: one(func(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
-				return s.PlaceOrderFenced(ctx, req, 1)
-			}),
-			64: func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-				return s.PlaceBatchFenced(ctx, reqs, 1)
-			},
+		"fenced": func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
+			return s.PlaceFenced(ctx, reqs, 1)
 		},
 	}
-	for _, name := range []string{"nowait", "version", "fenced"} {
+	for _, name := range []string{"rowlock", "version", "fenced"} {
 		for _, batch := range []int{1, 64} {
-			place := sections[name][batch]
 			for _, parallel := range []bool{false, true} {
 				b.Run(fmt.Sprintf("%s/batch=%d/parallel=%v", name, batch, parallel), func(b *testing.B) {
-					benchSection(b, place, name, batch, parallel)
+					benchSection(b, sections[name], name, batch, parallel)
 				})
 			}
 		}

@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"time"
 
@@ -40,22 +39,19 @@ const (
 type Store struct {
 	db      *gorm.DB
 	dialect Dialect
-	// nowait runs the pessimistic critical section. On MySQL it is db (NOWAIT is a clause of the
-	// locking read). SQLite has no row locks: it is a second pool on the same file with
-	// busy_timeout 0, whose transactions begin IMMEDIATE, so "lock the product without waiting"
-	// becomes "take the database's single write lock without waiting" — the same fail-fast
-	// behaviour at a coarser granularity (one writer for the whole file, not per row).
-	nowait *gorm.DB
-	// queue runs the batched pessimistic critical section, which waits in the row's lock queue
-	// for at most the lock wait. On MySQL it is a small pool of its own whose sessions carry
-	// that innodb_lock_wait_timeout, so no other statement inherits it; on SQLite it is nowait.
+	// queue runs the pessimistic critical section (PlaceLocked), which waits in the row's lock
+	// queue for at most the lock wait. On MySQL it is a small pool of its own whose sessions
+	// carry that innodb_lock_wait_timeout, so no other statement inherits it. SQLite has no row
+	// locks: it is a second pool on the same file with busy_timeout 0, whose transactions begin
+	// IMMEDIATE, so "lock the product" becomes "take the database's single write lock without
+	// waiting" — the strategy retries within its wait (one writer for the whole file, not per row).
 	queue *gorm.DB
 }
 
 // Options tune a Store's connection pool.
 type Options struct {
 	MaxOpenConns int           // default 32
-	LockWait     time.Duration // how long a batch waits for a row lock (MySQL: whole seconds, at least 1); default 2s
+	LockWait     time.Duration // how long the pessimistic section waits for the row lock (MySQL: whole seconds, at least 1); default 2s
 }
 
 // lockWaitSeconds is LockWait as innodb_lock_wait_timeout takes it.
@@ -107,7 +103,7 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	sqlDB.SetMaxOpenConns(opts.maxOpen())
 	sqlDB.SetMaxIdleConns(opts.maxOpen())
 	sqlDB.SetConnMaxLifetime(5 * time.Minute)
-	// A waiting batch holds one connection per hot SKU and instance: a few are plenty.
+	// A waiting section holds one connection per hot SKU and instance: a few are plenty.
 	queueCfg := cfg.Clone()
 	if queueCfg.Params == nil {
 		queueCfg.Params = map[string]string{}
@@ -125,7 +121,7 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	queueDB.SetMaxOpenConns(max(2, opts.maxOpen()/4))
 	queueDB.SetMaxIdleConns(2)
 	queueDB.SetConnMaxLifetime(5 * time.Minute)
-	s := &Store{db: db, dialect: MySQL, nowait: db, queue: queue}
+	s := &Store{db: db, dialect: MySQL, queue: queue}
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -159,11 +155,11 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	nowait, err := open(0)
+	queue, err := open(0)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, dialect: SQLite, nowait: nowait, queue: nowait}
+	s := &Store{db: db, dialect: SQLite, queue: queue}
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -199,7 +195,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the store's connection pools.
 func (s *Store) Close() error {
 	var errs []error
-	for _, db := range uniq(s.db, s.nowait, s.queue) {
+	for _, db := range []*gorm.DB{s.db, s.queue} {
 		sqlDB, err := db.DB()
 		if err == nil {
 			err = sqlDB.Close()
@@ -207,17 +203,6 @@ func (s *Store) Close() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// uniq lists the store's distinct pools (they alias one another where a dialect needs fewer).
-func uniq(pools ...*gorm.DB) []*gorm.DB {
-	var out []*gorm.DB
-	for _, p := range pools {
-		if !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // Migrate applies the embedded migrations for the store's dialect. On MySQL it holds goose's

@@ -26,6 +26,14 @@ func newProduct(t *testing.T, s *stock.Store, units int64, maxPerOrder int) stri
 	return sku
 }
 
+// one places a batch of one order through a critical section and returns its answer.
+func one(placed []stock.Placed, err error) (stock.Order, error) {
+	if err != nil {
+		return stock.Order{}, err
+	}
+	return placed[0].Order, placed[0].Err
+}
+
 // placeAt places req at the product's current version, as an optimistic strategy does.
 func placeAt(t *testing.T, s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
 	t.Helper()
@@ -33,7 +41,17 @@ func placeAt(t *testing.T, s *stock.Store, req stock.OrderRequest) (stock.Order,
 	if err != nil {
 		return stock.Order{}, err
 	}
-	return s.PlaceOrderAt(context.Background(), req, p)
+	return one(s.PlaceAt(context.Background(), []stock.OrderRequest{req}, p))
+}
+
+// placeLocked places req under the product's row lock, as the pessimistic strategy does.
+func placeLocked(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
+	return one(s.PlaceLocked(context.Background(), req.SKU, func() []stock.OrderRequest { return []stock.OrderRequest{req} }))
+}
+
+// placeFenced places req with a fencing token, as the etcd strategy does.
+func placeFenced(s *stock.Store, req stock.OrderRequest, fence int64) (stock.Order, error) {
+	return one(s.PlaceFenced(context.Background(), []stock.OrderRequest{req}, fence))
 }
 
 func order(sku, user string) stock.OrderRequest {
@@ -61,14 +79,13 @@ func TestPutProductStartsANewRound(t *testing.T) {
 }
 
 func TestOrderRules(t *testing.T) {
-	ctx := context.Background()
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 3, 2)
-	_, err := s.PlaceOrderNowait(ctx, stock.OrderRequest{SKU: sku, UserID: "big", Quantity: 3, Strategy: "test"})
+	_, err := placeLocked(s, stock.OrderRequest{SKU: sku, UserID: "big", Quantity: 3, Strategy: "test"})
 	assert.ErrorIs(t, err, stock.ErrInvalid, "quantity above max_per_order")
-	_, err = s.PlaceOrderNowait(ctx, stock.OrderRequest{SKU: "no-such-sku", UserID: "u", Quantity: 1, Strategy: "test"})
+	_, err = placeLocked(s, stock.OrderRequest{SKU: "no-such-sku", UserID: "u", Quantity: 1, Strategy: "test"})
 	assert.ErrorIs(t, err, stock.ErrNotFound)
-	placed, err := s.PlaceOrderNowait(ctx, stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 2, Strategy: "test"})
+	placed, err := placeLocked(s, stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 2, Strategy: "test"})
 	require.NoError(t, err)
 	_, err = placeAt(t, s, order(sku, "u1"))
 	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased)
@@ -86,12 +103,15 @@ func TestStaleVersionWritesNothing(t *testing.T) {
 	sku := newProduct(t, s, 5, 1)
 	stale, err := s.Product(ctx, sku)
 	require.NoError(t, err)
-	first, err := s.PlaceOrderAt(ctx, order(sku, "u1"), stale)
+	at := func(req stock.OrderRequest) (stock.Order, error) {
+		return one(s.PlaceAt(ctx, []stock.OrderRequest{req}, stale))
+	}
+	first, err := at(order(sku, "u1"))
 	require.NoError(t, err)
-	_, err = s.PlaceOrderAt(ctx, order(sku, "u2"), stale)
+	_, err = at(order(sku, "u2"))
 	assert.ErrorIs(t, err, stock.ErrVersionConflict)
-	_, err = s.PlaceOrderAt(ctx, order(sku, "u1"), stale)
-	assert.ErrorIs(t, err, stock.ErrVersionConflict, "the version is checked before the buyer")
+	_, err = at(order(sku, "u3"))
+	assert.ErrorIs(t, err, stock.ErrVersionConflict, "nothing is written at a stale version")
 	a := backendtest.RequireInvariant(t, s, sku, []stock.Order{first})
 	assert.EqualValues(t, 4, a.Stock)
 	buyers, err := s.Buyers(ctx, sku)
@@ -105,9 +125,9 @@ func TestFence(t *testing.T) {
 	ctx := context.Background()
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 2, 1)
-	_, err := s.PlaceOrderFenced(ctx, order(sku, "a"), 10)
+	_, err := placeFenced(s, order(sku, "a"), 10)
 	require.NoError(t, err)
-	_, err = s.PlaceOrderFenced(ctx, order(sku, "b"), 20)
+	_, err = placeFenced(s, order(sku, "b"), 20)
 	require.NoError(t, err)
 	p, err := s.Product(ctx, sku)
 	require.NoError(t, err)
@@ -117,23 +137,23 @@ func TestFence(t *testing.T) {
 	require.NoError(t, err)
 	p, _ = s.Product(ctx, sku)
 	assert.Zero(t, p.Fence, "a reset clears the fence")
-	a, err := s.PlaceOrderFenced(ctx, order(sku, "a"), 30)
+	a, err := placeFenced(s, order(sku, "a"), 30)
 	require.NoError(t, err)
-	_, err = s.PlaceOrderFenced(ctx, order(sku, "stale"), 29)
+	_, err = placeFenced(s, order(sku, "stale"), 29)
 	var fenced *stock.FenceError
 	require.ErrorAs(t, err, &fenced)
 	assert.Equal(t, stock.FenceError{SKU: sku, Token: 29, Fence: 30}, *fenced)
 	assert.ErrorIs(t, err, stock.ErrFencedOut)
-	b, err := s.PlaceOrderFenced(ctx, order(sku, "b"), 30)
+	b, err := placeFenced(s, order(sku, "b"), 30)
 	require.NoError(t, err, "the same token may write again: it is not older")
 
 	require.NoError(t, s.ResetFence(ctx, sku, 999), "a reset of a fence that moved on does nothing")
 	p, _ = s.Product(ctx, sku)
 	assert.EqualValues(t, 30, p.Fence)
 	require.NoError(t, s.ResetFence(ctx, sku, 30))
-	c, err := s.PlaceOrderFenced(ctx, order(sku, "c"), 1)
+	c, err := placeFenced(s, order(sku, "c"), 1)
 	require.NoError(t, err, "after the reset, a restarted cluster's small revisions write again")
-	_, err = s.PlaceOrderFenced(ctx, order(sku, "d"), 1)
+	_, err = placeFenced(s, order(sku, "d"), 1)
 	assert.ErrorIs(t, err, stock.ErrSoldOut, "sold out is reported as such, not as a fence error")
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{a, b, c})
 }
@@ -158,9 +178,10 @@ func TestIdempotencyKeyIsUnique(t *testing.T) {
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
 }
 
-// TestNowaitFailsFast holds the product row (or, on SQLite, the write lock) from another client
-// and checks that the pessimistic critical section answers busy instead of waiting for it.
-func TestNowaitFailsFast(t *testing.T) {
+// TestRowLockWaitBounded holds the product row (or, on SQLite, the write lock) from another
+// client and checks that the pessimistic critical section answers busy once its lock wait has
+// run out (SQLite: at once) instead of waiting for the row without end, taking no orders.
+func TestRowLockWaitBounded(t *testing.T) {
 	ctx := context.Background()
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 5, 1)
@@ -177,22 +198,21 @@ func TestNowaitFailsFast(t *testing.T) {
 	require.NoError(t, err)
 
 	start := time.Now()
-	_, err = s.PlaceOrderNowait(ctx, order(sku, "u1"))
-	assert.ErrorIs(t, err, stock.ErrBusy)
-	t.Logf("busy answered after %s", time.Since(start))
 	taken := false
-	_, err = s.PlaceBatchForUpdate(ctx, sku, func() []stock.OrderRequest {
+	_, err = s.PlaceLocked(ctx, sku, func() []stock.OrderRequest {
 		taken = true
 		return []stock.OrderRequest{order(sku, "u1"), order(sku, "u2")}
 	})
-	assert.ErrorIs(t, err, stock.ErrBusy, "the batch form, once its lock wait has run out")
+	assert.ErrorIs(t, err, stock.ErrBusy, "busy once the lock wait has run out")
 	assert.False(t, taken, "no orders are taken without the row")
+	t.Logf("busy answered after %s", time.Since(start))
+	assert.Less(t, time.Since(start), 10*time.Second, "the wait is bounded")
 
 	_, err = other.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
-	placed, err := s.PlaceOrderNowait(ctx, order(sku, "u1"))
+	placed, err := placeLocked(s, order(sku, "u1"))
 	require.NoError(t, err)
-	batch, err := s.PlaceBatchForUpdate(ctx, sku, func() []stock.OrderRequest {
+	batch, err := s.PlaceLocked(ctx, sku, func() []stock.OrderRequest {
 		return []stock.OrderRequest{order(sku, "u1"), order(sku, "u2"), order(sku, "u3")}
 	})
 	require.NoError(t, err)
@@ -292,9 +312,9 @@ func TestMigrateConcurrently(t *testing.T) {
 	}
 }
 
-// TestPlaceBatchAt: a batch takes stock in arrival order with one conditional update and one
-// insert, and every order gets its own answer; a stale version writes nothing at all.
-func TestPlaceBatchAt(t *testing.T) {
+// TestPlaceAt: a batch takes stock in arrival order with one conditional update and one insert,
+// and every order gets its own answer; a stale version writes nothing at all.
+func TestPlaceAt(t *testing.T) {
 	ctx := context.Background()
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 3, 2)
@@ -324,7 +344,7 @@ func TestPlaceBatchAt(t *testing.T) {
 		reused,  // its key is already stored, for another product
 		two,     // one unit left
 	}
-	res, err := s.PlaceBatchAt(ctx, batch, read)
+	res, err := s.PlaceAt(ctx, batch, read)
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
 	assert.ErrorIs(t, res[1].Err, stock.ErrAlreadyPurchased)
@@ -340,7 +360,7 @@ func TestPlaceBatchAt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, read.Version+1, after.Version, "one update for the whole batch")
 
-	_, err = s.PlaceBatchAt(ctx, []stock.OrderRequest{order(sku, "late")}, read)
+	_, err = s.PlaceAt(ctx, []stock.OrderRequest{order(sku, "late")}, read)
 	assert.ErrorIs(t, err, stock.ErrVersionConflict, "a stale read writes nothing")
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{prior, res[0].Order, res[4].Order})
 }

@@ -1,0 +1,289 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// The critical sections of the strategies. Each places "the orders to place" — the orders of one
+// product that queued while the last section ran; an order alone is a batch of one — in one
+// transaction: one conditional stock UPDATE for all of them, whose RowsAffected is checked, and
+// one multi-row insert. They differ only in what guards the UPDATE: the version read (PlaceAt),
+// a fencing token (PlaceFenced), the row lock (PlaceLocked) — or nothing (PlaceUnguarded, the
+// naive strategy's lost update, kept so that the checks can be seen to catch it).
+//
+// Every order gets its own answer: one over the product's limit, a repeat buyer, a reused
+// Idempotency-Key or one that finds the stock spent fails alone, not the batch (allocate). An
+// empty batch places nothing.
+
+// Placed is the answer to one order of a batch: its order, or why it was not placed.
+type Placed struct {
+	Order Order
+	Err   error
+}
+
+// PlaceAt is the optimistic critical section (hybrid, dblock): it places the orders only if the
+// product is still at the version read (UPDATE ... WHERE version = ? AND stock >= total). It
+// takes no lock of its own, so it stays correct when a lock in front of it was lost: a stale
+// writer matches no row and gets ErrVersionConflict, having written nothing — read again and
+// retry. The read may come from any earlier moment; only the version matters.
+func (s *Store) PlaceAt(ctx context.Context, reqs []OrderRequest, read Product) ([]Placed, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	a, err := allocate(s.db.WithContext(ctx), reqs, read)
+	if err != nil || len(a.rows) == 0 {
+		return a.out, err
+	}
+	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
+		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, a.total).
+			Updates(sale(a.total, 0))
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != 1 {
+			return fmt.Errorf("product %s at version %d: %w", read.SKU, read.Version, ErrVersionConflict)
+		}
+		return tx.Create(&a.rows).Error
+	})
+	return a.settle(read, err)
+}
+
+// PlaceFenced is the critical section of the lock services (etcd): the orders are placed only
+// if no later lock holder has written (fence <= token, and the version read), and the token
+// becomes the fence. A holder whose lease expired while it was paused carries an older token
+// than its successor and gets a *FenceError, having written nothing; a product that moved under
+// the batch some other way answers ErrVersionConflict: read again and retry.
+func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, fence int64) ([]Placed, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	read, err := s.Product(ctx, reqs[0].SKU)
+	if err != nil {
+		return nil, err
+	}
+	a, err := allocate(s.db.WithContext(ctx), reqs, read)
+	if err != nil || len(a.rows) == 0 {
+		return a.out, err
+	}
+	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
+		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND fence <= ?", read.SKU, read.Version, fence).
+			Updates(sale(a.total, fence))
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != 1 {
+			var now productRow
+			if err := tx.Where("sku = ?", read.SKU).Take(&now).Error; err != nil {
+				return err
+			}
+			if now.Fence > fence {
+				return &FenceError{SKU: read.SKU, Token: fence, Fence: now.Fence}
+			}
+			return fmt.Errorf("product %s changed under the batch: %w", read.SKU, ErrVersionConflict)
+		}
+		return tx.Create(&a.rows).Error
+	})
+	return a.settle(read, err)
+}
+
+// ResetFence sets sku's fence back to 0 if it is still at observed. The etcd strategy calls it
+// when the fence is ahead of the etcd cluster's current revision — which no legitimate token can
+// be, so the cluster was replaced and its revisions started again.
+func (s *Store) ResetFence(ctx context.Context, sku string, observed int64) error {
+	err := s.db.WithContext(ctx).Model(&productRow{}).Where("sku = ? AND fence = ?", sku, observed).Update("fence", 0).Error
+	if err := classify(err); err != nil {
+		return fmt.Errorf("reset fence of %s: %w", sku, err)
+	}
+	return nil
+}
+
+// PlaceLocked is the pessimistic critical section: one transaction takes the product row
+// (SELECT ... FOR UPDATE), decides every order against it, decrements once and inserts all the
+// rows; under the row lock nobody else can sell, so the buyers read here stay true until the
+// commit (the unique keys back that up).
+//
+// It waits in the row's lock queue, for at most Options.LockWait (then ErrBusy, nothing
+// written). NOWAIT is the classic answer to hundreds of buyers parking connections behind one
+// row until the pool runs dry; here the strategy's batcher already lets at most one section per
+// product and instance wait, and the queue hands the row to the next section the moment the
+// holder commits, where retried NOWAITs would leave it idle between tries. On SQLite the
+// database's write lock is taken without waiting: the caller decides whether to try again.
+//
+// The orders come from take, called once the row is held, so that the orders that arrived while
+// the section waited in the queue are placed by it too; the answers are for take's orders, in
+// order. take is not called when the row could not be had, and may be called again on a retry
+// (it must return the same orders then).
+func (s *Store) PlaceLocked(ctx context.Context, sku string, take func() []OrderRequest) ([]Placed, error) {
+	var (
+		a    allocation
+		read Product
+	)
+	err := withTx(ctx, s.queue, func(tx *gorm.DB) error {
+		q := tx.Where("sku = ?", sku)
+		if s.dialect == MySQL {
+			// On SQLite the transaction already holds the database's write lock (BEGIN IMMEDIATE).
+			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+		}
+		var row productRow
+		if err := q.Take(&row).Error; err != nil {
+			return err
+		}
+		read = row.product()
+		var err error
+		if a, err = allocate(tx, take(), read); err != nil || len(a.rows) == 0 {
+			return err
+		}
+		res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", read.SKU, a.total).Updates(sale(a.total, 0))
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != 1 {
+			return fmt.Errorf("product %s changed under its row lock: %w", read.SKU, ErrVersionConflict)
+		}
+		return tx.Create(&a.rows).Error
+	})
+	return a.settle(read, err)
+}
+
+// PlaceUnguarded is deliberately wrong, for the naive strategy only: it reads the stock, decides
+// the orders against it, waits (as network and application latency would), then writes the
+// stock it computed from its stale read. Concurrent sections all read the same stock, all sell
+// it, and each write overwrites the others' decrements: the lost update that oversells a flash
+// sale. It is the one stock write in the project that is not conditional, and it exists so that
+// the tests and the load tool can show that their checks catch it.
+func (s *Store) PlaceUnguarded(ctx context.Context, reqs []OrderRequest, pause time.Duration) ([]Placed, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	read, err := s.Product(ctx, reqs[0].SKU)
+	if err != nil {
+		return nil, err
+	}
+	a, err := allocate(s.db.WithContext(ctx), reqs, read)
+	if err != nil || len(a.rows) == 0 {
+		return a.out, err
+	}
+	select {
+	case <-time.After(pause):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
+		err := tx.Model(&productRow{}).Where("sku = ?", read.SKU).Updates(map[string]any{
+			"stock":      read.Stock - a.total,
+			"version":    gorm.Expr("version + 1"),
+			"updated_at": time.Now().UTC(),
+		}).Error
+		if err != nil {
+			return err
+		}
+		return tx.Create(&a.rows).Error
+	})
+	return a.settle(read, err)
+}
+
+// sale is what selling units writes to the product row: fewer units, a new version (so that any
+// writer holding the old one fails), and, under a lock service, the writer's fencing token (0:
+// the fence is left as it is).
+func sale(units, fence int64) map[string]any {
+	update := map[string]any{
+		"stock":      gorm.Expr("stock - ?", units),
+		"version":    gorm.Expr("version + 1"),
+		"updated_at": time.Now().UTC(),
+	}
+	if fence > 0 {
+		update["fence"] = fence
+	}
+	return update
+}
+
+// allocation is a batch decided against one read of the product: the answers of the orders that
+// fail alone, and the rows of those to insert.
+type allocation struct {
+	out   []Placed
+	rows  []orderRow
+	at    []int // out index of each row
+	total int64
+}
+
+// allocate decides each order of a batch against read, in arrival order — the product's rules,
+// in one place: over the product's limit, a repeat buyer (in the database or earlier in the
+// batch), an Idempotency-Key already used (in the database or earlier in the batch), or not
+// enough stock left fail alone; the rest take their units. One query finds the buyers and keys
+// already stored, so that no known conflict reaches the insert, where it would fail the whole
+// batch. db is the store's pool or the transaction the batch runs in.
+func allocate(db *gorm.DB, reqs []OrderRequest, read Product) (allocation, error) {
+	a := allocation{out: make([]Placed, len(reqs))}
+	users := make([]string, len(reqs))
+	keyList := []string{}
+	for i, r := range reqs {
+		users[i] = r.UserID
+		if r.IdempotencyKey != "" {
+			keyList = append(keyList, r.IdempotencyKey)
+		}
+	}
+	q := db.Model(&orderRow{}).Where("sku = ? AND user_id IN ?", read.SKU, users)
+	if len(keyList) > 0 {
+		q = q.Or("idempotency_key IN ?", keyList)
+	}
+	var existing []orderRow
+	if err := classify(q.Select("sku", "user_id", "idempotency_key").Find(&existing).Error); err != nil {
+		return a, fmt.Errorf("batch buyers of %s: %w", read.SKU, err)
+	}
+	bought := map[string]bool{}
+	keys := map[string]bool{}
+	for _, o := range existing {
+		if o.SKU == read.SKU {
+			bought[o.UserID] = true
+		}
+		if o.IdempotencyKey != nil {
+			keys[*o.IdempotencyKey] = true
+		}
+	}
+	left := read.Stock
+	for i, r := range reqs {
+		switch {
+		case r.Quantity > read.MaxPerOrder:
+			a.out[i].Err = &InvalidError{Msg: fmt.Sprintf("quantity %d exceeds max_per_order %d of product %s", r.Quantity, read.MaxPerOrder, read.SKU)}
+		case bought[r.UserID]:
+			a.out[i].Err = fmt.Errorf("user %s, product %s: %w", r.UserID, r.SKU, ErrAlreadyPurchased)
+		case r.IdempotencyKey != "" && keys[r.IdempotencyKey]:
+			a.out[i].Err = fmt.Errorf("key %q already used: %w", r.IdempotencyKey, ErrDuplicateRequest)
+		case int64(r.Quantity) > left:
+			a.out[i].Err = &SoldOutError{SKU: read.SKU, Left: left, Asked: r.Quantity}
+		default:
+			bought[r.UserID] = true
+			if r.IdempotencyKey != "" {
+				keys[r.IdempotencyKey] = true
+			}
+			left -= int64(r.Quantity)
+			a.total += int64(r.Quantity)
+			a.rows = append(a.rows, newOrderRow(r))
+			a.at = append(a.at, i)
+		}
+	}
+	return a, nil
+}
+
+// settle turns the batch transaction's outcome into the answers.
+func (a allocation) settle(read Product, err error) ([]Placed, error) {
+	if err != nil {
+		var dup *errDuplicate
+		if errors.As(err, &dup) {
+			// A key or buyer of this batch was taken by a writer outside it between the check and
+			// the insert: nothing was written; read again and retry.
+			return nil, fmt.Errorf("batch of %d on %s: %w", len(a.rows), read.SKU, ErrVersionConflict)
+		}
+		return nil, fmt.Errorf("batch of %d on %s: %w", len(a.rows), read.SKU, err)
+	}
+	for j, i := range a.at {
+		a.out[i].Order = a.rows[j].order()
+	}
+	return a.out, nil
+}
