@@ -9,14 +9,10 @@ import (
 	"strings"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flashsale/seckill/internal/embeddedetcd"
-	"github.com/flashsale/seckill/internal/handler"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -24,14 +20,14 @@ import (
 // openStore opens MySQL when a DSN is configured, else the embedded SQLite file, and says which.
 func openStore(ctx context.Context, cfg *config, stdout io.Writer) (*stock.Store, error) {
 	if cfg.MySQLDSN != "" {
-		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.LockWait})
+		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.Service.LockWait})
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintln(stdout, "database: MySQL/MariaDB (SECKILL_MYSQL_DSN)")
 		return store, nil
 	}
-	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.LockWait})
+	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.Service.LockWait})
 	if err != nil {
 		return nil, err
 	}
@@ -74,28 +70,6 @@ func openRedis(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Log
 		b.clients = append(b.clients, c)
 	}
 	return b, nil
-}
-
-// redsync returns a lock client over every Redis instance.
-func (b *redisBackend) redsync() *redsync.Redsync {
-	pools := make([]redsyncredis.Pool, len(b.clients))
-	for i, c := range b.clients {
-		pools[i] = goredis.NewPool(c)
-	}
-	return redsync.New(pools...)
-}
-
-// checks are the readiness checks of the Redis instances.
-func (b *redisBackend) checks() []handler.Check {
-	var out []handler.Check
-	for _, c := range b.clients {
-		name := "redis " + c.Options().Addr
-		if b.embedded != nil {
-			name = "redis (embedded)"
-		}
-		out = append(out, handler.Check{Name: name, Ping: func(ctx context.Context) error { return c.Ping(ctx).Err() }})
-	}
-	return out
 }
 
 func (b *redisBackend) Close() {
@@ -141,14 +115,6 @@ func openEtcd(cfg *config, stdout io.Writer) (*etcdBackend, error) {
 	}
 	b.client = c
 	return b, nil
-}
-
-// check is the readiness check of etcd: a linearizable read, which needs a quorum.
-func (b *etcdBackend) check() handler.Check {
-	return handler.Check{Name: "etcd", Ping: func(ctx context.Context) error {
-		_, err := b.client.Get(ctx, "/seckill/ready", clientv3.WithCountOnly())
-		return err
-	}}
 }
 
 func (b *etcdBackend) Close() {

@@ -11,34 +11,28 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/flashsale/seckill/internal/service"
 )
 
 // config is the service configuration. Every setting is a flag, and an environment variable
 // named after it (addr -> SECKILL_ADDR): the flag wins over the variable, the variable over the
-// default.
+// default. How orders are placed is service.Config, whose defaults are the flags' defaults.
 type config struct {
-	Addr             string
-	Strategy         string
-	MySQLDSN         string
-	DBMaxConns       int
-	RedisAddrs       []string
-	EtcdEndpoints    []string
-	AdminToken       string
-	DataDir          string
-	AllowUnsafe      bool
-	StrategyOverride bool
-	LockTTL          time.Duration
-	LockWait         time.Duration
-	NaivePause       time.Duration
-	SlowHold         time.Duration
-	ShutdownTimeout  time.Duration
-	LogFormat        string
-	GroupCommit      int
-	SoldOutFlag      time.Duration
-	PprofAddr        string
-	RateLimit        float64
-	RateBurst        int
-	TrustedProxies   []string
+	Addr            string
+	MySQLDSN        string
+	DBMaxConns      int
+	RedisAddrs      []string
+	EtcdEndpoints   []string
+	AdminToken      string
+	DataDir         string
+	ShutdownTimeout time.Duration
+	LogFormat       string
+	PprofAddr       string
+	RateLimit       float64
+	RateBurst       int
+	TrustedProxies  []string
+	Service         service.Config
 
 	flags          *flag.FlagSet
 	tokenGenerated bool // AdminToken was made up at start and must be printed once
@@ -57,8 +51,9 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	c := &config{flags: flag.NewFlagSet("seckill", flag.ContinueOnError)}
 	fs := c.flags
 	fs.SetOutput(io.Discard)
+	d, sc := service.Defaults(), &c.Service
 	fs.StringVar(&c.Addr, "addr", ":8080", "listen address")
-	fs.StringVar(&c.Strategy, "strategy", "hybrid", "default strategy")
+	fs.StringVar(&sc.Strategy, "strategy", d.Strategy, "default strategy")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "MySQL/MariaDB DSN; empty: the embedded SQLite store in the data dir")
 	fs.IntVar(&c.DBMaxConns, "db-max-conns", 32, "connection pool size of this instance (MySQL: mind max_connections across replicas)")
 	fs.Var((*list)(&c.RedisAddrs), "redis-addrs",
@@ -66,16 +61,18 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.Var((*list)(&c.EtcdEndpoints), "etcd-endpoints", "comma-separated etcd client URLs; empty: an etcd server embedded in the process")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin bearer token; empty: a random one, printed once")
 	fs.StringVar(&c.DataDir, "data-dir", "./.seckill", "where embedded backends keep their files")
-	fs.BoolVar(&c.AllowUnsafe, "allow-unsafe", false, "allow the naive strategy")
-	fs.BoolVar(&c.StrategyOverride, "strategy-override", true, "allow the per-request strategy field")
-	fs.DurationVar(&c.LockTTL, "lock-ttl", 10*time.Second, "lock expiry: how soon a crashed holder's lock is free again")
-	fs.DurationVar(&c.LockWait, "lock-wait", 2*time.Second, "how long an order waits for a lock before answering busy")
-	fs.DurationVar(&c.NaivePause, "naive-pause", 5*time.Millisecond, "naive strategy: pause between read and write (the race window)")
-	fs.DurationVar(&c.SlowHold, "slow-hold", 500*time.Millisecond, "warn and count when a lock is held longer than this")
+	fs.BoolVar(&sc.AllowUnsafe, "allow-unsafe", d.AllowUnsafe, "allow the naive strategy")
+	fs.BoolVar(&sc.StrategyOverride, "strategy-override", d.StrategyOverride, "allow the per-request strategy field")
+	fs.DurationVar(&sc.LockTTL, "lock-ttl", d.LockTTL, "lock expiry: how soon a crashed holder's lock is free again")
+	fs.DurationVar(&sc.LockWait, "lock-wait", d.LockWait, "how long an order waits for a lock before answering busy")
+	fs.DurationVar(&sc.LockExtend, "lock-extend", d.LockExtend, "how often a watchdog extends a held lock; 0: a third of the lock TTL")
+	fs.DurationVar(&sc.LockPoll, "lock-poll", d.LockPoll, "how often a waiter tries a taken Redis lock between release messages; 0: every 1-5 ms, jittered")
+	fs.DurationVar(&sc.NaivePause, "naive-pause", d.NaivePause, "naive strategy: pause between read and write (the race window)")
+	fs.DurationVar(&sc.SlowHold, "slow-hold", d.SlowHold, "warn and count when a lock is held longer than this")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
-	fs.IntVar(&c.GroupCommit, "group-commit", 64, "place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
-	fs.DurationVar(&c.SoldOutFlag, "sold-out-flag", time.Second,
+	fs.IntVar(&sc.GroupCommit, "group-commit", d.GroupCommit, "place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
+	fs.DurationVar(&sc.SoldOutFlag, "sold-out-flag", d.SoldOutFlag,
 		"answer sold-out products from a local flag, checked against the database at least this often; 0: off")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this address (keep it on loopback); empty: off")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 0, "per-client requests/s to the API (token bucket); 0: off")
@@ -107,10 +104,10 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 			return nil, fmt.Errorf("SECKILL_REDIS_ADDRS: %q: %w", addr, err)
 		}
 	}
-	if c.GroupCommit < 0 {
+	if sc.GroupCommit < 0 {
 		return nil, errors.New("group-commit must not be negative")
 	}
-	if c.SoldOutFlag < 0 {
+	if sc.SoldOutFlag < 0 {
 		return nil, errors.New("sold-out-flag must not be negative")
 	}
 	if c.RateLimit < 0 || c.RateBurst < 0 {
@@ -122,8 +119,11 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	if c.DBMaxConns < 1 {
 		return nil, errors.New("db-max-conns must be at least 1")
 	}
-	if c.LockTTL <= 0 || c.LockWait <= 0 || c.ShutdownTimeout <= 0 || c.SlowHold <= 0 || c.NaivePause < 0 {
+	if sc.LockTTL <= 0 || sc.LockWait <= 0 || c.ShutdownTimeout <= 0 || sc.SlowHold <= 0 {
 		return nil, errors.New("durations must be positive")
+	}
+	if sc.NaivePause < 0 || sc.LockExtend < 0 || sc.LockPoll < 0 {
+		return nil, errors.New("durations must not be negative")
 	}
 	if c.AdminToken == "" {
 		c.AdminToken = randomToken()

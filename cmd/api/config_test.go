@@ -22,12 +22,12 @@ func TestConfigPrecedence(t *testing.T) {
 	}{
 		{"defaults", nil, nil, func(t *testing.T, c *config) {
 			assert.Equal(t, ":8080", c.Addr)
-			assert.Equal(t, "hybrid", c.Strategy)
-			assert.True(t, c.StrategyOverride)
-			assert.False(t, c.AllowUnsafe)
+			assert.Equal(t, "hybrid", c.Service.Strategy)
+			assert.True(t, c.Service.StrategyOverride)
+			assert.False(t, c.Service.AllowUnsafe)
 			assert.Equal(t, "./.seckill", c.DataDir)
-			assert.Equal(t, 64, c.GroupCommit)
-			assert.Equal(t, time.Second, c.SoldOutFlag)
+			assert.Equal(t, 64, c.Service.GroupCommit)
+			assert.Equal(t, time.Second, c.Service.SoldOutFlag)
 			assert.Empty(t, c.PprofAddr)
 			assert.True(t, c.tokenGenerated)
 			assert.Len(t, c.AdminToken, 32)
@@ -35,8 +35,8 @@ func TestConfigPrecedence(t *testing.T) {
 		{"env", map[string]string{"SECKILL_ADDR": ":9", "SECKILL_ALLOW_UNSAFE": "true", "SECKILL_LOCK_WAIT": "3s", "SECKILL_ADMIN_TOKEN": "tok"}, nil,
 			func(t *testing.T, c *config) {
 				assert.Equal(t, ":9", c.Addr)
-				assert.True(t, c.AllowUnsafe)
-				assert.Equal(t, 3*time.Second, c.LockWait)
+				assert.True(t, c.Service.AllowUnsafe)
+				assert.Equal(t, 3*time.Second, c.Service.LockWait)
 				assert.Equal(t, "tok", c.AdminToken)
 				assert.False(t, c.tokenGenerated)
 			}},
@@ -48,8 +48,8 @@ func TestConfigPrecedence(t *testing.T) {
 			}},
 		{"flag wins over env", map[string]string{"SECKILL_STRATEGY": "dblock"}, []string{"-strategy", "naive", "-strategy-override=false"},
 			func(t *testing.T, c *config) {
-				assert.Equal(t, "naive", c.Strategy)
-				assert.False(t, c.StrategyOverride)
+				assert.Equal(t, "naive", c.Service.Strategy)
+				assert.False(t, c.Service.StrategyOverride)
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

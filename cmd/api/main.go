@@ -21,8 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/seckill/internal/handler"
-	"github.com/flashsale/seckill/internal/lockstrategy"
-	"github.com/flashsale/seckill/internal/stock"
+	"github.com/flashsale/seckill/internal/service"
 )
 
 func main() {
@@ -70,21 +69,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer etcd.Close()
 
 	reg := prometheus.NewRegistry()
-	dbStats, err := store.Collector()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	svc, err := service.New(cfg.Service, service.Backends{Store: store, Redis: rdb.clients, Etcd: etcd.client}, log, reg)
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), dbStats)
-	registry, err := newRegistry(cfg, store, rdb, etcd, log, reg)
-	if err != nil {
-		return err
-	}
-	defer registry.Close()
+	defer svc.Close()
 
 	h, err := handler.New(handler.Config{
-		Store:          store,
-		Sales:          registry,
-		Checks:         append([]handler.Check{{Name: "database", Ping: store.Ping}, etcd.check()}, rdb.checks()...),
+		Sales:          svc,
 		AdminToken:     cfg.AdminToken,
 		Log:            log,
 		Registerer:     reg,
@@ -111,7 +104,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.tokenGenerated {
 		fmt.Fprintf(stdout, "admin token (generated, shown once): %s\n", cfg.AdminToken)
 	}
-	fmt.Fprintf(stdout, "strategies: %v (default %s)\n", registry.Names(), cfg.Strategy)
+	fmt.Fprintf(stdout, "strategies: %v (default %s)\n", svc.Names(), cfg.Service.Strategy)
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, stdout, log)
@@ -154,40 +147,4 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, nil))
 	}
 	return slog.New(slog.NewTextHandler(w, nil))
-}
-
-// newRegistry builds the strategies of this instance.
-func newRegistry(cfg *config, store *stock.Store, rdb *redisBackend, etcd *etcdBackend, log *slog.Logger,
-	reg prometheus.Registerer) (*lockstrategy.Registry, error) {
-	host, _ := os.Hostname()
-	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
-	admission := lockstrategy.NewAdmission(rdb.clients[0], store, log, reg)
-	var soldOut *lockstrategy.SoldOut
-	if cfg.SoldOutFlag > 0 {
-		soldOut = lockstrategy.NewSoldOut(rdb.clients[0], store, cfg.SoldOutFlag, log, reg)
-	}
-	registry := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{
-		Default:       cfg.Strategy,
-		AllowOverride: cfg.StrategyOverride,
-		AllowUnsafe:   cfg.AllowUnsafe,
-		Admission:     admission,
-		SoldOut:       soldOut,
-	}, log, reg)
-	registry.Register(lockstrategy.NewHybrid(store, admission, rdb.redsync(), lockstrategy.HybridOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Batch: cfg.GroupCommit,
-	}, metrics), false)
-	registry.Register(lockstrategy.NewEtcd(etcd.client, store, lockstrategy.EtcdOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait, Batch: cfg.GroupCommit,
-	}, metrics, log, reg), false)
-	registry.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{
-		Wait: cfg.LockWait, Batch: cfg.GroupCommit,
-	}, metrics), false)
-	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: 5, Instance: fmt.Sprintf("%s/%d", host, os.Getpid()), Batch: cfg.GroupCommit,
-	}, metrics), false)
-	registry.Register(lockstrategy.NewNaive(store, cfg.NaivePause, cfg.GroupCommit, metrics), true)
-	if err := registry.Validate(); err != nil {
-		return nil, fmt.Errorf("strategy: %w", err)
-	}
-	return registry, nil
 }

@@ -24,19 +24,19 @@ import (
 
 func TestMain(m *testing.M) { backendtest.Main(m) }
 
-// service is one running instance of the API, in this process (run) or in a child process.
-type service struct {
+// instance is one running instance of the API, in this process (run) or in a child process.
+type instance struct {
 	url, token string
 	pid        int    // of a child process; 0 in this process
 	kill       func() // SIGKILLs a child process
 }
 
 // watchOutput scans a service's stdout for its address and admin token, and keeps draining it.
-func watchOutput(t *testing.T, r io.Reader) <-chan service {
+func watchOutput(t *testing.T, r io.Reader) <-chan instance {
 	t.Helper()
-	found := make(chan service, 1)
+	found := make(chan instance, 1)
 	go func() {
-		var svc service
+		var svc instance
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			line := sc.Text()
@@ -54,7 +54,7 @@ func watchOutput(t *testing.T, r io.Reader) <-chan service {
 
 // startRun starts run in this process with the given environment. The returned stop cancels
 // it, as SIGTERM would, and returns what run returned.
-func startRun(t *testing.T, vars map[string]string) (service, func() error) {
+func startRun(t *testing.T, vars map[string]string) (instance, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -64,7 +64,7 @@ func startRun(t *testing.T, vars map[string]string) (service, func() error) {
 		done <- run(ctx, nil, env(vars), pw, io.Discard)
 		_ = pw.Close()
 	}()
-	var svc service
+	var svc instance
 	select {
 	case svc = <-found:
 	case err := <-done:
@@ -91,7 +91,7 @@ func startRun(t *testing.T, vars map[string]string) (service, func() error) {
 }
 
 // call sends one JSON request and decodes the answer into out (when out is not nil).
-func (s service) call(t *testing.T, method, path, body string, out any) int {
+func (s instance) call(t *testing.T, method, path, body string, out any) int {
 	t.Helper()
 	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
 	require.NoError(t, err)

@@ -37,7 +37,7 @@ func buildService(t *testing.T) string {
 
 // startProcess starts the service binary as a child process on the test database and waits
 // until it listens. It is stopped with SIGTERM in t.Cleanup, and must exit cleanly.
-func startProcess(t *testing.T, bin string, extraEnv ...string) service {
+func startProcess(t *testing.T, bin string, extraEnv ...string) instance {
 	t.Helper()
 	cmd := exec.Command(bin)
 	cmd.Env = append(append(os.Environ(), backendtest.Env(t)...),
@@ -76,17 +76,17 @@ func startProcess(t *testing.T, bin string, extraEnv ...string) service {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the service did not listen within 60s\n%s", stderr.String())
 	}
-	return service{}
+	return instance{}
 }
 
 // startThree builds the service and starts three processes of it, each with extraEnv.
-func startThree(t *testing.T, extraEnv ...string) []service {
+func startThree(t *testing.T, extraEnv ...string) []instance {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the service and runs three processes; skipped with -short")
 	}
 	bin := buildService(t)
-	var procs []service
+	var procs []instance
 	for range 3 {
 		procs = append(procs, startProcess(t, bin, extraEnv...))
 	}
@@ -94,7 +94,7 @@ func startThree(t *testing.T, extraEnv ...string) []service {
 }
 
 // putOnSale puts a fresh product with units on sale through svc and returns its SKU.
-func putOnSale(t *testing.T, svc service, units int) string {
+func putOnSale(t *testing.T, svc instance, units int) string {
 	t.Helper()
 	sku := backendtest.SKU(t)
 	require.Equal(t, http.StatusOK, svc.call(t, "PUT", "/api/v1/products/"+sku, fmt.Sprintf(`{"name":%q,"stock":%d}`, t.Name(), units), nil))
@@ -188,7 +188,7 @@ func TestProcessesShutdownUnderLoad(t *testing.T) {
 }
 
 // scrape sums one sample line of the processes' /metrics.
-func scrape(t *testing.T, procs []service, sample string) float64 {
+func scrape(t *testing.T, procs []instance, sample string) float64 {
 	t.Helper()
 	var total float64
 	for _, p := range procs {
@@ -213,7 +213,7 @@ func scrape(t *testing.T, procs []service, sample string) float64 {
 type httpFault struct {
 	at     int
 	inject func()
-	only   *service
+	only   *instance
 }
 
 // httpSale is what the clients of one HTTP sale saw.
@@ -238,7 +238,7 @@ func (s httpSale) percentile(p int) time.Duration {
 
 // loadHTTP has clients concurrent clients buy one unit each for buyers users, round-robin over
 // the processes. A 429 is retried after a short jittered pause, bounded by a deadline.
-func loadHTTP(t *testing.T, procs []service, sku, strategy string, buyers, clients int, f httpFault) httpSale {
+func loadHTTP(t *testing.T, procs []instance, sku, strategy string, buyers, clients int, f httpFault) httpSale {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

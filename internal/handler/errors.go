@@ -12,51 +12,62 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
+// httpError is an error of the HTTP layer itself, named by its code (stock.Code keeps it).
+type httpError string
+
+func (e httpError) Error() string { return string(e) }
+
+// Code implements the interface stock.Code asks an error for.
+func (e httpError) Code() string { return string(e) }
+
 // The handler's own errors.
 var (
-	errUnauthenticated = errors.New("unauthenticated") // the admin token was missing or wrong
-	errPanic           = errors.New("panic")           // a handler panicked; answered as 500
+	errUnauthenticated  = httpError("unauthenticated")    // the admin token was missing or wrong
+	errRateLimited      = httpError("rate_limited")       // one client is over its token bucket
+	errMethodNotAllowed = httpError("method_not_allowed") // a known route, another method
+	errPanic            = errors.New("panic")             // a handler panicked; answered as 500 internal
 )
 
-// errorTable is the one place where errors become HTTP statuses and codes (API.md). The first
-// entry that matches with errors.Is wins; anything unmatched is a 500 "internal".
-var errorTable = []struct {
-	err     error
+// answers is the one place where error codes become HTTP statuses and messages (API.md): the
+// code comes from stock.Code, which also labels the order metrics, so an answer, its metric and
+// its log line always say the same thing.
+var answers = map[string]struct {
 	status  int
-	code    string
-	message func(subject string) string
+	message func(subject string, err error) string
 }{
-	{stock.ErrInvalid, http.StatusBadRequest, "invalid_argument", func(string) string { return "invalid request" }},
-	{errUnauthenticated, http.StatusUnauthorized, "unauthenticated", func(string) string {
+	"invalid_argument": {http.StatusBadRequest, func(string, error) string { return "invalid request" }},
+	"unauthenticated": {http.StatusUnauthorized, func(string, error) string {
 		return "a valid Authorization: Bearer <admin token> header is required"
 	}},
-	{stock.ErrNotFound, http.StatusNotFound, "not_found", func(s string) string { return s + " not found" }},
-	{stock.ErrSoldOut, http.StatusConflict, "sold_out", func(s string) string { return s + " is sold out" }},
-	{stock.ErrAlreadyPurchased, http.StatusConflict, "already_purchased", func(s string) string {
+	"not_found":          {http.StatusNotFound, func(s string, _ error) string { return s + " not found" }},
+	"method_not_allowed": {http.StatusMethodNotAllowed, func(s string, _ error) string { return s + " is not allowed" }},
+	"sold_out":           {http.StatusConflict, func(s string, _ error) string { return s + " is sold out" }},
+	"already_purchased": {http.StatusConflict, func(s string, _ error) string {
 		return "this user already holds an order for " + s
 	}},
-	{stock.ErrIdempotencyConflict, http.StatusConflict, "idempotency_conflict", func(string) string {
+	"idempotency_conflict": {http.StatusConflict, func(string, error) string {
 		return "this Idempotency-Key was already used with a different request"
 	}},
-	{stock.ErrBusy, http.StatusTooManyRequests, "busy", func(s string) string { return s + " is busy; retry shortly" }},
-	// Another request with the same Idempotency-Key is being placed right now and has not
-	// settled: this one can be answered once it has.
-	{stock.ErrDuplicateRequest, http.StatusTooManyRequests, "busy", func(string) string {
-		return "a request with this Idempotency-Key is in flight; retry shortly"
+	"busy": {http.StatusTooManyRequests, func(s string, err error) string {
+		if errors.Is(err, stock.ErrDuplicateRequest) {
+			// Another request with the same Idempotency-Key is being placed right now and has
+			// not settled: this one can be answered once it has.
+			return "a request with this Idempotency-Key is in flight; retry shortly"
+		}
+		return s + " is busy; retry shortly"
 	}},
-	{errRateLimited, http.StatusTooManyRequests, "rate_limited", func(string) string {
+	"rate_limited": {http.StatusTooManyRequests, func(string, error) string {
 		return "too many requests from this client; retry shortly"
 	}},
-	{stock.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", func(string) string {
+	"unavailable": {http.StatusServiceUnavailable, func(_ string, err error) string {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return "a backend did not answer in time; retry shortly"
+		}
 		return "a backend is unavailable; retry shortly"
 	}},
 	// The client went away before its answer was ready: not a server fault, so neither a 5xx nor
 	// an error log. 499 is the status proxies use for it; nobody is left to read the body.
-	{context.Canceled, statusClientClosedRequest, "canceled", func(string) string { return "the client closed the request" }},
-	// A request that ran out of time waiting on a backend: the backend is too slow to serve it.
-	{context.DeadlineExceeded, http.StatusServiceUnavailable, "unavailable", func(string) string {
-		return "a backend did not answer in time; retry shortly"
-	}},
+	"canceled": {statusClientClosedRequest, func(string, error) string { return "the client closed the request" }},
 }
 
 // statusClientClosedRequest is nginx's status for a request its client abandoned.
@@ -77,19 +88,16 @@ type errorDetail struct {
 // fail answers err with its status and code. subject names what the request was about
 // ("product iphone-17"). Only 5xx are logged: they are ours to fix; 4xx are the client's.
 func fail(c *gin.Context, err error, subject string) {
-	status, code, message := http.StatusInternalServerError, "internal", ""
-	for _, e := range errorTable {
-		if errors.Is(err, e.err) {
-			status, code, message = e.status, e.code, e.message(subject)
-			break
-		}
+	code := stock.Code(err)
+	status, message := http.StatusInternalServerError, fmt.Sprintf("internal error (request id %s)", requestID(c))
+	if a, ok := answers[code]; ok {
+		status, message = a.status, a.message(subject, err)
+	} else {
+		code = "internal"
 	}
 	var invalid *stock.InvalidError
 	if errors.As(err, &invalid) {
 		message = invalid.Msg
-	}
-	if status == http.StatusInternalServerError {
-		message = fmt.Sprintf("internal error (request id %s)", requestID(c))
 	}
 	if status >= 500 {
 		logger(c).LogAttrs(c.Request.Context(), slog.LevelError, "request failed",

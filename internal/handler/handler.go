@@ -1,7 +1,6 @@
 // Package handler is the HTTP face of the service (API.md): gin routes, request validation, and
-// the single table that maps domain errors to statuses and codes. It never touches a backend
-// directly: sale rounds, orders and audits go through the strategy registry, reads through the
-// store.
+// the single table that maps error codes to statuses. It never touches a backend directly:
+// everything goes through the service.
 package handler
 
 import (
@@ -15,11 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Sales runs sale rounds and places orders; *lockstrategy.Registry implements it.
+// Sales runs sale rounds, places and reads orders; *service.Service implements it.
 type Sales interface {
 	// Resolve names the strategy for a request that asked for requested ("" = default), or
 	// returns a *stock.InvalidError.
@@ -28,29 +27,20 @@ type Sales interface {
 	PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error)
 	// PutProduct starts a sale round, keeping state outside the database in step.
 	PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error)
-	// Audit reports the product's consistency.
-	Audit(ctx context.Context, sku string) (lockstrategy.Audit, error)
-	// Reconcile rebuilds state outside the database from it, then audits.
-	Reconcile(ctx context.Context, sku string) (lockstrategy.Audit, error)
-}
-
-// Store reads products and orders; *stock.Store implements it.
-type Store interface {
+	// Product and Order read the database.
 	Product(ctx context.Context, sku string) (stock.Product, error)
 	Order(ctx context.Context, orderID string) (stock.Order, error)
-}
-
-// Check is one backend that /readyz asks.
-type Check struct {
-	Name string
-	Ping func(ctx context.Context) error
+	// Audit reports the product's consistency.
+	Audit(ctx context.Context, sku string) (service.Audit, error)
+	// Reconcile rebuilds state outside the database from it, then audits.
+	Reconcile(ctx context.Context, sku string) (service.Audit, error)
+	// Checks are the backends /readyz asks.
+	Checks() []service.Check
 }
 
 // Config is what the handler needs.
 type Config struct {
-	Store      Store
 	Sales      Sales
-	Checks     []Check
 	AdminToken string
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
@@ -98,10 +88,7 @@ func New(cfg Config) (http.Handler, error) {
 	v1.GET("/orders/:order_id", h.getOrder)
 
 	r.NoRoute(func(c *gin.Context) { fail(c, stock.ErrNotFound, "route "+c.Request.URL.Path) })
-	r.NoMethod(func(c *gin.Context) {
-		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, errorBody{Error: errorDetail{
-			Code: "method_not_allowed", Message: c.Request.Method + " is not allowed on " + c.Request.URL.Path}})
-	})
+	r.NoMethod(func(c *gin.Context) { fail(c, errMethodNotAllowed, c.Request.Method+" "+c.Request.URL.Path) })
 	return r, nil
 }
 
@@ -110,7 +97,7 @@ func (h *handler) ready(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
 	defer cancel()
 	status, down := map[string]string{}, ""
-	for _, check := range h.Checks {
+	for _, check := range h.Sales.Checks() {
 		status[check.Name] = "ok"
 		if err := check.Ping(ctx); err != nil {
 			status[check.Name] = "down"
@@ -156,7 +143,7 @@ func (h *handler) getProduct(c *gin.Context) {
 	if !ok {
 		return
 	}
-	p, err := h.Store.Product(c.Request.Context(), sku)
+	p, err := h.Sales.Product(c.Request.Context(), sku)
 	if err != nil {
 		fail(c, err, "product "+sku)
 		return
@@ -226,7 +213,7 @@ func (h *handler) getOrder(c *gin.Context) {
 		fail(c, stock.ErrNotFound, "order")
 		return
 	}
-	o, err := h.Store.Order(c.Request.Context(), id)
+	o, err := h.Sales.Order(c.Request.Context(), id)
 	if err != nil {
 		fail(c, err, "order "+id)
 		return

@@ -16,17 +16,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-redsync/redsync/v4"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/handler"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -40,60 +37,32 @@ var admin = header{"Authorization": "Bearer " + adminToken}
 // header is the request headers a test sends.
 type header map[string]string
 
-// server is the handler as cmd/api builds it, over a real store.
+// server is the handler as cmd/api builds it — service.New, then handler.New — over a real
+// store.
 type server struct {
 	http.Handler
 	store *stock.Store
 }
 
-// newServer builds the handler over a store of its own, with the database as its one readiness
-// check.
+// newServer builds the handler on an instance in the default configuration, over a store of
+// its own and the shared test Redis and etcd.
 func newServer(t testing.TB) *server {
 	t.Helper()
-	store := backendtest.Store(t)
-	return &server{Handler: newHandler(t, store, handler.Check{Name: "database", Ping: store.Ping}), store: store}
+	return newServerOn(t, service.Defaults(), backendtest.Wiring{})
 }
 
-// newHandler wires the strategies and the handler the way cmd/api does, with Redis admission on
-// the shared test Redis, on a fresh metrics registry so that several handlers can live in one
-// test.
-func newHandler(t testing.TB, store *stock.Store, checks ...handler.Check) http.Handler {
+// newServerOn builds the handler on an instance of cfg over the backends w names.
+func newServerOn(t testing.TB, cfg service.Config, w backendtest.Wiring, tweak ...func(*handler.Config)) *server {
 	t.Helper()
-	return newHandlerOn(t, store, backendtest.Redis(t), 0, checks...)
-}
-
-// newHandlerOn is newHandler with admission on the given Redis client, and group commit of up to
-// batch orders (0: one order per critical section).
-func newHandlerOn(t testing.TB, store *stock.Store, rdb *redis.Client, batch int, checks ...handler.Check) http.Handler {
-	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	reg := prometheus.NewRegistry()
-	admission := lockstrategy.NewAdmission(rdb, store, log, reg)
-	metrics := lockstrategy.NewLockMetrics(reg, time.Second, log)
-	registry := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{
-		Default: "pessimistic", AllowOverride: true, AllowUnsafe: false, Admission: admission,
-	}, log, reg)
-	registry.Register(lockstrategy.NewHybrid(store, admission, redsync.New(goredis.NewPool(rdb)), lockstrategy.HybridOptions{
-		TTL: 10 * time.Second, Wait: time.Second, Attempts: 5, Batch: batch,
-	}, metrics), false)
-	registry.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{Wait: time.Second, Batch: batch}, metrics), false)
-	registry.Register(lockstrategy.NewDBLock(store, lockstrategy.DBLockOptions{
-		TTL: 10 * time.Second, Wait: 100 * time.Millisecond, Attempts: 3, Instance: "test", Batch: batch,
-	}, metrics), false)
-	registry.Register(lockstrategy.NewNaive(store, 0, batch, metrics), true)
-	require.NoError(t, registry.Validate())
-	t.Cleanup(func() { _ = registry.Close() })
-	h, err := handler.New(handler.Config{
-		Store:      store,
-		Sales:      registry,
-		Checks:     checks,
-		AdminToken: adminToken,
-		Log:        log,
-		Registerer: reg,
-		Gatherer:   reg,
-	})
+	inst := backendtest.NewInstance(t, cfg, w)
+	hc := handler.Config{Sales: inst.Service, AdminToken: adminToken, Log: slog.New(slog.DiscardHandler),
+		Registerer: inst.Metrics, Gatherer: inst.Metrics}
+	for _, f := range tweak {
+		f(&hc)
+	}
+	h, err := handler.New(hc)
 	require.NoError(t, err)
-	return h
+	return &server{Handler: h, store: inst.Store}
 }
 
 // do sends one request through the handler. An empty body sends no body at all.
@@ -422,7 +391,7 @@ func TestPlaceOrder(t *testing.T) {
 	assert.Equal(t, sku, o.SKU)
 	assert.Equal(t, "u-1001", o.UserID)
 	assert.Equal(t, 1, o.Quantity)
-	assert.Equal(t, "pessimistic", o.Strategy, "the configured default")
+	assert.Equal(t, "hybrid", o.Strategy, "the configured default")
 	assert.WithinDuration(t, before, o.CreatedAt, time.Minute)
 
 	// created_at is RFC 3339 on the wire.
@@ -468,7 +437,7 @@ func TestPlaceOrder(t *testing.T) {
 	assert.Equal(t, int64(9), p.Sold)
 
 	a := s.audit(t, sku)
-	redisStock := int64(10) // warmed by the PUT; only hybrid orders move the admission counter
+	redisStock := int64(4) // warmed by the PUT with 10; only hybrid orders (6 units) move the admission counter
 	assert.Equal(t, auditResponse{
 		SKU: sku, InitialStock: 10, Stock: 1, OrderedQuantity: 9, Orders: 6, DistinctBuyers: 6, Oversold: 0, Consistent: true,
 		RedisStock: &redisStock,
@@ -624,7 +593,7 @@ func TestIdempotency(t *testing.T) {
 		assert.Equal(t, first.Quantity, again.Quantity)
 	}
 	// The same request spelled differently (default strategy named, fields reordered) is the same request.
-	again := s.order(t, sku, `{"quantity":2,"strategy":"pessimistic","user_id":"u-1"}`, key)
+	again := s.order(t, sku, `{"quantity":2,"strategy":"hybrid","user_id":"u-1"}`, key)
 	assert.Equal(t, first.OrderID, again.OrderID)
 
 	p := s.product(t, sku)
@@ -698,20 +667,17 @@ func TestBusy(t *testing.T) {
 
 func TestReadiness(t *testing.T) {
 	s := newServer(t)
+	redis := "redis " + backendtest.RedisAddr(t)
 
 	t.Run("ready", func(t *testing.T) {
 		rec := s.do(t, http.MethodGet, "/readyz", "", nil)
 		body := decode[map[string]any](t, rec, http.StatusOK, []string{"backends"})
-		assert.Equal(t, map[string]any{"database": "ok"}, body["backends"])
+		assert.Equal(t, map[string]any{"database": "ok", redis: "ok", "etcd": "ok"}, body["backends"])
 	})
 
 	t.Run("a backend is down", func(t *testing.T) {
-		// A real store whose pool is closed: its Ping fails as a database that went away would.
-		down := backendtest.Store(t)
-		require.NoError(t, down.Close())
-		h := &server{Handler: newHandler(t, s.store,
-			handler.Check{Name: "database", Ping: s.store.Ping},
-			handler.Check{Name: "replica", Ping: down.Ping})}
+		// A Redis that refuses every connection, as one that went away would.
+		h := newServerOn(t, service.Defaults(), backendtest.Wiring{Store: s.store, RedisAddrs: []string{"127.0.0.1:1"}})
 
 		rec := h.do(t, http.MethodGet, "/readyz", "", nil)
 		assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "body: %s", rec.Body)
@@ -722,9 +688,9 @@ func TestReadiness(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), "body: %s", rec.Body)
 		message := assertErrorDetail(t, body.Error, "unavailable")
-		assert.Contains(t, message, "replica", "the message names the backend that is down")
+		assert.Contains(t, message, "127.0.0.1:1", "the message names the backend that is down")
 		assert.NotContains(t, message, "database", "the message names only the backend that is down")
-		assert.Equal(t, map[string]string{"database": "ok", "replica": "down"}, body.Backends)
+		assert.Equal(t, map[string]string{"database": "ok", "redis 127.0.0.1:1": "down", "etcd": "ok"}, body.Backends)
 	})
 }
 
@@ -737,7 +703,7 @@ func TestInternalError(t *testing.T) {
 
 	closed := backendtest.Store(t)
 	require.NoError(t, closed.Close())
-	h := &server{Handler: newHandler(t, closed, handler.Check{Name: "database", Ping: closed.Ping})}
+	h := newServerOn(t, service.Defaults(), backendtest.Wiring{Store: closed})
 
 	const id = "req-internal-1"
 	for _, req := range []struct{ method, target, body string }{
@@ -803,8 +769,8 @@ func TestServiceEndpoints(t *testing.T) {
 		text := rec.Body.String()
 		assert.Contains(t, text, "seckill_http_requests_total")
 		assert.Contains(t, text, "seckill_orders_total")
-		assert.Contains(t, text, `seckill_orders_total{outcome="ok",strategy="pessimistic"} 1`)
-		assert.Contains(t, text, `seckill_orders_total{outcome="already_purchased",strategy="pessimistic"} 1`)
+		assert.Contains(t, text, `seckill_orders_total{outcome="ok",strategy="hybrid"} 1`)
+		assert.Contains(t, text, `seckill_orders_total{outcome="already_purchased",strategy="hybrid"} 1`)
 		// Routes are labelled by template, never by raw path: label cardinality stays bounded.
 		assert.Contains(t, text, `route="/api/v1/products/:sku/orders"`)
 		assert.Contains(t, text, `route="unmatched"`)
@@ -888,9 +854,7 @@ func TestResetNeedsRedis(t *testing.T) {
 	sku := backendtest.SKU(t)
 	up.putProduct(t, sku, 5, 1)
 
-	dead := lockstrategy.NewRedisClient("127.0.0.1:1")
-	t.Cleanup(func() { _ = dead.Close() })
-	down := &server{Handler: newHandlerOn(t, up.store, dead, 0), store: up.store}
+	down := newServerOn(t, service.Defaults(), backendtest.Wiring{Store: up.store, RedisAddrs: []string{"127.0.0.1:1"}})
 	rec := down.do(t, http.MethodPut, productPath(sku), `{"name":"reset","stock":50}`, admin)
 	assertError(t, rec, http.StatusServiceUnavailable, "unavailable")
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
@@ -915,14 +879,10 @@ func TestRateLimit(t *testing.T) {
 	store := backendtest.Store(t)
 	sku := backendtest.SKU(t)
 	build := func(trusted []string) http.Handler {
-		log := slog.New(slog.DiscardHandler)
-		reg := prometheus.NewRegistry()
-		registry := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{Default: "pessimistic"}, log, reg)
-		registry.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{}, lockstrategy.NewLockMetrics(reg, time.Second, log)), false)
-		h, err := handler.New(handler.Config{Store: store, Sales: registry, AdminToken: adminToken, Log: log,
-			Registerer: reg, Gatherer: reg, RateLimit: handler.RateLimit{Rate: 1, Burst: 2}, TrustedProxies: trusted})
-		require.NoError(t, err)
-		return h
+		return newServerOn(t, service.Defaults(), backendtest.Wiring{Store: store}, func(c *handler.Config) {
+			c.RateLimit = handler.RateLimit{Rate: 1, Burst: 2}
+			c.TrustedProxies = trusted
+		})
 	}
 	get := func(h http.Handler, remote, forwarded string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, productPath(sku), nil)
@@ -963,7 +923,7 @@ func TestRateLimit(t *testing.T) {
 // and the sale completes with the invariant intact. It runs with one order per critical section
 // and with group commit.
 func TestDatabaseRestart(t *testing.T) {
-	for name, batch := range map[string]int{"per-order": 0, "batched": 64} {
+	for name, batch := range map[string]int{"default": service.Defaults().GroupCommit, "one-per-section": 1} {
 		t.Run(name, func(t *testing.T) { databaseRestart(t, batch) })
 	}
 }
@@ -975,7 +935,9 @@ func databaseRestart(t *testing.T, batch int) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	require.NoError(t, store.Migrate(ctx, slog.New(slog.DiscardHandler)))
-	s := &server{Handler: newHandlerOn(t, store, backendtest.Redis(t), batch, handler.Check{Name: "database", Ping: store.Ping}), store: store}
+	cfg := service.Defaults()
+	cfg.GroupCommit = batch
+	s := newServerOn(t, cfg, backendtest.Wiring{Store: store})
 	sku := backendtest.SKU(t)
 	s.putProduct(t, sku, 10, 1)
 

@@ -1,16 +1,12 @@
 package handler
 
 import (
-	"errors"
 	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"golang.org/x/time/rate"
 )
-
-// errRateLimited means one client sent more requests than its token bucket allows.
-var errRateLimited = errors.New("rate limited")
 
 // RateLimit is the per-client token bucket: Rate requests per second on average, bursts of up
 // to Burst. A zero Rate turns limiting off.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -227,7 +227,7 @@ type auditResponse struct {
 	RedisStock      *int64 `json:"redis_stock,omitempty"` // absent without Redis admission
 }
 
-func auditJSON(a lockstrategy.Audit) auditResponse {
+func auditJSON(a service.Audit) auditResponse {
 	return auditResponse{SKU: a.SKU, InitialStock: a.InitialStock, Stock: a.Stock, OrderedQuantity: a.OrderedQuantity,
 		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent(),
 		RedisStock: a.RedisStock}

@@ -19,7 +19,9 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-var defaultEtcd = lockstrategy.EtcdOptions{TTL: 5 * time.Second, Wait: 2 * time.Second}
+func etcdReq(sku, user string) stock.OrderRequest {
+	return stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "etcd"}
+}
 
 // TestEtcdLeaseRevokedMidHold revokes the lease of a holder that is inside its critical section,
 // past its last lease check (as when its lease expires during a pause). Another instance is
@@ -31,19 +33,19 @@ func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 
 	reached, resume := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	opts := defaultEtcd
-	opts.Hooks.InSection = func(_ context.Context, orders []stock.OrderRequest) {
+	cfg := config("etcd")
+	other := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
+	cfg.Hooks.InSection = func(_ context.Context, orders []stock.OrderRequest) {
 		if orders[0].UserID == "slow" {
 			once.Do(func() { close(reached); <-resume })
 		}
 	}
+	paused := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
 	admin := backendtest.Etcd(t)
-	paused, pausedReg := newEtcdWithMetrics(t, backendtest.Store(t), backendtest.Etcd(t), opts)
-	other := newEtcd(t, backendtest.Store(t), backendtest.Etcd(t), defaultEtcd)
 
 	slow := make(chan error, 1)
 	go func() {
-		_, err := paused.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "slow", Quantity: 1, Strategy: "etcd"})
+		_, err := place(paused, etcdReq(sku, "slow"))
 		slow <- err
 	}()
 	<-reached
@@ -55,7 +57,7 @@ func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 
 	var acked []stock.Order
 	for _, user := range []string{"fast-1", "fast-2"} {
-		o, err := other.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "etcd"})
+		o, err := place(other, etcdReq(sku, user))
 		require.NoError(t, err, "the lock passed to the other instance when the lease went")
 		acked = append(acked, o)
 	}
@@ -63,12 +65,12 @@ func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 	err = <-slow
 	assert.ErrorIs(t, err, stock.ErrFencedOut, "the old holder's write was fenced out")
 	assert.ErrorIs(t, err, stock.ErrBusy, "and the client hears busy, to retry")
-	assert.EqualValues(t, 1, counter(t, pausedReg, "seckill_fenced_out_total", nil))
+	assert.EqualValues(t, 1, backendtest.Counter(t, "seckill_fenced_out_total", nil, paused))
 
-	o, err := paused.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "slow", Quantity: 1, Strategy: "etcd"})
+	o, err := place(paused, etcdReq(sku, "slow"))
 	require.NoError(t, err, "the retry runs on a new session")
 	acked = append(acked, o)
-	assert.EqualValues(t, 2, counter(t, pausedReg, "seckill_etcd_sessions_total", nil))
+	assert.EqualValues(t, 2, backendtest.Counter(t, "seckill_etcd_sessions_total", nil, paused))
 	a := backendtest.RequireInvariant(t, s, sku, acked)
 	assert.Zero(t, a.Stock)
 }
@@ -76,16 +78,12 @@ func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 // TestEtcdClusterMemberStopped sells on a 3-member etcd cluster and stops one member mid-sale:
 // the other two keep a quorum, locks keep being granted, nothing is oversold.
 func TestEtcdClusterMemberStopped(t *testing.T) {
-	batched := defaultEtcd
-	batched.Batch = 64
-	for name, opts := range map[string]lockstrategy.EtcdOptions{"per-order": defaultEtcd, "batched": batched} {
-		t.Run(name, func(t *testing.T) {
+	one := config("etcd")
+	one.GroupCommit = 1
+	for _, v := range []variant{{"default", config("etcd")}, {"one-per-section", one}} {
+		t.Run(v.name, func(t *testing.T) {
 			members := backendtest.StartEtcdCluster(t, 3)
-			endpoints := embeddedetcd.Endpoints(members...)
-			var insts []lockstrategy.Strategy
-			for range instances {
-				insts = append(insts, newEtcd(t, backendtest.Store(t), backendtest.EtcdClient(t, endpoints), opts))
-			}
+			insts := newInstances(t, instances, v.cfg, backendtest.Wiring{EtcdEndpoints: embeddedetcd.Endpoints(members...)})
 			sku := backendtest.SKU(t)
 			res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: members[2].Close})
 			t.Logf("etcd, one of three members stopped mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
@@ -104,24 +102,24 @@ func TestEtcdReplacedCluster(t *testing.T) {
 	ctx := context.Background()
 	s, sku := onSale(t, 3)
 
-	old := backendtest.StartEtcdCluster(t, 1)
-	oldClient := backendtest.EtcdClient(t, embeddedetcd.Endpoints(old...))
+	old := embeddedetcd.Endpoints(backendtest.StartEtcdCluster(t, 1)...)
+	oldClient := backendtest.EtcdClient(t, old)
 	for i := range 50 { // the old cluster has lived a while: its revisions are well ahead
 		_, err := oldClient.Put(ctx, fmt.Sprintf("/filler/%d", i), "x")
 		require.NoError(t, err)
 	}
-	before := newEtcd(t, s, oldClient, defaultEtcd)
-	first, err := before.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 1, Strategy: "etcd"})
+	before := backendtest.NewInstance(t, config("etcd"), backendtest.Wiring{Store: s, EtcdEndpoints: old})
+	first, err := place(before, etcdReq(sku, "u1"))
 	require.NoError(t, err)
 	p, err := s.Product(ctx, sku)
 	require.NoError(t, err)
 	require.Greater(t, p.Fence, int64(50))
 
-	fresh := backendtest.StartEtcdCluster(t, 1)
-	after, reg := newEtcdWithMetrics(t, s, backendtest.EtcdClient(t, embeddedetcd.Endpoints(fresh...)), defaultEtcd)
-	second, err := after.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "u2", Quantity: 1, Strategy: "etcd"})
+	fresh := embeddedetcd.Endpoints(backendtest.StartEtcdCluster(t, 1)...)
+	after := backendtest.NewInstance(t, config("etcd"), backendtest.Wiring{Store: s, EtcdEndpoints: fresh})
+	second, err := place(after, etcdReq(sku, "u2"))
 	require.NoError(t, err, "the stale fence was recognised and reset")
-	assert.Zero(t, counter(t, reg, "seckill_fenced_out_total", nil))
+	assert.Zero(t, backendtest.Counter(t, "seckill_fenced_out_total", nil, after))
 	p, _ = s.Product(ctx, sku)
 	assert.Less(t, p.Fence, int64(50), "the fence now follows the new cluster")
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{first, second})

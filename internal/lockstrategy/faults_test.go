@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -13,59 +12,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-redsync/redsync/v4"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/go-sql-driver/mysql"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/backendtest"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// instance is one service instance's registry, wired as cmd/api wires it, with a named strategy.
-type instance struct {
-	*lockstrategy.Registry
-	strategy string
-}
-
-// modes are the two ways every fault test runs a strategy: one order per critical section, and
-// group commit (the service's default).
+// modes are the two ways every fault test runs a strategy: the default configuration (group
+// commit) and one order per critical section.
 var modes = []struct {
 	name  string
 	batch int
-}{{"per-order", 0}, {"batched", 64}}
+}{{"default", service.Defaults().GroupCommit}, {"one-per-section", 1}}
 
-// faultInstance builds an instance whose database, Redis and etcd connections go to the given
-// addresses (fault proxies or the real thing), wired as cmd/api wires it: with the sold-out flag
-// on, and group commit when batch is above 1.
-func faultInstance(t *testing.T, strategy string, batch int, store *stock.Store, redisAddr string, etcdEndpoints []string) instance {
+// faultInstance builds an instance of strategy whose database, Redis and etcd connections go to
+// the given addresses (fault proxies or the real thing), in the default configuration but for
+// the group commit of its mode.
+func faultInstance(t *testing.T, strategy string, batch int, store *stock.Store, redisAddr string, etcdEndpoints []string) backendtest.Instance {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	reg := prometheus.NewRegistry()
-	metrics := lockstrategy.NewLockMetrics(reg, time.Second, log)
-	rdb := lockstrategy.NewRedisClient(redisAddr)
-	t.Cleanup(func() { _ = rdb.Close() })
-	admission := lockstrategy.NewAdmission(rdb, store, log, reg)
-	r := lockstrategy.NewRegistry(store, lockstrategy.RegistryConfig{
-		Default: strategy, Admission: admission, SoldOut: lockstrategy.NewSoldOut(rdb, store, time.Second, log, reg),
-	}, log, reg)
-	t.Cleanup(func() { _ = r.Close() })
-	switch strategy {
-	case "hybrid":
-		opts := defaultHybrid
-		opts.Batch = batch
-		r.Register(lockstrategy.NewHybrid(store, admission, redsync.New(goredis.NewPool(rdb)), opts, metrics), false)
-	case "pessimistic":
-		r.Register(lockstrategy.NewPessimistic(store, lockstrategy.PessimisticOptions{Wait: 2 * time.Second, Batch: batch}, metrics), false)
-	case "etcd":
-		r.Register(newEtcd(t, store, backendtest.EtcdClient(t, etcdEndpoints),
-			lockstrategy.EtcdOptions{TTL: 2 * time.Second, Wait: 2 * time.Second, Batch: batch}), false)
-	}
-	require.NoError(t, r.Validate())
-	return instance{Registry: r, strategy: strategy}
+	cfg := config(strategy)
+	cfg.GroupCommit = batch
+	return backendtest.NewInstance(t, cfg, backendtest.Wiring{Store: store, RedisAddrs: []string{redisAddr}, EtcdEndpoints: etcdEndpoints})
 }
 
 // faultSale is what the clients of a sale under faults saw.
@@ -80,9 +50,9 @@ type faultSale struct {
 // unavailable, a timeout, an error whose commit outcome is unknown — is retried with the same key,
 // as a careful client does: if the first attempt did commit, the retry gets that order back
 // (replayed) instead of a second one. inject runs once, after `at` sales.
-func sellThroughFaults(t *testing.T, insts []instance, sku string, units, buyers, at int, inject func()) faultSale {
+func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, units, buyers, at int, inject func()) faultSale {
 	t.Helper()
-	_, err := backendtest.Store(t).PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: int64(units), MaxPerOrder: 1})
+	_, err := insts[0].PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: int64(units), MaxPerOrder: 1})
 	require.NoError(t, err)
 	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -101,7 +71,8 @@ func sellThroughFaults(t *testing.T, insts []instance, sku string, units, buyers
 			<-start
 			for attempt := 0; deadline.Err() == nil; attempt++ {
 				inst := insts[(i+attempt)%len(insts)]
-				req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: inst.strategy, IdempotencyKey: sku + "/" + user}
+				strategy, _ := inst.Resolve("") // the default: never an error
+				req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy, IdempotencyKey: sku + "/" + user}
 				ctx, cancelAttempt := context.WithTimeout(deadline, 3*time.Second)
 				order, replayed, err := inst.PlaceOrder(ctx, req)
 				cancelAttempt()
@@ -120,7 +91,7 @@ func sellThroughFaults(t *testing.T, insts []instance, sku string, units, buyers
 				case errors.Is(err, stock.ErrSoldOut):
 					res.soldOut++
 				default:
-					res.errs[lockstrategy.Outcome(err)]++
+					res.errs[stock.Code(err)]++
 					mu.Unlock()
 					time.Sleep(20*time.Millisecond + rand.N(30*time.Millisecond))
 					continue
@@ -189,7 +160,7 @@ func TestNetworkFaults(t *testing.T) {
 				db := backendtest.StartFaultProxy(t, mysqlAddr)
 				rp := backendtest.StartFaultProxy(t, backendtest.RedisAddr(t))
 				ep := backendtest.StartFaultProxy(t, hostPort(backendtest.EtcdEndpoints(t)[0]))
-				var insts []instance
+				var insts []backendtest.Instance
 				for range instances {
 					insts = append(insts, faultInstance(t, tc.strategy, mode.batch, backendtest.StoreVia(t, "tcp", db.Listen), rp.Listen,
 						[]string{"http://" + ep.Listen}))

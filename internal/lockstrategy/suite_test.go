@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -12,98 +11,48 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flashsale/seckill/internal/backendtest"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
 func TestMain(m *testing.M) { backendtest.Main(m) }
 
-// newStrategy builds one instance's strategy on that instance's own store.
-type newStrategy func(t *testing.T, store *stock.Store) lockstrategy.Strategy
-
-// strategies is every safe strategy; each must pass the shared suite.
-var strategies = map[string]newStrategy{
-	"hybrid": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return newHybrid(t, s, lockstrategy.HybridOptions{TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5},
-			backendtest.Redis(t))
-	},
-	"hybrid-batched": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return newHybrid(t, s, lockstrategy.HybridOptions{TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Batch: 64},
-			backendtest.Redis(t))
-	},
-	"etcd": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return newEtcd(t, s, backendtest.Etcd(t), lockstrategy.EtcdOptions{TTL: 5 * time.Second, Wait: 2 * time.Second})
-	},
-	"etcd-batched": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return newEtcd(t, s, backendtest.Etcd(t), lockstrategy.EtcdOptions{TTL: 5 * time.Second, Wait: 2 * time.Second, Batch: 64})
-	},
-	"pessimistic": func(_ *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return lockstrategy.NewPessimistic(s, lockstrategy.PessimisticOptions{}, lockMetrics())
-	},
-	"pessimistic-batched": func(_ *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return lockstrategy.NewPessimistic(s, lockstrategy.PessimisticOptions{Wait: 2 * time.Second, Batch: 64}, lockMetrics())
-	},
-	"dblock": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return lockstrategy.NewDBLock(s, lockstrategy.DBLockOptions{
-			TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Instance: t.Name(),
-		}, lockMetrics())
-	},
-	"dblock-batched": func(t *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return lockstrategy.NewDBLock(s, lockstrategy.DBLockOptions{
-			TTL: 10 * time.Second, Wait: 2 * time.Second, Attempts: 5, Instance: t.Name(), Batch: 64,
-		}, lockMetrics())
-	},
+// config is the default configuration (what cmd/api runs) with the default strategy set to
+// strategy.
+func config(strategy string) service.Config {
+	cfg := service.Defaults()
+	cfg.Strategy = strategy
+	return cfg
 }
 
-// newHybrid builds one instance's hybrid strategy: admission on the first Redis client, locks by
-// quorum over all of them.
-func newHybrid(t *testing.T, s *stock.Store, opts lockstrategy.HybridOptions, clients ...*redis.Client) *lockstrategy.Hybrid {
-	t.Helper()
-	h, _ := newHybridWithMetrics(t, s, opts, clients...)
-	return h
+// variant is one configuration the shared suite runs: a strategy, in the default configuration
+// (group commit) or with one order per critical section.
+type variant struct {
+	name string
+	cfg  service.Config
 }
 
-// newHybridWithMetrics is newHybrid that also returns the instance's metrics registry.
-func newHybridWithMetrics(t *testing.T, s *stock.Store, opts lockstrategy.HybridOptions, clients ...*redis.Client) (*lockstrategy.Hybrid, *prometheus.Registry) {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	log := slog.New(slog.DiscardHandler)
-	pools := make([]redsyncredis.Pool, len(clients))
-	for i, c := range clients {
-		pools[i] = goredis.NewPool(c)
+// safeVariants is every safe strategy, both ways; each must pass the shared suite.
+func safeVariants() []variant {
+	var out []variant
+	for _, strategy := range []string{"hybrid", "etcd", "pessimistic", "dblock"} {
+		one := config(strategy)
+		one.GroupCommit = 1
+		out = append(out, variant{strategy, config(strategy)}, variant{strategy + "/one-per-section", one})
 	}
-	admission := lockstrategy.NewAdmission(clients[0], s, log, reg)
-	h := lockstrategy.NewHybrid(s, admission, redsync.New(pools...), opts, lockstrategy.NewLockMetrics(reg, time.Second, log))
-	t.Cleanup(func() { _ = h.Close() })
-	return h, reg
+	return out
 }
 
-// newEtcd builds one instance's etcd strategy on its own client (and so its own session), closed
-// (its lease revoked) in t.Cleanup.
-func newEtcd(t *testing.T, s *stock.Store, client *clientv3.Client, opts lockstrategy.EtcdOptions) *lockstrategy.Etcd {
-	t.Helper()
-	e, _ := newEtcdWithMetrics(t, s, client, opts)
-	return e
-}
-
-// newEtcdWithMetrics is newEtcd that also returns the instance's metrics registry.
-func newEtcdWithMetrics(t *testing.T, s *stock.Store, client *clientv3.Client, opts lockstrategy.EtcdOptions) (*lockstrategy.Etcd, *prometheus.Registry) {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	log := slog.New(slog.DiscardHandler)
-	e := lockstrategy.NewEtcd(client, s, opts, lockstrategy.NewLockMetrics(reg, time.Second, log), log, reg)
-	t.Cleanup(func() { _ = e.Close() })
-	return e, reg
+// naive is the unsafe strategy, allowed, with a race window wide enough to oversell every time.
+func naive() service.Config {
+	cfg := config("naive")
+	cfg.AllowUnsafe = true
+	cfg.NaivePause = 20 * time.Millisecond
+	return cfg
 }
 
 // onSale puts a fresh product with units on sale and returns a store and its SKU.
@@ -115,8 +64,15 @@ func onSale(t *testing.T, units int64) (*stock.Store, string) {
 	return s, sku
 }
 
-func lockMetrics() *lockstrategy.LockMetrics {
-	return lockstrategy.NewLockMetrics(prometheus.NewRegistry(), time.Second, slog.New(slog.DiscardHandler))
+// newInstances builds n independent instances of cfg (each its own store, pools and clients)
+// on the wiring w.
+func newInstances(t *testing.T, n int, cfg service.Config, w backendtest.Wiring) []backendtest.Instance {
+	t.Helper()
+	var insts []backendtest.Instance
+	for range n {
+		insts = append(insts, backendtest.NewInstance(t, cfg, w))
+	}
+	return insts
 }
 
 const (
@@ -133,15 +89,10 @@ type saleResult struct {
 	history []porcupine.Operation // every attempt: call, return, outcome
 }
 
-// sell runs one flash sale on instances independent instances of a strategy (each its own
-// store and connection pool).
-func sell(t *testing.T, newStrategy newStrategy, sku string, stockUnits, buyers int) saleResult {
+// sell runs one flash sale on instances independent instances of cfg.
+func sell(t *testing.T, cfg service.Config, sku string, stockUnits, buyers int) saleResult {
 	t.Helper()
-	var insts []lockstrategy.Strategy
-	for range instances {
-		insts = append(insts, newStrategy(t, backendtest.Store(t)))
-	}
-	return sellOn(t, insts, sku, stockUnits, buyers, fault{})
+	return sellOn(t, newInstances(t, instances, cfg, backendtest.Wiring{}), sku, stockUnits, buyers, fault{})
 }
 
 // fault is injected once, when the sale has sold at units.
@@ -151,18 +102,19 @@ type fault struct {
 }
 
 // sellOn starts a sale of stockUnits and runs one wave of buyers through it.
-func sellOn(t *testing.T, insts []lockstrategy.Strategy, sku string, stockUnits, buyers int, f fault) saleResult {
+func sellOn(t *testing.T, insts []backendtest.Instance, sku string, stockUnits, buyers int, f fault) saleResult {
 	t.Helper()
-	_, err := backendtest.Store(t).PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: "suite", Stock: int64(stockUnits), MaxPerOrder: 1})
+	_, err := insts[0].PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: "suite", Stock: int64(stockUnits), MaxPerOrder: 1})
 	require.NoError(t, err)
 	return wave(t, insts, sku, 0, buyers, f)
 }
 
 // wave runs buyers user-from ... user-(to-1) against the sale: one goroutine each, spread over
-// insts, released together by close(start), each buying one unit. A busy answer is retried after
-// a short jittered pause, as a well-behaved client would, until the deadline; every buyer must
-// end with an order or sold_out. A fault, if given, is injected while the wave goes on.
-func wave(t *testing.T, insts []lockstrategy.Strategy, sku string, from, to int, f fault) saleResult {
+// insts, released together by close(start), each buying one unit with its instance's default
+// strategy. A busy answer is retried after a short jittered pause, as a well-behaved client
+// would, until the deadline; every buyer must end with an order or sold_out. A fault, if
+// given, is injected while the wave goes on.
+func wave(t *testing.T, insts []backendtest.Instance, sku string, from, to int, f fault) saleResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -178,16 +130,17 @@ func wave(t *testing.T, insts []lockstrategy.Strategy, sku string, from, to int,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			strategy := insts[i%len(insts)]
-			req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("user-%03d", i), Quantity: 1, Strategy: strategy.Name()}
+			inst := insts[i%len(insts)]
+			strategy, _ := inst.Resolve("") // the default: never an error
+			req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("user-%03d", i), Quantity: 1, Strategy: strategy}
 			<-start
 			for {
 				call := time.Since(base).Nanoseconds()
-				order, err := strategy.PlaceOrder(ctx, req)
+				order, _, err := inst.PlaceOrder(ctx, req)
 				ret := time.Since(base).Nanoseconds()
 				mu.Lock()
 				res.history = append(res.history, porcupine.Operation{ClientId: i, Input: req.Quantity, Call: call,
-					Output: lockstrategy.Outcome(err), Return: ret})
+					Output: stock.Code(err), Return: ret})
 				mu.Unlock()
 				if errors.Is(err, stock.ErrBusy) && ctx.Err() == nil {
 					mu.Lock()
@@ -197,7 +150,7 @@ func wave(t *testing.T, insts []lockstrategy.Strategy, sku string, from, to int,
 					continue
 				}
 				mu.Lock()
-				res.outcome[lockstrategy.Outcome(err)]++
+				res.outcome[stock.Code(err)]++
 				if err == nil {
 					res.acked = append(res.acked, order)
 					if f.inject != nil && len(res.acked) == f.at {
@@ -221,11 +174,11 @@ func wave(t *testing.T, insts []lockstrategy.Strategy, sku string, from, to int,
 // TestStrategies is the suite every safe strategy must pass: 200 buyers on 3 instances against
 // 50 units sell exactly 50, the rest hear sold_out, and the invariant holds.
 func TestStrategies(t *testing.T) {
-	for name, newStrategy := range strategies {
-		t.Run(name, func(t *testing.T) {
+	for _, v := range safeVariants() {
+		t.Run(v.name, func(t *testing.T) {
 			sku := backendtest.SKU(t)
-			res := sell(t, newStrategy, sku, units, buyers)
-			t.Logf("%s on %s: outcomes %v after %d busy retries", name, backendtest.Dialect(t), res.outcome, res.retries)
+			res := sell(t, v.cfg, sku, units, buyers)
+			t.Logf("%s on %s: outcomes %v after %d busy retries", v.name, backendtest.Dialect(t), res.outcome, res.retries)
 			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 			assert.Zero(t, a.Stock)
@@ -268,11 +221,7 @@ func assertLinearizable(t *testing.T, units int, res saleResult) {
 // TestHistoryCheckerCatchesOversell plants the bug: naive on a small sale (small, because
 // proving that no linearization exists means trying them all). Its history must be rejected.
 func TestHistoryCheckerCatchesOversell(t *testing.T) {
-	var insts []lockstrategy.Strategy
-	for range instances {
-		insts = append(insts, lockstrategy.NewNaive(backendtest.Store(t), 20*time.Millisecond, 64, lockMetrics()))
-	}
-	res := sellOn(t, insts, backendtest.SKU(t), 3, 12, fault{})
+	res := sellOn(t, newInstances(t, instances, naive(), backendtest.Wiring{}), backendtest.SKU(t), 3, 12, fault{})
 	require.Greater(t, res.outcome["ok"], 3, "naive did not oversell this time: nothing to catch")
 	assert.Equal(t, porcupine.Illegal, porcupine.CheckOperationsTimeout(stockModel(3), res.history, 30*time.Second),
 		"the linearizability checker accepted an oversold history")
@@ -283,10 +232,7 @@ func TestHistoryCheckerCatchesOversell(t *testing.T) {
 // the checks above are blind and their passing means nothing.
 func TestNaiveOversells(t *testing.T) {
 	sku := backendtest.SKU(t)
-	naive := func(_ *testing.T, s *stock.Store) lockstrategy.Strategy {
-		return lockstrategy.NewNaive(s, 20*time.Millisecond, 64, lockMetrics())
-	}
-	res := sell(t, naive, sku, units, buyers)
+	res := sell(t, naive(), sku, units, buyers)
 	a, err := backendtest.Store(t).Audit(context.Background(), sku)
 	require.NoError(t, err)
 	t.Logf("naive on %s: outcomes %v, audit %+v, oversold %d", backendtest.Dialect(t), res.outcome, a, a.Oversold())

@@ -8,6 +8,7 @@
 package stock
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -43,6 +44,44 @@ var (
 	// lock had passed to another holder. Nothing was written.
 	ErrFencedOut = errors.New("fenced out by a newer lock holder")
 )
+
+// codes name the domain errors in the vocabulary of the API, in the order they are tried.
+var codes = []struct {
+	err  error
+	code string
+}{
+	{ErrInvalid, "invalid_argument"},
+	{ErrNotFound, "not_found"},
+	{ErrSoldOut, "sold_out"},
+	{ErrAlreadyPurchased, "already_purchased"},
+	{ErrIdempotencyConflict, "idempotency_conflict"},
+	{ErrBusy, "busy"},
+	// Another request with the same Idempotency-Key has not settled yet: retry shortly.
+	{ErrDuplicateRequest, "busy"},
+	{ErrUnavailable, "unavailable"},
+	{context.Canceled, "canceled"},            // the client went away
+	{context.DeadlineExceeded, "unavailable"}, // a backend too slow to answer in time
+}
+
+// Code names err in the one vocabulary of the project: the error code of the HTTP answer
+// (API.md's table), the outcome label of the order metrics and the code in the logs all come
+// from here. An error that names its own code (a Code() string method: the HTTP layer's own
+// errors) keeps it; nil is "ok"; anything unknown is "internal".
+func Code(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var coded interface{ Code() string }
+	if errors.As(err, &coded) {
+		return coded.Code()
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return "internal"
+}
 
 // InvalidError is an ErrInvalid whose message is safe and useful to show to the client.
 type InvalidError struct{ Msg string }

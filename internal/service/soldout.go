@@ -1,4 +1,4 @@
-package lockstrategy
+package service
 
 import (
 	"context"

@@ -1,0 +1,60 @@
+package backendtest
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/service"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Wiring says which backends an instance connects to; a zero field means the process's test
+// backend (with a pool or client of the instance's own, as a separate instance would have).
+type Wiring struct {
+	Store         *stock.Store // default: Store(t)
+	RedisAddrs    []string     // default: the shared test Redis; several: Redlock
+	EtcdEndpoints []string     // default: the process's etcd
+}
+
+// Instance is one service instance built as cmd/api builds it, with its own metrics registry.
+type Instance struct {
+	*service.Service
+	Store   *stock.Store
+	Metrics *prometheus.Registry
+}
+
+// NewInstance builds one service instance with service.New — the composition root of cmd/api —
+// from cfg (start from service.Defaults() and change what the test is about) on the backends w
+// names. It is closed in t.Cleanup.
+func NewInstance(t testing.TB, cfg service.Config, w Wiring) Instance {
+	t.Helper()
+	if w.Store == nil {
+		w.Store = Store(t)
+	}
+	if len(w.RedisAddrs) == 0 {
+		w.RedisAddrs = []string{RedisAddr(t)}
+	}
+	if len(w.EtcdEndpoints) == 0 {
+		w.EtcdEndpoints = EtcdEndpoints(t)
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = t.Name()
+	}
+	var clients []*redis.Client
+	for _, addr := range w.RedisAddrs {
+		c := lockstrategy.NewRedisClient(addr)
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	reg := prometheus.NewRegistry()
+	svc, err := service.New(cfg, service.Backends{Store: w.Store, Redis: clients, Etcd: EtcdClient(t, w.EtcdEndpoints)},
+		slog.New(slog.DiscardHandler), reg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = svc.Close() })
+	return Instance{Service: svc, Store: w.Store, Metrics: reg}
+}

@@ -1,0 +1,150 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Config is how one instance places orders. Defaults returns what cmd/api runs with no
+// configuration; every field is also a setting of cmd/api (SECKILL_<NAME>), except Hooks.
+type Config struct {
+	Strategy         string        // the default strategy
+	StrategyOverride bool          // the per-request strategy field is honoured
+	AllowUnsafe      bool          // the unsafe strategies (naive) may be used
+	LockTTL          time.Duration // lock expiry: redsync, the etcd lease (whole seconds), the lock table
+	LockWait         time.Duration // how long a section waits for its lock before answering busy
+	LockExtend       time.Duration // how often a watchdog extends a held Redis lock; 0: a third of LockTTL
+	LockPoll         time.Duration // how often a waiter tries a taken Redis lock between release messages; 0: 1-5 ms, jittered
+	GroupCommit      int           // orders of a SKU one critical section may place; 1 (or 0): one per section
+	SoldOutFlag      time.Duration // local sold-out flags, rechecked at least this often; 0: off
+	NaivePause       time.Duration // naive: the pause between read and write (the race window)
+	SlowHold         time.Duration // a lock held longer is logged and counted
+	Instance         string        // names this instance where locks record their holder; default host/pid
+	// Hooks reach into every strategy's critical section, for tests; the zero value does nothing.
+	Hooks lockstrategy.Hooks
+}
+
+// Defaults is the configuration of cmd/api when nothing is set.
+func Defaults() Config {
+	return Config{
+		Strategy:         "hybrid",
+		StrategyOverride: true,
+		LockTTL:          10 * time.Second,
+		LockWait:         2 * time.Second,
+		GroupCommit:      64,
+		SoldOutFlag:      time.Second,
+		NaivePause:       5 * time.Millisecond,
+		SlowHold:         500 * time.Millisecond,
+	}
+}
+
+// Backends are the opened connections an instance runs on; New does not close them.
+type Backends struct {
+	Store *stock.Store
+	// Redis holds admission state, release messages and sold-out resets on the first client;
+	// locks are taken on all of them (more than one: independent instances, a quorum — Redlock).
+	Redis []*redis.Client
+	// Etcd serves the etcd strategy; nil: the strategy is not offered.
+	Etcd *clientv3.Client
+}
+
+// versionAttempts is how many version-guarded writes a section tries before answering busy.
+const versionAttempts = 5
+
+// New builds one instance from cfg on b: admission, sold-out flags, every strategy, the outcome
+// metrics — the composition root of cmd/api and of every test. Close it when done.
+func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
+	if b.Store == nil || len(b.Redis) == 0 {
+		return nil, errors.New("service: a store and at least one Redis are required")
+	}
+	if cfg.Instance == "" {
+		host, _ := os.Hostname()
+		cfg.Instance = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	dbStats, err := b.Store.Collector()
+	if err != nil {
+		return nil, err
+	}
+	reg.MustRegister(dbStats)
+	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
+	s := &Service{
+		store:         b.Store,
+		admission:     lockstrategy.NewAdmission(b.Redis[0], b.Store, log, reg),
+		strategies:    map[string]lockstrategy.Strategy{},
+		unsafe:        map[string]bool{},
+		defaultName:   cfg.Strategy,
+		allowOverride: cfg.StrategyOverride,
+		allowUnsafe:   cfg.AllowUnsafe,
+		log:           log,
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_orders_total",
+			Help: "Order attempts by strategy and outcome: ok, replayed, or the error code of the answer (sold_out, already_purchased, busy, invalid_argument, not_found, idempotency_conflict, unavailable, canceled, internal).",
+		}, []string{"strategy", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "seckill_order_duration_seconds",
+			Help:    "Time to place an order (or fail to), by strategy.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"strategy"}),
+	}
+	reg.MustRegister(s.outcomes, s.latency)
+	if cfg.SoldOutFlag > 0 {
+		s.soldOut = NewSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, log, reg)
+	}
+	s.checks = append(s.checks, Check{Name: "database", Ping: b.Store.Ping})
+	pools := make([]redsyncredis.Pool, len(b.Redis))
+	for i, c := range b.Redis {
+		pools[i] = goredis.NewPool(c)
+		s.checks = append(s.checks, Check{Name: "redis " + c.Options().Addr, Ping: pingRedis(c)})
+	}
+
+	s.register(lockstrategy.NewHybrid(b.Store, s.admission, redsync.New(pools...), lockstrategy.HybridOptions{
+		TTL: cfg.LockTTL, Wait: cfg.LockWait, Extend: cfg.LockExtend, Poll: cfg.LockPoll, Attempts: versionAttempts,
+		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
+	}, metrics), false)
+	if b.Etcd != nil {
+		s.register(lockstrategy.NewEtcd(b.Etcd, b.Store, lockstrategy.EtcdOptions{
+			TTL: cfg.LockTTL, Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
+		}, metrics, log, reg), false)
+		s.checks = append(s.checks, Check{Name: "etcd", Ping: pingEtcd(b.Etcd)})
+	}
+	s.register(lockstrategy.NewPessimistic(b.Store, lockstrategy.PessimisticOptions{
+		Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
+	}, metrics), false)
+	s.register(lockstrategy.NewDBLock(b.Store, lockstrategy.DBLockOptions{
+		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: versionAttempts, Instance: cfg.Instance,
+		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
+	}, metrics), false)
+	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, cfg.GroupCommit, metrics), true)
+
+	if _, err := s.lookup(cfg.Strategy); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("strategy: %w", err)
+	}
+	return s, nil
+}
+
+func pingRedis(c *redis.Client) func(context.Context) error {
+	return func(ctx context.Context) error { return c.Ping(ctx).Err() }
+}
+
+// pingEtcd is a linearizable read, which needs a quorum.
+func pingEtcd(c *clientv3.Client) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.Get(ctx, "/seckill/ready", clientv3.WithCountOnly())
+		return err
+	}
+}

@@ -1,0 +1,225 @@
+// Package service is what surrounds the strategies of one seckill instance: choosing the
+// strategy of a request, idempotent replays, the local sold-out flags, the lifecycle of Redis
+// admission (a sale round's reset, reconcile), the audit and readiness. New is the one
+// composition root: cmd/api and every test build an instance with it, from a Config whose
+// defaults are cmd/api's, so the tests run what users run.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Service places orders and runs sale rounds for one instance. It is safe for concurrent use.
+type Service struct {
+	store         *stock.Store
+	admission     *lockstrategy.Admission
+	soldOut       *SoldOut // nil: no local sold-out flags
+	strategies    map[string]lockstrategy.Strategy
+	unsafe        map[string]bool // registered but refused unless allowed
+	defaultName   string
+	allowOverride bool
+	allowUnsafe   bool
+	checks        []Check
+	closers       []io.Closer
+	log           *slog.Logger
+	outcomes      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+}
+
+// Check is one backend that readiness asks.
+type Check struct {
+	Name string
+	Ping func(ctx context.Context) error
+}
+
+// register adds a strategy. An unsafe one (naive) is refused per request unless allowed.
+func (s *Service) register(st lockstrategy.Strategy, unsafe bool) {
+	s.strategies[st.Name()] = st
+	s.unsafe[st.Name()] = unsafe
+	if c, ok := st.(io.Closer); ok {
+		s.closers = append(s.closers, c)
+	}
+}
+
+// Close stops what the instance runs in the background — the etcd session (its lease revoked),
+// the Redis subscriptions — but not the backends it was given.
+func (s *Service) Close() error {
+	var errs []error
+	if s.soldOut != nil {
+		errs = append(errs, s.soldOut.Close())
+	}
+	for _, c := range s.closers {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Names lists the strategies this instance offers, sorted.
+func (s *Service) Names() []string {
+	names := make([]string, 0, len(s.strategies))
+	for n := range s.strategies {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Checks are the backends readiness asks: the database, each Redis, etcd.
+func (s *Service) Checks() []Check { return s.checks }
+
+// Resolve returns the name of the strategy that will place an order that asked for requested
+// (empty: the default), or an *stock.InvalidError.
+func (s *Service) Resolve(requested string) (string, error) {
+	if requested == "" {
+		return s.defaultName, nil
+	}
+	if !s.allowOverride && requested != s.defaultName {
+		return "", &stock.InvalidError{Msg: fmt.Sprintf("strategy override is disabled on this server (it uses %s)", s.defaultName)}
+	}
+	st, err := s.lookup(requested)
+	if err != nil {
+		return "", err
+	}
+	return st.Name(), nil
+}
+
+func (s *Service) lookup(name string) (lockstrategy.Strategy, error) {
+	st, ok := s.strategies[name]
+	if !ok {
+		return nil, &stock.InvalidError{Msg: fmt.Sprintf("unknown strategy %q (known: %v)", name, s.Names())}
+	}
+	if s.unsafe[name] && !s.allowUnsafe {
+		return nil, &stock.InvalidError{Msg: fmt.Sprintf("strategy %s is unsafe and disabled (set SECKILL_ALLOW_UNSAFE=true to allow it)", name)}
+	}
+	return st, nil
+}
+
+// PlaceOrder places req through the strategy named in req.Strategy (see Resolve). With an
+// Idempotency-Key it answers a replay with the original order (replayed is true) and refuses a
+// different request under the same key with stock.ErrIdempotencyConflict.
+func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error) {
+	st, err := s.lookup(req.Strategy)
+	if err != nil {
+		return stock.Order{}, false, err
+	}
+	start := time.Now()
+	defer func() {
+		s.latency.WithLabelValues(st.Name()).Observe(time.Since(start).Seconds())
+		outcome := stock.Code(err)
+		if replayed {
+			outcome = "replayed"
+		}
+		s.outcomes.WithLabelValues(st.Name(), outcome).Inc()
+	}()
+	// The unsafe strategy shows what no lock does; no shortcut may hide it.
+	flagged := s.soldOut != nil && !s.unsafe[st.Name()]
+	if flagged {
+		// A flag lets through every buyer who holds an order, so a replay still finds it.
+		if err = s.soldOut.rejects(req); err != nil {
+			return stock.Order{}, false, err
+		}
+	}
+	order, err = st.PlaceOrder(ctx, req)
+	if flagged && errors.Is(err, stock.ErrSoldOut) {
+		s.soldOut.learn(req.SKU)
+	}
+	// A replay is looked up only when the order failed: its key or its buyer is taken (one buyer
+	// holds one order per product), the stock is gone (the original may have taken the last
+	// unit), or the request does not fit the product (a key reused with another body must hear
+	// idempotency_conflict) — not before every order, which would be a database read per request
+	// on the hottest path. One case is answered without it: a key reused with another body for a
+	// product that the sold-out flag answers hears sold_out rather than idempotency_conflict
+	// (both 409): telling them apart would cost the read the flag exists to save.
+	if req.IdempotencyKey != "" && (errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
+		errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)) {
+		if order, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
+			return order, rerr == nil, rerr
+		}
+	}
+	return order, false, err
+}
+
+// replay finds the order already placed under req's Idempotency-Key.
+func (s *Service) replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
+	if err != nil {
+		return stock.Order{}, err
+	}
+	if prior.RequestHash != req.Fingerprint() {
+		return stock.Order{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
+	}
+	return prior, nil
+}
+
+// Product reads one product from the database.
+func (s *Service) Product(ctx context.Context, sku string) (stock.Product, error) {
+	return s.store.Product(ctx, sku)
+}
+
+// Order reads one order from the database.
+func (s *Service) Order(ctx context.Context, orderID string) (stock.Order, error) {
+	return s.store.Order(ctx, orderID)
+}
+
+// PutProduct starts a sale round (stock.Store.PutProduct) and keeps Redis admission in step: its
+// state is deleted first — if Redis cannot be reached the reset does not happen, so no old
+// counter outlives it — and rebuilt from the new round after; every instance's sold-out flag
+// for the product is dropped.
+func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error) {
+	if err := s.admission.Invalidate(ctx, spec.SKU); err != nil {
+		return stock.Product{}, err
+	}
+	p, err := s.store.PutProduct(ctx, spec)
+	if err != nil {
+		return stock.Product{}, err
+	}
+	if s.soldOut != nil {
+		s.soldOut.Reset(ctx, p.SKU)
+	}
+	// A failure here leaves no counter, and the first order warms one from the database.
+	if err := s.admission.Reconcile(ctx, p.SKU); err != nil {
+		s.log.Warn("admission not warmed after reset; the first order will warm it", "sku", p.SKU, "err", err)
+	}
+	return p, nil
+}
+
+// Audit is the consistency report of a product: the database's, plus the Redis admission
+// counter when Redis answered.
+type Audit struct {
+	stock.Audit
+	RedisStock *int64
+}
+
+// Audit reads the product's audit from the database and its admission counter from Redis. A
+// Redis failure leaves RedisStock nil: the database alone decides consistency.
+func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
+	a, err := s.store.Audit(ctx, sku)
+	if err != nil {
+		return Audit{}, err
+	}
+	out := Audit{Audit: a}
+	if n, ok, err := s.admission.Stock(ctx, sku); err == nil && ok {
+		out.RedisStock = &n
+	}
+	return out, nil
+}
+
+// Reconcile rebuilds the product's Redis admission state from the database and returns the
+// audit.
+func (s *Service) Reconcile(ctx context.Context, sku string) (Audit, error) {
+	if err := s.admission.Reconcile(ctx, sku); err != nil {
+		return Audit{}, err
+	}
+	return s.Audit(ctx, sku)
+}
