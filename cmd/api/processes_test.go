@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -124,7 +125,7 @@ func TestProcesses(t *testing.T) {
 		t.Run(strategy, func(t *testing.T) {
 			sku := putOnSale(t, procs[0], units)
 			admittedBefore := scrape(t, procs, `seckill_admission_total{result="sold_out"}`)
-			res := loadHTTP(t, procs, sku, strategy, buyers, clients, httpFault{})
+			res := loadHTTP(t, procs, sku, strategy, userRange{0, buyers}, clients, httpFault{})
 			soldIn := res.lastSale.Sub(res.start)
 			t.Logf("%s, 3 processes, %d clients: %d orders in %s = %.0f orders/s, request latency p50 %s p99 %s; %d sold_out (%.0f%% answered by Redis admission), %d busy retries, %s total",
 				strategy, clients, len(res.acked), soldIn.Round(time.Millisecond), float64(len(res.acked))/soldIn.Seconds(),
@@ -145,7 +146,7 @@ func TestProcessesEtcdKill(t *testing.T) {
 	procs := startThree(t, "SECKILL_LOCK_TTL=2s", "SECKILL_LOCK_WAIT=3s")
 	const units, buyers, clients = 60, 150, 24
 	sku := putOnSale(t, procs[0], units)
-	res := loadHTTP(t, procs, sku, "etcd", buyers, clients, httpFault{at: units / 4, only: &procs[1], inject: procs[1].kill})
+	res := loadHTTP(t, procs, sku, "etcd", userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: procs[1].kill})
 	t.Logf("etcd, one of 3 processes SIGKILLed mid-sale: %v, %d busy retries, %d requests lost with the process and retried elsewhere, %s",
 		res.status, res.busy, res.transportErrors, res.end.Sub(res.start).Round(time.Millisecond))
 	assertSoldThrough(t, res, sku, units, buyers)
@@ -161,7 +162,7 @@ func TestProcessesHybridPause(t *testing.T) {
 	sku := putOnSale(t, procs[0], units)
 	// Until the fault, all orders go to the process that will be paused, so that it is almost
 	// surely inside its critical section, holding the lock, when it stops.
-	res := loadHTTP(t, procs, sku, "hybrid", buyers, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
+	res := loadHTTP(t, procs, sku, "hybrid", userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
 		assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGSTOP))
 		time.Sleep(1500 * time.Millisecond)
 		assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGCONT))
@@ -179,7 +180,7 @@ func TestProcessesShutdownUnderLoad(t *testing.T) {
 	procs := startThree(t)
 	const units, buyers, clients = 100, 300, 48
 	sku := putOnSale(t, procs[0], units)
-	res := loadHTTP(t, procs, sku, "hybrid", buyers, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
+	res := loadHTTP(t, procs, sku, "hybrid", userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
 		assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGTERM))
 	}})
 	t.Logf("hybrid, one of 3 processes sent SIGTERM mid-sale: %v, %d requests retried elsewhere after the shutdown",
@@ -221,8 +222,9 @@ type httpSale struct {
 	status          map[int]int
 	acked           []stock.Order
 	busy            int
-	transportErrors int             // requests whose answer was lost, retried elsewhere
-	latencies       []time.Duration // of every request answered
+	transportErrors int                   // requests whose answer was lost, retried elsewhere
+	latencies       []time.Duration       // of every request answered
+	history         []porcupine.Operation // one per buyer: from its first attempt to its final answer
 	start, lastSale time.Time
 	end             time.Time
 }
@@ -236,9 +238,13 @@ func (s httpSale) percentile(p int) time.Duration {
 	return sorted[(len(sorted)-1)*p/100].Round(100 * time.Microsecond)
 }
 
-// loadHTTP has clients concurrent clients buy one unit each for buyers users, round-robin over
-// the processes. A 429 is retried after a short jittered pause, bounded by a deadline.
-func loadHTTP(t *testing.T, procs []instance, sku, strategy string, buyers, clients int, f httpFault) httpSale {
+// userRange is the buyers user-<from> ... user-<to-1> of a sale.
+type userRange struct{ from, to int }
+
+// loadHTTP has clients concurrent clients buy one unit each for the buyers, round-robin over the
+// processes. A 429 is retried after a short jittered pause, and a lost answer on the next
+// process, with the same Idempotency-Key, bounded by a deadline.
+func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRange, clients int, f httpFault) httpSale {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -246,7 +252,7 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, buyers, clie
 	users := make(chan int)
 	go func() {
 		defer close(users)
-		for i := range buyers {
+		for i := who.from; i < who.to; i++ {
 			users <- i
 		}
 	}()
@@ -261,6 +267,7 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, buyers, clie
 			for i := range users {
 				user := fmt.Sprintf("user-%04d", i)
 				body := fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy)
+				op := porcupine.Operation{ClientId: i, Input: 1, Call: time.Now().UnixNano()}
 				for attempt := 0; ; attempt++ {
 					target := procs[(i+attempt)%len(procs)]
 					if f.only != nil && !faulted.Load() {
@@ -290,6 +297,8 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, buyers, clie
 						continue
 					}
 					res.status[status]++
+					op.Return, op.Output = time.Now().UnixNano(), map[int]string{http.StatusCreated: "ok", http.StatusConflict: "sold_out"}[status]
+					res.history = append(res.history, op)
 					if status == http.StatusCreated {
 						res.acked = append(res.acked, order)
 						res.lastSale = time.Now()
@@ -339,4 +348,108 @@ func postOrder(ctx context.Context, client *http.Client, url, sku, user, body st
 		}
 	}
 	return resp.StatusCode, stock.Order{OrderID: order.OrderID, UserID: order.UserID}, nil
+}
+
+// safeStrategies are the strategies that must never oversell.
+var safeStrategies = []string{"hybrid", "etcd", "pessimistic", "dblock"}
+
+// TestProcessesRetriesInFlight sends the same request — one Idempotency-Key, one body — 20 times
+// at once over three processes, under every strategy, as a client whose first attempt timed out
+// might: each repeat either waits for the original or hears 429 busy and retries. In the end all
+// 20 hold the one order, and the database has one row: never already_purchased, never a second
+// order.
+func TestProcessesRetriesInFlight(t *testing.T) {
+	procs := startThree(t)
+	client := &http.Client{Timeout: 30 * time.Second}
+	for _, strategy := range safeStrategies {
+		t.Run(strategy, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			sku := putOnSale(t, procs[0], 5)
+			inFlight := scrape(t, procs, `seckill_admission_total{result="in_flight"}`)
+			body := fmt.Sprintf(`{"user_id":"u-1","strategy":%q}`, strategy)
+			const repeats = 20
+			var (
+				wg       sync.WaitGroup
+				mu       sync.Mutex
+				orders   = map[string]int{}
+				statuses = map[int]int{}
+				busy     int
+			)
+			start := make(chan struct{})
+			for i := range repeats {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for attempt := 0; ctx.Err() == nil; attempt++ {
+						status, order, err := postOrder(ctx, client, procs[(i+attempt)%len(procs)].url, sku, "u-1", body)
+						if err == nil && status == http.StatusTooManyRequests {
+							mu.Lock()
+							busy++
+							mu.Unlock()
+							time.Sleep(10*time.Millisecond + rand.N(40*time.Millisecond))
+							continue
+						}
+						mu.Lock()
+						defer mu.Unlock()
+						if assert.NoError(t, err) {
+							statuses[status]++
+							orders[order.OrderID]++
+						}
+						return
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			t.Logf("%s: 20 identical requests over 3 processes: statuses %v, %d busy answers retried; admission found the original in flight %v times",
+				strategy, statuses, busy, scrape(t, procs, `seckill_admission_total{result="in_flight"}`)-inFlight)
+			assert.Equal(t, map[int]int{http.StatusCreated: repeats}, statuses, "every repeat answered 201")
+			require.Len(t, orders, 1, "one order_id for all of them")
+			for id := range orders {
+				backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{{OrderID: id, UserID: "u-1"}})
+			}
+		})
+	}
+}
+
+// TestProcessesHybridKill SIGKILLs one of three hybrid processes in the middle of a sale, while
+// it holds Redis reservations of orders it had not written yet — the classic flash-sale bug:
+// Redis deducted, the process died before the database. Its clients retry elsewhere with the
+// same Idempotency-Key (answered busy while the dead reservation is in flight). The units of the
+// dead reservations come back on sale by themselves, within the stated bound, and new buyers buy
+// every unit left; the history of every buyer is checked against one product's stock.
+func TestProcessesHybridKill(t *testing.T) {
+	procs := startThree(t)
+	const units, first, clients = 300, 150, 48
+	sku := putOnSale(t, procs[0], units)
+	var killed time.Time
+	// Until the kill, all orders go to the process that dies, so that it has reservations in
+	// flight when it does.
+	res := loadHTTP(t, procs, sku, "hybrid", userRange{0, first}, clients, httpFault{at: first / 3, only: &procs[1], inject: func() {
+		killed = time.Now()
+		procs[1].kill()
+	}})
+	t.Logf("hybrid, one of 3 processes SIGKILLed mid-sale: %v, %d busy answers retried, %d requests lost with the process and retried elsewhere",
+		res.status, res.busy, res.transportErrors)
+	assert.Equal(t, map[int]int{http.StatusCreated: first}, res.status, "every buyer of the first wave has its order")
+
+	var audit map[string]any
+	require.Eventually(t, func() bool {
+		audit = nil
+		return procs[0].call(t, "GET", "/api/v1/products/"+sku+"/audit", "", &audit) == http.StatusOK &&
+			audit["held_back"] == 0.0 && audit["redis_reservations"] == 0.0
+	}, 20*time.Second, 50*time.Millisecond, "units held back by dead reservations never came back: %v", audit)
+	recovered := time.Since(killed)
+	t.Logf("every unit the database had was on sale again %s after the kill: %v", recovered.Round(100*time.Millisecond), audit)
+	assert.Less(t, recovered, 15*time.Second, "the stated bound")
+
+	rest := loadHTTP(t, procs[:1], sku, "hybrid", userRange{first, first + 2*units}, clients, httpFault{})
+	assert.Equal(t, map[int]int{http.StatusCreated: units - first, http.StatusConflict: units + first}, rest.status,
+		"new buyers bought every unit left")
+	all := append(res.acked, rest.acked...)
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, all)
+	assert.Zero(t, a.Stock, "nothing stranded")
+	backendtest.AssertLinearizable(t, units, append(res.history, rest.history...))
 }

@@ -76,7 +76,7 @@ func deleteRedisKeys(sku string) {
 	c := lockstrategy.NewRedisClient(redisAddr)
 	defer c.Close()
 	prefix := "seckill:{" + sku + "}:"
-	_ = c.Del(context.Background(), prefix+"stock", prefix+"buyers", prefix+"lock").Err()
+	_ = c.Del(context.Background(), prefix+"stock", prefix+"buyers", prefix+"lock", prefix+"reservations", prefix+"reserved").Err()
 }
 
 // RedisProcess is a redis-server of the test's own, for faults that must not touch the shared

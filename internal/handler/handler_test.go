@@ -117,7 +117,11 @@ type (
 		DistinctBuyers  int64  `json:"distinct_buyers"`
 		Oversold        int64  `json:"oversold"`
 		Consistent      bool   `json:"consistent"`
-		RedisStock      *int64 `json:"redis_stock"`
+		// With Redis: the admission state.
+		RedisStock        *int64 `json:"redis_stock"`
+		RedisReservations *int64 `json:"redis_reservations"`
+		RedisReserved     *int64 `json:"redis_reserved"`
+		HeldBack          *int64 `json:"held_back"`
 	}
 )
 
@@ -437,11 +441,11 @@ func TestPlaceOrder(t *testing.T) {
 	assert.Equal(t, int64(9), p.Sold)
 
 	a := s.audit(t, sku)
-	redisStock := int64(4) // warmed by the PUT with 10; only hybrid orders (6 units) move the admission counter
+	redisStock, zero, heldBack := int64(4), int64(0), int64(0) // warmed by the PUT with 10; only hybrid orders (6 units) move the admission counter
 	assert.Equal(t, auditResponse{
 		SKU: sku, InitialStock: 10, Stock: 1, OrderedQuantity: 9, Orders: 6, DistinctBuyers: 6, Oversold: 0, Consistent: true,
-		RedisStock: &redisStock,
-	}, a)
+		RedisStock: &redisStock, RedisReservations: &zero, RedisReserved: &zero, HeldBack: &heldBack,
+	}, a, "no reservation is left in flight; admission offers more than the database has (4 > 1: dblock and pessimistic sold 3 units it never saw), so it holds nothing back")
 }
 
 func TestBodyLimitBoundary(t *testing.T) {
@@ -837,6 +841,9 @@ func TestRedisAdmissionState(t *testing.T) {
 	rdb := backendtest.Redis(t)
 	require.NoError(t, rdb.Set(context.Background(), "seckill:{"+sku+"}:stock", 0, 0).Err())
 	assertError(t, s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-2","strategy":"hybrid"}`, nil), http.StatusConflict, "sold_out")
+	a = s.audit(t, sku)
+	require.NotNil(t, a.HeldBack)
+	assert.EqualValues(t, 2, *a.HeldBack, "the audit shows the units the database has that admission holds back")
 	assertError(t, s.do(t, http.MethodPost, reconcilePath(sku), "", nil), http.StatusUnauthorized, "unauthenticated")
 	rec := decode[auditResponse](t, s.do(t, http.MethodPost, reconcilePath(sku), "", admin), http.StatusOK, auditFields)
 	require.NotNil(t, rec.RedisStock)

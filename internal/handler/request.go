@@ -224,11 +224,20 @@ type auditResponse struct {
 	DistinctBuyers  int64  `json:"distinct_buyers"`
 	Oversold        int64  `json:"oversold"`
 	Consistent      bool   `json:"consistent"`
-	RedisStock      *int64 `json:"redis_stock,omitempty"` // absent without Redis admission
+	// The Redis admission state, absent when Redis does not answer: its counter, the reservations
+	// in flight and their units, and the units the database has that admission holds back.
+	RedisStock        *int64 `json:"redis_stock,omitempty"`
+	RedisReservations *int64 `json:"redis_reservations,omitempty"`
+	RedisReserved     *int64 `json:"redis_reserved,omitempty"`
+	HeldBack          *int64 `json:"held_back,omitempty"`
 }
 
 func auditJSON(a service.Audit) auditResponse {
-	return auditResponse{SKU: a.SKU, InitialStock: a.InitialStock, Stock: a.Stock, OrderedQuantity: a.OrderedQuantity,
-		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent(),
-		RedisStock: a.RedisStock}
+	out := auditResponse{SKU: a.SKU, InitialStock: a.InitialStock, Stock: a.Stock, OrderedQuantity: a.OrderedQuantity,
+		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent()}
+	if r := a.Redis; r != nil {
+		held := a.HeldBack()
+		out.RedisStock, out.RedisReservations, out.RedisReserved, out.HeldBack = r.Stock, &r.Reservations, &r.Reserved, &held
+	}
+	return out
 }

@@ -2,11 +2,14 @@ package lockstrategy
 
 import (
 	"context"
+	crand "crypto/rand"
 	_ "embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,11 +24,23 @@ var (
 	admitLua string
 	//go:embed lua/giveback.lua
 	giveBackLua string
+	//go:embed lua/settle.lua
+	settleLua string
+	//go:embed lua/expired.lua
+	expiredLua string
+	//go:embed lua/sweep.lua
+	sweepLua string
+	//go:embed lua/state.lua
+	stateLua string
 	//go:embed lua/warm.lua
 	warmLua string
 
 	admitScript    = redis.NewScript(admitLua)
 	giveBackScript = redis.NewScript(giveBackLua)
+	settleScript   = redis.NewScript(settleLua)
+	expiredScript  = redis.NewScript(expiredLua)
+	sweepScript    = redis.NewScript(sweepLua)
+	stateScript    = redis.NewScript(stateLua)
 	warmScript     = redis.NewScript(warmLua)
 )
 
@@ -58,6 +73,14 @@ func NewRedisClient(addr string) *redis.Client {
 // database (over-admission: harmless, the database decides) and is rebuilt from the database
 // whenever it is missing — after a flush, a restart, or a reset.
 //
+// It must never run below the database for long, or units the database still has would not
+// sell (stranded stock, the classic flash-sale bug: Redis deducted, then the process died before
+// the database). So an admitted order holds a reservation, a lease: settled once the database
+// has its order, given back when the database step fails, and otherwise — its instance died, its
+// give-back was lost to a fault — swept once the lease has ended, when the database says whether
+// the order exists (Sweep). The order itself must be written before the lease ends or not at
+// all (the section is cut off at Reservation.Until), so the database's answer is final.
+//
 // When Redis fails, Admission trips a breaker for a cooldown and reports errRedisDown without
 // I/O, so an outage costs one timeout per cooldown, not one per order; after the cooldown the
 // next order probes Redis again, and admission resumes by itself.
@@ -66,38 +89,56 @@ type Admission struct {
 	store     *stock.Store
 	log       *slog.Logger
 	cooldown  time.Duration
+	lease     time.Duration
 	downUntil atomic.Int64 // unix nanoseconds; Redis is not asked before then
+	recent    sync.Map     // sku -> time.Time of its last admission here: the products this instance sweeps
+
+	mu     sync.Mutex
+	doubts map[string]map[string]doubt // sku -> user -> a reservation whose order's outcome is unknown here
 
 	results   *prometheus.CounterVec
 	givebacks prometheus.Counter
+	swept     *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
 }
 
-// NewAdmission returns the admission over client, warming from store.
-func NewAdmission(client *redis.Client, store *stock.Store, log *slog.Logger, reg prometheus.Registerer) *Admission {
+// sweepGrace is how long after a lease ends its reservation is left alone: a commit sent just
+// before the lease ended has long reached the database by then.
+const sweepGrace = time.Second
+
+// NewAdmission returns the admission over client, warming from store. lease is how long an
+// admitted order's reservation holds its units before the sweeper may return them.
+func NewAdmission(client *redis.Client, store *stock.Store, lease time.Duration, log *slog.Logger, reg prometheus.Registerer) *Admission {
 	a := &Admission{
 		client:   client,
 		store:    store,
 		log:      log,
 		cooldown: time.Second,
+		lease:    lease,
+		doubts:   map[string]map[string]doubt{},
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased) and counters (re)built from the database (warmed).",
+			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
 		givebacks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "seckill_admission_givebacks_total", Help: "Admitted orders whose pre-deduction was given back after the database step failed.",
+			Name: "seckill_admission_givebacks_total", Help: "Admitted orders whose reservation was given back after the database step failed.",
 		}),
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_admission_swept_total", Help: "Reservations resolved by the sweeper after their lease ended: returned (no order: the units are on sale again) or placed (the order exists).",
+		}, []string{"result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_redis_fallbacks_total", Help: "Orders placed on the database-guarded path because Redis was unavailable, by the step that found it so.",
 		}, []string{"step"}),
 	}
-	reg.MustRegister(a.results, a.givebacks, a.fallbacks)
+	reg.MustRegister(a.results, a.givebacks, a.swept, a.fallbacks)
 	return a
 }
 
-// keys returns the admission keys of sku. The {sku} hash tag puts all of a product's keys in one
+// keys returns the admission keys of sku: the counter, the buyers, the reservations' leases and
+// the reservations (see lua/admit.lua). The {sku} hash tag puts all of a product's keys in one
 // Redis Cluster slot, which a multi-key script requires.
 func keys(sku string) []string {
-	return []string{"seckill:{" + sku + "}:stock", "seckill:{" + sku + "}:buyers"}
+	p := "seckill:{" + sku + "}:"
+	return []string{p + "stock", p + "buyers", p + "reservations", p + "reserved"}
 }
 
 // lockKey is the redsync lock of sku, in the same slot as its admission keys.
@@ -117,40 +158,67 @@ func (a *Admission) down(step string, err error) {
 	a.downUntil.Store(time.Now().Add(a.cooldown).UnixNano())
 }
 
-// Admit asks Redis whether req may go on to the lock and the database, pre-deducting its units.
-// It returns nil (admitted: the caller must GiveBack if the order then fails), stock.ErrSoldOut,
-// stock.ErrAlreadyPurchased, stock.ErrNotFound, or errRedisDown.
-func (a *Admission) Admit(ctx context.Context, req stock.OrderRequest) error {
+// Admit asks Redis whether req may go on to the lock and the database, reserving its units. It
+// returns the reservation (the caller must Settle or GiveBack it), or stock.ErrSoldOut,
+// stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest (a request with the same Idempotency-Key
+// holds the buyer's reservation: it is in flight), stock.ErrNotFound, or errRedisDown.
+func (a *Admission) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reservation, error) {
 	if !a.available() {
-		return errRedisDown
+		return stock.Reservation{}, errRedisDown
 	}
+	a.touch(req.SKU)
 	for warmed := false; ; warmed = true {
-		res, err := admitScript.Run(ctx, a.client, keys(req.SKU), req.UserID, req.Quantity).Int()
+		// The lease is counted from before the call: the local deadline can only be earlier
+		// than the one Redis stored, whatever the clocks say.
+		res := stock.Reservation{ID: reservationID(), Until: time.Now().Add(a.lease)}
+		code, err := admitScript.Run(ctx, a.client, keys(req.SKU), req.UserID, req.Quantity, a.lease.Milliseconds(),
+			res.ID, req.IdempotencyKey).Int()
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return stock.Reservation{}, ctx.Err()
 			}
 			a.down("admission", err)
-			return fmt.Errorf("%w: %w", errRedisDown, err)
+			return stock.Reservation{}, fmt.Errorf("%w: %w", errRedisDown, err)
 		}
-		switch res {
+		switch code {
 		case 0:
 			a.results.WithLabelValues("admitted").Inc()
-			return nil
+			return res, nil
 		case 1:
 			a.results.WithLabelValues("sold_out").Inc()
-			return fmt.Errorf("admission %s: %w", req.SKU, stock.ErrSoldOut)
+			return stock.Reservation{}, fmt.Errorf("admission %s: %w", req.SKU, stock.ErrSoldOut)
 		case 2:
 			a.results.WithLabelValues("already_purchased").Inc()
-			return fmt.Errorf("admission %s/%s: %w", req.SKU, req.UserID, stock.ErrAlreadyPurchased)
+			return stock.Reservation{}, fmt.Errorf("admission %s/%s: %w", req.SKU, req.UserID, stock.ErrAlreadyPurchased)
+		case 3:
+			a.results.WithLabelValues("in_flight").Inc()
+			return stock.Reservation{}, fmt.Errorf("admission %s/%s: key %q in flight: %w", req.SKU, req.UserID, req.IdempotencyKey,
+				stock.ErrDuplicateRequest)
 		}
 		if warmed {
-			return fmt.Errorf("admission %s: counter vanished right after warming: %w", req.SKU, errRedisDown)
+			return stock.Reservation{}, fmt.Errorf("admission %s: counter vanished right after warming: %w", req.SKU, errRedisDown)
 		}
 		if err := a.warm(ctx, req.SKU, "nx"); err != nil {
-			return err
+			return stock.Reservation{}, err
 		}
 	}
+}
+
+// reservationID is a random id that tells one reservation of a buyer from a later one.
+func reservationID() string {
+	b := make([]byte, 9)
+	_, _ = crand.Read(b) // crypto/rand.Read never returns an error on supported platforms
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// touch records that this instance admits orders for sku, so that its sweeper watches it.
+// Written at most once a second per SKU: the hot path only reads.
+func (a *Admission) touch(sku string) {
+	now := time.Now()
+	if last, ok := a.recent.Load(sku); ok && now.Sub(last.(time.Time)) < time.Second {
+		return
+	}
+	a.recent.Store(sku, now)
 }
 
 // warm writes the admission state of sku from the database: mode "nx" only where no counter
@@ -180,29 +248,207 @@ func (a *Admission) warm(ctx context.Context, sku, mode string) error {
 	return nil
 }
 
-// GiveBack returns an admitted order's units after its database step failed, even when the
-// request was cancelled. dbErr is that failure: when the database said sold out, the counter is
-// also capped at what the database holds.
+// GiveBack returns an admitted order's reservation after its database step failed — for
+// certain. It runs even when the request was cancelled. dbErr is the failure: when the database
+// said sold out, the counter is also capped at what the database holds. An error that leaves
+// the outcome open (a lost connection mid-commit, a deadline mid-write) gives nothing back: the
+// reservation is put in doubt instead, and the sweeper asks the database about it as soon as
+// any commit in flight must have landed, rather than at the end of its lease.
 func (a *Admission) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr error) {
+	if !definite(dbErr) {
+		a.doubt(req)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	args := []any{req.UserID, req.Quantity}
+	args := []any{req.UserID, req.Reservation.ID}
 	var soldOut *stock.SoldOutError
 	if errors.As(dbErr, &soldOut) {
 		args = append(args, soldOut.Left)
 	}
 	if err := giveBackScript.Run(ctx, a.client, keys(req.SKU), args...).Err(); err != nil {
-		// The counter now runs below the database until it is rebuilt (reconcile, reset, or a
-		// lazy warm after Redis loses it): units may go unsold, but none can be oversold.
+		// The reservation stays; the sweeper returns its units once its lease has ended.
 		a.down("give-back", err)
-		a.log.Warn("admission give-back failed; reconcile the product to resync Redis", "sku", req.SKU, "err", err)
+		a.log.Warn("admission give-back failed; the sweeper returns the units after the lease", "sku", req.SKU,
+			"lease", a.lease, "err", err)
 		return
 	}
 	a.givebacks.Inc()
 }
 
-// Invalidate deletes sku's admission state before a reset, so that no order is admitted against
-// the old round's counter. It fails when Redis cannot be reached: the reset must not go on, or
+// doubt is a reservation whose order may or may not have been written: its section ended with
+// an error that leaves the commit's outcome open.
+type doubt struct {
+	held     string    // the reservation as admit.lua stored it
+	notUntil time.Time // ask the database only after any commit in flight has landed
+	until    time.Time // after its lease the regular sweep covers it
+}
+
+func (a *Admission) doubt(req stock.OrderRequest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.doubts[req.SKU] == nil {
+		a.doubts[req.SKU] = map[string]doubt{}
+	}
+	a.doubts[req.SKU][req.UserID] = doubt{
+		held:     req.Reservation.ID + "|" + strconv.Itoa(req.Quantity) + "|" + req.IdempotencyKey,
+		notUntil: time.Now().Add(sweepGrace),
+		until:    req.Reservation.Until,
+	}
+	a.touch(req.SKU)
+}
+
+// doubted takes sku's doubts that are ready to be asked about (user -> reservation as stored).
+func (a *Admission) doubted(sku string) map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]string{}
+	now := time.Now()
+	for user, d := range a.doubts[sku] {
+		if now.After(d.until) {
+			delete(a.doubts[sku], user) // the regular sweep covers it now
+		} else if now.After(d.notUntil) {
+			out[user] = d.held
+		}
+	}
+	return out
+}
+
+// resolved forgets doubts the sweeper has settled with the database.
+func (a *Admission) resolved(sku string, users map[string]string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for user := range users {
+		delete(a.doubts[sku], user)
+	}
+	if len(a.doubts[sku]) == 0 {
+		delete(a.doubts, sku)
+	}
+}
+
+// definite reports whether a failed order was certainly not written: the database or the lock
+// refused it. Anything else — a lost connection, a deadline, an internal error — may have come
+// after a COMMIT the database executed.
+func definite(err error) bool {
+	for _, e := range []error{stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest, stock.ErrBusy,
+		stock.ErrInvalid, stock.ErrNotFound, errAbandoned} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Settle ends the reservations of orders the database has written: their units stay sold. A
+// lost settle costs nothing but time: the sweeper finds the order and settles it.
+func (a *Admission) Settle(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed) {
+	args := make([]any, 0, 2*len(reqs))
+	for i, r := range reqs {
+		if r.Reservation.ID != "" && placed[i].Err == nil {
+			args = append(args, r.UserID, r.Reservation.ID)
+		}
+	}
+	if len(args) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := settleScript.Run(ctx, a.client, keys(sku), args...).Err(); err != nil {
+		a.log.Debug("settle failed; the sweeper settles after the lease", "sku", sku, "err", err)
+	}
+}
+
+// Sweep resolves sku's reservations whose lease ended more than a grace ago, and those this
+// instance has in doubt, as the database decides: an order exists — the reservation is settled;
+// none — its units and its buyer go back to admission. It returns the units returned. Any
+// instance may sweep any product at any time: each reservation is resolved once (lua/sweep.lua).
+func (a *Admission) Sweep(ctx context.Context, sku string) (int64, error) {
+	const batch = 500
+	k := keys(sku)
+	raw, err := expiredScript.Run(ctx, a.client, k, sweepGrace.Milliseconds(), batch).StringSlice()
+	if err != nil {
+		return 0, err
+	}
+	candidates := a.doubted(sku)
+	for i := 0; i+1 < len(raw); i += 2 {
+		candidates[raw[i]] = raw[i+1]
+	}
+	if len(candidates) == 0 {
+		return 0, nil
+	}
+	users := make([]string, 0, len(candidates))
+	for user := range candidates {
+		users = append(users, user)
+	}
+	placed, err := a.store.Holders(ctx, sku, users)
+	if err != nil {
+		return 0, err
+	}
+	args := make([]any, 0, 3*len(candidates))
+	for user, held := range candidates {
+		flag := "0"
+		if placed[user] {
+			flag = "1"
+		}
+		args = append(args, user, held, flag)
+	}
+	out, err := sweepScript.Run(ctx, a.client, k, args...).Int64Slice()
+	if err != nil {
+		return 0, err
+	}
+	a.resolved(sku, candidates)
+	units := out[0]
+	a.swept.WithLabelValues("returned").Add(float64(out[1]))
+	a.swept.WithLabelValues("placed").Add(float64(out[2]))
+	if units > 0 {
+		a.log.Warn("reservations without an order returned to sale", "sku", sku, "units", units)
+	}
+	return units, nil
+}
+
+// Recent lists the products this instance admitted orders for within the window: the ones its
+// sweeper watches. Older entries are forgotten.
+func (a *Admission) Recent(window time.Duration) []string {
+	var out []string
+	a.recent.Range(func(k, v any) bool {
+		if time.Since(v.(time.Time)) > window {
+			a.recent.Delete(k)
+		} else {
+			out = append(out, k.(string))
+		}
+		return true
+	})
+	return out
+}
+
+// State is sku's admission state in Redis, for the audit.
+type State struct {
+	Stock        *int64 // the counter; nil when there is none
+	Reservations int64  // reservations in flight: admitted, neither settled, given back nor swept
+	Reserved     int64  // their units
+}
+
+// State reads sku's admission state in one step.
+func (a *Admission) State(ctx context.Context, sku string) (State, error) {
+	v, err := stateScript.Run(ctx, a.client, keys(sku)).Slice()
+	if err != nil {
+		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
+	}
+	var st State
+	if s, ok := v[0].(string); ok {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return State{}, err
+		}
+		st.Stock = &n
+	}
+	st.Reservations, _ = v[1].(int64)
+	st.Reserved, _ = v[2].(int64)
+	return st, nil
+}
+
+// Invalidate deletes sku's admission state — counter, buyers, reservations — before a reset, so
+// that no order is admitted against the old round's counter. It fails when Redis cannot be reached: the reset must not go on, or
 // the old counter would outlive it.
 func (a *Admission) Invalidate(ctx context.Context, sku string) error {
 	if err := a.client.Del(ctx, keys(sku)...).Err(); err != nil {
@@ -222,19 +468,6 @@ func (a *Admission) Reconcile(ctx context.Context, sku string) error {
 		return err
 	}
 	return nil
-}
-
-// Stock reads the admission counter of sku; ok is false when there is none.
-func (a *Admission) Stock(ctx context.Context, sku string) (n int64, ok bool, err error) {
-	v, err := a.client.Get(ctx, keys(sku)[0]).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
-	}
-	n, err = strconv.ParseInt(v, 10, 64)
-	return n, err == nil, err
 }
 
 // fellBack counts an order placed without Redis.

@@ -2,6 +2,7 @@ package lockstrategy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -74,7 +75,7 @@ func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Orde
 	if i := slices.Index(q, w); i >= 0 {
 		b.queues[req.SKU] = slices.Delete(q, i, i+1)
 		b.mu.Unlock()
-		return stock.Order{}, ctx.Err()
+		return stock.Order{}, fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 	}
 	b.mu.Unlock()
 	p := <-w.done
@@ -96,7 +97,10 @@ func (b *batcher) drain(sku string) {
 		var (
 			batch []*waiter
 			reqs  []stock.OrderRequest
+			lapse *time.Timer
 		)
+		ctx, cancel := context.WithTimeoutCause(context.Background(), b.timeout, errSectionTimeout)
+		ctx, cut := context.WithCancelCause(ctx)
 		take := func() []stock.OrderRequest {
 			if reqs != nil {
 				return reqs
@@ -104,24 +108,53 @@ func (b *batcher) drain(sku string) {
 			b.mu.Lock()
 			q := b.queues[sku] // empty only if its requests gave up since the drainer looked
 			n := min(len(q), b.max)
-			batch = q[:n:n]
+			taken := q[:n:n]
 			b.queues[sku] = q[n:]
 			b.mu.Unlock()
-			reqs = make([]stock.OrderRequest, n)
-			for i, w := range batch {
-				reqs[i] = w.req
+			// An order holding a reservation must be written before its lease ends, or not at
+			// all: past the lease the sweeper may give its units back (Admission). One whose lease
+			// has already ended is answered busy here; the others bound the section.
+			now, until := time.Now(), time.Time{}
+			reqs = make([]stock.OrderRequest, 0, n)
+			for _, w := range taken {
+				if u := w.req.Reservation.Until; !u.IsZero() {
+					if !u.After(now) {
+						w.done <- stock.Placed{Err: fmt.Errorf("reservation of %s lapsed before its section: %w", w.req.UserID, stock.ErrBusy)}
+						continue
+					}
+					if until.IsZero() || u.Before(until) {
+						until = u
+					}
+				}
+				batch = append(batch, w)
+				reqs = append(reqs, w.req)
 			}
-			b.metrics.batched(b.strategy, n)
+			if !until.IsZero() {
+				lapse = time.AfterFunc(time.Until(until), func() { cut(errReservationLapsed) })
+			}
+			b.metrics.batched(b.strategy, len(reqs))
 			return reqs
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		results := b.section(ctx, sku, take)
+		if lapse != nil {
+			lapse.Stop()
+		}
+		cut(nil)
 		cancel()
 		for i, w := range batch {
 			w.done <- results[i]
 		}
 	}
 }
+
+// The causes of a section's end that are not the lock's: its time is up, or the lease of a
+// reservation it holds ended before it could write. errAbandoned marks a request that gave up
+// before any section took it: certainly not placed.
+var (
+	errAbandoned         = errors.New("request gave up before its section")
+	errSectionTimeout    = errors.New("section took too long")
+	errReservationLapsed = errors.New("a reservation's lease ended before the write")
+)
 
 // failAll answers every order of a batch with err.
 func failAll(n int, err error) []stock.Placed {

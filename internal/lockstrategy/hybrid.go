@@ -27,7 +27,9 @@ import (
 //     cancels the section if an extension fails.
 //  3. Read the product, then UPDATE ... WHERE version = ? AND stock >= total; insert the orders.
 //     Zero rows means another writer got there: re-read and retry, never write blind.
-//  4. If the database step failed, the admission's pre-deduction is given back.
+//  4. The reservation of each written order is settled; a failed one is given back. One whose
+//     outcome is unknown — or whose instance died — is resolved by the sweeper once its lease
+//     has ended, as the database says (Admission).
 //
 // With Redis unreachable, orders skip 1 and the lock and take 3 alone (still one section per SKU
 // and instance): slower under contention, still correct.
@@ -77,7 +79,7 @@ func (h *Hybrid) Close() error { return h.releases.Close() }
 
 // PlaceOrder implements Strategy.
 func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	err := h.admission.Admit(ctx, req)
+	res, err := h.admission.Admit(ctx, req)
 	if errors.Is(err, errRedisDown) {
 		h.admission.fellBack("admission")
 		return h.batch.place(ctx, req)
@@ -85,6 +87,7 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	if err != nil {
 		return stock.Order{}, err
 	}
+	req.Reservation = res
 	order, err := h.batch.place(ctx, req)
 	if err != nil {
 		h.admission.GiveBack(ctx, req, err)
@@ -97,6 +100,7 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
 	if !h.admission.available() {
 		// Redis is known to be down: no lock can be had, and the database decides on its own.
+		// Reservations of admitted orders in the batch are settled by the sweeper.
 		h.admission.fellBack("lock")
 		return placeVersioned(ctx, h.store, take(), h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
 	}
@@ -120,10 +124,13 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 	locked := time.Now()
 	h.metrics.waited(h.Name(), locked.Sub(start))
 	section, stop := h.watchdog(ctx, m, key)
-	placed := placeVersioned(section, h.store, take(), h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
+	reqs := take()
+	placed := placeVersioned(section, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
 	stop()
 	h.unlock(ctx, m, key, locked)
 	h.turns.done(key)
+	// Outside the lock: the written orders' reservations end, their units stay sold.
+	h.admission.Settle(ctx, sku, reqs, placed)
 	if errors.Is(context.Cause(section), errLockLost) {
 		for i := range placed {
 			if placed[i].Err != nil && !errors.Is(placed[i].Err, stock.ErrSoldOut) {

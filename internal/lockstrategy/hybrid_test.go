@@ -376,3 +376,55 @@ func TestRedlockQuorum(t *testing.T) {
 		assertLinearizable(t, units, res)
 	})
 }
+
+// TestHybridLostGiveBack: an admitted order fails while its instance is cut off from Redis, so
+// its give-back is lost — the database has the unit, Redis holds it back (the audit says so).
+// The unit comes back on sale by itself once the reservation's lease has ended — within the
+// stated bound, exactly once though every instance sweeps — and new buyers buy it.
+func TestHybridLostGiveBack(t *testing.T) {
+	ctx := context.Background()
+	rp := backendtest.StartFaultProxy(t, backendtest.RedisAddr(t))
+	var once sync.Once
+	cfg := config("hybrid")
+	cfg.LockTTL = 900 * time.Millisecond // the watchdog notices the cut within a third of it
+	cfg.Hooks.InSection = func(ctx context.Context, orders []stock.OrderRequest) {
+		if orders[0].UserID == "victim" {
+			once.Do(func() {
+				rp.Stop()
+				<-ctx.Done() // the lock is lost: the section is abandoned
+			})
+		}
+	}
+	cut := backendtest.NewInstance(t, cfg, backendtest.Wiring{RedisAddrs: []string{rp.Listen}})
+	insts := append([]backendtest.Instance{cut}, newInstances(t, 2, config("hybrid"), backendtest.Wiring{})...)
+	sku := backendtest.SKU(t)
+	const units = 10
+	_, err := insts[1].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: units, MaxPerOrder: 1})
+	require.NoError(t, err)
+
+	lost := time.Now()
+	_, err = place(cut, req(sku, "victim"))
+	require.ErrorIs(t, err, stock.ErrBusy, "the section was abandoned, and its give-back could not reach Redis")
+	require.NoError(t, rp.Start())
+	a, err := insts[1].Audit(ctx, sku)
+	require.NoError(t, err)
+	require.NotNil(t, a.Redis)
+	assert.EqualValues(t, 1, a.HeldBack(), "the database has the unit, admission holds it back")
+	assert.EqualValues(t, 1, a.Redis.Reservations)
+
+	require.Eventually(t, func() bool {
+		a, err := insts[1].Audit(ctx, sku)
+		return err == nil && a.Redis != nil && a.HeldBack() == 0 && a.Redis.Reservations == 0
+	}, 20*time.Second, 50*time.Millisecond, "the stranded unit never came back")
+	recovered := time.Since(lost)
+	t.Logf("a lost give-back's unit was back on sale %s after the order failed (lease %s)", recovered.Round(100*time.Millisecond),
+		cfg.ReservationLease)
+	assert.Less(t, recovered, 15*time.Second, "the stated bound")
+
+	res := wave(t, insts, sku, 0, 3*units, fault{})
+	assert.Equal(t, map[string]int{"ok": units, "sold_out": 2 * units}, res.outcome, "every unit sold, the returned one too")
+	assert.EqualValues(t, 1, backendtest.Counter(t, "seckill_admission_swept_total", map[string]string{"result": "returned"}, insts...),
+		"returned once, though every instance sweeps")
+	backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+	assertLinearizable(t, units, res)
+}

@@ -187,35 +187,10 @@ func TestStrategies(t *testing.T) {
 	}
 }
 
-// stockModel is the sequential specification of one product, for porcupine: an order (input:
-// its quantity) succeeds only if enough stock is left and takes it; sold_out is answered only when
-// not enough is left; busy changes nothing. Every attempt of a history must fit one sequential
-// order of these steps, each somewhere between its call and its return — or the strategy let two
-// orders see the same stock.
-func stockModel(initial int) porcupine.Model {
-	return porcupine.Model{
-		Init: func() any { return initial },
-		Step: func(state, input, output any) (bool, any) {
-			left, qty := state.(int), input.(int)
-			switch output {
-			case "ok":
-				return left >= qty, left - qty
-			case "sold_out":
-				return left < qty, left
-			case "busy":
-				return true, left
-			}
-			return false, left
-		},
-		DescribeOperation: func(input, output any) string { return fmt.Sprintf("order(%v) -> %v", input, output) },
-	}
-}
-
-// assertLinearizable checks a sale's history against stockModel.
+// assertLinearizable checks a sale's history against backendtest.StockModel.
 func assertLinearizable(t *testing.T, units int, res saleResult) {
 	t.Helper()
-	assert.Equal(t, porcupine.Ok, porcupine.CheckOperationsTimeout(stockModel(units), res.history, 30*time.Second),
-		"the history of %d attempts is not linearizable against one product's stock", len(res.history))
+	backendtest.AssertLinearizable(t, units, res.history)
 }
 
 // TestHistoryCheckerCatchesOversell plants the bug: naive on a small sale (small, because
@@ -223,7 +198,7 @@ func assertLinearizable(t *testing.T, units int, res saleResult) {
 func TestHistoryCheckerCatchesOversell(t *testing.T) {
 	res := sellOn(t, newInstances(t, instances, naive(), backendtest.Wiring{}), backendtest.SKU(t), 3, 12, fault{})
 	require.Greater(t, res.outcome["ok"], 3, "naive did not oversell this time: nothing to catch")
-	assert.Equal(t, porcupine.Illegal, porcupine.CheckOperationsTimeout(stockModel(3), res.history, 30*time.Second),
+	assert.Equal(t, porcupine.Illegal, backendtest.Linearizable(3, res.history),
 		"the linearizability checker accepted an oversold history")
 }
 

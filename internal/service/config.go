@@ -30,6 +30,7 @@ type Config struct {
 	LockExtend       time.Duration // how often a watchdog extends a held Redis lock; 0: a third of LockTTL
 	LockPoll         time.Duration // how often a waiter tries a taken Redis lock between release messages; 0: 1-5 ms, jittered
 	GroupCommit      int           // orders of a SKU one critical section may place; 1 (or 0): one per section
+	ReservationLease time.Duration // how long a Redis admission reservation holds its units for an order not yet written
 	SoldOutFlag      time.Duration // local sold-out flags, rechecked at least this often; 0: off
 	NaivePause       time.Duration // naive: the pause between read and write (the race window)
 	SlowHold         time.Duration // a lock held longer is logged and counted
@@ -46,6 +47,7 @@ func Defaults() Config {
 		LockTTL:          10 * time.Second,
 		LockWait:         2 * time.Second,
 		GroupCommit:      64,
+		ReservationLease: 10 * time.Second,
 		SoldOutFlag:      time.Second,
 		NaivePause:       5 * time.Millisecond,
 		SlowHold:         500 * time.Millisecond,
@@ -71,6 +73,10 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	if b.Store == nil || len(b.Redis) == 0 {
 		return nil, errors.New("service: a store and at least one Redis are required")
 	}
+	if cfg.ReservationLease <= cfg.LockWait+sweepEvery {
+		return nil, fmt.Errorf("reservation lease %s must be longer than the lock wait %s and a sweep (%s): an order waits that long for its lock",
+			cfg.ReservationLease, cfg.LockWait, sweepEvery)
+	}
 	if cfg.Instance == "" {
 		host, _ := os.Hostname()
 		cfg.Instance = fmt.Sprintf("%s/%d", host, os.Getpid())
@@ -83,12 +89,13 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
 	s := &Service{
 		store:         b.Store,
-		admission:     lockstrategy.NewAdmission(b.Redis[0], b.Store, log, reg),
+		admission:     lockstrategy.NewAdmission(b.Redis[0], b.Store, cfg.ReservationLease, log, reg),
 		strategies:    map[string]lockstrategy.Strategy{},
 		unsafe:        map[string]bool{},
 		defaultName:   cfg.Strategy,
 		allowOverride: cfg.StrategyOverride,
 		allowUnsafe:   cfg.AllowUnsafe,
+		inFlightWait:  cfg.LockWait,
 		log:           log,
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_orders_total",
@@ -129,6 +136,11 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
 	}, metrics), false)
 	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, cfg.GroupCommit, metrics), true)
+
+	ctx, stop := context.WithCancel(context.Background())
+	s.stopSweeping = stop
+	s.sweeping.Add(1)
+	go s.sweep(ctx, cfg.ReservationLease)
 
 	if _, err := s.lookup(cfg.Strategy); err != nil {
 		_ = s.Close()

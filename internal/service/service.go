@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,8 +32,11 @@ type Service struct {
 	defaultName   string
 	allowOverride bool
 	allowUnsafe   bool
+	inFlightWait  time.Duration // how long a repeat waits for its original in flight
 	checks        []Check
 	closers       []io.Closer
+	stopSweeping  context.CancelFunc
+	sweeping      sync.WaitGroup
 	log           *slog.Logger
 	outcomes      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
@@ -55,6 +60,8 @@ func (s *Service) register(st lockstrategy.Strategy, unsafe bool) {
 // Close stops what the instance runs in the background — the etcd session (its lease revoked),
 // the Redis subscriptions — but not the backends it was given.
 func (s *Service) Close() error {
+	s.stopSweeping()
+	s.sweeping.Wait()
 	var errs []error
 	if s.soldOut != nil {
 		errs = append(errs, s.soldOut.Close())
@@ -106,8 +113,9 @@ func (s *Service) lookup(name string) (lockstrategy.Strategy, error) {
 }
 
 // PlaceOrder places req through the strategy named in req.Strategy (see Resolve). With an
-// Idempotency-Key it answers a replay with the original order (replayed is true) and refuses a
-// different request under the same key with stock.ErrIdempotencyConflict.
+// Idempotency-Key it answers a replay with the original order (replayed is true), refuses a
+// different request under the same key with stock.ErrIdempotencyConflict, and, while the
+// original is still in flight, waits for it — within the lock wait, then busy.
 func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error) {
 	st, err := s.lookup(req.Strategy)
 	if err != nil {
@@ -130,24 +138,41 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 			return stock.Order{}, false, err
 		}
 	}
-	order, err = st.PlaceOrder(ctx, req)
-	if flagged && errors.Is(err, stock.ErrSoldOut) {
-		s.soldOut.learn(req.SKU)
-	}
-	// A replay is looked up only when the order failed: its key or its buyer is taken (one buyer
-	// holds one order per product), the stock is gone (the original may have taken the last
-	// unit), or the request does not fit the product (a key reused with another body must hear
-	// idempotency_conflict) — not before every order, which would be a database read per request
-	// on the hottest path. One case is answered without it: a key reused with another body for a
-	// product that the sold-out flag answers hears sold_out rather than idempotency_conflict
-	// (both 409): telling them apart would cost the read the flag exists to save.
-	if req.IdempotencyKey != "" && (errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
-		errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)) {
-		if order, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
-			return order, rerr == nil, rerr
+	for {
+		order, err = st.PlaceOrder(ctx, req)
+		if flagged && errors.Is(err, stock.ErrSoldOut) {
+			s.soldOut.learn(req.SKU)
+		}
+		// A replay is looked up only when the order failed: its key or its buyer is taken (one
+		// buyer holds one order per product), the stock is gone (the original may have taken the
+		// last unit), or the request does not fit the product (a key reused with another body
+		// must hear idempotency_conflict) — not before every order, which would be a database read
+		// per request on the hottest path. One case is answered without it: a key reused with
+		// another body for a product that the sold-out flag answers hears sold_out rather than
+		// idempotency_conflict (both 409): telling them apart would cost the read the flag exists
+		// to save.
+		if req.IdempotencyKey != "" && (errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
+			errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)) {
+			if order, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
+				return order, rerr == nil, rerr
+			}
+		}
+		// The key is taken and its order is not in the database: the original is in flight, on
+		// this instance or another (it holds the buyer's reservation). Its answer is coming:
+		// wait for it, asking again, for as long as an order may wait for a lock; then the client
+		// hears busy and retries — never already_purchased, never a second order.
+		if !errors.Is(err, stock.ErrDuplicateRequest) {
+			return order, false, err
+		}
+		if time.Since(start) > s.inFlightWait {
+			return stock.Order{}, false, fmt.Errorf("waited %s for the request in flight: %w: %w", s.inFlightWait, stock.ErrBusy, err)
+		}
+		select {
+		case <-ctx.Done():
+			return stock.Order{}, false, ctx.Err()
+		case <-time.After(10*time.Millisecond + rand.N(20*time.Millisecond)):
 		}
 	}
-	return order, false, err
 }
 
 // replay finds the order already placed under req's Idempotency-Key.
@@ -194,23 +219,59 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 	return p, nil
 }
 
-// Audit is the consistency report of a product: the database's, plus the Redis admission
-// counter when Redis answered.
-type Audit struct {
-	stock.Audit
-	RedisStock *int64
+// sweepEvery is how often an instance sweeps the reservations of the products it sells. With
+// the lease and the sweeper's grace it bounds how long units of a dead reservation stay off sale.
+const sweepEvery = time.Second
+
+// sweep returns to sale, every sweepEvery, the units of reservations whose order never reached
+// the database (lockstrategy.Admission.Sweep), for every product this instance admitted orders
+// for lately. Other instances sweep too; each reservation is resolved once.
+func (s *Service) sweep(ctx context.Context, lease time.Duration) {
+	defer s.sweeping.Done()
+	tick := time.NewTicker(sweepEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, sku := range s.admission.Recent(10 * lease) {
+			sweepCtx, cancel := context.WithTimeout(ctx, sweepEvery)
+			if _, err := s.admission.Sweep(sweepCtx, sku); err != nil && ctx.Err() == nil {
+				s.log.Debug("reservations not swept; next time", "sku", sku, "err", err)
+			}
+			cancel()
+		}
+	}
 }
 
-// Audit reads the product's audit from the database and its admission counter from Redis. A
-// Redis failure leaves RedisStock nil: the database alone decides consistency.
+// Audit is the consistency report of a product: the database's, plus the Redis admission state
+// when Redis answered.
+type Audit struct {
+	stock.Audit
+	Redis *lockstrategy.State
+}
+
+// HeldBack is how many units the database still has that admission does not offer: those of
+// reservations in flight, and any stranded until the sweeper returns them. 0 without Redis.
+func (a Audit) HeldBack() int64 {
+	if a.Redis == nil || a.Redis.Stock == nil {
+		return 0
+	}
+	return max(0, a.Stock-*a.Redis.Stock)
+}
+
+// Audit reads the product's audit from the database and its admission state from Redis. A
+// Redis failure leaves Redis nil: the database alone decides consistency.
 func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 	a, err := s.store.Audit(ctx, sku)
 	if err != nil {
 		return Audit{}, err
 	}
 	out := Audit{Audit: a}
-	if n, ok, err := s.admission.Stock(ctx, sku); err == nil && ok {
-		out.RedisStock = &n
+	if st, err := s.admission.State(ctx, sku); err == nil {
+		out.Redis = &st
 	}
 	return out, nil
 }

@@ -57,6 +57,21 @@ func (s *Store) Buyers(ctx context.Context, sku string) ([]string, error) {
 	return users, nil
 }
 
+// Holders reports which of users hold an order for sku: the database's answer to whether a
+// reservation taken outside it became an order.
+func (s *Store) Holders(ctx context.Context, sku string, users []string) (map[string]bool, error) {
+	var found []string
+	err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Where("sku = ? AND user_id IN ?", sku, users).Pluck("user_id", &found).Error)
+	if err != nil {
+		return nil, fmt.Errorf("holders of %s: %w", sku, err)
+	}
+	out := make(map[string]bool, len(found))
+	for _, u := range found {
+		out[u] = true
+	}
+	return out, nil
+}
+
 // Order reads one order by its id.
 func (s *Store) Order(ctx context.Context, orderID string) (Order, error) {
 	return s.orderWhere(ctx, "order_id = ?", orderID)

@@ -139,6 +139,17 @@ type OrderRequest struct {
 	Quantity       int
 	Strategy       string // the strategy that places it, recorded on the order
 	IdempotencyKey string // empty when the client sent none
+	// Reservation is the admission reservation the order holds (hybrid's Redis admission); the
+	// zero value when it holds none. It is not part of what the request asks for.
+	Reservation Reservation
+}
+
+// Reservation is units set aside for an order before it reaches the database, for a lease: the
+// order must be written by Until or not at all, because after Until (and a grace) the units go
+// back on sale unless the database shows the order.
+type Reservation struct {
+	ID    string
+	Until time.Time
 }
 
 // Fingerprint identifies what the request asks for, so that a replay with the same

@@ -1,0 +1,46 @@
+package backendtest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/assert"
+)
+
+// StockModel is the sequential specification of one product, for porcupine: an order (input:
+// its quantity) succeeds ("ok") only if enough stock is left and takes it; "sold_out" is
+// answered only when not enough is left; "busy" changes nothing. Every attempt of a history must
+// fit one sequential order of these steps, each somewhere between its call and its return — or
+// the strategy let two orders see the same stock.
+func StockModel(initial int) porcupine.Model {
+	return porcupine.Model{
+		Init: func() any { return initial },
+		Step: func(state, input, output any) (bool, any) {
+			left, qty := state.(int), input.(int)
+			switch output {
+			case "ok":
+				return left >= qty, left - qty
+			case "sold_out":
+				return left < qty, left
+			case "busy":
+				return true, left
+			}
+			return false, left
+		},
+		DescribeOperation: func(input, output any) string { return fmt.Sprintf("order(%v) -> %v", input, output) },
+	}
+}
+
+// Linearizable checks a sale's history against StockModel(units) and reports the verdict.
+func Linearizable(units int, history []porcupine.Operation) porcupine.CheckResult {
+	return porcupine.CheckOperationsTimeout(StockModel(units), history, 30*time.Second)
+}
+
+// AssertLinearizable fails the test unless the history fits StockModel(units).
+func AssertLinearizable(t testing.TB, units int, history []porcupine.Operation) {
+	t.Helper()
+	assert.Equal(t, porcupine.Ok, Linearizable(units, history),
+		"the history of %d attempts is not linearizable against one product's stock", len(history))
+}
