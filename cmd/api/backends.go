@@ -20,14 +20,14 @@ import (
 // openStore opens MySQL when a DSN is configured, else the embedded SQLite file, and says which.
 func openStore(ctx context.Context, cfg *config, stdout io.Writer) (*stock.Store, error) {
 	if cfg.MySQLDSN != "" {
-		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.Service.LockWait})
+		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.Service.LockWait, IdleTx: cfg.DBIdleTx})
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintln(stdout, "database: MySQL/MariaDB (SECKILL_MYSQL_DSN)")
 		return store, nil
 	}
-	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.Service.LockWait})
+	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.Service.LockWait, IdleTx: cfg.DBIdleTx})
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ type config struct {
 	Addr            string
 	MySQLDSN        string
 	DBMaxConns      int
+	DBIdleTx        time.Duration
 	RedisAddrs      []string
 	EtcdEndpoints   []string
 	AdminToken      string
@@ -56,6 +57,8 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.StringVar(&sc.Strategy, "strategy", d.Strategy, "default strategy")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "MySQL/MariaDB DSN; empty: the embedded SQLite store in the data dir")
 	fs.IntVar(&c.DBMaxConns, "db-max-conns", 32, "connection pool size of this instance (MySQL: mind max_connections across replicas)")
+	fs.DurationVar(&c.DBIdleTx, "db-idle-tx", 2*time.Second,
+		"MySQL/MariaDB: the server ends a transaction of this instance idle this long (a frozen holder's row lock); whole seconds")
 	fs.Var((*list)(&c.RedisAddrs), "redis-addrs",
 		"comma-separated Redis host:port; several = independent instances locked by quorum (Redlock); empty: an embedded Redis")
 	fs.Var((*list)(&c.EtcdEndpoints), "etcd-endpoints", "comma-separated etcd client URLs; empty: an etcd server embedded in the process")
@@ -63,7 +66,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.StringVar(&c.DataDir, "data-dir", "./.seckill", "where embedded backends keep their files")
 	fs.BoolVar(&sc.AllowUnsafe, "allow-unsafe", d.AllowUnsafe, "allow the naive strategy")
 	fs.BoolVar(&sc.StrategyOverride, "strategy-override", d.StrategyOverride, "allow the per-request strategy field")
-	fs.DurationVar(&sc.LockTTL, "lock-ttl", d.LockTTL, "lock expiry: how soon a crashed holder's lock is free again")
+	fs.DurationVar(&sc.LockTTL, "lock-ttl", d.LockTTL, "lock expiry, extended while held: how soon a stopped holder's lock is free again")
 	fs.DurationVar(&sc.LockWait, "lock-wait", d.LockWait, "how long an order waits for a lock before answering busy")
 	fs.DurationVar(&sc.LockExtend, "lock-extend", d.LockExtend, "how often a watchdog extends a held lock; 0: a third of the lock TTL")
 	fs.DurationVar(&sc.LockPoll, "lock-poll", d.LockPoll, "how often a waiter tries a taken Redis lock between release messages; 0: every 1-5 ms, jittered")
@@ -121,8 +124,11 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	if c.DBMaxConns < 1 {
 		return nil, errors.New("db-max-conns must be at least 1")
 	}
-	if sc.LockTTL <= 0 || sc.LockWait <= 0 || c.ShutdownTimeout <= 0 || sc.SlowHold <= 0 || sc.ReservationLease <= 0 {
-		return nil, errors.New("durations must be positive")
+	if sc.LockTTL <= 0 || sc.LockWait <= 0 || c.ShutdownTimeout <= 0 || sc.SlowHold <= 0 || sc.ReservationLease <= 0 || c.DBIdleTx < time.Second {
+		return nil, errors.New("durations must be positive (db-idle-tx at least 1s)")
+	}
+	if sc.LockExtend >= sc.LockTTL {
+		return nil, errors.New("lock-extend must be shorter than lock-ttl, or the lock expires between extensions")
 	}
 	if sc.NaivePause < 0 || sc.LockExtend < 0 || sc.LockPoll < 0 {
 		return nil, errors.New("durations must not be negative")

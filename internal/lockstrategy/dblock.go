@@ -18,8 +18,8 @@ import (
 // slow: every waiter polls the database, and every acquisition is a write.
 //
 // The lock alone is not trusted: a holder paused past the TTL loses the lock to a reclaimer
-// while still running. So the critical section is the version-guarded write, which fails
-// harmlessly for a stale holder.
+// while still running (its watchdog is paused too). So the critical section is the
+// version-guarded write, which fails harmlessly for a stale holder.
 type DBLock struct {
 	store   *stock.Store
 	opts    DBLockOptions
@@ -33,7 +33,7 @@ const maxPoll = 4 * time.Millisecond
 
 // DBLockOptions tune the lock-table lock.
 type DBLockOptions struct {
-	TTL      time.Duration // after this a crashed holder's lock may be reclaimed
+	TTL      time.Duration // after this a stopped holder's lock may be reclaimed; extended every TTL/3 while held
 	Wait     time.Duration // how long a section polls for the lock before answering busy
 	Attempts int           // version-guarded writes tried under the lock before answering busy
 	Instance string        // names this instance in the holder column, for operators
@@ -59,21 +59,9 @@ func (d *DBLock) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 }
 
 // section is the critical section: the orders it takes are placed under one acquisition of the
-// lock-table lock, with one version-guarded write.
+// lock-table lock, with one version-guarded write; a watchdog extends the lock's expiry while
+// the section runs, so the expiry can be short and a stopped holder's lock is free soon.
 func (d *DBLock) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
-	var placed []stock.Placed
-	err := d.locked(ctx, sku, func() error {
-		placed = placeVersioned(ctx, d.store, take(), d.opts.Attempts, d.metrics, d.Name(), d.opts.Hooks)
-		return nil
-	})
-	if err != nil {
-		return failAll(len(take()), err)
-	}
-	return placed
-}
-
-// locked runs section while holding sku's lock-table lock.
-func (d *DBLock) locked(ctx context.Context, sku string, section func() error) error {
 	key := "products/" + sku
 	// A holder id unique per acquisition: release deletes only this id's row, so an instance can
 	// never release a lock that another of its own requests (or a successor) holds.
@@ -83,12 +71,22 @@ func (d *DBLock) locked(ctx context.Context, sku string, section func() error) e
 	// give them a whole interval.
 	d.turns.wait(ctx, key, maxPoll+rand.N(maxPoll/2))
 	if err := d.acquire(ctx, key, holder); err != nil {
-		return err
+		return failAll(len(take()), err)
 	}
 	locked := time.Now()
 	d.metrics.waited(d.Name(), locked.Sub(start))
-	defer d.release(ctx, key, holder, locked)
-	return section()
+	section, stop := d.metrics.watchdog(ctx, d.Name(), key, d.opts.TTL/3, func(ctx context.Context) error {
+		ok, err := d.store.ExtendLock(ctx, key, holder, d.opts.TTL)
+		if err == nil && !ok {
+			err = errors.New("the lock row expired or belongs to another holder")
+		}
+		return err
+	})
+	placed := placeVersioned(section, d.store, take(), d.opts.Attempts, d.metrics, d.Name(), d.opts.Hooks)
+	stop()
+	d.release(ctx, key, holder, locked)
+	abandoned(section, key, placed)
+	return placed
 }
 
 // acquire tries TryLock, then polls with capped, jittered exponential backoff until the wait

@@ -46,7 +46,7 @@ type Hybrid struct {
 
 // HybridOptions tune the hybrid strategy.
 type HybridOptions struct {
-	TTL      time.Duration // redsync lock expiry
+	TTL      time.Duration // redsync lock expiry: short, since the watchdog extends it while held
 	Wait     time.Duration // how long a section waits for the lock before answering busy
 	Extend   time.Duration // watchdog period; default TTL/3
 	Attempts int           // version-guarded writes tried before answering busy
@@ -123,7 +123,12 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 	}
 	locked := time.Now()
 	h.metrics.waited(h.Name(), locked.Sub(start))
-	section, stop := h.watchdog(ctx, m, key)
+	section, stop := h.metrics.watchdog(ctx, h.Name(), key, h.opts.Extend, func(ctx context.Context) error {
+		if ok, err := m.ExtendContext(ctx); !ok {
+			return fmt.Errorf("redsync extend: %v", err)
+		}
+		return nil
+	})
 	reqs := take()
 	placed := placeVersioned(section, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
 	stop()
@@ -131,13 +136,7 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 	h.turns.done(key)
 	// Outside the lock: the written orders' reservations end, their units stay sold.
 	h.admission.Settle(ctx, sku, reqs, placed)
-	if errors.Is(context.Cause(section), errLockLost) {
-		for i := range placed {
-			if placed[i].Err != nil && !errors.Is(placed[i].Err, stock.ErrSoldOut) {
-				placed[i].Err = fmt.Errorf("lock %s lost mid-section, section abandoned: %w", key, stock.ErrBusy)
-			}
-		}
-	}
+	abandoned(section, key, placed)
 	return placed
 }
 
@@ -221,45 +220,6 @@ func collect(err error, out *[]error) {
 		}
 	} else if errors.As(err, &redisErr) {
 		*out = append(*out, redisErr.Err)
-	}
-}
-
-// errLockLost is the cause given to a critical section whose lock could not be extended.
-var errLockLost = errors.New("lock lost")
-
-// watchdog extends the lock every opts.Extend while the section runs. redsync has no watchdog
-// of its own. If an extension fails, the lock may already belong to someone else, so the section
-// is cancelled: a section that has not written yet abandons its write, and one that is writing
-// is stopped by the version guard if another holder has written since. stop must be called
-// before the mutex is used again (it is not safe for concurrent use).
-func (h *Hybrid) watchdog(ctx context.Context, m *redsync.Mutex, key string) (section context.Context, stop func()) {
-	section, cancel := context.WithCancelCause(ctx)
-	done, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(h.opts.Extend)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				extendCtx, cancelExtend := context.WithTimeout(context.WithoutCancel(ctx), h.opts.Extend)
-				ok, err := m.ExtendContext(extendCtx)
-				cancelExtend()
-				if !ok {
-					h.metrics.log.Warn("lock extension failed; abandoning the critical section", "key", key, "err", err)
-					cancel(fmt.Errorf("%w: extend: %v", errLockLost, err))
-					return
-				}
-				h.metrics.extended(h.Name())
-			}
-		}
-	}()
-	return section, func() {
-		close(done)
-		<-exited
-		cancel(nil)
 	}
 }
 

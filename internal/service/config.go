@@ -25,7 +25,7 @@ type Config struct {
 	Strategy         string        // the default strategy
 	StrategyOverride bool          // the per-request strategy field is honoured
 	AllowUnsafe      bool          // the unsafe strategies (naive) may be used
-	LockTTL          time.Duration // lock expiry: redsync, the etcd lease (whole seconds), the lock table
+	LockTTL          time.Duration // lock expiry (redsync, the etcd lease in whole seconds, the lock table), extended while held
 	LockWait         time.Duration // how long a section waits for its lock before answering busy
 	LockExtend       time.Duration // how often a watchdog extends a held Redis lock; 0: a third of LockTTL
 	LockPoll         time.Duration // how often a waiter tries a taken Redis lock between release messages; 0: 1-5 ms, jittered
@@ -44,7 +44,7 @@ func Defaults() Config {
 	return Config{
 		Strategy:         "hybrid",
 		StrategyOverride: true,
-		LockTTL:          10 * time.Second,
+		LockTTL:          2 * time.Second,
 		LockWait:         2 * time.Second,
 		GroupCommit:      64,
 		ReservationLease: 10 * time.Second,

@@ -35,6 +35,19 @@ func (s *Store) TryLock(ctx context.Context, name, holder string, ttl time.Durat
 	return res.RowsAffected == 1, nil
 }
 
+// ExtendLock pushes the named lock's expiry to now + ttl if holder still holds it and it has not
+// expired, and reports whether it did. An expired lock is never revived, even while nobody has
+// reclaimed it yet: its holder must assume another has it (a reclaimer may be on its way).
+func (s *Store) ExtendLock(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	expiry, now, ttlArg := s.lockClock(ttl)
+	res := s.db.WithContext(ctx).Exec("UPDATE distributed_locks SET expire_at = "+expiry+
+		" WHERE lock_name = ? AND holder = ? AND expire_at >= "+now, ttlArg, name, holder)
+	if err := classify(res.Error); err != nil {
+		return false, fmt.Errorf("extend lock %s: %w", name, err)
+	}
+	return res.RowsAffected == 1, nil
+}
+
 // LockTaken reports whether the named lock is held and unexpired, with a plain read: no row
 // lock, no write. Waiters poll with it and try TryLock only when the lock looks free, because
 // every failed INSERT and reclaim UPDATE takes locks on the row that the holder's release then

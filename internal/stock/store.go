@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -52,6 +54,17 @@ type Store struct {
 type Options struct {
 	MaxOpenConns int           // default 32
 	LockWait     time.Duration // how long the pessimistic section waits for the row lock (MySQL: whole seconds, at least 1); default 2s
+	// IdleTx bounds how long the server keeps a transaction of this store open while it waits
+	// for the client (MySQL: whole seconds, at least 1); default 2s. See boundIdleTransactions.
+	IdleTx time.Duration
+}
+
+// idleTxSeconds is IdleTx in whole seconds, as the server variables take it.
+func (o Options) idleTxSeconds() int {
+	if o.IdleTx <= 0 {
+		return 2
+	}
+	return max(1, int(math.Ceil(o.IdleTx.Seconds())))
 }
 
 // lockWaitSeconds is LockWait as innodb_lock_wait_timeout takes it.
@@ -92,6 +105,10 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// section is a handful of statements under a lock. Client-side interpolation is safe with
 	// the driver's utf8mb4 (it is refused only for multibyte charsets like GBK or SJIS).
 	cfg.InterpolateParams = true
+	maxIdle, err := boundIdleTransactions(ctx, cfg, opts.idleTxSeconds())
+	if err != nil {
+		return nil, err
+	}
 	db, err := gorm.Open(gormmysql.Open(cfg.FormatDSN()), gormConfig())
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)
@@ -103,6 +120,7 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	sqlDB.SetMaxOpenConns(opts.maxOpen())
 	sqlDB.SetMaxIdleConns(opts.maxOpen())
 	sqlDB.SetConnMaxLifetime(5 * time.Minute)
+	sqlDB.SetConnMaxIdleTime(maxIdle)
 	// A waiting section holds one connection per hot SKU and instance: a few are plenty.
 	queueCfg := cfg.Clone()
 	if queueCfg.Params == nil {
@@ -121,12 +139,44 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	queueDB.SetMaxOpenConns(max(2, opts.maxOpen()/4))
 	queueDB.SetMaxIdleConns(2)
 	queueDB.SetConnMaxLifetime(5 * time.Minute)
+	queueDB.SetConnMaxIdleTime(maxIdle)
 	s := &Store{db: db, dialect: MySQL, queue: queue}
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// boundIdleTransactions has the server end any transaction of this store's sessions that has
+// waited for its client longer than seconds, by setting a session variable on every connection
+// (cfg.Params). That is what keeps one stopped instance — a GC pause, a frozen VM, SIGSTOP —
+// from freezing the sale: mid-transaction it holds the product's row lock, and without a bound
+// every other instance would wait for it until it wakes. MariaDB has the very variable,
+// idle_transaction_timeout: the connection is closed and the transaction rolled back, so the
+// holder's late COMMIT fails instead of landing. MySQL 8 has none; there the session's
+// wait_timeout does it for a connection idle in or out of a transaction, so the pool must not
+// keep an idle connection that long (the returned idle bound). Transactions here never wait
+// for anything but the database between statements, so a live holder is never cut off.
+func boundIdleTransactions(ctx context.Context, cfg *mysql.Config, seconds int) (maxIdle time.Duration, err error) {
+	probe, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return 0, fmt.Errorf("open mysql: %w", err)
+	}
+	defer probe.Close()
+	var version string
+	if err := probe.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return 0, fmt.Errorf("mysql version: %w", classify(err))
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	if strings.Contains(version, "MariaDB") {
+		cfg.Params["idle_transaction_timeout"] = strconv.Itoa(seconds)
+		return 0, nil
+	}
+	cfg.Params["wait_timeout"] = strconv.Itoa(seconds)
+	return time.Duration(seconds) * time.Second / 2, nil
 }
 
 // OpenSQLite opens (creating if needed) the embedded SQLite database file at path.

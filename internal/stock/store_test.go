@@ -178,6 +178,42 @@ func TestIdempotencyKeyIsUnique(t *testing.T) {
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
 }
 
+// TestIdleTransactionReleasesRow stops a holder in the middle of its transaction, with the
+// product row locked, as a frozen process would (its take blocks): the server ends the idle
+// transaction after the store's bound, another store's write goes through, and the frozen
+// holder's write never lands.
+func TestIdleTransactionReleasesRow(t *testing.T) {
+	if backendtest.Dialect(t) != stock.MySQL {
+		if backendtest.Required() {
+			t.Fatal("this test needs MariaDB")
+		}
+		t.Skip("the embedded store has no idle-transaction bound (one process, one writer)")
+	}
+	ctx := context.Background()
+	holder, other := backendtest.Store(t), backendtest.Store(t)
+	sku := newProduct(t, holder, 5, 1)
+	frozen, wake := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := holder.PlaceLocked(ctx, sku, func() []stock.OrderRequest {
+			close(frozen)
+			<-wake
+			return []stock.OrderRequest{order(sku, "frozen")}
+		})
+		done <- err
+	}()
+	<-frozen
+	start := time.Now()
+	o, err := placeAt(t, other, order(sku, "other"))
+	require.NoError(t, err, "the row was freed")
+	waited := time.Since(start)
+	t.Logf("the row held by a frozen transaction was free after %s", waited.Round(10*time.Millisecond))
+	assert.Less(t, waited, 4*time.Second, "within the bound (2s) and a margin")
+	close(wake)
+	assert.ErrorIs(t, <-done, stock.ErrUnavailable, "the frozen holder's transaction was ended: its write fails")
+	backendtest.RequireInvariant(t, holder, sku, []stock.Order{o})
+}
+
 // TestRowLockWaitBounded holds the product row (or, on SQLite, the write lock) from another
 // client and checks that the pessimistic critical section answers busy once its lock wait has
 // run out (SQLite: at once) instead of waiting for the row without end, taking no orders.
@@ -245,6 +281,12 @@ func TestLockTable(t *testing.T) {
 	assert.False(t, released, "only the holder releases")
 	took, _ = s.TryLock(ctx, name, "h2", time.Minute)
 	assert.False(t, took, "a stranger's unlock left the lock in place")
+	extended, err := s.ExtendLock(ctx, name, "h1", time.Minute)
+	require.NoError(t, err)
+	assert.True(t, extended, "the holder extends its lock")
+	extended, err = s.ExtendLock(ctx, name, "h2", time.Minute)
+	require.NoError(t, err)
+	assert.False(t, extended, "a stranger cannot")
 	released, err = s.Unlock(ctx, name, "h1")
 	require.NoError(t, err)
 	assert.True(t, released)
@@ -261,6 +303,8 @@ func TestLockTable(t *testing.T) {
 	assert.True(t, took, "an expired lock is reclaimed")
 	released, _ = s.Unlock(ctx, name, "h1")
 	assert.False(t, released, "the expired holder cannot release its successor's lock")
+	extended, _ = s.ExtendLock(ctx, name, "h1", time.Minute)
+	assert.False(t, extended, "nor extend it")
 	released, _ = s.Unlock(ctx, name, "h2")
 	assert.True(t, released)
 }
