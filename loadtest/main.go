@@ -475,6 +475,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		}
 		sku := o.sku + "-" + name + rr.pass.suffix + suffix
 		rr.peaks.begin()
+		lostBefore, lostErr := rr.locksLost(ctx)
 		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock); err != nil {
 			return nil, nil, err
 		}
@@ -497,6 +498,12 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 				}
 			}
 		}
+		if lost, err := rr.locksLost(ctx); err == nil && lostErr == nil {
+			// A lock that expired under a live holder (a stall longer than the TTL, its watchdog
+			// late): what a short TTL costs. Informational, like memory.
+			n := int(lost - lostBefore)
+			r.LocksLost = &n
+		}
 		if len(rr.peaks.pids) > 0 {
 			// Memory is informational: a process that cannot be read leaves the cell blank and
 			// says why in the log, but never costs the run its verdicts.
@@ -511,6 +518,19 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		fmt.Fprintf(rr.log, "loadtest: %s: %v; %s\n", row, r.Outcomes, r.verdictText())
 	}
 	return reports, sales, nil
+}
+
+// locksLost sums seckill_lock_lost_total over the targets.
+func (rr roundRunner) locksLost(ctx context.Context) (float64, error) {
+	var total float64
+	for _, t := range rr.targets {
+		s, err := sampleMetrics(ctx, rr.client, t)
+		if err != nil {
+			return 0, err
+		}
+		total += s.LocksLost
+	}
+	return total, nil
 }
 
 // bareSlices is how many times a sold-out phase alternates with the bare handler's.

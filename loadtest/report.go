@@ -19,7 +19,7 @@ import (
 var families = map[string]string{
 	"hybrid":      "Redis lock + admission, DB version check",
 	"etcd":        "etcd lease + fencing token",
-	"pessimistic": "DB row lock (FOR UPDATE NOWAIT)",
+	"pessimistic": "DB row lock (FOR UPDATE, bounded wait)",
 	"dblock":      "DB lock table",
 	"naive":       "none (unsafe on purpose)",
 }
@@ -33,6 +33,7 @@ type report struct {
 	Attempts          int            `json:"attempts"`
 	Outcomes          map[string]int `json:"outcomes"`
 	BusyAnswers       int            `json:"busy_answers"`
+	LocksLost         *int           `json:"locks_lost,omitempty"` // by live holders across the instances (seckill_lock_lost_total), over this row's phases
 	OrdersPerSecond   float64        `json:"orders_per_second"`
 	VsBaseline        float64        `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
 	Selling           phase          `json:"selling"`
@@ -128,13 +129,13 @@ type table struct {
 // sold-out phase beside the bare handler and the targets of the performance issue.
 func tables(reports []report) []table {
 	comparison := table{Head: []string{"strategy", "lock", "orders", "orders/s (selling)", "vs baseline", "p50 / p99 ms (selling)",
-		"busy answers", "tail sold-out req/s", "tail sold-out p99 ms", "peak RSS MB", "oversold", "verdict"}}
+		"busy answers", "locks lost", "tail sold-out req/s", "tail sold-out p99 ms", "peak RSS MB", "oversold", "verdict"}}
 	for _, r := range reports {
 		switch {
 		case r.Strategy == bareRow:
 			continue
 		case r.Skipped != "":
-			comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, "", "", "", "", "", "", "", "", "", r.verdictText()})
+			comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, "", "", "", "", "", "", "", "", "", "", r.verdictText()})
 			continue
 		}
 		busy := 0.0
@@ -146,7 +147,7 @@ func tables(reports []report) []table {
 			vs = fmt.Sprintf("%.2fx", r.VsBaseline)
 		}
 		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.Outcomes[outcomeOK]), fmt.Sprintf("%.0f", r.OrdersPerSecond), vs,
-			ms(r.Selling.P50) + " / " + ms(r.Selling.P99), fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy),
+			ms(r.Selling.P50) + " / " + ms(r.Selling.P99), fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy), r.locksLostText(),
 			fmt.Sprintf("%.0f", r.SoldOut.Throughput), ms(r.SoldOut.P99), r.rssText(), fmt.Sprint(r.Verdict.Oversold), r.verdictText()})
 	}
 	out := []table{comparison}
@@ -157,6 +158,14 @@ func tables(reports []report) []table {
 		out = append(out, t)
 	}
 	return out
+}
+
+// locksLostText is the locks-lost cell: blank when not measured.
+func (r report) locksLostText() string {
+	if r.LocksLost == nil {
+		return ""
+	}
+	return fmt.Sprint(*r.LocksLost)
 }
 
 // rssText is the peak RSS cell: blank when not measured.

@@ -33,7 +33,8 @@ const maxPoll = 4 * time.Millisecond
 
 // DBLockOptions tune the lock-table lock.
 type DBLockOptions struct {
-	TTL      time.Duration // after this a stopped holder's lock may be reclaimed; extended every TTL/3 while held
+	TTL      time.Duration // after this a stopped holder's lock may be reclaimed; extended while held
+	Extend   time.Duration // watchdog period; default TTL/3
 	Wait     time.Duration // how long a section polls for the lock before answering busy
 	Attempts int           // version-guarded writes tried under the lock before answering busy
 	Instance string        // names this instance in the holder column, for operators
@@ -45,6 +46,9 @@ type DBLockOptions struct {
 
 // NewDBLock returns the lock-table strategy.
 func NewDBLock(store *stock.Store, opts DBLockOptions, metrics *LockMetrics) *DBLock {
+	if opts.Extend <= 0 {
+		opts.Extend = opts.TTL / 3
+	}
 	d := &DBLock{store: store, opts: opts, metrics: metrics, turns: newTurns()}
 	d.batch = newBatcher(d.Name(), opts.Batch, opts.Wait, metrics, d.section)
 	return d
@@ -75,7 +79,7 @@ func (d *DBLock) section(ctx context.Context, sku string, take func() []stock.Or
 	}
 	locked := time.Now()
 	d.metrics.waited(d.Name(), locked.Sub(start))
-	section, stop := d.metrics.watchdog(ctx, d.Name(), key, d.opts.TTL/3, func(ctx context.Context) error {
+	section, stop := d.metrics.watchdog(ctx, d.Name(), key, d.opts.Extend, func(ctx context.Context) error {
 		ok, err := d.store.ExtendLock(ctx, key, holder, d.opts.TTL)
 		if err == nil && !ok {
 			err = errors.New("the lock row expired or belongs to another holder")

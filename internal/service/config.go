@@ -27,7 +27,7 @@ type Config struct {
 	AllowUnsafe      bool          // the unsafe strategies (naive) may be used
 	LockTTL          time.Duration // lock expiry (redsync, the etcd lease in whole seconds, the lock table), extended while held
 	LockWait         time.Duration // how long a section waits for its lock before answering busy
-	LockExtend       time.Duration // how often a watchdog extends a held Redis lock; 0: a third of LockTTL
+	LockExtend       time.Duration // how often a watchdog extends a held lock (Redis, lock table); 0: a third of LockTTL
 	LockPoll         time.Duration // how often a waiter tries a taken Redis lock between release messages; 0: 1-5 ms, jittered
 	GroupCommit      int           // orders of a SKU one critical section may place; 1 (or 0): one per section
 	ReservationLease time.Duration // how long a Redis admission reservation holds its units for an order not yet written
@@ -132,7 +132,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
 	}, metrics), false)
 	s.register(lockstrategy.NewDBLock(b.Store, lockstrategy.DBLockOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait, Attempts: versionAttempts, Instance: cfg.Instance,
+		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Wait: cfg.LockWait, Attempts: versionAttempts, Instance: cfg.Instance,
 		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
 	}, metrics), false)
 	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, cfg.GroupCommit, metrics), true)
