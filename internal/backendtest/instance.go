@@ -1,8 +1,12 @@
 package backendtest
 
 import (
+	"context"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -57,4 +61,25 @@ func NewInstance(t testing.TB, cfg service.Config, w Wiring) Instance {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Close() })
 	return Instance{Service: svc, Store: w.Store, Metrics: reg}
+}
+
+// HoldSection returns hooks that hold open, for d, the first critical section placing an order
+// of user — as a holder paused inside it would (GC, a frozen VM) — and a channel closed once
+// that section is inside, its lock held and the product read. The hold ends early if the
+// section's context ends (its lock was lost).
+func HoldSection(user string, d time.Duration) (lockstrategy.Hooks, <-chan struct{}) {
+	var once sync.Once
+	inside := make(chan struct{})
+	return lockstrategy.Hooks{InSection: func(ctx context.Context, orders []stock.OrderRequest) {
+		if !slices.ContainsFunc(orders, func(r stock.OrderRequest) bool { return r.UserID == user }) {
+			return
+		}
+		once.Do(func() {
+			close(inside)
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		})
+	}}, inside
 }

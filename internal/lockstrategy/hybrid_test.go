@@ -3,7 +3,6 @@ package lockstrategy_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/backendtest"
-	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -105,32 +103,13 @@ func TestHybridGiveBack(t *testing.T) {
 	assert.EqualValues(t, 3, a.Orders)
 }
 
-// pauseFirst returns hooks that hold the first section placing user's order open for d, and a
-// channel closed when that section has read the product.
-func pauseFirst(user string, d time.Duration) (lockstrategy.Hooks, <-chan struct{}) {
-	var once sync.Once
-	read := make(chan struct{})
-	return lockstrategy.Hooks{InSection: func(ctx context.Context, orders []stock.OrderRequest) {
-		if !slices.ContainsFunc(orders, func(r stock.OrderRequest) bool { return r.UserID == user }) {
-			return
-		}
-		once.Do(func() {
-			close(read)
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-			}
-		})
-	}}, read
-}
-
 // TestHybridLockExpiry holds a critical section past the lock's TTL with its watchdog unable to
 // help (as when the whole holder is paused: GC, VM steal, SIGSTOP). Another instance takes the
 // expired lock and sells. The paused writer then writes with its stale version, matches no row,
 // retries with a fresh read — and nothing is oversold.
 func TestHybridLockExpiry(t *testing.T) {
 	s, sku := onSale(t, 3)
-	hook, read := pauseFirst("slow", time.Second)
+	hook, read := backendtest.HoldSection("slow", time.Second)
 	cfg := config("hybrid")
 	cfg.LockTTL = 300 * time.Millisecond
 	other := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
@@ -170,7 +149,7 @@ func TestHybridLockExpiry(t *testing.T) {
 // it has read the product; read is closed then.
 func pausedHolder(t *testing.T, d time.Duration) (backendtest.Instance, <-chan struct{}) {
 	t.Helper()
-	hook, read := pauseFirst("holder", d)
+	hook, read := backendtest.HoldSection("holder", d)
 	cfg := config("hybrid")
 	cfg.Hooks = hook
 	return backendtest.NewInstance(t, cfg, backendtest.Wiring{}), read
@@ -239,7 +218,7 @@ func TestBatchTakenAtGrant(t *testing.T) {
 // is extended, nobody else gets in meanwhile, and nothing is lost.
 func TestHybridWatchdogKeepsLock(t *testing.T) {
 	s, sku := onSale(t, 3)
-	hook, read := pauseFirst("slow", 2500*time.Millisecond)
+	hook, read := backendtest.HoldSection("slow", 2500*time.Millisecond)
 	cfg := config("hybrid")
 	cfg.LockTTL = time.Second
 	cfg.LockWait = 1500 * time.Millisecond
@@ -271,7 +250,7 @@ func TestHybridLockLostAbandonsSection(t *testing.T) {
 	ctx := context.Background()
 	s, sku := onSale(t, 3)
 	rdb := backendtest.Redis(t)
-	hook, read := pauseFirst("slow", 5*time.Second)
+	hook, read := backendtest.HoldSection("slow", 5*time.Second)
 	cfg := config("hybrid")
 	cfg.LockTTL = time.Second
 	cfg.LockExtend = 100 * time.Millisecond

@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -10,30 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/backendtest"
-	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
-
-// holdingSection returns hooks that hold the first section placing an order of user open for d,
-// and a channel closed when that section is inside.
-func holdingSection(user string, d time.Duration) (lockstrategy.Hooks, <-chan struct{}) {
-	var once sync.Once
-	inside := make(chan struct{})
-	return lockstrategy.Hooks{InSection: func(ctx context.Context, orders []stock.OrderRequest) {
-		for _, o := range orders {
-			if o.UserID == user {
-				once.Do(func() {
-					close(inside)
-					select {
-					case <-time.After(d):
-					case <-ctx.Done():
-					}
-				})
-			}
-		}
-	}}, inside
-}
 
 // TestInFlightRepeat: while an order is inside its critical section on one instance, the same
 // request (same Idempotency-Key, same body) on another instance is neither told
@@ -52,7 +30,7 @@ func TestInFlightRepeat(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			cfg := service.Defaults()
-			hooks, inside := holdingSection("u1", tc.hold)
+			hooks, inside := backendtest.HoldSection("u1", tc.hold)
 			other := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
 			cfg.Hooks = hooks
 			holder := backendtest.NewInstance(t, cfg, backendtest.Wiring{})

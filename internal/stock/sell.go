@@ -60,15 +60,8 @@ func (s *Store) PlaceAt(ctx context.Context, reqs []OrderRequest, read Product) 
 // than its successor and gets a *FenceError, having written nothing; a product that moved under
 // the batch some other way answers ErrVersionConflict: read again and retry.
 func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, fence int64) ([]Placed, error) {
-	if len(reqs) == 0 {
-		return nil, nil
-	}
-	read, err := s.Product(ctx, reqs[0].SKU)
-	if err != nil {
-		return nil, err
-	}
-	a, err := allocate(s.db.WithContext(ctx), reqs, read)
-	if err != nil || len(a.rows) == 0 {
+	read, a, write, err := s.readAndAllocate(ctx, reqs)
+	if !write {
 		return a.out, err
 	}
 	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
@@ -158,15 +151,8 @@ func (s *Store) PlaceLocked(ctx context.Context, sku string, take func() []Order
 // sale. It is the one stock write in the project that is not conditional, and it exists so that
 // the tests and the load tool can show that their checks catch it.
 func (s *Store) PlaceUnguarded(ctx context.Context, reqs []OrderRequest, pause time.Duration) ([]Placed, error) {
-	if len(reqs) == 0 {
-		return nil, nil
-	}
-	read, err := s.Product(ctx, reqs[0].SKU)
-	if err != nil {
-		return nil, err
-	}
-	a, err := allocate(s.db.WithContext(ctx), reqs, read)
-	if err != nil || len(a.rows) == 0 {
+	read, a, write, err := s.readAndAllocate(ctx, reqs)
+	if !write {
 		return a.out, err
 	}
 	select {
@@ -186,6 +172,20 @@ func (s *Store) PlaceUnguarded(ctx context.Context, reqs []OrderRequest, pause t
 		return tx.Create(&a.rows).Error
 	})
 	return a.settle(read, err)
+}
+
+// readAndAllocate reads the product of reqs and decides the batch against it (allocate). write
+// is false when there is nothing to write — no orders, none that fits, or an error — and the
+// answers are then a.out and err.
+func (s *Store) readAndAllocate(ctx context.Context, reqs []OrderRequest) (read Product, a allocation, write bool, err error) {
+	if len(reqs) == 0 {
+		return read, a, false, nil
+	}
+	if read, err = s.Product(ctx, reqs[0].SKU); err != nil {
+		return read, a, false, err
+	}
+	a, err = allocate(s.db.WithContext(ctx), reqs, read)
+	return read, a, err == nil && len(a.rows) > 0, err
 }
 
 // sale is what selling units writes to the product row: fewer units, a new version (so that any
