@@ -994,23 +994,33 @@ func databaseRestart(t *testing.T, batch int) {
 	}
 }
 
-// settlingSales answers every order with the error of a request whose Idempotency-Key is held by
-// another request that has not settled yet (the unique key fired, but the winner is not visible).
-type settlingSales struct{ handler.Sales }
-
-func (settlingSales) Resolve(string) (string, error) { return "pessimistic", nil }
-
-func (settlingSales) PlaceOrder(context.Context, stock.OrderRequest) (stock.Order, bool, error) {
-	return stock.Order{}, false, fmt.Errorf("insert: %w", stock.ErrDuplicateRequest)
-}
-
-// TestKeyInFlight: that race is the client's to retry (429 busy), not a server error.
+// TestKeyInFlight: a repeat of a request whose original is still inside its section, on another
+// instance, is the client's to retry — 429 busy with Retry-After once the wait for the original
+// runs out, never already_purchased and never a 5xx — and once the original has settled, the
+// repeat answers it.
 func TestKeyInFlight(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	h, err := handler.New(handler.Config{Sales: settlingSales{}, Log: slog.New(slog.DiscardHandler), Registerer: reg, Gatherer: reg})
-	require.NoError(t, err)
-	s := &server{Handler: h}
-	rec := s.do(t, http.MethodPost, ordersPath("sku-1"), `{"user_id":"u-1"}`, header{"Idempotency-Key": "k"})
-	assertError(t, rec, http.StatusTooManyRequests, "busy")
-	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	hooks, inside := backendtest.HoldSection("u-1", 3*time.Second)
+	cfg := service.Defaults()
+	cfg.Hooks = hooks
+	holding := newServerOn(t, cfg, backendtest.Wiring{})
+	other := newServer(t)
+	sku := backendtest.SKU(t)
+	other.putProduct(t, sku, 5, 1)
+	key := header{"Idempotency-Key": sku + "/u-1"}
+
+	original := make(chan orderResponse, 1)
+	go func() {
+		rec := holding.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1"}`, key)
+		var o orderResponse
+		assert.Equal(t, http.StatusCreated, rec.Code, "body: %s", rec.Body)
+		assert.NoError(t, json.Unmarshal(rec.Body.Bytes(), &o))
+		original <- o
+	}()
+	<-inside
+	rec := other.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1"}`, key)
+	message := assertError(t, rec, http.StatusTooManyRequests, "busy")
+	assertRetryAfter(t, rec)
+	assert.Contains(t, message, "in flight")
+	o := <-original
+	assert.Equal(t, o.OrderID, other.order(t, sku, `{"user_id":"u-1"}`, key).OrderID, "the retry answers the original order")
 }
