@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -359,8 +360,9 @@ func (a *Admission) Settle(ctx context.Context, sku string, reqs []stock.OrderRe
 }
 
 // Sweep resolves sku's reservations whose lease ended more than a grace ago, and those this
-// instance has in doubt, as the database decides: an order exists — the reservation is settled;
-// none — its units and its buyer go back to admission. It returns the units returned. Any
+// instance has in doubt, as the database decides: an order was placed under it (whatever its
+// state now: one cancelled since gave its units back itself) — the reservation is settled; none —
+// its units and its buyer go back to admission. It returns the units returned. Any
 // instance may sweep any product at any time: each reservation is resolved once (lua/sweep.lua).
 func (a *Admission) Sweep(ctx context.Context, sku string) (int64, error) {
 	const batch = 500
@@ -376,18 +378,18 @@ func (a *Admission) Sweep(ctx context.Context, sku string) (int64, error) {
 	if len(candidates) == 0 {
 		return 0, nil
 	}
-	users := make([]string, 0, len(candidates))
-	for user := range candidates {
-		users = append(users, user)
+	ids := make([]string, 0, len(candidates))
+	for _, held := range candidates {
+		ids = append(ids, reservationOf(held))
 	}
-	placed, err := a.store.Holders(ctx, sku, users)
+	placed, err := a.store.Placed(ctx, ids)
 	if err != nil {
 		return 0, err
 	}
 	args := make([]any, 0, 3*len(candidates))
 	for user, held := range candidates {
 		flag := "0"
-		if placed[user] {
+		if placed[reservationOf(held)] {
 			flag = "1"
 		}
 		args = append(args, user, held, flag)
@@ -404,6 +406,12 @@ func (a *Admission) Sweep(ctx context.Context, sku string) (int64, error) {
 		a.log.Warn("reservations without an order returned to sale", "sku", sku, "units", units)
 	}
 	return units, nil
+}
+
+// reservationOf is the reservation id of a reservation as admit.lua stores it.
+func reservationOf(held string) string {
+	id, _, _ := strings.Cut(held, "|")
+	return id
 }
 
 // Recent lists the products this instance admitted orders for within the window: the ones its

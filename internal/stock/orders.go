@@ -6,33 +6,50 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"gorm.io/gorm"
 )
 
 // orderRow maps the orders table.
 type orderRow struct {
-	OrderID        string    `gorm:"column:order_id;primaryKey"`
-	SKU            string    `gorm:"column:sku"`
-	UserID         string    `gorm:"column:user_id"`
-	Quantity       int       `gorm:"column:quantity"`
-	Strategy       string    `gorm:"column:strategy"`
-	IdempotencyKey *string   `gorm:"column:idempotency_key"` // NULL when absent: NULLs never collide in the unique index
-	RequestHash    string    `gorm:"column:request_hash"`
-	CreatedAt      time.Time `gorm:"column:created_at"`
+	OrderID        string     `gorm:"column:order_id;primaryKey"`
+	SKU            string     `gorm:"column:sku"`
+	UserID         string     `gorm:"column:user_id"`
+	Quantity       int        `gorm:"column:quantity"`
+	Strategy       string     `gorm:"column:strategy"`
+	IdempotencyKey *string    `gorm:"column:idempotency_key"` // NULL when absent: NULLs never collide in the unique index
+	RequestHash    string     `gorm:"column:request_hash"`
+	CreatedAt      time.Time  `gorm:"column:created_at"`
+	Status         Status     `gorm:"column:status"`
+	ExpiresAt      *time.Time `gorm:"column:expires_at"`      // the payment deadline of a pending order
+	ReservationID  *string    `gorm:"column:reservation_id"`  // the admission reservation it was placed under
+	RestockPending bool       `gorm:"column:restock_pending"` // its units came back; Redis admission has not heard yet
 }
 
 func (orderRow) TableName() string { return "orders" }
 
-func (r orderRow) order() Order {
+// active is the condition of an order that holds its units.
+const active = "status IN ('pending', 'confirmed')"
+
+// order is the row as of now (the database's clock): a pending order past its deadline reads as
+// expired, though its units come back only when it is expired for real (ExpireDue).
+func (r orderRow) order(now time.Time) Order {
 	o := Order{OrderID: r.OrderID, SKU: r.SKU, UserID: r.UserID, Quantity: r.Quantity, Strategy: r.Strategy,
-		RequestHash: r.RequestHash, CreatedAt: r.CreatedAt.UTC()}
+		RequestHash: r.RequestHash, CreatedAt: r.CreatedAt.UTC(), Status: r.Status}
 	if r.IdempotencyKey != nil {
 		o.IdempotencyKey = *r.IdempotencyKey
+	}
+	if r.Status == Pending && r.ExpiresAt != nil {
+		o.ExpiresAt = r.ExpiresAt.UTC()
+		if !now.Before(o.ExpiresAt) {
+			o.Status, o.ExpiresAt = Expired, time.Time{}
+		}
 	}
 	return o
 }
 
-// newOrderRow is the row of a new order: a fresh ULID, the request's fingerprint, now.
-func newOrderRow(req OrderRequest) orderRow {
+// newOrderRow is the row of a new order: a fresh ULID, the request's fingerprint, now (the
+// database's clock) — and, with a payment timeout, pending until now + timeout.
+func newOrderRow(req OrderRequest, now time.Time, paymentTimeout time.Duration) orderRow {
 	row := orderRow{
 		OrderID:     ulid.Make().String(),
 		SKU:         req.SKU,
@@ -40,52 +57,90 @@ func newOrderRow(req OrderRequest) orderRow {
 		Quantity:    req.Quantity,
 		Strategy:    req.Strategy,
 		RequestHash: req.Fingerprint(),
-		CreatedAt:   time.Now().UTC().Truncate(time.Microsecond),
+		CreatedAt:   now,
+		Status:      Confirmed,
+	}
+	if paymentTimeout > 0 {
+		until := now.Add(paymentTimeout)
+		row.Status, row.ExpiresAt = Pending, &until
 	}
 	if req.IdempotencyKey != "" {
 		row.IdempotencyKey = &req.IdempotencyKey
 	}
+	if req.Reservation.ID != "" {
+		row.ReservationID = &req.Reservation.ID
+	}
 	return row
 }
 
-// Buyers lists the users holding an order for sku, to rebuild state kept outside the database.
+// Buyers lists the users holding an active order for sku, to rebuild state kept outside the
+// database.
 func (s *Store) Buyers(ctx context.Context, sku string) ([]string, error) {
 	var users []string
-	if err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Where("sku = ?", sku).Pluck("user_id", &users).Error); err != nil {
+	if err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Where("sku = ? AND "+active, sku).Pluck("user_id", &users).Error); err != nil {
 		return nil, fmt.Errorf("buyers of %s: %w", sku, err)
 	}
 	return users, nil
 }
 
-// Holders reports which of users hold an order for sku: the database's answer to whether a
-// reservation taken outside it became an order.
-func (s *Store) Holders(ctx context.Context, sku string, users []string) (map[string]bool, error) {
+// Placed reports which of the reservations ids became orders (in whatever state they are now):
+// the database's answer to whether a reservation taken outside it was written.
+func (s *Store) Placed(ctx context.Context, ids []string) (map[string]bool, error) {
 	var found []string
-	err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Where("sku = ? AND user_id IN ?", sku, users).Pluck("user_id", &found).Error)
+	err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Where("reservation_id IN ?", ids).Pluck("reservation_id", &found).Error)
 	if err != nil {
-		return nil, fmt.Errorf("holders of %s: %w", sku, err)
+		return nil, fmt.Errorf("orders of reservations: %w", err)
 	}
 	out := make(map[string]bool, len(found))
-	for _, u := range found {
-		out[u] = true
+	for _, id := range found {
+		out[id] = true
 	}
 	return out, nil
 }
 
-// Order reads one order by its id.
+// Order reads one order by its id, as of now.
 func (s *Store) Order(ctx context.Context, orderID string) (Order, error) {
 	return s.orderWhere(ctx, "order_id = ?", orderID)
 }
 
-// OrderByIdempotencyKey reads the order placed with this Idempotency-Key.
+// OrderByIdempotencyKey reads the order placed with this Idempotency-Key, as of now.
 func (s *Store) OrderByIdempotencyKey(ctx context.Context, key string) (Order, error) {
 	return s.orderWhere(ctx, "idempotency_key = ?", key)
 }
 
 func (s *Store) orderWhere(ctx context.Context, cond string, arg string) (Order, error) {
+	db := s.db.WithContext(ctx)
 	var row orderRow
-	if err := classify(s.db.WithContext(ctx).Where(cond, arg).Take(&row).Error); err != nil {
+	if err := classify(db.Where(cond, arg).Take(&row).Error); err != nil {
 		return Order{}, fmt.Errorf("order %s: %w", arg, err)
 	}
-	return row.order(), nil
+	now := time.Time{}
+	if row.Status == Pending {
+		var err error
+		if now, err = s.clock(db); err != nil {
+			return Order{}, err
+		}
+	}
+	return row.order(now), nil
+}
+
+// clock reads the database's clock: the one that decides when orders expire, whichever
+// instance asks, so that the instances' clocks never disagree about a deadline.
+func (s *Store) clock(db *gorm.DB) (time.Time, error) {
+	var now time.Time
+	if s.dialect == MySQL {
+		if err := classify(db.Raw("SELECT UTC_TIMESTAMP(6)").Scan(&now).Error); err != nil {
+			return time.Time{}, fmt.Errorf("database clock: %w", err)
+		}
+		return now.UTC(), nil
+	}
+	var text string
+	if err := classify(db.Raw("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").Scan(&text).Error); err != nil {
+		return time.Time{}, fmt.Errorf("database clock: %w", err)
+	}
+	now, err := time.ParseInLocation("2006-01-02 15:04:05.000", text, time.UTC)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("database clock %q: %w", text, err)
+	}
+	return now, nil
 }

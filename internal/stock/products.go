@@ -11,32 +11,54 @@ import (
 
 // productRow maps the products table.
 type productRow struct {
-	SKU          string `gorm:"column:sku;primaryKey"`
-	Name         string `gorm:"column:name"`
-	InitialStock int64  `gorm:"column:initial_stock"`
-	Stock        int64  `gorm:"column:stock"`
-	Version      int64  `gorm:"column:version"`
-	MaxPerOrder  int    `gorm:"column:max_per_order"`
-	Fence        int64  `gorm:"column:fence"`
+	SKU             string     `gorm:"column:sku;primaryKey"`
+	Name            string     `gorm:"column:name"`
+	InitialStock    int64      `gorm:"column:initial_stock"`
+	Stock           int64      `gorm:"column:stock"`
+	Version         int64      `gorm:"column:version"`
+	MaxPerOrder     int        `gorm:"column:max_per_order"`
+	Fence           int64      `gorm:"column:fence"`
+	StartsAt        *time.Time `gorm:"column:starts_at"`
+	EndsAt          *time.Time `gorm:"column:ends_at"`
+	PaymentTimeoutS int        `gorm:"column:payment_timeout_s"`
 }
 
 func (productRow) TableName() string { return "products" }
 
 func (r productRow) product() Product {
-	return Product{SKU: r.SKU, Name: r.Name, InitialStock: r.InitialStock, Stock: r.Stock, Version: r.Version,
-		MaxPerOrder: r.MaxPerOrder, Fence: r.Fence}
+	p := Product{SKU: r.SKU, Name: r.Name, InitialStock: r.InitialStock, Stock: r.Stock, Version: r.Version,
+		MaxPerOrder: r.MaxPerOrder, Fence: r.Fence, PaymentTimeout: time.Duration(r.PaymentTimeoutS) * time.Second}
+	if r.StartsAt != nil {
+		p.Window.Starts = r.StartsAt.UTC()
+	}
+	if r.EndsAt != nil {
+		p.Window.Ends = r.EndsAt.UTC()
+	}
+	return p
 }
 
 // ProductSpec is what an admin sets when starting a sale round.
 type ProductSpec struct {
-	SKU         string
-	Name        string
-	Stock       int64
-	MaxPerOrder int
+	SKU            string
+	Name           string
+	Stock          int64
+	MaxPerOrder    int
+	Window         Window
+	PaymentTimeout time.Duration // whole seconds
+}
+
+// column is t as a nullable column: nil when t is zero.
+func column(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC().Truncate(time.Microsecond)
+	return &u
 }
 
 // PutProduct starts a sale round: it creates the product, or resets an existing one in one
-// transaction — stock and initial stock set, the round's orders deleted, version bumped (never
+// transaction — stock, initial stock, window and payment timeout set, the round's orders (in
+// every state) deleted, version bumped (never
 // reset, so a writer holding a version from the old round cannot write into the new one), and
 // the fence set back to 0, so that a replaced etcd cluster (whose revisions start again at 1)
 // can always be recovered by a reset.
@@ -45,19 +67,23 @@ func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, erro
 	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
 		now := time.Now().UTC()
 		res := tx.Model(&productRow{}).Where("sku = ?", spec.SKU).Updates(map[string]any{
-			"name":          spec.Name,
-			"initial_stock": spec.Stock,
-			"stock":         spec.Stock,
-			"max_per_order": spec.MaxPerOrder,
-			"version":       gorm.Expr("version + 1"),
-			"fence":         0,
-			"updated_at":    now,
+			"name":              spec.Name,
+			"initial_stock":     spec.Stock,
+			"stock":             spec.Stock,
+			"max_per_order":     spec.MaxPerOrder,
+			"starts_at":         column(spec.Window.Starts),
+			"ends_at":           column(spec.Window.Ends),
+			"payment_timeout_s": int(spec.PaymentTimeout / time.Second),
+			"version":           gorm.Expr("version + 1"),
+			"fence":             0,
+			"updated_at":        now,
 		})
 		if res.Error != nil {
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
-			row := productRow{SKU: spec.SKU, Name: spec.Name, InitialStock: spec.Stock, Stock: spec.Stock, Version: 1, MaxPerOrder: spec.MaxPerOrder}
+			row := productRow{SKU: spec.SKU, Name: spec.Name, InitialStock: spec.Stock, Stock: spec.Stock, Version: 1, MaxPerOrder: spec.MaxPerOrder,
+				StartsAt: column(spec.Window.Starts), EndsAt: column(spec.Window.Ends), PaymentTimeoutS: int(spec.PaymentTimeout / time.Second)}
 			if err := tx.Create(&row).Error; err != nil {
 				return err
 			}
@@ -93,14 +119,18 @@ func (s *Store) DeleteProduct(ctx context.Context, sku string) error {
 }
 
 // Audit reads the product and the sums of its orders in one statement, so both come from the
-// same snapshot even while orders are being placed.
+// same snapshot even while orders are being placed: the active orders (pending or confirmed),
+// which hold the units the stock lacks, and the counts per state.
 func (s *Store) Audit(ctx context.Context, sku string) (Audit, error) {
 	var rows []Audit
 	err := s.db.WithContext(ctx).Raw(`
 		SELECT p.sku AS sku, p.initial_stock AS initial_stock, p.stock AS stock,
-		       COALESCE(SUM(o.quantity), 0) AS ordered_quantity,
-		       COUNT(o.order_id) AS orders,
-		       COUNT(DISTINCT o.user_id) AS distinct_buyers
+		       COALESCE(SUM(CASE WHEN o.status IN ('pending', 'confirmed') THEN o.quantity END), 0) AS ordered_quantity,
+		       COUNT(CASE WHEN o.status IN ('pending', 'confirmed') THEN 1 END) AS orders,
+		       COUNT(DISTINCT CASE WHEN o.status IN ('pending', 'confirmed') THEN o.user_id END) AS distinct_buyers,
+		       COUNT(CASE WHEN o.status = 'pending' THEN 1 END) AS pending,
+		       COUNT(CASE WHEN o.status = 'cancelled' THEN 1 END) AS cancelled,
+		       COUNT(CASE WHEN o.status = 'expired' THEN 1 END) AS expired
 		FROM products p LEFT JOIN orders o ON o.sku = p.sku
 		WHERE p.sku = ?
 		GROUP BY p.sku, p.initial_stock, p.stock`, sku).Scan(&rows).Error

@@ -36,7 +36,7 @@ func (s *Store) PlaceAt(ctx context.Context, reqs []OrderRequest, read Product) 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	a, err := allocate(s.db.WithContext(ctx), reqs, read)
+	a, err := s.allocate(s.db.WithContext(ctx), reqs, read)
 	if err != nil || len(a.rows) == 0 {
 		return a.out, err
 	}
@@ -129,7 +129,7 @@ func (s *Store) PlaceLocked(ctx context.Context, sku string, take func() []Order
 		}
 		read = row.product()
 		var err error
-		if a, err = allocate(tx, take(), read); err != nil || len(a.rows) == 0 {
+		if a, err = s.allocate(tx, take(), read); err != nil || len(a.rows) == 0 {
 			return err
 		}
 		res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", read.SKU, a.total).Updates(sale(a.total, 0))
@@ -184,7 +184,7 @@ func (s *Store) readAndAllocate(ctx context.Context, reqs []OrderRequest) (read 
 	if read, err = s.Product(ctx, reqs[0].SKU); err != nil {
 		return read, a, false, err
 	}
-	a, err = allocate(s.db.WithContext(ctx), reqs, read)
+	a, err = s.allocate(s.db.WithContext(ctx), reqs, read)
 	return read, a, err == nil && len(a.rows) > 0, err
 }
 
@@ -210,16 +210,32 @@ type allocation struct {
 	rows  []orderRow
 	at    []int // out index of each row
 	total int64
+	now   time.Time // of the decision
 }
 
 // allocate decides each order of a batch against read, in arrival order — the product's rules,
-// in one place: over the product's limit, a repeat buyer (in the database or earlier in the
-// batch), an Idempotency-Key already used (in the database or earlier in the batch), or not
-// enough stock left fail alone; the rest take their units. One query finds the buyers and keys
-// already stored, so that no known conflict reaches the insert, where it would fail the whole
-// batch. db is the store's pool or the transaction the batch runs in.
-func allocate(db *gorm.DB, reqs []OrderRequest, read Product) (allocation, error) {
-	a := allocation{out: make([]Placed, len(reqs))}
+// in one place: outside the sale window, over the product's limit, a buyer who holds an active
+// order (in the database or earlier in the batch), an Idempotency-Key already used (in the
+// database or earlier in the batch), or not enough stock left fail alone; the rest take their
+// units, pending until a payment deadline when the product has one. One query finds the active
+// buyers and the keys already stored, so that no known conflict reaches the insert, where it
+// would fail the whole batch. A product with a window or a payment timeout is decided by the
+// database's clock (one more query), which also decides expiries. db is the store's pool or the
+// transaction the batch runs in.
+func (s *Store) allocate(db *gorm.DB, reqs []OrderRequest, read Product) (allocation, error) {
+	a := allocation{out: make([]Placed, len(reqs)), now: time.Now().UTC().Truncate(time.Microsecond)}
+	if read.Window != (Window{}) || read.PaymentTimeout > 0 {
+		var err error
+		if a.now, err = s.clock(db); err != nil {
+			return a, err
+		}
+	}
+	if err := read.Window.Check(read.SKU, a.now); err != nil {
+		for i := range a.out {
+			a.out[i].Err = err
+		}
+		return a, nil
+	}
 	users := make([]string, len(reqs))
 	keyList := []string{}
 	for i, r := range reqs {
@@ -228,18 +244,18 @@ func allocate(db *gorm.DB, reqs []OrderRequest, read Product) (allocation, error
 			keyList = append(keyList, r.IdempotencyKey)
 		}
 	}
-	q := db.Model(&orderRow{}).Where("sku = ? AND user_id IN ?", read.SKU, users)
+	q := db.Model(&orderRow{}).Where("sku = ? AND user_id IN ? AND "+active, read.SKU, users)
 	if len(keyList) > 0 {
 		q = q.Or("idempotency_key IN ?", keyList)
 	}
 	var existing []orderRow
-	if err := classify(q.Select("sku", "user_id", "idempotency_key").Find(&existing).Error); err != nil {
+	if err := classify(q.Select("sku", "user_id", "idempotency_key", "status").Find(&existing).Error); err != nil {
 		return a, fmt.Errorf("batch buyers of %s: %w", read.SKU, err)
 	}
 	bought := map[string]bool{}
 	keys := map[string]bool{}
 	for _, o := range existing {
-		if o.SKU == read.SKU {
+		if o.SKU == read.SKU && o.Status.Active() {
 			bought[o.UserID] = true
 		}
 		if o.IdempotencyKey != nil {
@@ -264,7 +280,7 @@ func allocate(db *gorm.DB, reqs []OrderRequest, read Product) (allocation, error
 			}
 			left -= int64(r.Quantity)
 			a.total += int64(r.Quantity)
-			a.rows = append(a.rows, newOrderRow(r))
+			a.rows = append(a.rows, newOrderRow(r, a.now, read.PaymentTimeout))
 			a.at = append(a.at, i)
 		}
 	}
@@ -283,7 +299,7 @@ func (a allocation) settle(read Product, err error) ([]Placed, error) {
 		return nil, fmt.Errorf("batch of %d on %s: %w", len(a.rows), read.SKU, err)
 	}
 	for j, i := range a.at {
-		a.out[i].Order = a.rows[j].order()
+		a.out[i].Order = a.rows[j].order(a.now)
 	}
 	return a.out, nil
 }

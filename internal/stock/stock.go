@@ -2,9 +2,10 @@
 // errors every strategy speaks, and the SQL store (gorm over MySQL/MariaDB or an embedded SQLite
 // file) whose conditional updates keep the invariant
 //
-//	stock >= 0  and  stock + SUM(orders.quantity) == initial_stock
+//	stock >= 0  and  stock + SUM(quantity of active orders) == initial_stock
 //
-// whatever the locks in front of it do. All SQL of the project lives here.
+// whatever the locks in front of it do (the orders counted are the active ones: pending or
+// confirmed). All SQL of the project lives here.
 package stock
 
 import (
@@ -43,6 +44,14 @@ var (
 	// ErrFencedOut means a write carried a fencing token older than the last one written: its
 	// lock had passed to another holder. Nothing was written.
 	ErrFencedOut = errors.New("fenced out by a newer lock holder")
+	// ErrSaleNotStarted means the product's sale window has not opened; see SaleNotStartedError.
+	ErrSaleNotStarted = errors.New("sale not started")
+	// ErrSaleEnded means the product's sale window has closed.
+	ErrSaleEnded = errors.New("sale ended")
+	// ErrOrderExpired means the order's payment deadline passed: its units are back on sale.
+	ErrOrderExpired = errors.New("order expired")
+	// ErrOrderCancelled means the order was cancelled: it cannot be paid.
+	ErrOrderCancelled = errors.New("order cancelled")
 )
 
 // codes name the domain errors in the vocabulary of the API, in the order they are tried.
@@ -59,6 +68,10 @@ var codes = []struct {
 	// Another request with the same Idempotency-Key has not settled yet: retry shortly.
 	{ErrDuplicateRequest, "busy"},
 	{ErrUnavailable, "unavailable"},
+	{ErrSaleNotStarted, "sale_not_started"},
+	{ErrSaleEnded, "sale_ended"},
+	{ErrOrderExpired, "order_expired"},
+	{ErrOrderCancelled, "order_cancelled"},
 	{context.Canceled, "canceled"},            // the client went away
 	{context.DeadlineExceeded, "unavailable"}, // a backend too slow to answer in time
 }
@@ -105,6 +118,19 @@ func (e *SoldOutError) Error() string {
 // Unwrap makes errors.Is(err, ErrSoldOut) true.
 func (e *SoldOutError) Unwrap() error { return ErrSoldOut }
 
+// SaleNotStartedError is ErrSaleNotStarted with when the sale opens.
+type SaleNotStartedError struct {
+	SKU    string
+	Starts time.Time
+}
+
+func (e *SaleNotStartedError) Error() string {
+	return fmt.Sprintf("product %s goes on sale at %s: sale not started", e.SKU, e.Starts.Format(time.RFC3339))
+}
+
+// Unwrap makes errors.Is(err, ErrSaleNotStarted) true.
+func (e *SaleNotStartedError) Unwrap() error { return ErrSaleNotStarted }
+
 // FenceError is ErrFencedOut with the token that was refused and the fence that refused it.
 type FenceError struct {
 	SKU          string
@@ -118,19 +144,39 @@ func (e *FenceError) Error() string {
 // Unwrap makes errors.Is(err, ErrFencedOut) true.
 func (e *FenceError) Unwrap() error { return ErrFencedOut }
 
-// Product is one SKU on sale. Version increases with every sale and every reset.
+// Product is one SKU on sale. Version increases with every sale, every reset and every order
+// that gives its units back.
 type Product struct {
-	SKU          string
-	Name         string
-	InitialStock int64
-	Stock        int64
-	Version      int64
-	MaxPerOrder  int
-	Fence        int64 // fencing token of the last write under the etcd lock; 0 after a reset
+	SKU            string
+	Name           string
+	InitialStock   int64
+	Stock          int64
+	Version        int64
+	MaxPerOrder    int
+	Fence          int64         // fencing token of the last write under a lock service; 0 after a reset
+	Window         Window        // when orders are taken
+	PaymentTimeout time.Duration // how long a new order waits for payment; 0: confirmed at once
 }
 
-// Sold is how many units have been ordered in the current sale round.
+// Sold is how many units are held by active orders in the current sale round.
 func (p Product) Sold() int64 { return p.InitialStock - p.Stock }
+
+// Window is a product's sale window; a zero end is open.
+type Window struct {
+	Starts, Ends time.Time // zero when unset
+}
+
+// Check reports whether an order may be taken at now: nil, a *SaleNotStartedError, or
+// ErrSaleEnded (the window is [Starts, Ends): the start is on sale, the end is not).
+func (w Window) Check(sku string, now time.Time) error {
+	switch {
+	case !w.Starts.IsZero() && now.Before(w.Starts):
+		return &SaleNotStartedError{SKU: sku, Starts: w.Starts}
+	case !w.Ends.IsZero() && !now.Before(w.Ends):
+		return fmt.Errorf("product %s: sale ended at %s: %w", sku, w.Ends.Format(time.RFC3339), ErrSaleEnded)
+	}
+	return nil
+}
 
 // OrderRequest is one client's attempt to buy Quantity units of SKU.
 type OrderRequest struct {
@@ -159,6 +205,21 @@ func (r OrderRequest) Fingerprint() string {
 	return hex.EncodeToString(sum[:])
 }
 
+// Status is where an order is in its life: pending (waiting for payment, holding its units
+// until ExpiresAt) -> confirmed; pending or confirmed -> cancelled; pending -> expired.
+type Status string
+
+// The statuses of an order. Pending and confirmed orders are active: they hold their units.
+const (
+	Pending   Status = "pending"
+	Confirmed Status = "confirmed"
+	Cancelled Status = "cancelled"
+	Expired   Status = "expired"
+)
+
+// Active reports whether an order in this status holds its units.
+func (s Status) Active() bool { return s == Pending || s == Confirmed }
+
 // Order is a placed order: one row in the orders table.
 type Order struct {
 	OrderID        string
@@ -169,9 +230,13 @@ type Order struct {
 	IdempotencyKey string
 	RequestHash    string
 	CreatedAt      time.Time
+	Status         Status
+	ExpiresAt      time.Time // set while pending: the payment deadline
 }
 
-// Audit is the consistency report of one product, read from the database in one statement.
+// Audit is the consistency report of one product, read from the database in one statement. The
+// order counts are of active orders (pending or confirmed); Pending, Cancelled and Expired count
+// orders in those states.
 type Audit struct {
 	SKU             string
 	InitialStock    int64
@@ -179,13 +244,16 @@ type Audit struct {
 	OrderedQuantity int64
 	Orders          int64
 	DistinctBuyers  int64
+	Pending         int64
+	Cancelled       int64
+	Expired         int64
 }
 
-// Oversold is how many units were ordered beyond the initial stock.
+// Oversold is how many units are held by active orders beyond the initial stock.
 func (a Audit) Oversold() int64 { return max(0, a.OrderedQuantity-a.InitialStock) }
 
 // Consistent reports whether the invariant holds: no negative stock, every unit either in stock
-// or in exactly one order, and one order per buyer.
+// or in exactly one active order, and one active order per buyer.
 func (a Audit) Consistent() bool {
 	return a.Stock >= 0 && a.Stock+a.OrderedQuantity == a.InitialStock && a.Orders == a.DistinctBuyers
 }

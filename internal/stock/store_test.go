@@ -408,3 +408,151 @@ func TestPlaceAt(t *testing.T) {
 	assert.ErrorIs(t, err, stock.ErrVersionConflict, "a stale read writes nothing")
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{prior, res[0].Order, res[4].Order})
 }
+
+// onSaleFor puts a product on sale whose orders wait timeout for payment.
+func onSaleFor(t *testing.T, s *stock.Store, units int64, timeout time.Duration) string {
+	t.Helper()
+	sku := backendtest.SKU(t)
+	_, err := s.PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: "test", Stock: units, MaxPerOrder: 1, PaymentTimeout: timeout})
+	require.NoError(t, err)
+	return sku
+}
+
+// TestOrderLifecycle walks the state machine: a new order is pending until paid (confirmed) or
+// cancelled; a cancel gives the unit back once however often it is asked; a payment after the
+// deadline is refused and the unit comes back once; one active order per buyer, so a buyer
+// whose order ended may buy again; another user's order is not found.
+func TestOrderLifecycle(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := onSaleFor(t, s, 3, time.Hour)
+
+	a, err := placeAt(t, s, order(sku, "a"))
+	require.NoError(t, err)
+	assert.Equal(t, stock.Pending, a.Status)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), a.ExpiresAt, time.Minute)
+	_, err = s.Pay(ctx, a.OrderID, "someone-else")
+	assert.ErrorIs(t, err, stock.ErrNotFound, "another user's order")
+	paid, err := s.Pay(ctx, a.OrderID, "a")
+	require.NoError(t, err)
+	assert.Equal(t, stock.Confirmed, paid.Status)
+	assert.True(t, paid.ExpiresAt.IsZero())
+	again, err := s.Pay(ctx, a.OrderID, "a")
+	require.NoError(t, err, "paying twice is fine")
+	assert.Equal(t, stock.Confirmed, again.Status)
+
+	for range 3 {
+		c, err := s.Cancel(ctx, a.OrderID, "a")
+		require.NoError(t, err)
+		assert.Equal(t, stock.Cancelled, c.Status)
+	}
+	p, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, p.Stock, "the unit came back once")
+	_, err = s.Pay(ctx, a.OrderID, "a")
+	assert.ErrorIs(t, err, stock.ErrOrderCancelled)
+
+	b, err := placeAt(t, s, order(sku, "a"))
+	require.NoError(t, err, "after a cancel the buyer may buy again")
+	_, err = placeAt(t, s, order(sku, "a"))
+	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased, "one active order per buyer")
+	c, err := s.Cancel(ctx, b.OrderID, "")
+	require.NoError(t, err, "the admin may cancel any order")
+	assert.Equal(t, stock.Cancelled, c.Status)
+
+	restocks, err := s.Restocks(ctx, 100)
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range restocks {
+		if r.SKU == sku {
+			ids = append(ids, r.OrderID)
+		}
+	}
+	assert.ElementsMatch(t, []string{a.OrderID, b.OrderID}, ids, "both returns wait for Redis admission")
+	require.NoError(t, s.Restocked(ctx, ids))
+	restocks, err = s.Restocks(ctx, 100)
+	require.NoError(t, err)
+	for _, r := range restocks {
+		assert.NotEqual(t, sku, r.SKU)
+	}
+	a1, err := s.Audit(ctx, sku)
+	require.NoError(t, err)
+	assert.Equal(t, stock.Audit{SKU: sku, InitialStock: 3, Stock: 3, Cancelled: 2}, a1)
+}
+
+// TestExpiry: a pending order past its deadline reads as expired at once, and its unit comes
+// back exactly once — whether the expirer gets there (several of them racing) or a late
+// payment or cancel does.
+func TestExpiry(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := onSaleFor(t, s, 4, time.Second)
+	var orders []stock.Order
+	for _, user := range []string{"late-payer", "late-canceller", "x", "y"} {
+		o, err := placeAt(t, s, order(sku, user))
+		require.NoError(t, err)
+		orders = append(orders, o)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	got, err := s.Order(ctx, orders[2].OrderID)
+	require.NoError(t, err)
+	assert.Equal(t, stock.Expired, got.Status, "a pending order past its deadline reads as expired")
+
+	_, err = s.Pay(ctx, orders[0].OrderID, "late-payer")
+	assert.ErrorIs(t, err, stock.ErrOrderExpired, "a late payment is refused")
+	_, err = s.Cancel(ctx, orders[1].OrderID, "late-canceller")
+	assert.ErrorIs(t, err, stock.ErrOrderExpired)
+	var wg sync.WaitGroup
+	var expired atomic.Int32
+	stores := []*stock.Store{s, backendtest.Store(t), backendtest.Store(t)}
+	for _, st := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done, err := st.ExpireDue(ctx, 100)
+			assert.NoError(t, err)
+			for _, o := range done {
+				if o.SKU == sku {
+					expired.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.EqualValues(t, 2, expired.Load(), "the other two expire, once, though three expirers raced")
+	_, err = s.Pay(ctx, orders[0].OrderID, "late-payer")
+	assert.ErrorIs(t, err, stock.ErrOrderExpired, "still refused")
+	a, err := s.Audit(ctx, sku)
+	require.NoError(t, err)
+	assert.Equal(t, stock.Audit{SKU: sku, InitialStock: 4, Stock: 4, Expired: 4}, a, "every unit back, once")
+}
+
+// TestSaleWindow: orders are taken in [starts_at, ends_at) by the database's clock.
+func TestSaleWindow(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	for _, tc := range []struct {
+		name   string
+		window stock.Window
+		want   error
+	}{
+		{"open", stock.Window{Starts: time.Now().Add(-time.Minute), Ends: time.Now().Add(time.Minute)}, nil},
+		{"not started", stock.Window{Starts: time.Now().Add(time.Minute)}, stock.ErrSaleNotStarted},
+		{"ended", stock.Window{Ends: time.Now().Add(-time.Second)}, stock.ErrSaleEnded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sku := backendtest.SKU(t)
+			_, err := s.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "w", Stock: 1, MaxPerOrder: 1, Window: tc.window})
+			require.NoError(t, err)
+			p, err := s.Product(ctx, sku)
+			require.NoError(t, err)
+			assert.True(t, p.Window.Starts.Equal(tc.window.Starts.Truncate(time.Microsecond)), "starts_at round-trips")
+			_, err = placeLocked(s, order(sku, "u"))
+			if tc.want == nil {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorIs(t, err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,247 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// The order as a state machine — the "lock and business record as a state machine" that the
+// textbook recommends over a bare lock: pending (holding its units until its deadline) ->
+// confirmed; pending or confirmed -> cancelled; pending -> expired. Each transition runs in one
+// transaction that first locks the product row — the order of locks a sale takes too (product
+// row, then order rows), so a transition and a sale never deadlock — and then changes the order
+// with one conditional UPDATE (WHERE status = ...). A transition that ends an active order gives
+// its units back to the product in the same transaction, and marks the order restock_pending
+// until Redis admission has them back as well: so a unit comes back exactly once, however many
+// cancels, expiries and late payments race, on however many instances. Deadlines are the
+// database's clock's.
+
+// Cancel cancels the order: pending or confirmed -> cancelled, its units back on sale. userID is
+// the buyer's, or empty for the admin. A cancelled order answers as it is (idempotent); an
+// expired one, or one pending past its deadline (which this expires), ErrOrderExpired; an unknown
+// order or another user's, ErrNotFound.
+func (s *Store) Cancel(ctx context.Context, orderID, userID string) (Order, error) {
+	return s.transition(ctx, orderID, userID, func(tx *gorm.DB, o *orderRow, now time.Time) error {
+		switch {
+		case o.Status == Cancelled:
+			return nil
+		case lapsed(o, now):
+			if err := s.end(tx, o, Expired); err != nil {
+				return err
+			}
+			return refused{ErrOrderExpired}
+		}
+		return s.end(tx, o, Cancelled)
+	})
+}
+
+// Pay confirms a pending order before its deadline: pending -> confirmed. A confirmed order
+// answers as it is (idempotent); a cancelled one ErrOrderCancelled; an expired one, or one
+// pending past its deadline (which this expires: a late payment is refused, never sold twice),
+// ErrOrderExpired; an unknown order or another user's, ErrNotFound.
+func (s *Store) Pay(ctx context.Context, orderID, userID string) (Order, error) {
+	return s.transition(ctx, orderID, userID, func(tx *gorm.DB, o *orderRow, now time.Time) error {
+		switch {
+		case o.Status == Confirmed:
+			return nil
+		case o.Status == Cancelled:
+			return refused{ErrOrderCancelled}
+		case lapsed(o, now):
+			if err := s.end(tx, o, Expired); err != nil {
+				return err
+			}
+			return refused{ErrOrderExpired}
+		}
+		res := tx.Model(&orderRow{}).Where("order_id = ? AND status = ?", o.OrderID, Pending).
+			Updates(map[string]any{"status": Confirmed, "expires_at": nil})
+		if err := changedOne(res, o.OrderID); err != nil {
+			return err
+		}
+		o.Status, o.ExpiresAt = Confirmed, nil
+		return nil
+	})
+}
+
+// lapsed reports whether the order is expired, or pending past its deadline at now.
+func lapsed(o *orderRow, now time.Time) bool {
+	return o.Status == Expired || (o.Status == Pending && o.ExpiresAt != nil && !now.Before(*o.ExpiresAt))
+}
+
+// refused is a step's answer that refuses the transition asked for, though what the step did
+// on the way (expiring an order found past its deadline) commits.
+type refused struct{ err error }
+
+func (r refused) Error() string { return r.err.Error() }
+
+// transition runs step on the order, in one transaction holding the product row. An error of
+// step rolls everything back, except refused: that commits, and is the caller's answer.
+func (s *Store) transition(ctx context.Context, orderID, userID string,
+	step func(tx *gorm.DB, o *orderRow, now time.Time) error) (Order, error) {
+	var (
+		o       orderRow
+		now     time.Time
+		verdict error
+	)
+	err := withTx(ctx, s.waiting(), func(tx *gorm.DB) error {
+		var head orderRow
+		if err := tx.Select("sku", "user_id").Where("order_id = ?", orderID).Take(&head).Error; err != nil {
+			return err
+		}
+		if userID != "" && head.UserID != userID {
+			return ErrNotFound // another user's order is not theirs to see
+		}
+		if err := s.lockProduct(tx, head.SKU); err != nil {
+			return err
+		}
+		// Under the product row's lock no other transition of this order can run: it reads as
+		// it will stay until this one commits.
+		if err := tx.Where("order_id = ?", orderID).Take(&o).Error; err != nil {
+			return err
+		}
+		var err error
+		if now, err = s.clock(tx); err != nil {
+			return err
+		}
+		var r refused
+		if err := step(tx, &o, now); errors.As(err, &r) {
+			verdict = r.err
+		} else if err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return Order{}, fmt.Errorf("order %s: %w", orderID, err)
+	}
+	if verdict != nil {
+		return Order{}, fmt.Errorf("order %s: %w", orderID, verdict)
+	}
+	return o.order(now), nil
+}
+
+// end moves an active order to status (cancelled or expired) and gives its units back, in tx.
+func (s *Store) end(tx *gorm.DB, o *orderRow, status Status) error {
+	if !o.Status.Active() {
+		return nil // ended already: its units came back then
+	}
+	res := tx.Model(&orderRow{}).Where("order_id = ? AND status = ?", o.OrderID, o.Status).
+		Updates(map[string]any{"status": status, "restock_pending": true})
+	if err := changedOne(res, o.OrderID); err != nil {
+		return err
+	}
+	o.Status, o.RestockPending = status, true
+	return restock(tx, o.SKU, int64(o.Quantity))
+}
+
+// restock gives units back to sku's stock; the version moves, so that no writer holding an
+// older read can write past them.
+func restock(tx *gorm.DB, sku string, units int64) error {
+	res := tx.Model(&productRow{}).Where("sku = ?", sku).Updates(map[string]any{
+		"stock":      gorm.Expr("stock + ?", units),
+		"version":    gorm.Expr("version + 1"),
+		"updated_at": time.Now().UTC(),
+	})
+	return changedOne(res, "products/"+sku)
+}
+
+// changedOne checks that a conditional UPDATE changed exactly one row: under the product row's
+// lock anything else means the world is not what the transaction read.
+func changedOne(res *gorm.DB, what string) error {
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected != 1 {
+		return fmt.Errorf("%s changed under its lock: %w", what, ErrVersionConflict)
+	}
+	return nil
+}
+
+// lockProduct takes sku's row lock in tx (SQLite: the transaction holds the write lock already).
+func (s *Store) lockProduct(tx *gorm.DB, sku string) error {
+	if s.dialect != MySQL {
+		return nil
+	}
+	var row productRow
+	return tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).Select("sku").Where("sku = ?", sku).Take(&row).Error
+}
+
+// waiting is the pool whose transactions wait for a row lock boundedly: on MySQL the queue
+// pool (its lock wait is Options.LockWait), on SQLite the main one (a busy timeout).
+func (s *Store) waiting() *gorm.DB {
+	if s.dialect == MySQL {
+		return s.queue
+	}
+	return s.db
+}
+
+// ExpireDue expires pending orders past their deadline — up to limit per product, for a few
+// products at a time — giving their units back, and returns them. Any instance may call it at
+// any time, as often as it likes: under the product row's lock each order expires once.
+func (s *Store) ExpireDue(ctx context.Context, limit int) ([]Order, error) {
+	db := s.db.WithContext(ctx)
+	now, err := s.clock(db)
+	if err != nil {
+		return nil, err
+	}
+	var skus []string
+	if err := classify(db.Model(&orderRow{}).Distinct("sku").Where("status = ? AND expires_at <= ?", Pending, now).
+		Limit(20).Pluck("sku", &skus).Error); err != nil {
+		return nil, fmt.Errorf("due orders: %w", err)
+	}
+	var expired []Order
+	for _, sku := range skus {
+		var due []orderRow
+		err := withTx(ctx, s.waiting(), func(tx *gorm.DB) error {
+			if err := s.lockProduct(tx, sku); err != nil {
+				return err
+			}
+			if err := tx.Where("sku = ? AND status = ? AND expires_at <= ?", sku, Pending, now).Limit(limit).Find(&due).Error; err != nil {
+				return err
+			}
+			for i := range due {
+				if err := s.end(tx, &due[i], Expired); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return expired, fmt.Errorf("expire orders of %s: %w", sku, err)
+		}
+		for _, o := range due {
+			expired = append(expired, o.order(now))
+		}
+	}
+	return expired, nil
+}
+
+// Restocks lists up to limit orders whose units came back to the database but not yet to Redis
+// admission (restock_pending).
+func (s *Store) Restocks(ctx context.Context, limit int) ([]Order, error) {
+	var rows []orderRow
+	if err := classify(s.db.WithContext(ctx).Where("restock_pending = ?", true).Limit(limit).Find(&rows).Error); err != nil {
+		return nil, fmt.Errorf("pending restocks: %w", err)
+	}
+	out := make([]Order, len(rows))
+	for i, r := range rows {
+		out[i] = r.order(time.Time{})
+	}
+	return out, nil
+}
+
+// Restocked records that Redis admission has the units of these orders back.
+func (s *Store) Restocked(ctx context.Context, orderIDs []string) error {
+	if len(orderIDs) == 0 {
+		return nil
+	}
+	err := s.db.WithContext(ctx).Model(&orderRow{}).Where("order_id IN ?", orderIDs).Update("restock_pending", false).Error
+	if err := classify(err); err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("restocked: %w", err)
+	}
+	return nil
+}
