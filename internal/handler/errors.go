@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -48,6 +51,16 @@ var answers = map[string]struct {
 	"idempotency_conflict": {http.StatusConflict, func(string, error) string {
 		return "this Idempotency-Key was already used with a different request"
 	}},
+	"sale_not_started": {http.StatusConflict, func(s string, err error) string {
+		var ns *stock.SaleNotStartedError
+		if errors.As(err, &ns) {
+			return s + " goes on sale at " + ns.Starts.Format(time.RFC3339)
+		}
+		return s + " is not on sale yet"
+	}},
+	"sale_ended":      {http.StatusConflict, func(s string, _ error) string { return "the sale of " + s + " has ended" }},
+	"order_expired":   {http.StatusConflict, func(s string, _ error) string { return s + " expired unpaid; its units are back on sale" }},
+	"order_cancelled": {http.StatusConflict, func(s string, _ error) string { return s + " was cancelled" }},
 	"busy": {http.StatusTooManyRequests, func(s string, err error) string {
 		if errors.Is(err, stock.ErrDuplicateRequest) {
 			// Another request with the same Idempotency-Key is being placed right now and has
@@ -105,6 +118,11 @@ func fail(c *gin.Context, err error, subject string) {
 	}
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		c.Header("Retry-After", retryAfterSeconds)
+	}
+	var notStarted *stock.SaleNotStartedError
+	if errors.As(err, &notStarted) {
+		// Seconds until the start, rounded up: a client that waits that long is not early.
+		c.Header("Retry-After", strconv.Itoa(max(1, int(math.Ceil(time.Until(notStarted.Starts).Seconds())))))
 	}
 	c.AbortWithStatusJSON(status, errorBody{Error: errorDetail{Code: code, Message: message}})
 }

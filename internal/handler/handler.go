@@ -30,6 +30,10 @@ type Sales interface {
 	// Product and Order read the database.
 	Product(ctx context.Context, sku string) (stock.Product, error)
 	Order(ctx context.Context, orderID string) (stock.Order, error)
+	// PayOrder confirms the buyer's pending order; CancelOrder cancels the buyer's order, or any
+	// order for an empty userID (the admin).
+	PayOrder(ctx context.Context, orderID, userID string) (stock.Order, error)
+	CancelOrder(ctx context.Context, orderID, userID string) (stock.Order, error)
 	// Audit reports the product's consistency.
 	Audit(ctx context.Context, sku string) (service.Audit, error)
 	// Reconcile rebuilds state outside the database from it, then audits.
@@ -57,6 +61,7 @@ const maxBodyBytes = 4 << 10
 
 type handler struct {
 	Config
+	isAdmin func(c *gin.Context) (bool, error) // whether the request carries the admin token; an error for a wrong one
 }
 
 // New returns the service's HTTP handler.
@@ -70,6 +75,7 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
 	r.Use(withRequestID(cfg.Log), newHTTPMetrics(cfg.Registerer).middleware(), withRecovery(), limitBody(maxBodyBytes))
+	h.isAdmin = adminCheck(cfg.AdminToken)
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", h.ready)
@@ -79,13 +85,15 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.RateLimit.Rate > 0 {
 		v1.Use(newClientLimiter(cfg.RateLimit).middleware())
 	}
-	admin := requireAdmin(cfg.AdminToken)
+	admin := requireAdmin(h.isAdmin)
 	v1.PUT("/products/:sku", admin, h.putProduct)
 	v1.GET("/products/:sku", h.getProduct)
 	v1.GET("/products/:sku/audit", admin, h.audit)
 	v1.POST("/products/:sku/reconcile", admin, h.reconcile)
 	v1.POST("/products/:sku/orders", h.placeOrder)
 	v1.GET("/orders/:order_id", h.getOrder)
+	v1.POST("/orders/:order_id/pay", h.payOrder)
+	v1.POST("/orders/:order_id/cancel", h.cancelOrder)
 
 	r.NoRoute(func(c *gin.Context) { fail(c, stock.ErrNotFound, "route "+c.Request.URL.Path) })
 	r.NoMethod(func(c *gin.Context) { fail(c, errMethodNotAllowed, c.Request.Method+" "+c.Request.URL.Path) })
@@ -208,12 +216,62 @@ func (h *handler) placeOrder(c *gin.Context) {
 }
 
 func (h *handler) getOrder(c *gin.Context) {
-	id := c.Param("order_id")
-	if !orderIDPattern.MatchString(id) {
-		fail(c, stock.ErrNotFound, "order")
+	id, ok := orderIDParam(c)
+	if !ok {
 		return
 	}
 	o, err := h.Sales.Order(c.Request.Context(), id)
+	if err != nil {
+		fail(c, err, "order "+id)
+		return
+	}
+	c.JSON(http.StatusOK, orderJSON(o))
+}
+
+// payOrder is the payment provider's callback: the buyer's pending order is confirmed.
+func (h *handler) payOrder(c *gin.Context) {
+	id, ok := orderIDParam(c)
+	if !ok {
+		return
+	}
+	var body buyerBody
+	if !decode(c, &body) {
+		return
+	}
+	user, err := body.user(true)
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	o, err := h.Sales.PayOrder(c.Request.Context(), id, user)
+	if err != nil {
+		fail(c, err, "order "+id)
+		return
+	}
+	c.JSON(http.StatusOK, orderJSON(o))
+}
+
+// cancelOrder cancels the buyer's order, or — with the admin token — any order.
+func (h *handler) cancelOrder(c *gin.Context) {
+	id, ok := orderIDParam(c)
+	if !ok {
+		return
+	}
+	admin, err := h.isAdmin(c)
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	var body buyerBody
+	if !decodeBody(c, &body, admin) { // the admin needs no body
+		return
+	}
+	user, err := body.user(!admin)
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	o, err := h.Sales.CancelOrder(c.Request.Context(), id, user)
 	if err != nil {
 		fail(c, err, "order "+id)
 		return

@@ -54,9 +54,22 @@ func idempotencyKey(c *gin.Context) (string, bool) {
 	return key, true
 }
 
+// orderIDParam validates the {order_id} path segment: anything but a ULID is an unknown order.
+func orderIDParam(c *gin.Context) (string, bool) {
+	id := c.Param("order_id")
+	if !orderIDPattern.MatchString(id) {
+		fail(c, stock.ErrNotFound, "order")
+		return "", false
+	}
+	return id, true
+}
+
 // decode reads exactly one JSON object into dst, refusing unknown fields, trailing data and
 // bodies over the limit; on failure it answers 400 and returns false.
-func decode(c *gin.Context, dst any) bool {
+func decode(c *gin.Context, dst any) bool { return decodeBody(c, dst, false) }
+
+// decodeBody is decode, but an empty body is no object at all when allowEmpty (dst untouched).
+func decodeBody(c *gin.Context, dst any, allowEmpty bool) bool {
 	raw, err := io.ReadAll(c.Request.Body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
@@ -66,6 +79,9 @@ func decode(c *gin.Context, dst any) bool {
 	if err != nil {
 		invalid(c, "request body could not be read")
 		return false
+	}
+	if allowEmpty && len(bytes.TrimSpace(raw)) == 0 {
+		return true
 	}
 	// encoding/json would quietly replace invalid UTF-8 with U+FFFD, merging distinct user ids
 	// into one; RFC 8259 makes such a body malformed, so refuse it.
@@ -139,15 +155,11 @@ type orderBody struct {
 // request validates the body into an order request. Quantity defaults to 1.
 func (b orderBody) request(sku, key string) (stock.OrderRequest, error) {
 	req := stock.OrderRequest{SKU: sku, IdempotencyKey: key, Quantity: 1}
-	switch {
-	case b.UserID == nil || *b.UserID == "":
-		return req, &stock.InvalidError{Msg: "user_id is required"}
-	case len(*b.UserID) > maxUserIDBytes:
-		return req, &stock.InvalidError{Msg: "user_id must be at most 64 bytes"}
-	case !plainText(*b.UserID):
-		return req, &stock.InvalidError{Msg: "user_id must be valid UTF-8 without control characters"}
+	user, err := validUser(b.UserID, true)
+	if err != nil {
+		return req, err
 	}
-	req.UserID = *b.UserID
+	req.UserID = user
 	if b.Quantity != nil {
 		req.Quantity = *b.Quantity
 	}
@@ -157,13 +169,43 @@ func (b orderBody) request(sku, key string) (stock.OrderRequest, error) {
 	return req, nil
 }
 
-type productBody struct {
-	Name        *string `json:"name"`
-	Stock       *int64  `json:"stock"`
-	MaxPerOrder *int    `json:"max_per_order"`
+// validUser checks a user_id: required unless not required (then absent is "").
+func validUser(id *string, required bool) (string, error) {
+	switch {
+	case id == nil && !required:
+		return "", nil
+	case id == nil || *id == "":
+		return "", &stock.InvalidError{Msg: "user_id is required"}
+	case len(*id) > maxUserIDBytes:
+		return "", &stock.InvalidError{Msg: "user_id must be at most 64 bytes"}
+	case !plainText(*id):
+		return "", &stock.InvalidError{Msg: "user_id must be valid UTF-8 without control characters"}
+	}
+	return *id, nil
 }
 
-// spec validates the body into a product spec. max_per_order defaults to 1.
+// buyerBody is the body of a payment or a cancellation: whose order it is.
+type buyerBody struct {
+	UserID *string `json:"user_id"`
+}
+
+// user validates the body's user_id; without required (the admin) it may be absent.
+func (b buyerBody) user(required bool) (string, error) { return validUser(b.UserID, required) }
+
+type productBody struct {
+	Name            *string    `json:"name"`
+	Stock           *int64     `json:"stock"`
+	MaxPerOrder     *int       `json:"max_per_order"`
+	StartsAt        *time.Time `json:"starts_at"`
+	EndsAt          *time.Time `json:"ends_at"`
+	PaymentTimeoutS *int       `json:"payment_timeout_s"`
+}
+
+// maxPaymentTimeoutS is the longest payment timeout: a day.
+const maxPaymentTimeoutS = 86400
+
+// spec validates the body into a product spec. max_per_order defaults to 1, payment_timeout_s
+// to 0 (orders confirmed at once), the window to none.
 func (b productBody) spec(sku string) (stock.ProductSpec, error) {
 	spec := stock.ProductSpec{SKU: sku, MaxPerOrder: 1}
 	switch {
@@ -175,6 +217,10 @@ func (b productBody) spec(sku string) (stock.ProductSpec, error) {
 		return spec, &stock.InvalidError{Msg: "stock is required"}
 	case *b.Stock < 0 || *b.Stock > maxStock:
 		return spec, &stock.InvalidError{Msg: "stock must be between 0 and 1000000000"}
+	case b.StartsAt != nil && b.EndsAt != nil && !b.EndsAt.After(*b.StartsAt):
+		return spec, &stock.InvalidError{Msg: "ends_at must be after starts_at"}
+	case b.PaymentTimeoutS != nil && (*b.PaymentTimeoutS < 0 || *b.PaymentTimeoutS > maxPaymentTimeoutS):
+		return spec, &stock.InvalidError{Msg: "payment_timeout_s must be between 0 and 86400"}
 	}
 	spec.Name, spec.Stock = *b.Name, *b.Stock
 	if b.MaxPerOrder != nil {
@@ -183,36 +229,59 @@ func (b productBody) spec(sku string) (stock.ProductSpec, error) {
 	if spec.MaxPerOrder < 1 || spec.MaxPerOrder > maxPerOrderLimit {
 		return spec, &stock.InvalidError{Msg: "max_per_order must be between 1 and 1000000"}
 	}
+	if b.StartsAt != nil {
+		spec.Window.Starts = b.StartsAt.UTC()
+	}
+	if b.EndsAt != nil {
+		spec.Window.Ends = b.EndsAt.UTC()
+	}
+	if b.PaymentTimeoutS != nil {
+		spec.PaymentTimeout = time.Duration(*b.PaymentTimeoutS) * time.Second
+	}
 	return spec, nil
 }
 
 type productResponse struct {
-	SKU          string `json:"sku"`
-	Name         string `json:"name"`
-	InitialStock int64  `json:"initial_stock"`
-	Stock        int64  `json:"stock"`
-	Sold         int64  `json:"sold"`
-	Version      int64  `json:"version"`
-	MaxPerOrder  int    `json:"max_per_order"`
+	SKU             string     `json:"sku"`
+	Name            string     `json:"name"`
+	InitialStock    int64      `json:"initial_stock"`
+	Stock           int64      `json:"stock"`
+	Sold            int64      `json:"sold"`
+	Version         int64      `json:"version"`
+	MaxPerOrder     int        `json:"max_per_order"`
+	StartsAt        *time.Time `json:"starts_at,omitempty"`
+	EndsAt          *time.Time `json:"ends_at,omitempty"`
+	PaymentTimeoutS int        `json:"payment_timeout_s"`
 }
 
 func productJSON(p stock.Product) productResponse {
 	return productResponse{SKU: p.SKU, Name: p.Name, InitialStock: p.InitialStock, Stock: p.Stock, Sold: p.Sold(),
-		Version: p.Version, MaxPerOrder: p.MaxPerOrder}
+		Version: p.Version, MaxPerOrder: p.MaxPerOrder, StartsAt: optionalTime(p.Window.Starts), EndsAt: optionalTime(p.Window.Ends),
+		PaymentTimeoutS: int(p.PaymentTimeout / time.Second)}
+}
+
+// optionalTime is t for JSON: absent when zero.
+func optionalTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 type orderResponse struct {
-	OrderID   string    `json:"order_id"`
-	SKU       string    `json:"sku"`
-	UserID    string    `json:"user_id"`
-	Quantity  int       `json:"quantity"`
-	Strategy  string    `json:"strategy"`
-	CreatedAt time.Time `json:"created_at"`
+	OrderID   string     `json:"order_id"`
+	SKU       string     `json:"sku"`
+	UserID    string     `json:"user_id"`
+	Quantity  int        `json:"quantity"`
+	Strategy  string     `json:"strategy"`
+	Status    string     `json:"status"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"` // while pending
+	CreatedAt time.Time  `json:"created_at"`
 }
 
 func orderJSON(o stock.Order) orderResponse {
 	return orderResponse{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
-		CreatedAt: o.CreatedAt}
+		Status: string(o.Status), ExpiresAt: optionalTime(o.ExpiresAt), CreatedAt: o.CreatedAt}
 }
 
 type auditResponse struct {
@@ -224,6 +293,11 @@ type auditResponse struct {
 	DistinctBuyers  int64  `json:"distinct_buyers"`
 	Oversold        int64  `json:"oversold"`
 	Consistent      bool   `json:"consistent"`
+	// Orders by state: the pending ones are active too (in the counts above); cancelled and
+	// expired ones hold no units.
+	Pending   int64 `json:"pending"`
+	Cancelled int64 `json:"cancelled"`
+	Expired   int64 `json:"expired"`
 	// The Redis admission state, absent when Redis does not answer: its counter, the reservations
 	// in flight and their units, and the units the database has that admission holds back.
 	RedisStock        *int64 `json:"redis_stock,omitempty"`
@@ -234,7 +308,8 @@ type auditResponse struct {
 
 func auditJSON(a service.Audit) auditResponse {
 	out := auditResponse{SKU: a.SKU, InitialStock: a.InitialStock, Stock: a.Stock, OrderedQuantity: a.OrderedQuantity,
-		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent()}
+		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent(),
+		Pending: a.Pending, Cancelled: a.Cancelled, Expired: a.Expired}
 	if r := a.Redis; r != nil {
 		held := a.HeldBack()
 		out.RedisStock, out.RedisReservations, out.RedisReserved, out.HeldBack = r.Stock, &r.Reservations, &r.Reserved, &held

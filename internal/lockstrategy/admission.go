@@ -33,6 +33,8 @@ var (
 	sweepLua string
 	//go:embed lua/state.lua
 	stateLua string
+	//go:embed lua/restock.lua
+	restockLua string
 	//go:embed lua/warm.lua
 	warmLua string
 
@@ -42,6 +44,7 @@ var (
 	expiredScript  = redis.NewScript(expiredLua)
 	sweepScript    = redis.NewScript(sweepLua)
 	stateScript    = redis.NewScript(stateLua)
+	restockScript  = redis.NewScript(restockLua)
 	warmScript     = redis.NewScript(warmLua)
 )
 
@@ -406,6 +409,24 @@ func (a *Admission) Sweep(ctx context.Context, sku string) (int64, error) {
 		a.log.Warn("reservations without an order returned to sale", "sku", sku, "units", units)
 	}
 	return units, nil
+}
+
+// Restock gives admission the units of sku's orders that the database has ended (cancelled,
+// expired) and their buyers back, once per order however often it is called (lua/restock.lua),
+// and returns the units returned.
+func (a *Admission) Restock(ctx context.Context, sku string, ended []stock.Order) (int64, error) {
+	k := keys(sku)
+	ks := append([]string{k[0], k[1]}, make([]string, 0, len(ended))...)
+	args := make([]any, 0, 2*len(ended))
+	for _, o := range ended {
+		ks = append(ks, "seckill:{"+sku+"}:returned:"+o.OrderID)
+		args = append(args, o.UserID, o.Quantity)
+	}
+	n, err := restockScript.Run(ctx, a.client, ks, args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("restock %s: %w: %w", sku, stock.ErrUnavailable, err)
+	}
+	return n, nil
 }
 
 // reservationOf is the reservation id of a reservation as admit.lua stores it.

@@ -108,8 +108,9 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		}, []string{"strategy"}),
 	}
 	reg.MustRegister(s.outcomes, s.latency)
+	s.catalog = newCatalog(b.Store, time.Second)
 	if cfg.SoldOutFlag > 0 {
-		s.soldOut = NewSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, log, reg)
+		s.soldOut = NewSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)
 	}
 	s.checks = append(s.checks, Check{Name: "database", Ping: b.Store.Ping})
 	pools := make([]redsyncredis.Pool, len(b.Redis))
@@ -138,9 +139,10 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, cfg.GroupCommit, metrics), true)
 
 	ctx, stop := context.WithCancel(context.Background())
-	s.stopSweeping = stop
-	s.sweeping.Add(1)
+	s.stop = stop
+	s.background.Add(2)
 	go s.sweep(ctx, cfg.ReservationLease)
+	go s.lifecycle(ctx)
 
 	if _, err := s.lookup(cfg.Strategy); err != nil {
 		_ = s.Close()

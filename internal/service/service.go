@@ -35,8 +35,9 @@ type Service struct {
 	inFlightWait  time.Duration // how long a repeat waits for its original in flight
 	checks        []Check
 	closers       []io.Closer
-	stopSweeping  context.CancelFunc
-	sweeping      sync.WaitGroup
+	catalog       *catalog
+	stop          context.CancelFunc // ends the background loops: the sweeper, the order lifecycle
+	background    sync.WaitGroup
 	log           *slog.Logger
 	outcomes      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
@@ -60,8 +61,8 @@ func (s *Service) register(st lockstrategy.Strategy, unsafe bool) {
 // Close stops what the instance runs in the background — the etcd session (its lease revoked),
 // the Redis subscriptions — but not the backends it was given.
 func (s *Service) Close() error {
-	s.stopSweeping()
-	s.sweeping.Wait()
+	s.stop()
+	s.background.Wait()
 	var errs []error
 	if s.soldOut != nil {
 		errs = append(errs, s.soldOut.Close())
@@ -130,6 +131,16 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 		}
 		s.outcomes.WithLabelValues(st.Name(), outcome).Inc()
 	}()
+	// Outside its sale window an order is answered from memory (catalog) — but a retry of an
+	// order placed before the window closed still finds its order.
+	if err = s.catalog.check(ctx, req.SKU, time.Now()); err != nil {
+		if errors.Is(err, stock.ErrSaleEnded) && req.IdempotencyKey != "" {
+			if order, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
+				return order, rerr == nil, rerr
+			}
+		}
+		return stock.Order{}, false, err
+	}
 	// The unsafe strategy shows what no lock does; no shortcut may hide it.
 	flagged := s.soldOut != nil && !s.unsafe[st.Name()]
 	if flagged {
@@ -199,8 +210,8 @@ func (s *Service) Order(ctx context.Context, orderID string) (stock.Order, error
 
 // PutProduct starts a sale round (stock.Store.PutProduct) and keeps Redis admission in step: its
 // state is deleted first — if Redis cannot be reached the reset does not happen, so no old
-// counter outlives it — and rebuilt from the new round after; every instance's sold-out flag
-// for the product is dropped.
+// counter outlives it — and rebuilt from the new round after; every instance's sold-out flag and
+// remembered sale window for the product are dropped.
 func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error) {
 	if err := s.admission.Invalidate(ctx, spec.SKU); err != nil {
 		return stock.Product{}, err
@@ -209,6 +220,7 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 	if err != nil {
 		return stock.Product{}, err
 	}
+	s.catalog.drop(p.SKU)
 	if s.soldOut != nil {
 		s.soldOut.Reset(ctx, p.SKU)
 	}
@@ -227,7 +239,7 @@ const sweepEvery = time.Second
 // the database (lockstrategy.Admission.Sweep), for every product this instance admitted orders
 // for lately. Other instances sweep too; each reservation is resolved once.
 func (s *Service) sweep(ctx context.Context, lease time.Duration) {
-	defer s.sweeping.Done()
+	defer s.background.Done()
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
 	for {

@@ -24,16 +24,17 @@ const maxFlagBuyers = 100_000
 // zero, this instance answers sold_out for it from memory, touching neither Redis nor the
 // database — the requests of the sold-out phase of a flash sale outnumber the units many times.
 //
-// Why a flag is safe to trust: the stock of a product only goes down until the next product
-// PUT, so a stock of zero stays zero, and the orders it was read with are all the orders there
-// will be. The flag keeps those buyers, so that a buyer who holds an order (a retried request,
-// whose Idempotency-Key must answer the original 201) still takes the full path; everybody else
-// has no order and no chance of one. What could make a flag lie is a PUT starting a new round,
-// so a PUT drops the flag here and publishes the SKU to every instance (Redis pub/sub). Flags
-// are set and trusted only while this instance's subscription is up, and all of them are dropped
-// whenever it goes down, because messages published meanwhile are lost. As a last guard a flag
-// is trusted for at most TTL; then a one-row read of the product renews it (same version, still
-// zero) or drops it.
+// Why a flag is safe to trust: the stock of a product goes down by sales and up only by a PUT
+// starting a new round or an order that ends (cancelled, expired) — and each of those is
+// announced: the PUT, and the relay that gives an ended order's units back to Redis admission,
+// drop the flag here and publish the SKU to every instance (Redis pub/sub). Until then a stock
+// of zero stays zero, and the active orders it was read with are all there are. The flag keeps
+// those buyers, so that a buyer who holds an order (a retried request, whose Idempotency-Key
+// must answer the original 201) still takes the full path; everybody else has no chance of an
+// order. Flags are set and trusted only while this instance's subscription is up, and all of
+// them are dropped whenever it goes down, because messages published meanwhile are lost. As a
+// last guard a flag is trusted for at most TTL; then a one-row read of the product renews it
+// (same version — an ended order moves it — still zero) or drops it.
 type SoldOut struct {
 	store *stock.Store
 	rdb   *redis.Client
@@ -42,6 +43,7 @@ type SoldOut struct {
 
 	rejections prometheus.Counter
 	subscribed prometheus.Gauge
+	onReset    func(sku string) // told of every reset heard, for other local knowledge of products
 
 	mu       sync.RWMutex
 	live     bool   // the reset subscription is up
@@ -63,11 +65,12 @@ type soldOutFlag struct {
 
 // NewSoldOut starts the flags of one instance: it subscribes to product resets on rdb (the
 // Redis that holds admission state). ttl bounds how long a flag is trusted without a database
-// check. Close stops it.
-func NewSoldOut(rdb *redis.Client, store *stock.Store, ttl time.Duration, log *slog.Logger, reg prometheus.Registerer) *SoldOut {
+// check; onReset, when set, is told of every reset heard. Close stops it.
+func NewSoldOut(rdb *redis.Client, store *stock.Store, ttl time.Duration, onReset func(sku string), log *slog.Logger,
+	reg prometheus.Registerer) *SoldOut {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &SoldOut{
-		store: store, rdb: rdb, ttl: ttl, log: log, stop: cancel,
+		store: store, rdb: rdb, ttl: ttl, onReset: onReset, log: log, stop: cancel,
 		flags: map[string]*soldOutFlag{}, learning: map[string]time.Time{},
 		rejections: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_sold_out_flag_rejections_total",
@@ -172,9 +175,9 @@ func (s *SoldOut) check(ctx context.Context, sku string) (*soldOutFlag, error) {
 	return &soldOutFlag{version: before.Version, maxPerOrder: before.MaxPerOrder, buyers: buyers, checked: time.Now()}, nil
 }
 
-// Reset drops sku's flag here and tells every other instance to drop theirs. A failed publish is
-// logged, not returned: the database reset has happened, and other instances' flags expire
-// within the TTL.
+// Reset drops sku's flag here and tells every other instance to drop theirs: the product was
+// reset, or units came back. A failed publish is logged, not returned: the database has them,
+// and other instances' flags expire within the TTL.
 func (s *SoldOut) Reset(ctx context.Context, sku string) {
 	s.drop(sku)
 	if err := s.rdb.Publish(ctx, soldOutChannel, sku).Err(); err != nil {
@@ -243,6 +246,9 @@ func (s *SoldOut) listen(ctx context.Context) {
 			s.setLive(true)
 			if m, ok := msg.(*redis.Message); ok {
 				s.drop(m.Payload)
+				if s.onReset != nil {
+					s.onReset(m.Payload)
+				}
 			}
 		case errors.As(err, &timeout) && timeout.Timeout():
 			silent++

@@ -1,0 +1,89 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// lifecycleEvery is how often an instance expires orders past their payment deadline and relays
+// returned units to Redis admission: it bounds how long an unpaid order's units stay off sale
+// after its deadline (with the relay's own time, under 2 s; the contract says 5).
+const lifecycleEvery = time.Second
+
+// PayOrder confirms the buyer's pending order (stock.Store.Pay). An order found past its
+// deadline is expired on the way — its units back on sale here and in Redis — and refused with
+// stock.ErrOrderExpired.
+func (s *Service) PayOrder(ctx context.Context, orderID, userID string) (stock.Order, error) {
+	o, err := s.store.Pay(ctx, orderID, userID)
+	if errors.Is(err, stock.ErrOrderExpired) {
+		s.relay(ctx)
+	}
+	return o, err
+}
+
+// CancelOrder cancels an order of the buyer, or any order when userID is empty (the admin):
+// stock.Store.Cancel. Its units are back on sale before this returns: in the database, in
+// Redis admission, and — the sold-out flags of every instance dropped — for buyers anywhere.
+func (s *Service) CancelOrder(ctx context.Context, orderID, userID string) (stock.Order, error) {
+	o, err := s.store.Cancel(ctx, orderID, userID)
+	if err == nil || errors.Is(err, stock.ErrOrderExpired) {
+		s.relay(ctx)
+	}
+	return o, err
+}
+
+// lifecycle runs until ctx ends: every lifecycleEvery it expires the orders past their deadline
+// and relays the units of every ended order to Redis admission. Every instance runs it; the
+// database decides each expiry once, and the relay returns each order's units once.
+func (s *Service) lifecycle(ctx context.Context) {
+	defer s.background.Done()
+	tick := time.NewTicker(lifecycleEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		stepCtx, cancel := context.WithTimeout(ctx, lifecycleEvery)
+		if _, err := s.store.ExpireDue(stepCtx, 200); err != nil && ctx.Err() == nil {
+			s.log.Debug("orders not expired; next time", "err", err)
+		}
+		s.relay(stepCtx)
+		cancel()
+	}
+}
+
+// relay gives Redis admission the units of the orders the database has ended but admission has
+// not heard of (restock_pending), marks them heard, and drops every instance's sold-out flag for
+// their products: units are back. A failure leaves them pending for the next relay, here or on
+// another instance; each order's units are returned once (lockstrategy.Admission.Restock).
+func (s *Service) relay(ctx context.Context) {
+	ended, err := s.store.Restocks(ctx, 500)
+	if err != nil || len(ended) == 0 {
+		return
+	}
+	bySKU := map[string][]stock.Order{}
+	for _, o := range ended {
+		bySKU[o.SKU] = append(bySKU[o.SKU], o)
+	}
+	for sku, orders := range bySKU {
+		if _, err := s.admission.Restock(ctx, sku, orders); err != nil {
+			s.log.Debug("returned units not relayed to Redis; next time", "sku", sku, "err", err)
+			continue
+		}
+		ids := make([]string, len(orders))
+		for i, o := range orders {
+			ids[i] = o.OrderID
+		}
+		if err := s.store.Restocked(ctx, ids); err != nil {
+			s.log.Debug("relayed units not marked; the next relay repeats them, harmlessly", "sku", sku, "err", err)
+		}
+		if s.soldOut != nil {
+			s.soldOut.Reset(ctx, sku)
+		}
+	}
+}
