@@ -581,3 +581,110 @@ func TestProcessesHybridKill(t *testing.T) {
 	assert.Zero(t, a.Stock, "nothing stranded")
 	backendtest.AssertLinearizable(t, units, append(res.history, rest.history...))
 }
+
+// postJSON sends one POST without credentials and returns the status and the decoded body.
+func postJSON(t *testing.T, client *http.Client, url, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
+}
+
+// TestProcessesLifecycleRaces races the order's transitions across three processes, under every
+// strategy, each race released together by close(start): three cancels of one order (all 200,
+// the unit back once); cancels against the expiry, at the deadline (each either cancels it or
+// hears order_expired); payments against the expiry (each either confirms it or hears
+// order_expired — and a payment after the expiry is refused). Whatever won, every answer agrees
+// with the order's final state, and the stock holds exactly the units of the orders that are
+// not active.
+func TestProcessesLifecycleRaces(t *testing.T) {
+	procs := startThree(t)
+	client := &http.Client{Timeout: 30 * time.Second}
+	const perRace = 8
+	for _, strategy := range safeStrategies {
+		t.Run(strategy, func(t *testing.T) {
+			sku := backendtest.SKU(t)
+			require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
+				fmt.Sprintf(`{"name":%q,"stock":%d,"payment_timeout_s":2}`, t.Name(), 3*perRace), nil))
+			type placed struct {
+				id, user string
+				expires  time.Time
+			}
+			var orders []placed
+			for i := range 3 * perRace {
+				user := fmt.Sprintf("u-%02d", i)
+				status, o := postJSON(t, client, procs[i%3].url+"/api/v1/products/"+sku+"/orders", fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy))
+				require.Equal(t, http.StatusCreated, status, "%v", o)
+				require.Equal(t, "pending", o["status"])
+				expires, err := time.Parse(time.RFC3339Nano, o["expires_at"].(string))
+				require.NoError(t, err)
+				orders = append(orders, placed{o["order_id"].(string), user, expires})
+			}
+			// answers[i] are the answers to the racing requests on order i.
+			answers := make([][]int, len(orders))
+			race := func(from, to int, action string, at time.Time) {
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				start := make(chan struct{})
+				for i := from; i < to; i++ {
+					for p := range procs {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							<-start
+							status, body := postJSON(t, client, procs[p].url+"/api/v1/orders/"+orders[i].id+"/"+action, fmt.Sprintf(`{"user_id":%q}`, orders[i].user))
+							assert.Contains(t, []int{http.StatusOK, http.StatusConflict}, status, "%s %s: %v", action, orders[i].id, body)
+							mu.Lock()
+							answers[i] = append(answers[i], status)
+							mu.Unlock()
+						}()
+					}
+				}
+				time.Sleep(time.Until(at))
+				close(start)
+				wg.Wait()
+			}
+			race(0, perRace, "cancel", time.Now())
+			deadline := orders[perRace].expires
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); race(perRace, 2*perRace, "cancel", deadline.Add(-5*time.Millisecond)) }()
+			go func() { defer wg.Done(); race(2*perRace, 3*perRace, "pay", deadline.Add(-5*time.Millisecond)) }()
+			wg.Wait()
+			time.Sleep(time.Until(deadline.Add(100 * time.Millisecond)))
+
+			var acked []stock.Order
+			outcomes := map[string]int{}
+			for i, o := range orders {
+				var got map[string]any
+				require.Equal(t, http.StatusOK, procs[i%3].call(t, "GET", "/api/v1/orders/"+o.id, "", &got))
+				final := got["status"].(string)
+				outcomes[final]++
+				won := slices.Contains(answers[i], http.StatusOK)
+				switch {
+				case i < perRace:
+					assert.Equal(t, "cancelled", final)
+					assert.Equal(t, []int{http.StatusOK, http.StatusOK, http.StatusOK}, answers[i], "every cancel of a cancelled order is 200")
+				case i < 2*perRace:
+					assert.Equal(t, won, final == "cancelled", "order %d: answers %v, final %s", i, answers[i], final)
+					assert.Contains(t, []string{"cancelled", "expired"}, final)
+				default:
+					assert.Equal(t, won, final == "confirmed", "order %d: answers %v, final %s", i, answers[i], final)
+					assert.Contains(t, []string{"confirmed", "expired"}, final)
+					if final == "confirmed" {
+						acked = append(acked, stock.Order{OrderID: o.id, UserID: o.user})
+					} else {
+						status, body := postJSON(t, client, procs[0].url+"/api/v1/orders/"+o.id+"/pay", fmt.Sprintf(`{"user_id":%q}`, o.user))
+						assert.Equal(t, http.StatusConflict, status, "a payment after the expiry is refused: %v", body)
+					}
+				}
+			}
+			t.Logf("%s: final states %v", strategy, outcomes)
+			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
+			assert.EqualValues(t, 3*perRace-len(acked), a.Stock, "every unit of an ended order back, once")
+		})
+	}
+}

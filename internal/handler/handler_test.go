@@ -92,21 +92,26 @@ func orderPath(id string) string    { return "/api/v1/orders/" + id }
 // The response bodies of API.md, with the fields each must carry.
 type (
 	productResponse struct {
-		SKU          string `json:"sku"`
-		Name         string `json:"name"`
-		InitialStock int64  `json:"initial_stock"`
-		Stock        int64  `json:"stock"`
-		Sold         int64  `json:"sold"`
-		Version      int64  `json:"version"`
-		MaxPerOrder  int    `json:"max_per_order"`
+		SKU             string     `json:"sku"`
+		Name            string     `json:"name"`
+		InitialStock    int64      `json:"initial_stock"`
+		Stock           int64      `json:"stock"`
+		Sold            int64      `json:"sold"`
+		Version         int64      `json:"version"`
+		MaxPerOrder     int        `json:"max_per_order"`
+		StartsAt        *time.Time `json:"starts_at"`
+		EndsAt          *time.Time `json:"ends_at"`
+		PaymentTimeoutS int        `json:"payment_timeout_s"`
 	}
 	orderResponse struct {
-		OrderID   string    `json:"order_id"`
-		SKU       string    `json:"sku"`
-		UserID    string    `json:"user_id"`
-		Quantity  int       `json:"quantity"`
-		Strategy  string    `json:"strategy"`
-		CreatedAt time.Time `json:"created_at"`
+		OrderID   string     `json:"order_id"`
+		SKU       string     `json:"sku"`
+		UserID    string     `json:"user_id"`
+		Quantity  int        `json:"quantity"`
+		Strategy  string     `json:"strategy"`
+		Status    string     `json:"status"`
+		ExpiresAt *time.Time `json:"expires_at"`
+		CreatedAt time.Time  `json:"created_at"`
 	}
 	auditResponse struct {
 		SKU             string `json:"sku"`
@@ -122,14 +127,19 @@ type (
 		RedisReservations *int64 `json:"redis_reservations"`
 		RedisReserved     *int64 `json:"redis_reserved"`
 		HeldBack          *int64 `json:"held_back"`
+		// The orders by state.
+		Pending   int64 `json:"pending"`
+		Cancelled int64 `json:"cancelled"`
+		Expired   int64 `json:"expired"`
 	}
 )
 
 var (
-	productFields = []string{"sku", "name", "initial_stock", "stock", "sold", "version", "max_per_order"}
-	orderFields   = []string{"order_id", "sku", "user_id", "quantity", "strategy", "created_at"}
+	productFields = []string{"sku", "name", "initial_stock", "stock", "sold", "version", "max_per_order", "payment_timeout_s"}
+	orderFields   = []string{"order_id", "sku", "user_id", "quantity", "strategy", "status", "created_at"}
 	// redis_stock is left out: this build has no Redis admission state (see the report).
-	auditFields = []string{"sku", "initial_stock", "stock", "ordered_quantity", "orders", "distinct_buyers", "oversold", "consistent"}
+	auditFields = []string{"sku", "initial_stock", "stock", "ordered_quantity", "orders", "distinct_buyers", "oversold", "consistent",
+		"pending", "cancelled", "expired"}
 )
 
 // ulidPattern is Crockford base32, 26 characters: the shape of an order id.

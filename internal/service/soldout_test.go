@@ -32,14 +32,16 @@ func flagHits(t *testing.T, f backendtest.Instance) float64 {
 	return backendtest.Counter(t, "seckill_sold_out_flag_rejections_total", nil, f)
 }
 
-// waitFlagged orders as fresh buyers on f, each answered sold_out, until one is answered from
-// the flag.
-func waitFlagged(t *testing.T, f backendtest.Instance, sku string) {
+// waitFlagged orders as fresh buyers on f under strategy, each answered sold_out, until one is
+// answered from the flag.
+func waitFlagged(t *testing.T, f backendtest.Instance, sku, strategy string) {
 	t.Helper()
 	before := flagHits(t, f)
 	for deadline := time.Now().Add(5 * time.Second); flagHits(t, f) == before; time.Sleep(10 * time.Millisecond) {
 		require.True(t, time.Now().Before(deadline), "the instance never flagged %s", sku)
-		_, _, err := f.PlaceOrder(context.Background(), flagReq(sku, fmt.Sprintf("probe-%d", rand.Int64())))
+		probe := flagReq(sku, fmt.Sprintf("probe-%d", rand.Int64()))
+		probe.Strategy = strategy
+		_, _, err := f.PlaceOrder(context.Background(), probe)
 		require.ErrorIs(t, err, stock.ErrSoldOut)
 	}
 }
@@ -64,7 +66,7 @@ func TestSoldOutFlag(t *testing.T) {
 	_, _, err = a.PlaceOrder(ctx, flagReq(sku, "u2"))
 	require.NoError(t, err)
 
-	waitFlagged(t, b, sku)
+	waitFlagged(t, b, sku, "pessimistic")
 	replay, replayed, err := b.PlaceOrder(ctx, flagReq(sku, "u1"))
 	require.NoError(t, err, "a buyer who holds an order takes the full path")
 	assert.True(t, replayed)
@@ -84,7 +86,7 @@ func TestSoldOutFlag(t *testing.T) {
 		return err == nil
 	}, 2*time.Second, 5*time.Millisecond, "the reset did not reach the other instance's flag: %v", err)
 
-	waitFlagged(t, b, sku)
+	waitFlagged(t, b, sku, "pessimistic")
 	require.NoError(t, b.Store.Close())
 	hits = flagHits(t, b)
 	_, _, err = b.PlaceOrder(ctx, flagReq(sku, "u4"))
@@ -104,7 +106,7 @@ func TestSoldOutFlagOffWithoutResets(t *testing.T) {
 	require.NoError(t, err)
 	order, _, err := f.PlaceOrder(ctx, flagReq(sku, "u1"))
 	require.NoError(t, err)
-	waitFlagged(t, f, sku)
+	waitFlagged(t, f, sku, "pessimistic")
 
 	redisProc.Kill()
 	require.Eventually(t, func() bool {
@@ -116,6 +118,6 @@ func TestSoldOutFlagOffWithoutResets(t *testing.T) {
 	assert.Equal(t, hits, flagHits(t, f), "no flag is used while resets cannot be heard")
 
 	redisProc.Start()
-	waitFlagged(t, f, sku)
+	waitFlagged(t, f, sku, "pessimistic")
 	backendtest.RequireInvariant(t, f.Store, sku, []stock.Order{order})
 }

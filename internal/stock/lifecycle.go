@@ -99,8 +99,9 @@ func (s *Store) transition(ctx context.Context, orderID, userID string,
 			return err
 		}
 		// Under the product row's lock no other transition of this order can run: it reads as
-		// it will stay until this one commits.
-		if err := tx.Where("order_id = ?", orderID).Take(&o).Error; err != nil {
+		// it will stay until this one commits. A locking read, so that it reads the latest
+		// committed row, not the snapshot of the read above (InnoDB's repeatable read).
+		if err := s.locking(tx).Where("order_id = ?", orderID).Take(&o).Error; err != nil {
 			return err
 		}
 		var err error
@@ -115,6 +116,9 @@ func (s *Store) transition(ctx context.Context, orderID, userID string,
 		}
 		return nil
 	})
+	if errors.Is(err, ErrVersionConflict) {
+		err = fmt.Errorf("%w: %w", ErrBusy, err) // the world moved under a lock: the client may retry
+	}
 	if err != nil {
 		return Order{}, fmt.Errorf("order %s: %w", orderID, err)
 	}
@@ -167,7 +171,16 @@ func (s *Store) lockProduct(tx *gorm.DB, sku string) error {
 		return nil
 	}
 	var row productRow
-	return tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).Select("sku").Where("sku = ?", sku).Take(&row).Error
+	return s.locking(tx).Select("sku").Where("sku = ?", sku).Take(&row).Error
+}
+
+// locking makes tx's next read a locking one (FOR UPDATE) on MySQL: it reads, and locks, the
+// latest committed rows. SQLite's write transaction reads them anyway.
+func (s *Store) locking(tx *gorm.DB) *gorm.DB {
+	if s.dialect != MySQL {
+		return tx
+	}
+	return tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 }
 
 // waiting is the pool whose transactions wait for a row lock boundedly: on MySQL the queue
@@ -200,7 +213,7 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) ([]Order, error) {
 			if err := s.lockProduct(tx, sku); err != nil {
 				return err
 			}
-			if err := tx.Where("sku = ? AND status = ? AND expires_at <= ?", sku, Pending, now).Limit(limit).Find(&due).Error; err != nil {
+			if err := s.locking(tx).Where("sku = ? AND status = ? AND expires_at <= ?", sku, Pending, now).Limit(limit).Find(&due).Error; err != nil {
 				return err
 			}
 			for i := range due {
