@@ -9,16 +9,27 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
+// Cancel is the input of a cancellation, in a history: the order of Qty units that it ends.
+type Cancel struct{ Qty int }
+
 // StockModel is the sequential specification of one product, for porcupine: an order (input:
 // its quantity) succeeds ("ok") only if enough stock is left and takes it; "sold_out" is
-// answered only when not enough is left; "busy" changes nothing. Every attempt of a history must
-// fit one sequential order of these steps, each somewhere between its call and its return — or
-// the strategy let two orders see the same stock.
+// answered only when not enough is left; "busy" changes nothing; a cancellation (input: Cancel)
+// that succeeds gives its units back. Every attempt of a history must fit one sequential order of
+// these steps, each somewhere between its call and its return — or the strategy let two orders
+// see the same stock, or a unit came back twice.
 func StockModel(initial int) porcupine.Model {
 	return porcupine.Model{
 		Init: func() any { return initial },
 		Step: func(state, input, output any) (bool, any) {
-			left, qty := state.(int), input.(int)
+			left := state.(int)
+			if c, ok := input.(Cancel); ok {
+				if output == "ok" {
+					return true, left + c.Qty
+				}
+				return output == "busy", left
+			}
+			qty := input.(int)
 			switch output {
 			case "ok":
 				return left >= qty, left - qty
@@ -29,7 +40,12 @@ func StockModel(initial int) porcupine.Model {
 			}
 			return false, left
 		},
-		DescribeOperation: func(input, output any) string { return fmt.Sprintf("order(%v) -> %v", input, output) },
+		DescribeOperation: func(input, output any) string {
+			if c, ok := input.(Cancel); ok {
+				return fmt.Sprintf("cancel(%d) -> %v", c.Qty, output)
+			}
+			return fmt.Sprintf("order(%v) -> %v", input, output)
+		},
 	}
 }
 

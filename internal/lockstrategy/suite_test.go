@@ -83,9 +83,10 @@ const (
 
 // saleResult is what the buyers of one sale were told.
 type saleResult struct {
-	acked   []stock.Order
-	outcome map[string]int
-	retries int
+	acked     []stock.Order // the orders placed and kept
+	cancelled int           // orders placed and cancelled at once
+	outcome   map[string]int
+	retries   int
 	history []porcupine.Operation // every attempt: call, return, outcome
 }
 
@@ -95,10 +96,15 @@ func sell(t *testing.T, cfg service.Config, sku string, stockUnits, buyers int) 
 	return sellOn(t, newInstances(t, instances, cfg, backendtest.Wiring{}), sku, stockUnits, buyers, fault{})
 }
 
-// fault is injected once, when the sale has sold at units.
+// origin is the zero of every recorded history.
+var origin = time.Now()
+
+// fault is injected once, when the sale has sold at units. Besides, the first cancel buyers to
+// get an order cancel it at once (on the instance that placed it).
 type fault struct {
 	at     int
 	inject func()
+	cancel int
 }
 
 // sellOn starts a sale of stockUnits and runs one wave of buyers through it.
@@ -125,7 +131,8 @@ func wave(t *testing.T, insts []backendtest.Instance, sku string, from, to int, 
 		injected sync.WaitGroup
 	)
 	start := make(chan struct{})
-	base := time.Now()
+	// Times are absolute (the monotonic clock, from one fixed origin), so that the histories of
+	// several waves of one sale line up.
 	for i := from; i < to; i++ {
 		wg.Add(1)
 		go func() {
@@ -135,9 +142,9 @@ func wave(t *testing.T, insts []backendtest.Instance, sku string, from, to int, 
 			req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("user-%03d", i), Quantity: 1, Strategy: strategy}
 			<-start
 			for {
-				call := time.Since(base).Nanoseconds()
+				call := time.Since(origin).Nanoseconds()
 				order, _, err := inst.PlaceOrder(ctx, req)
-				ret := time.Since(base).Nanoseconds()
+				ret := time.Since(origin).Nanoseconds()
 				mu.Lock()
 				res.history = append(res.history, porcupine.Operation{ClientId: i, Input: req.Quantity, Call: call,
 					Output: stock.Code(err), Return: ret})
@@ -151,8 +158,13 @@ func wave(t *testing.T, insts []backendtest.Instance, sku string, from, to int, 
 				}
 				mu.Lock()
 				res.outcome[stock.Code(err)]++
+				cancel := false
 				if err == nil {
-					res.acked = append(res.acked, order)
+					if cancel = res.cancelled < f.cancel; cancel {
+						res.cancelled++
+					} else {
+						res.acked = append(res.acked, order)
+					}
 					if f.inject != nil && len(res.acked) == f.at {
 						injected.Add(1)
 						go func() { defer injected.Done(); f.inject() }()
@@ -161,6 +173,15 @@ func wave(t *testing.T, insts []backendtest.Instance, sku string, from, to int, 
 					t.Errorf("%s: unexpected error: %v", req.UserID, err)
 				}
 				mu.Unlock()
+				if cancel {
+					call := time.Since(origin).Nanoseconds()
+					_, err := inst.CancelOrder(ctx, order.OrderID, order.UserID)
+					assert.NoError(t, err, "cancel %s", order.OrderID)
+					mu.Lock()
+					res.history = append(res.history, porcupine.Operation{ClientId: i, Input: backendtest.Cancel{Qty: req.Quantity},
+						Call: call, Output: stock.Code(err), Return: time.Since(origin).Nanoseconds()})
+					mu.Unlock()
+				}
 				return
 			}
 		}()
@@ -182,6 +203,32 @@ func TestStrategies(t *testing.T) {
 			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 			assert.Zero(t, a.Stock)
+			assertLinearizable(t, units, res)
+		})
+	}
+}
+
+// TestCancelsReturnUnits: under every safe strategy, the first buyers to get an order cancel it
+// at once, while the sale goes on across three instances; their units go back on sale, and the
+// buyers of a second wave buy them: exactly the stock ends up held by orders, each cancelled unit
+// sold again once, and the history — cancels included — fits one product's stock. The cancels
+// come early, while stock is left, so that no instance has a sold-out flag to drop when they land.
+func TestCancelsReturnUnits(t *testing.T) {
+	const units, cancels, perWave = 20, 8, 40
+	for _, v := range safeVariants() {
+		t.Run(v.name, func(t *testing.T) {
+			sku := backendtest.SKU(t)
+			insts := newInstances(t, instances, v.cfg, backendtest.Wiring{})
+			_, err := insts[0].PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: "cancels", Stock: units, MaxPerOrder: 1})
+			require.NoError(t, err)
+			res := wave(t, insts, sku, 0, perWave, fault{cancel: cancels}).add(wave(t, insts, sku, perWave, 2*perWave, fault{}))
+			t.Logf("%s: outcomes %v, %d cancelled at once, after %d busy retries", v.name, res.outcome, res.cancelled, res.retries)
+			assert.Equal(t, cancels, res.cancelled)
+			assert.Equal(t, map[string]int{"ok": units + cancels, "sold_out": 2*perWave - units - cancels}, res.outcome,
+				"every cancelled unit sold again")
+			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+			assert.Zero(t, a.Stock)
+			assert.EqualValues(t, cancels, a.Cancelled)
 			assertLinearizable(t, units, res)
 		})
 	}
@@ -238,6 +285,7 @@ func (r *failRecorder) FailNow()              { r.failed = true; runtime.Goexit(
 // add merges the result of another wave of the same sale.
 func (r saleResult) add(o saleResult) saleResult {
 	out := saleResult{outcome: map[string]int{}, acked: append(append([]stock.Order{}, r.acked...), o.acked...), retries: r.retries + o.retries,
+		cancelled: r.cancelled + o.cancelled,
 		history: append(append([]porcupine.Operation{}, r.history...), o.history...)}
 	for _, m := range []map[string]int{r.outcome, o.outcome} {
 		for k, v := range m {

@@ -34,7 +34,7 @@ const maxFlagBuyers = 100_000
 // order. Flags are set and trusted only while this instance's subscription is up, and all of
 // them are dropped whenever it goes down, because messages published meanwhile are lost. As a
 // last guard a flag is trusted for at most TTL; then a one-row read of the product renews it
-// (same version — an ended order moves it — still zero) or drops it.
+// (still zero, and the same version: no sale since, so the same buyers) or drops it.
 type SoldOut struct {
 	store *stock.Store
 	rdb   *redis.Client

@@ -142,12 +142,13 @@ func (s *Store) end(tx *gorm.DB, o *orderRow, status Status) error {
 	return restock(tx, o.SKU, int64(o.Quantity))
 }
 
-// restock gives units back to sku's stock; the version moves, so that no writer holding an
-// older read can write past them.
+// restock gives units back to sku's stock. The version does not move: a section that read the
+// product before the return decided against fewer units than there are — never more — and its
+// conditional UPDATE (stock >= total) is on the stock as it is now, so it stays right; moving
+// the version would only fail it for nothing, and under a stream of cancels, again and again.
 func restock(tx *gorm.DB, sku string, units int64) error {
 	res := tx.Model(&productRow{}).Where("sku = ?", sku).Updates(map[string]any{
 		"stock":      gorm.Expr("stock + ?", units),
-		"version":    gorm.Expr("version + 1"),
 		"updated_at": time.Now().UTC(),
 	})
 	return changedOne(res, "products/"+sku)

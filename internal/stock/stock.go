@@ -144,8 +144,7 @@ func (e *FenceError) Error() string {
 // Unwrap makes errors.Is(err, ErrFencedOut) true.
 func (e *FenceError) Unwrap() error { return ErrFencedOut }
 
-// Product is one SKU on sale. Version increases with every sale, every reset and every order
-// that gives its units back.
+// Product is one SKU on sale. Version increases with every sale and every reset.
 type Product struct {
 	SKU            string
 	Name           string
