@@ -19,6 +19,7 @@ import (
 type load struct {
 	targets     []string      // base URLs, used round-robin
 	sku         string        // the product on sale
+	first       int           // the index of the first request (and buyer): rounds of fresh buyers start past the last
 	strategy    string        // "" = the server's default
 	users       int           // distinct buyers
 	requests    int           // order requests in the first round (more than users: repeat buyers)
@@ -36,10 +37,13 @@ type request struct {
 	user  string
 }
 
-// ackedOrder is what a 201 told the client.
+// ackedOrder is what a 201 told the client, and — when the buyer did something with it
+// (-cancel, -unpaid) — the state it must end in.
 type ackedOrder struct {
 	OrderID string `json:"order_id"`
 	UserID  string `json:"user_id"`
+	Status  string `json:"status"`
+	Want    string `json:"-"` // cancelled, expired or confirmed; "" for an order left as placed
 }
 
 // sale is everything one sale's clients saw.
@@ -55,7 +59,7 @@ func (l load) run(ctx context.Context, name string) (sale, error) {
 	s := sale{final: map[int]*vegeta.Result{}}
 	round := make([]request, l.requests)
 	for i := range round {
-		round[i] = request{index: i, user: fmt.Sprintf("%s-u%06d", l.sku, i%l.users)}
+		round[i] = request{index: l.first + i, user: l.user(l.first + i)}
 	}
 	for n := 0; len(round) > 0 && ctx.Err() == nil; n++ {
 		results := l.attack(ctx, name, round)
@@ -69,7 +73,7 @@ func (l load) run(ctx context.Context, name string) (sale, error) {
 			}
 			s.final[i] = r
 			if classify(r) == outcomeBusy {
-				busy = append(busy, request{index: i, user: fmt.Sprintf("%s-u%06d", l.sku, i%l.users)})
+				busy = append(busy, request{index: i, user: l.user(i)})
 				wait = max(wait, retryAfter(r))
 			}
 		}
@@ -95,6 +99,10 @@ func (l load) run(ctx context.Context, name string) (sale, error) {
 	}
 	return s, ctx.Err()
 }
+
+// user is the buyer of request i: users of their own per load, repeated when it sends more
+// requests than it has users.
+func (l load) user(i int) string { return fmt.Sprintf("%s-u%06d", l.sku, l.first+(i-l.first)%l.users) }
 
 // attack runs one round through vegeta.
 func (l load) attack(ctx context.Context, name string, round []request) []*vegeta.Result {

@@ -72,7 +72,7 @@ func baseline(ctx context.Context, db *sql.DB, sku string, buyers, workers int) 
 func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report, error) {
 	o := rr.opts
 	sku := o.sku + "-baseline"
-	if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock); err != nil {
+	if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock, 0); err != nil {
 		return report{}, err
 	}
 	orders, selling, err := baseline(ctx, db, sku, o.users, o.concurrency)

@@ -100,26 +100,35 @@ func TestSplit(t *testing.T) {
 
 func TestCheck(t *testing.T) {
 	acked := []ackedOrder{{OrderID: "o1", UserID: "u1"}, {OrderID: "o2", UserID: "u2"}}
-	stored := map[string]string{"o1": "u1", "o2": "u2"}
+	kept := map[string]stored{"o1": {"u1", "confirmed"}, "o2": {"u2", "pending"}}
 	good := audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2, Consistent: true}
-	assert.True(t, check(good, acked, stored).ok())
+	assert.True(t, check(good, acked, kept).ok())
+	cancelled := []ackedOrder{{OrderID: "o1", UserID: "u1", Want: "cancelled"}, {OrderID: "o2", UserID: "u2"}}
+	afterCancel := map[string]stored{"o1": {"u1", "cancelled"}, "o2": {"u2", "confirmed"}}
+	assert.True(t, check(audit{InitialStock: 5, Stock: 4, OrderedQuantity: 1, Orders: 1, DistinctBuyers: 1}, cancelled, afterCancel).ok(),
+		"a cancelled order holds nothing")
 
 	for _, tc := range []struct {
 		name    string
 		audit   audit
 		acked   []ackedOrder
-		stored  map[string]string
+		stored  map[string]stored
 		problem string
 	}{
-		{"planted oversell", audit{InitialStock: 5, Stock: 0, OrderedQuantity: 7, Orders: 2, DistinctBuyers: 2}, acked, stored, "oversold by 2"},
-		{"lost update", audit{InitialStock: 5, Stock: 4, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2}, acked, stored, "stock 4 + ordered 2 != initial 5"},
-		{"negative stock", audit{InitialStock: 1, Stock: -1, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2}, acked, stored, "negative"},
-		{"a user twice", audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 1}, acked, stored, "a user holds two"},
-		{"a lost order", good, acked, map[string]string{"o1": "u1"}, "o2 was acknowledged but is not stored"},
-		{"an order for someone else", good, acked, map[string]string{"o1": "u1", "o2": "u9"}, "stored for u9"},
+		{"planted oversell", audit{InitialStock: 5, Stock: 0, OrderedQuantity: 7, Orders: 2, DistinctBuyers: 2}, acked, kept, "oversold by 2"},
+		{"lost update", audit{InitialStock: 5, Stock: 4, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2}, acked, kept, "stock 4 + ordered 2 != initial 5"},
+		{"negative stock", audit{InitialStock: 1, Stock: -1, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2}, acked, kept, "negative"},
+		{"a user twice", audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 1}, acked, kept, "a user holds two"},
+		{"a lost order", good, acked, map[string]stored{"o1": {"u1", "confirmed"}}, "o2 was acknowledged but is not stored"},
+		{"an order for someone else", good, acked, map[string]stored{"o1": {"u1", "confirmed"}, "o2": {"u9", "confirmed"}}, "stored for u9"},
 		{"acknowledged twice", audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2},
-			[]ackedOrder{{"o1", "u1"}, {"o1", "u1"}}, stored, "acknowledged twice"},
-		{"an order nobody was told of", audit{InitialStock: 5, Stock: 2, OrderedQuantity: 3, Orders: 3, DistinctBuyers: 3}, acked, stored, "2 orders acknowledged with 201, 3 in the store"},
+			[]ackedOrder{{OrderID: "o1", UserID: "u1"}, {OrderID: "o1", UserID: "u1"}}, kept, "acknowledged twice"},
+		{"an order nobody was told of", audit{InitialStock: 5, Stock: 2, OrderedQuantity: 3, Orders: 3, DistinctBuyers: 3}, acked, kept,
+			"2 acknowledged orders active, 3 active in the store"},
+		{"a cancel that did not take", audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2}, cancelled, kept,
+			"o1 should be cancelled but is confirmed"},
+		{"a unit returned twice", audit{InitialStock: 5, Stock: 5, OrderedQuantity: 1, Orders: 1, DistinctBuyers: 1}, cancelled, afterCancel,
+			"stock 5 + ordered 1 != initial 5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := check(tc.audit, tc.acked, tc.stored)
@@ -216,6 +225,32 @@ func TestSmokeCompare(t *testing.T) {
 	assert.Contains(t, out.String(), "`"+bareRow+"`", "the bare handler was measured")
 	assert.Contains(t, out.String(), "Sold-out phase")
 	assert.Contains(t, out.String(), "Targets of the performance issue")
+}
+
+// TestSmokeLifecycle: the tool on three processes with -cancel and -unpaid — a share of the
+// orders cancelled, a share left to expire, the rest paid, fresh buyers buying the units back —
+// verifies every order's state and the invariant, and fails nothing.
+func TestSmokeLifecycle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service and runs three processes; skipped with -short")
+	}
+	dsn, redisAddr := backends(t)
+	args := []string{"-spawn", "3", "-strategy", "hybrid", "-stock", "60", "-users", "200", "-concurrency", "16", "-retry-busy", "5",
+		"-cancel", "0.25", "-unpaid", "0.25", "-payment-timeout", "2s", "-soldout", "1s", "-out", t.TempDir(), "-progress=false"}
+	if dsn != "" {
+		args = append(args, "-mysql", dsn)
+	}
+	if redisAddr != "" {
+		args = append(args, "-redis", redisAddr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out strings.Builder
+	err := run(ctx, args, &out, testWriter{t})
+	t.Log("\n" + out.String())
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "After the sale")
+	assert.Regexp(t, "`hybrid` \\| [1-9][0-9]* \\| [1-9][0-9]* \\| [1-9][0-9]* \\|", out.String(), "cancels, expiries and payments all happened")
 }
 
 // testWriter sends the tool's log lines to the test log.

@@ -85,6 +85,7 @@ type options struct {
 	progress    bool
 	soak        time.Duration
 	soldOut     time.Duration // the steady sold-out phase of each sale; 0: none
+	after       afterSale     // what buyers do with their orders after the sale (-cancel, -unpaid)
 	groupCommit []int         // SECKILL_GROUP_COMMIT of each pass; none: the server's default
 }
 
@@ -114,6 +115,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		"and measure the rejections beside a bare net/http handler (default 5s with -compare; 0: off)")
 	groupCommit := fs.String("group-commit", "", "when the tool starts the service: comma-separated SECKILL_GROUP_COMMIT values "+
 		"(0: one order per critical section; 64: batched), one set of processes and one comparison each, in one run; empty: the server's default")
+	fs.Float64Var(&o.after.cancel, "cancel", 0, "after each sale, this share of the orders is cancelled by its buyer; then fresh buyers buy the units back")
+	fs.Float64Var(&o.after.unpaid, "unpaid", 0, "after each sale, this share of the orders is never paid and expires (the products get a payment timeout); the rest are paid")
+	fs.DurationVar(&o.after.timeout, "payment-timeout", 0, "the products' payment timeout, whole seconds (default 20s with -unpaid, else none)")
 	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -135,6 +139,13 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-soak watches one set of processes: give -group-commit at most one value")
 	case o.soldOut < 0:
 		return o, errors.New("-soldout must not be negative")
+	case o.after.cancel < 0 || o.after.unpaid < 0 || o.after.cancel+o.after.unpaid > 1:
+		return o, errors.New("-cancel and -unpaid are shares: each at least 0, together at most 1")
+	case o.after.timeout < 0 || o.after.timeout%time.Second != 0 || o.after.timeout > 24*time.Hour:
+		return o, errors.New("-payment-timeout is whole seconds, at most a day")
+	}
+	if o.after.unpaid > 0 && o.after.timeout == 0 {
+		o.after.timeout = 20 * time.Second
 	}
 	if o.requests == 0 {
 		o.requests = o.users
@@ -415,8 +426,8 @@ func backendsText(o options) string {
 }
 
 // putProduct starts the sale round of sku.
-func putProduct(ctx context.Context, client *http.Client, base, token, sku string, stock int) error {
-	body := fmt.Sprintf(`{"name":"load test","stock":%d,"max_per_order":1}`, stock)
+func putProduct(ctx context.Context, client *http.Client, base, token, sku string, stock int, paymentTimeout time.Duration) error {
+	body := fmt.Sprintf(`{"name":"load test","stock":%d,"max_per_order":1,"payment_timeout_s":%d}`, stock, int(paymentTimeout/time.Second))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/api/v1/products/"+sku, strings.NewReader(body))
 	if err != nil {
 		return err
@@ -476,7 +487,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		sku := o.sku + "-" + name + rr.pass.suffix + suffix
 		rr.peaks.begin()
 		lostBefore, lostErr := rr.locksLost(ctx)
-		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock); err != nil {
+		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock, o.after.timeout); err != nil {
 			return nil, nil, err
 		}
 		l := load{targets: rr.targets, sku: sku, strategy: strategy, users: o.users, requests: o.requests, rate: o.rate,
@@ -489,6 +500,11 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		if r.Outcomes[outcomeInvalid] == r.Requests {
 			r.Skipped = "refused by the server (naive needs SECKILL_ALLOW_UNSAFE=true)"
 		} else {
+			if o.after.on() && strategy != "naive" {
+				if s.acked, r.Lifecycle, l, err = rr.afterSale(ctx, l, s.acked); err != nil {
+					return nil, nil, fmt.Errorf("%s after the sale: %w", row, err)
+				}
+			}
 			if r.Verdict, err = rr.verifier.verify(ctx, sku, s.acked); err != nil {
 				return nil, nil, fmt.Errorf("verify %s: %w", row, err)
 			}
@@ -518,6 +534,33 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		fmt.Fprintf(rr.log, "loadtest: %s: %v; %s\n", row, r.Outcomes, r.verdictText())
 	}
 	return reports, sales, nil
+}
+
+// afterSale has the buyers pay, cancel or leave their orders (-cancel, -unpaid), waits until the
+// unpaid ones have expired, and has fresh buyers buy the units that came back, paying for
+// theirs. It returns every order with the state it must end in, and the load of the resale —
+// what comes next starts past its buyers.
+func (rr roundRunner) afterSale(ctx context.Context, l load, acked []ackedOrder) ([]ackedOrder, *lifecycleReport, load, error) {
+	a := rr.opts.after
+	acted, rep := a.act(ctx, rr.client, rr.targets, acked, false, 32)
+	returnedIn, err := a.awaitNoPending(ctx, rr.verifier, l.sku)
+	if err != nil {
+		rep.Problems = append(rep.Problems, err.Error())
+	}
+	rep.ReturnedIn = returnedIn
+	resale := l
+	resale.first, resale.users = l.first+l.requests, 2*(rep.Cancelled+rep.Unpaid)+64
+	resale.requests, resale.progress = resale.users, nil
+	s, err := resale.run(ctx, "resale")
+	if err != nil {
+		return nil, nil, l, err
+	}
+	resold, payments := a.act(ctx, rr.client, rr.targets, s.acked, true, 32)
+	rep.Resold = len(resold)
+	rep.Problems = append(rep.Problems, payments.Problems...)
+	fmt.Fprintf(rr.log, "loadtest: %s: after the sale %d cancelled, %d unpaid (back on sale %s after the payments), %d paid; %d resold\n",
+		l.strategy, rep.Cancelled, rep.Unpaid, returnedIn.Round(time.Millisecond), rep.Paid, rep.Resold)
+	return append(acted, resold...), &rep, resale, nil
 }
 
 // locksLost sums seckill_lock_lost_total over the targets.

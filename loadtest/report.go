@@ -26,26 +26,27 @@ var families = map[string]string{
 
 // report is one strategy's sale, measured and verified: a row of the comparison.
 type report struct {
-	Strategy          string         `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
-	Family            string         `json:"family"`
-	SKU               string         `json:"sku"`
-	Requests          int            `json:"requests"`
-	Attempts          int            `json:"attempts"`
-	Outcomes          map[string]int `json:"outcomes"`
-	BusyAnswers       int            `json:"busy_answers"`
-	LocksLost         *int           `json:"locks_lost,omitempty"` // by live holders across the instances (seckill_lock_lost_total), over this row's phases
-	OrdersPerSecond   float64        `json:"orders_per_second"`
-	VsBaseline        float64        `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
-	Selling           phase          `json:"selling"`
-	SoldOut           phase          `json:"sold_out"` // the tail of the sale's own requests, after the last 201
-	Steady            *steady        `json:"sold_out_steady,omitempty"`
-	PeakRSSMB         float64        `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
-	PeakRSSSinceStart bool           `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
-	Goals             []goal         `json:"targets,omitempty"`
-	Verdict           verdict        `json:"verdict"`
-	ExpectOversell    bool           `json:"expect_oversell"`
-	Skipped           string         `json:"skipped,omitempty"`
-	Failed            []string       `json:"failed,omitempty"` // why this run fails the tool
+	Strategy          string           `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
+	Family            string           `json:"family"`
+	SKU               string           `json:"sku"`
+	Requests          int              `json:"requests"`
+	Attempts          int              `json:"attempts"`
+	Outcomes          map[string]int   `json:"outcomes"`
+	BusyAnswers       int              `json:"busy_answers"`
+	LocksLost         *int             `json:"locks_lost,omitempty"` // by live holders across the instances (seckill_lock_lost_total), over this row's phases
+	OrdersPerSecond   float64          `json:"orders_per_second"`
+	VsBaseline        float64          `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
+	Selling           phase            `json:"selling"`
+	SoldOut           phase            `json:"sold_out"` // the tail of the sale's own requests, after the last 201
+	Steady            *steady          `json:"sold_out_steady,omitempty"`
+	Lifecycle         *lifecycleReport `json:"after_sale,omitempty"`           // -cancel, -unpaid
+	PeakRSSMB         float64          `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
+	PeakRSSSinceStart bool             `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
+	Goals             []goal           `json:"targets,omitempty"`
+	Verdict           verdict          `json:"verdict"`
+	ExpectOversell    bool             `json:"expect_oversell"`
+	Skipped           string           `json:"skipped,omitempty"`
+	Failed            []string         `json:"failed,omitempty"` // why this run fails the tool
 }
 
 // newReport measures a sale of strategy, reported as row. The verdict is added by the caller.
@@ -87,6 +88,9 @@ func (r *report) judge() {
 		return
 	}
 	r.Failed = append(r.Failed, r.Verdict.Problems...)
+	if r.Lifecycle != nil {
+		r.Failed = append(r.Failed, r.Lifecycle.Problems...)
+	}
 	if r.Steady == nil {
 		return
 	}
@@ -151,6 +155,9 @@ func tables(reports []report) []table {
 			fmt.Sprintf("%.0f", r.SoldOut.Throughput), ms(r.SoldOut.P99), r.rssText(), fmt.Sprint(r.Verdict.Oversold), r.verdictText()})
 	}
 	out := []table{comparison}
+	if t, ok := lifecycleTable(reports); ok {
+		out = append(out, t)
+	}
 	if t, ok := steadyTable(reports); ok {
 		out = append(out, t)
 	}
@@ -177,6 +184,23 @@ func (r report) rssText() string {
 		return fmt.Sprintf("%.0f (since start)", r.PeakRSSMB)
 	}
 	return fmt.Sprintf("%.0f", r.PeakRSSMB)
+}
+
+// lifecycleTable is what the buyers did after each sale (-cancel, -unpaid); ok is false if they
+// did nothing.
+func lifecycleTable(reports []report) (t table, ok bool) {
+	t.Intro = "After the sale: the buyers cancelled a share of their orders and left a share unpaid (they expire when the payment timeout runs out); " +
+		"the rest paid. Fresh buyers then bought the units that came back, and the verifier checked that every order is in the state its buyer's choice leads to " +
+		"and that each unit came back once."
+	t.Head = []string{"row", "cancelled", "unpaid (expired)", "paid", "no order pending after", "resold", "problems"}
+	for _, r := range reports {
+		if l := r.Lifecycle; l != nil {
+			ok = true
+			t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(l.Cancelled), fmt.Sprint(l.Unpaid), fmt.Sprint(l.Paid),
+				l.ReturnedIn.Round(10 * time.Millisecond).String(), fmt.Sprint(l.Resold), fmt.Sprint(len(l.Problems))})
+		}
+	}
+	return t, ok
 }
 
 // steadyTable is the steady sold-out phase of every row that had one; ok is false if none did.

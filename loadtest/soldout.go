@@ -61,7 +61,7 @@ func (l load) soldOutSlice(ctx context.Context, name string, d time.Duration, p 
 	defer stop()
 	l.rate = 0
 	limit := max(l.concurrency, int(d.Seconds()*soldOutMaxRate))
-	first, from := l.requests, p.sent // indexes of the sale's own requests stay theirs: keys and buyers are new
+	first, from := l.first+l.requests, p.sent // indexes of the sale's own requests stay theirs: keys and buyers are new
 	p.sent += limit
 	at := func(n int) request {
 		return request{index: first + from + n, user: fmt.Sprintf("%s-s%07d", l.sku, from+n)}

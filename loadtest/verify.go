@@ -22,6 +22,9 @@ type audit struct {
 	DistinctBuyers  int64  `json:"distinct_buyers"`
 	Oversold        int64  `json:"oversold"`
 	Consistent      bool   `json:"consistent"`
+	Pending         int64  `json:"pending"`
+	Cancelled       int64  `json:"cancelled"`
+	Expired         int64  `json:"expired"`
 	RedisStock      *int64 `json:"redis_stock,omitempty"`
 }
 
@@ -35,9 +38,18 @@ type verdict struct {
 // ok reports whether the invariant held and every 201 was backed by its order.
 func (v verdict) ok() bool { return len(v.Problems) == 0 }
 
-// check is the invariant of DESIGN.md over an audit, the 201s the clients were given, and which
-// of those orders the server's store holds (present: order id -> its user there).
-func check(a audit, acked []ackedOrder, present map[string]string) verdict {
+// stored is an order as the server's store holds it.
+type stored struct{ user, status string }
+
+// active reports whether an order in this state holds its units.
+func active(status string) bool { return status == "pending" || status == "confirmed" }
+
+// check is the invariant over an audit, the 201s the clients were given, and which of those
+// orders the server's store holds (present: order id -> user and state there): no negative
+// stock, every unit in stock or in one active order, one active order per buyer, every 201
+// stored once for its buyer, the active ones exactly the active orders of the audit, and every
+// order the buyers paid, cancelled or left unpaid in the state that must follow.
+func check(a audit, acked []ackedOrder, present map[string]stored) verdict {
 	v := verdict{Audit: a, Oversold: max(0, a.OrderedQuantity-a.InitialStock)}
 	if a.Stock < 0 {
 		v.Problems = append(v.Problems, fmt.Sprintf("stock is negative: %d", a.Stock))
@@ -51,20 +63,29 @@ func check(a audit, acked []ackedOrder, present map[string]string) verdict {
 	if a.Orders != a.DistinctBuyers {
 		v.Problems = append(v.Problems, fmt.Sprintf("%d orders for %d buyers: a user holds two", a.Orders, a.DistinctBuyers))
 	}
-	if int64(len(acked)) != a.Orders {
-		v.Problems = append(v.Problems, fmt.Sprintf("%d orders acknowledged with 201, %d in the store", len(acked), a.Orders))
-	}
 	seen := map[string]bool{}
+	activeAcked := int64(0)
 	for _, o := range acked {
 		if seen[o.OrderID] {
 			v.Problems = append(v.Problems, "order "+o.OrderID+" acknowledged twice")
 		}
 		seen[o.OrderID] = true
-		if user, ok := present[o.OrderID]; !ok {
+		got, ok := present[o.OrderID]
+		switch {
+		case !ok:
 			v.Problems = append(v.Problems, "order "+o.OrderID+" was acknowledged but is not stored")
-		} else if user != o.UserID {
-			v.Problems = append(v.Problems, fmt.Sprintf("order %s was acknowledged to %s but is stored for %s", o.OrderID, o.UserID, user))
+			continue
+		case got.user != o.UserID:
+			v.Problems = append(v.Problems, fmt.Sprintf("order %s was acknowledged to %s but is stored for %s", o.OrderID, o.UserID, got.user))
+		case o.Want != "" && got.status != o.Want:
+			v.Problems = append(v.Problems, fmt.Sprintf("order %s should be %s but is %s", o.OrderID, o.Want, got.status))
 		}
+		if active(got.status) {
+			activeAcked++
+		}
+	}
+	if activeAcked != a.Orders {
+		v.Problems = append(v.Problems, fmt.Sprintf("%d acknowledged orders active, %d active in the store", activeAcked, a.Orders))
 	}
 	return v
 }
@@ -104,8 +125,8 @@ func (vf verifier) verify(ctx context.Context, sku string, acked []ackedOrder) (
 }
 
 // storedOrders asks the API for every acknowledged order.
-func (vf verifier) storedOrders(ctx context.Context, acked []ackedOrder) (map[string]string, error) {
-	present := map[string]string{}
+func (vf verifier) storedOrders(ctx context.Context, acked []ackedOrder) (map[string]stored, error) {
+	present := map[string]stored{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, len(acked))
@@ -124,7 +145,7 @@ func (vf verifier) storedOrders(ctx context.Context, acked []ackedOrder) (map[st
 			}
 			if err == nil {
 				mu.Lock()
-				present[got.OrderID] = got.UserID
+				present[got.OrderID] = stored{got.UserID, got.Status}
 				mu.Unlock()
 			}
 		}()
@@ -155,30 +176,33 @@ func (vf verifier) get(ctx context.Context, path string, out any) error {
 	return json.Unmarshal(raw, out)
 }
 
-// fromSQL reads the invariant's numbers and the acknowledged orders from the tables of API.md.
-func (vf verifier) fromSQL(ctx context.Context, sku string, acked []ackedOrder) (audit, map[string]string, error) {
+// fromSQL reads the invariant's numbers and the acknowledged orders from the tables of the
+// contract (products, orders with their status) — the database's truth: a pending order past its
+// deadline is still pending (active) there until the service expires it, though the API already
+// reads it as expired. The tool verifies once no order is pending.
+func (vf verifier) fromSQL(ctx context.Context, sku string, acked []ackedOrder) (audit, map[string]stored, error) {
 	var a audit
 	err := vf.db.QueryRowContext(ctx, "SELECT initial_stock, stock FROM products WHERE sku = ?", sku).Scan(&a.InitialStock, &a.Stock)
 	if err != nil {
 		return a, nil, fmt.Errorf("sql products: %w", err)
 	}
-	err = vf.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(quantity), 0), COUNT(*), COUNT(DISTINCT user_id) FROM orders WHERE sku = ?", sku).
+	err = vf.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(quantity), 0), COUNT(*), COUNT(DISTINCT user_id) FROM orders WHERE sku = ? AND status IN ('pending', 'confirmed')", sku).
 		Scan(&a.OrderedQuantity, &a.Orders, &a.DistinctBuyers)
 	if err != nil {
 		return a, nil, fmt.Errorf("sql orders: %w", err)
 	}
-	present := map[string]string{}
-	rows, err := vf.db.QueryContext(ctx, "SELECT order_id, user_id FROM orders WHERE sku = ?", sku)
+	present := map[string]stored{}
+	rows, err := vf.db.QueryContext(ctx, "SELECT order_id, user_id, status FROM orders WHERE sku = ?", sku)
 	if err != nil {
 		return a, nil, fmt.Errorf("sql orders: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, user string
-		if err := rows.Scan(&id, &user); err != nil {
+		var id, user, status string
+		if err := rows.Scan(&id, &user, &status); err != nil {
 			return a, nil, err
 		}
-		present[id] = user
+		present[id] = stored{user, status}
 	}
 	return a, present, rows.Err()
 }

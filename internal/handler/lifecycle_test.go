@@ -36,7 +36,8 @@ func TestPayAndCancel(t *testing.T) {
 	p := s.putSale(t, sku, map[string]any{"stock": 3, "payment_timeout_s": 900})
 	assert.Equal(t, 900, p.PaymentTimeoutS)
 
-	o := s.order(t, sku, `{"user_id":"u-1"}`, nil)
+	key := header{"Idempotency-Key": sku + "/u-1"}
+	o := s.order(t, sku, `{"user_id":"u-1"}`, key)
 	assert.Equal(t, "pending", o.Status)
 	require.NotNil(t, o.ExpiresAt)
 	assert.WithinDuration(t, time.Now().Add(15*time.Minute), *o.ExpiresAt, time.Minute)
@@ -56,6 +57,10 @@ func TestPayAndCancel(t *testing.T) {
 	}
 	assert.EqualValues(t, 3, s.product(t, sku).Stock, "the unit came back once")
 	assertError(t, s.do(t, http.MethodPost, payPath(o.OrderID), `{"user_id":"u-1"}`, nil), http.StatusConflict, "order_cancelled")
+	replay := s.order(t, sku, `{"user_id":"u-1"}`, key)
+	assert.Equal(t, o.OrderID, replay.OrderID, "a retry of the original request answers the original order")
+	assert.Equal(t, "cancelled", replay.Status, "with its current status")
+	assert.EqualValues(t, 3, s.product(t, sku).Stock, "and buys nothing")
 
 	again := s.order(t, sku, `{"user_id":"u-1"}`, nil)
 	assert.NotEqual(t, o.OrderID, again.OrderID, "the buyer bought again: a new order")
