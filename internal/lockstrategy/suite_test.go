@@ -87,7 +87,7 @@ type saleResult struct {
 	cancelled int           // orders placed and cancelled at once
 	outcome   map[string]int
 	retries   int
-	history []porcupine.Operation // every attempt: call, return, outcome
+	history   []porcupine.Operation // every attempt: call, return, outcome
 }
 
 // sell runs one flash sale on instances independent instances of cfg.
@@ -286,7 +286,7 @@ func (r *failRecorder) FailNow()              { r.failed = true; runtime.Goexit(
 func (r saleResult) add(o saleResult) saleResult {
 	out := saleResult{outcome: map[string]int{}, acked: append(append([]stock.Order{}, r.acked...), o.acked...), retries: r.retries + o.retries,
 		cancelled: r.cancelled + o.cancelled,
-		history: append(append([]porcupine.Operation{}, r.history...), o.history...)}
+		history:   append(append([]porcupine.Operation{}, r.history...), o.history...)}
 	for _, m := range []map[string]int{r.outcome, o.outcome} {
 		for k, v := range m {
 			out.outcome[k] += v
