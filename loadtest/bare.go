@@ -25,12 +25,12 @@ const bareAddrEnv = "LOADTEST_BARE_ADDR"
 const bareRow = "bare handler"
 
 // bareHandler is the ceiling for a sold-out answer: what net/http alone costs to read an order
-// and answer API.md's 409 sold_out, with no routing library, no validation, no Redis, no database.
+// and answer the contract's 409 sold_out (internal/handler/openapi.yaml), with no routing library, no validation, no Redis, no database.
 // A service that rejects early should come close to it.
 func bareHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/products/{sku}/orders", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 4<<10)) // the body limit of API.md
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 4<<10)) // the body limit of the contract
 		raw, _ := json.Marshal(errorBody{Error: errorDetail{Code: outcomeSoldOut, Message: "product " + r.PathValue("sku") + " is sold out"}})
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusConflict)
@@ -39,7 +39,7 @@ func bareHandler() http.Handler {
 	return mux
 }
 
-// errorBody is API.md's error shape.
+// errorBody is the contract's error shape.
 type errorBody struct {
 	Error errorDetail `json:"error"`
 }

@@ -9,7 +9,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
-// Outcomes of one request, from its status and the error code of API.md.
+// Outcomes of one request, from its status and the error code of the contract (openapi.yaml).
 const (
 	outcomeOK               = "ok"
 	outcomeSoldOut          = "sold_out"

@@ -276,7 +276,7 @@ func TestGrowth(t *testing.T) {
 	}
 }
 
-// TestBareHandler: the bare reference answers exactly API.md's sold_out error, and the tool
+// TestBareHandler: the bare reference answers exactly the contract's sold_out error, and the tool
 // classifies it as the service's.
 func TestBareHandler(t *testing.T) {
 	srv := httptest.NewServer(bareHandler())

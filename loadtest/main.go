@@ -8,8 +8,9 @@
 // measured in the same run; with -group-commit it repeats the comparison once per service
 // configuration; and it judges every row against the targets of the performance issue.
 //
-// It is a black-box client of API.md and imports nothing of the service. With no -target it
-// builds cmd/api, starts it on the embedded default, runs the comparison and stops it.
+// It is a black-box client of the HTTP contract (internal/handler/openapi.yaml, served at
+// /openapi.yaml) and imports nothing of the service. With no -target it builds cmd/api, starts
+// it on the embedded default, runs the comparison and stops it.
 package main
 
 import (

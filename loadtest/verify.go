@@ -13,7 +13,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 )
 
-// audit is the invariant as the database sees it: from GET /audit (API.md) or straight from SQL.
+// audit is the invariant as the database sees it: from GET /audit or straight from SQL.
 type audit struct {
 	InitialStock    int64  `json:"initial_stock"`
 	Stock           int64  `json:"stock"`

@@ -230,8 +230,9 @@ func SKU(t testing.TB) string {
 	return sku
 }
 
-// RequireInvariant checks the invariant of DESIGN.md on sku's audit and that every order in
-// acked (the 201s answered to clients) is a row in the database, each exactly once.
+// RequireInvariant checks the invariant (the README's "The invariant") on sku's audit — over
+// active orders — and that every order in acked (the 201s answered to clients and kept: not
+// cancelled or expired since) is an active row in the database, each exactly once.
 func RequireInvariant(t testing.TB, s *stock.Store, sku string, acked []stock.Order) stock.Audit {
 	t.Helper()
 	ctx := context.Background()
@@ -249,6 +250,7 @@ func RequireInvariant(t testing.TB, s *stock.Store, sku string, acked []stock.Or
 		got, err := s.Order(ctx, o.OrderID)
 		require.NoError(t, err, "acknowledged order %s has no row", o.OrderID)
 		require.Equal(t, o.UserID, got.UserID)
+		require.True(t, got.Status.Active(), "acknowledged order %s is %s", o.OrderID, got.Status)
 	}
 	require.Equal(t, int64(len(acked)), a.Orders, "orders in the database != orders acknowledged")
 	return a

@@ -30,7 +30,7 @@ func fuzzServer(f *testing.F) (*server, string) {
 }
 
 // checkAnswer is what every answer must be, whatever the input: never a 5xx, always JSON, and an
-// error always in the shape of API.md.
+// error always in the shape of the contract (openapi.yaml).
 func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder) {
 	t.Helper()
 	if rec.Code >= 500 {

@@ -1,10 +1,11 @@
-// Package handler is the HTTP face of the service (API.md): gin routes, request validation, and
-// the single table that maps error codes to statuses. It never touches a backend directly:
-// everything goes through the service.
+// Package handler is the HTTP face of the service — the contract is openapi.yaml beside it,
+// served at /openapi.yaml: gin routes, request validation, and the single table that maps error
+// codes to statuses. It never touches a backend directly: everything goes through the service.
 package handler
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -56,7 +57,12 @@ type Config struct {
 	TrustedProxies []string
 }
 
-// maxBodyBytes is the request body limit of API.md.
+// openAPI is the contract of the HTTP API, served as it is.
+//
+//go:embed openapi.yaml
+var openAPI []byte
+
+// maxBodyBytes is the request body limit of the contract.
 const maxBodyBytes = 4 << 10
 
 type handler struct {
@@ -80,6 +86,7 @@ func New(cfg Config) (http.Handler, error) {
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", h.ready)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+	r.GET("/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, "application/yaml", openAPI) })
 
 	v1 := r.Group("/api/v1")
 	if cfg.RateLimit.Rate > 0 {

@@ -89,7 +89,7 @@ func ordersPath(sku string) string  { return "/api/v1/products/" + sku + "/order
 func auditPath(sku string) string   { return "/api/v1/products/" + sku + "/audit" }
 func orderPath(id string) string    { return "/api/v1/orders/" + id }
 
-// The response bodies of API.md, with the fields each must carry.
+// The response bodies of the contract (openapi.yaml), with the fields each must carry.
 type (
 	productResponse struct {
 		SKU             string     `json:"sku"`
@@ -146,7 +146,7 @@ var (
 var ulidPattern = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{26}$`)
 
 // decode requires a JSON response of status that carries every one of fields (more are allowed:
-// API.md may be extended), and decodes it into T.
+// the contract may be extended), and decodes it into T.
 func decode[T any](t *testing.T, rec *httptest.ResponseRecorder, status int, fields []string) T {
 	t.Helper()
 	require.Equal(t, status, rec.Code, "body: %s", rec.Body)

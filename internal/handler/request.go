@@ -19,7 +19,7 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Limits of the HTTP contract (API.md), and sanity bounds that keep absurd numbers out of the
+// Limits of the HTTP contract (openapi.yaml), and sanity bounds that keep absurd numbers out of the
 // database.
 const (
 	maxUserIDBytes         = 64
