@@ -107,7 +107,15 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"strategy"}),
 	}
-	reg.MustRegister(s.outcomes, s.latency)
+	s.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_order_transitions_total",
+		Help: "Order transitions asked for (pay, cancel) and done by the expirer (expire), by the code of the answer (ok, order_expired, order_cancelled, not_found, ...).",
+	}, []string{"transition", "outcome"})
+	s.restocked = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seckill_restocked_units_total",
+		Help: "Units of cancelled and expired orders given back to Redis admission by this instance's relay.",
+	})
+	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.restocked)
 	s.catalog = newCatalog(b.Store, time.Second)
 	if cfg.SoldOutFlag > 0 {
 		s.soldOut = NewSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)

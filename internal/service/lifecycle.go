@@ -21,6 +21,7 @@ func (s *Service) PayOrder(ctx context.Context, orderID, userID string) (stock.O
 	if errors.Is(err, stock.ErrOrderExpired) {
 		s.relay(ctx)
 	}
+	s.transitions.WithLabelValues("pay", stock.Code(err)).Inc()
 	return o, err
 }
 
@@ -32,6 +33,7 @@ func (s *Service) CancelOrder(ctx context.Context, orderID, userID string) (stoc
 	if err == nil || errors.Is(err, stock.ErrOrderExpired) {
 		s.relay(ctx)
 	}
+	s.transitions.WithLabelValues("cancel", stock.Code(err)).Inc()
 	return o, err
 }
 
@@ -49,9 +51,11 @@ func (s *Service) lifecycle(ctx context.Context) {
 		case <-tick.C:
 		}
 		stepCtx, cancel := context.WithTimeout(ctx, lifecycleEvery)
-		if _, err := s.store.ExpireDue(stepCtx, 200); err != nil && ctx.Err() == nil {
+		expired, err := s.store.ExpireDue(stepCtx, 200)
+		if err != nil && ctx.Err() == nil {
 			s.log.Debug("orders not expired; next time", "err", err)
 		}
+		s.transitions.WithLabelValues("expire", "ok").Add(float64(len(expired)))
 		s.relay(stepCtx)
 		cancel()
 	}
@@ -71,10 +75,12 @@ func (s *Service) relay(ctx context.Context) {
 		bySKU[o.SKU] = append(bySKU[o.SKU], o)
 	}
 	for sku, orders := range bySKU {
-		if _, err := s.admission.Restock(ctx, sku, orders); err != nil {
+		units, err := s.admission.Restock(ctx, sku, orders)
+		if err != nil {
 			s.log.Debug("returned units not relayed to Redis; next time", "sku", sku, "err", err)
 			continue
 		}
+		s.restocked.Add(float64(units))
 		ids := make([]string, len(orders))
 		for i, o := range orders {
 			ids[i] = o.OrderID

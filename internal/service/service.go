@@ -41,6 +41,8 @@ type Service struct {
 	log           *slog.Logger
 	outcomes      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
+	transitions   *prometheus.CounterVec
+	restocked     prometheus.Counter
 }
 
 // Check is one backend that readiness asks.

@@ -149,11 +149,11 @@ func (s *Store) end(tx *gorm.DB, o *orderRow, status Status) error {
 		return nil // ended already: its units came back then
 	}
 	res := tx.Model(&orderRow{}).Where("order_id = ? AND status = ?", o.OrderID, o.Status).
-		Updates(map[string]any{"status": status, "restock_pending": true})
+		Updates(map[string]any{"status": status, "expires_at": nil, "restock_pending": true})
 	if err := changedOne(res, o.OrderID); err != nil {
 		return err
 	}
-	o.Status, o.RestockPending = status, true
+	o.Status, o.ExpiresAt, o.RestockPending = status, nil, true
 	return restock(tx, o.SKU, int64(o.Quantity))
 }
 

@@ -8,9 +8,12 @@
 //              POST /api/v1/products/{sku}/orders {"user_id":...,"quantity":1[,"strategy":...]}
 //              with Idempotency-Key <sku>-<user>. A 429 (busy) is retried with the same request
 //              and key after Retry-After seconds (default 1), at most 5 times.
-//              Every answer is counted by outcome (the error code of API.md):
-//              seckill_orders_{ok,sold_out,already_purchased,busy,other}, and 5xx answers in
-//              seckill_server_errors.
+//              Every answer is counted by outcome (the error code of the contract,
+//              internal/handler/openapi.yaml): seckill_orders_{ok,sold_out,already_purchased,busy,
+//              other}, and 5xx answers in seckill_server_errors. With CANCEL, that share of the
+//              buyers who got a unit cancel their order at once (POST /api/v1/orders/{id}/cancel
+//              with their user_id): the unit is back on sale for the buyers still to come
+//              (seckill_orders_cancelled).
 //   teardown() reads GET /api/v1/products/{sku}/audit (admin), logs it, and throws — which makes
 //              k6 exit non-zero — unless consistent is true and oversold is 0.
 //
@@ -27,9 +30,11 @@
 //   USERS        distinct buyers (= iterations)      default 1000
 //   STRATEGY     per-request strategy                default none: the server's configured one
 //   VUS          concurrent virtual users            default 64 (capped at USERS)
+//   CANCEL       share of the winners who cancel     default 0 (0 to 1)
 //
-// Expect with USERS > STOCK: exactly STOCK seckill_orders_ok, the rest sold_out, no
-// already_purchased (every buyer is distinct), no server errors.
+// Expect with USERS > STOCK: exactly STOCK seckill_orders_ok (STOCK + the cancelled ones, with
+// CANCEL and buyers enough after them), the rest sold_out, no already_purchased (every buyer is
+// distinct), no server errors; the audit's cancelled count is seckill_orders_cancelled.
 //
 // STRATEGY=naive (the server needs SECKILL_ALLOW_UNSAFE=true, else every order is a 400 and the
 // checks fail) is EXPECTED to fail the teardown: it oversells on purpose, and the audit catching
@@ -48,6 +53,10 @@ const STOCK = intEnv('STOCK', 100, 0);
 const USERS = intEnv('USERS', 1000, 1);
 const VUS = intEnv('VUS', 64, 1);
 const STRATEGY = (__ENV.STRATEGY || '').trim();
+const CANCEL = Number(__ENV.CANCEL || '0');
+if (!(CANCEL >= 0 && CANCEL <= 1)) {
+  throw new Error(`CANCEL must be a share between 0 and 1, got ${JSON.stringify(__ENV.CANCEL)}`);
+}
 const MAX_BUSY_RETRIES = 5;
 const SKU_RE = /^[A-Za-z0-9._-]{1,64}$/;
 
@@ -72,6 +81,7 @@ const outcomes = {
   other: new Counter('seckill_orders_other'),
 };
 const serverErrors = new Counter('seckill_server_errors');
+const cancelled = new Counter('seckill_orders_cancelled');
 const gaveUp = new Counter('seckill_buyers_gave_up_busy'); // still 429 after the last retry
 
 // 409 (sold_out, already_purchased) and 429 (busy) are normal answers of a flash sale, so they do
@@ -90,8 +100,8 @@ export const options = {
   thresholds: {
     // http_req_failed means little here (409 is an expected answer); the checks are the verdict.
     checks: ['rate==1.0'],
-    // No request may ever produce a 5xx (API.md). The counter gets a 0 per answer, so the
-    // threshold is evaluated even when nothing failed.
+    // No request may ever produce a 5xx. The counter gets a 0 per answer, so the threshold is
+    // evaluated even when nothing failed.
     seckill_server_errors: ['count==0'],
     // A starting point, to tune per strategy and machine (etcd queues ~1.6 s at p50 by design).
     'http_req_duration{expected_response:true}': ['p(99)<500'],
@@ -137,12 +147,12 @@ function retryAfterSeconds(res) {
   return Number.isFinite(s) && s >= 0 ? s : 1;
 }
 
-function hasOrderID(res) {
+function orderID(res) {
   try {
     const id = JSON.parse(res.body).order_id;
-    return typeof id === 'string' && id !== '';
+    return typeof id === 'string' ? id : '';
   } catch (_) {
-    return false;
+    return '';
   }
 }
 
@@ -195,7 +205,16 @@ export default function (data) {
       'no 5xx': (r) => r.status < 500,
     }, { outcome });
     if (res.status === 201) {
-      check(res, { '201 body has order_id': hasOrderID }, { outcome });
+      check(res, { '201 body has order_id': (r) => orderID(r) !== '' }, { outcome });
+      if (Math.random() < CANCEL) {
+        const cancel = http.post(`${BASE_URL}/api/v1/orders/${orderID(res)}/cancel`, JSON.stringify({ user_id: user }), {
+          headers: { 'Content-Type': 'application/json' },
+          tags: { name: 'POST /api/v1/orders/{order_id}/cancel' },
+          responseCallback: http.expectedStatuses(200),
+        });
+        check(cancel, { 'cancel is 200': (r) => r.status === 200 });
+        cancelled.add(cancel.status === 200 ? 1 : 0);
+      }
     }
 
     if (res.status !== 429) {
