@@ -195,17 +195,15 @@ func backends(t *testing.T) (mysqlDSN, redisAddr string) {
 	return mysqlDSN, redisAddr
 }
 
-// TestSmokeCompare is the CI smoke test of the tool: three service processes on one database,
-// Redis and etcd, every strategy compared with small numbers. It passes only if every safe
-// strategy kept the invariant (in the audit, every order, and SQL) and naive was caught
-// overselling.
-func TestSmokeCompare(t *testing.T) {
+// smoke runs the tool on three service processes it starts on the test backends, with args,
+// and returns what it printed; the tool must succeed.
+func smoke(t *testing.T, args ...string) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the service and runs three processes; skipped with -short")
 	}
 	dsn, redisAddr := backends(t)
-	args := []string{"-spawn", "3", "-compare", "-stock", "30", "-users", "120", "-concurrency", "16",
-		"-retry-busy", "5", "-soldout", "1s", "-out", t.TempDir(), "-progress=false"}
+	args = append(args, "-spawn", "3", "-out", t.TempDir(), "-progress=false")
 	if dsn != "" {
 		args = append(args, "-mysql", dsn)
 	}
@@ -218,39 +216,32 @@ func TestSmokeCompare(t *testing.T) {
 	err := run(ctx, args, &out, testWriter{t})
 	t.Log("\n" + out.String())
 	require.NoError(t, err)
+	return out.String()
+}
+
+// TestSmokeCompare is the CI smoke test of the tool: three service processes on one database,
+// Redis and etcd, every strategy compared with small numbers. It passes only if every safe
+// strategy kept the invariant (in the audit, every order, and SQL) and naive was caught
+// overselling.
+func TestSmokeCompare(t *testing.T) {
+	out := smoke(t, "-compare", "-stock", "30", "-users", "120", "-concurrency", "16", "-retry-busy", "5", "-soldout", "1s")
 	for _, s := range allStrategies {
-		assert.Contains(t, out.String(), "`"+s+"`")
+		assert.Contains(t, out, "`"+s+"`")
 	}
-	assert.Contains(t, out.String(), "caught as expected")
-	assert.Contains(t, out.String(), "`"+bareRow+"`", "the bare handler was measured")
-	assert.Contains(t, out.String(), "Sold-out phase")
-	assert.Contains(t, out.String(), "Targets of the performance issue")
+	assert.Contains(t, out, "caught as expected")
+	assert.Contains(t, out, "`"+bareRow+"`", "the bare handler was measured")
+	assert.Contains(t, out, "Sold-out phase")
+	assert.Contains(t, out, "Targets of the performance issue")
 }
 
 // TestSmokeLifecycle: the tool on three processes with -cancel and -unpaid — a share of the
 // orders cancelled, a share left to expire, the rest paid, fresh buyers buying the units back —
 // verifies every order's state and the invariant, and fails nothing.
 func TestSmokeLifecycle(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the service and runs three processes; skipped with -short")
-	}
-	dsn, redisAddr := backends(t)
-	args := []string{"-spawn", "3", "-strategy", "hybrid", "-stock", "60", "-users", "200", "-concurrency", "16", "-retry-busy", "5",
-		"-cancel", "0.25", "-unpaid", "0.25", "-payment-timeout", "2s", "-soldout", "1s", "-out", t.TempDir(), "-progress=false"}
-	if dsn != "" {
-		args = append(args, "-mysql", dsn)
-	}
-	if redisAddr != "" {
-		args = append(args, "-redis", redisAddr)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out strings.Builder
-	err := run(ctx, args, &out, testWriter{t})
-	t.Log("\n" + out.String())
-	require.NoError(t, err)
-	assert.Contains(t, out.String(), "After the sale")
-	assert.Regexp(t, "`hybrid` \\| [1-9][0-9]* \\| [1-9][0-9]* \\| [1-9][0-9]* \\|", out.String(), "cancels, expiries and payments all happened")
+	out := smoke(t, "-strategy", "hybrid", "-stock", "60", "-users", "200", "-concurrency", "16", "-retry-busy", "5",
+		"-cancel", "0.25", "-unpaid", "0.25", "-payment-timeout", "2s", "-soldout", "1s")
+	assert.Contains(t, out, "After the sale")
+	assert.Regexp(t, "`hybrid` \\| [1-9][0-9]* \\| [1-9][0-9]* \\| [1-9][0-9]* \\|", out, "cancels, expiries and payments all happened")
 }
 
 // testWriter sends the tool's log lines to the test log.

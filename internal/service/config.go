@@ -148,9 +148,8 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	s.background.Add(2)
-	go s.sweep(ctx, cfg.ReservationLease)
-	go s.lifecycle(ctx)
+	s.every(ctx, sweepEvery, func(ctx context.Context) { s.sweep(ctx, cfg.ReservationLease) })
+	s.every(ctx, lifecycleEvery, s.expire)
 
 	if _, err := s.lookup(cfg.Strategy); err != nil {
 		_ = s.Close()

@@ -37,28 +37,16 @@ func (s *Service) CancelOrder(ctx context.Context, orderID, userID string) (stoc
 	return o, err
 }
 
-// lifecycle runs until ctx ends: every lifecycleEvery it expires the orders past their deadline
-// and relays the units of every ended order to Redis admission. Every instance runs it; the
-// database decides each expiry once, and the relay returns each order's units once.
-func (s *Service) lifecycle(ctx context.Context) {
-	defer s.background.Done()
-	tick := time.NewTicker(lifecycleEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		stepCtx, cancel := context.WithTimeout(ctx, lifecycleEvery)
-		expired, err := s.store.ExpireDue(stepCtx, 200)
-		if err != nil && ctx.Err() == nil {
-			s.log.Debug("orders not expired; next time", "err", err)
-		}
-		s.transitions.WithLabelValues("expire", "ok").Add(float64(len(expired)))
-		s.relay(stepCtx)
-		cancel()
+// expire expires the orders past their deadline and relays the units of every ended order to
+// Redis admission. Every instance runs it every lifecycleEvery; the database decides each
+// expiry once, and the relay returns each order's units once.
+func (s *Service) expire(ctx context.Context) {
+	expired, err := s.store.ExpireDue(ctx, 200)
+	if err != nil && ctx.Err() == nil {
+		s.log.Debug("orders not expired; next time", "err", err)
 	}
+	s.transitions.WithLabelValues("expire", "ok").Add(float64(len(expired)))
+	s.relay(ctx)
 }
 
 // relay gives Redis admission the units of the orders the database has ended but admission has

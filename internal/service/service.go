@@ -237,27 +237,36 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 // the lease and the sweeper's grace it bounds how long units of a dead reservation stay off sale.
 const sweepEvery = time.Second
 
-// sweep returns to sale, every sweepEvery, the units of reservations whose order never reached
-// the database (lockstrategy.Admission.Sweep), for every product this instance admitted orders
-// for lately. Other instances sweep too; each reservation is resolved once.
+// sweep returns to sale the units of reservations whose order never reached the database
+// (lockstrategy.Admission.Sweep), for every product this instance admitted orders for lately.
+// Other instances sweep too; each reservation is resolved once.
 func (s *Service) sweep(ctx context.Context, lease time.Duration) {
-	defer s.background.Done()
-	tick := time.NewTicker(sweepEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		for _, sku := range s.admission.Recent(10 * lease) {
-			sweepCtx, cancel := context.WithTimeout(ctx, sweepEvery)
-			if _, err := s.admission.Sweep(sweepCtx, sku); err != nil && ctx.Err() == nil {
-				s.log.Debug("reservations not swept; next time", "sku", sku, "err", err)
-			}
-			cancel()
+	for _, sku := range s.admission.Recent(10 * lease) {
+		if _, err := s.admission.Sweep(ctx, sku); err != nil && ctx.Err() == nil {
+			s.log.Debug("reservations not swept; next time", "sku", sku, "err", err)
 		}
 	}
+}
+
+// every runs step every period until ctx ends, each run bounded by the period, as one of the
+// instance's background loops.
+func (s *Service) every(ctx context.Context, period time.Duration, step func(ctx context.Context)) {
+	s.background.Add(1)
+	go func() {
+		defer s.background.Done()
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			stepCtx, cancel := context.WithTimeout(ctx, period)
+			step(stepCtx)
+			cancel()
+		}
+	}()
 }
 
 // Audit is the consistency report of a product: the database's, plus the Redis admission state
