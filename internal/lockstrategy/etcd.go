@@ -35,8 +35,7 @@ type Etcd struct {
 	metrics *LockMetrics
 	log     *slog.Logger
 
-	fencedOut prometheus.Counter
-	renewals  prometheus.Counter
+	renewals prometheus.Counter
 
 	ctx     context.Context // lives as long as the strategy: the sessions' keep-alives
 	cancel  context.CancelFunc
@@ -66,14 +65,11 @@ func NewEtcd(client *clientv3.Client, store *stock.Store, opts EtcdOptions, metr
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Etcd{
 		client: client, store: store, opts: opts, metrics: metrics, log: log, ctx: ctx, cancel: cancel,
-		fencedOut: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "seckill_fenced_out_total", Help: "Writes refused by the database because a newer etcd lock holder had written (never a sale).",
-		}),
 		renewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_etcd_sessions_total", Help: "etcd sessions (leases) created: the first, and one after every session loss.",
 		}),
 	}
-	reg.MustRegister(e.fencedOut, e.renewals)
+	reg.MustRegister(e.renewals)
 	e.batch = newBatcher(e.Name(), opts.Batch, opts.Wait, metrics, e.section)
 	return e
 }
@@ -147,27 +143,16 @@ func (e *Etcd) section(ctx context.Context, sku string, take func() []stock.Orde
 	e.metrics.waited(e.Name(), locked.Sub(start))
 	defer e.unlock(ctx, session, m, key, locked)
 
-	fence := m.Header().Revision
-	for attempt := 1; ; attempt++ {
-		placed, err := e.write(ctx, session, reqs, fence)
-		var fenced *stock.FenceError
-		if errors.As(err, &fenced) && attempt == 1 && e.recover(ctx, fenced) {
-			continue
+	token := stock.Token{Fence: stock.EtcdFence, Value: m.Header().Revision}
+	held := func(context.Context) bool {
+		select {
+		case <-session.Done():
+			return false
+		default:
+			return true
 		}
-		switch {
-		case err == nil:
-			return placed
-		case errors.Is(err, stock.ErrFencedOut):
-			e.fencedOut.Inc()
-			return failAll(len(reqs), fmt.Errorf("lock %s: %w: %w", key, stock.ErrBusy, err))
-		case errors.Is(err, stock.ErrVersionConflict) && attempt < 3:
-			e.metrics.retried(e.Name()) // a writer outside the lock moved the stock: read again
-			continue
-		case errors.Is(err, stock.ErrVersionConflict):
-			return failAll(len(reqs), fmt.Errorf("%w: %w", stock.ErrBusy, err))
-		}
-		return failAll(len(reqs), err)
 	}
+	return fencedWrite(ctx, e.store, reqs, token, key, e.Name(), e.metrics, e.opts.Hooks, held, e.recover)
 }
 
 // lock takes the mutex of key on the instance's session. A lease that etcd no longer knows
@@ -202,19 +187,6 @@ func (e *Etcd) dropSession(s *concurrency.Session) {
 	}
 }
 
-// write makes the fenced write, unless the lease is already known to be gone: then the section
-// is abandoned before it writes. Between that check and the write, the fence is what stops a
-// holder whose lease expires.
-func (e *Etcd) write(ctx context.Context, session *concurrency.Session, reqs []stock.OrderRequest, fence int64) ([]stock.Placed, error) {
-	select {
-	case <-session.Done():
-		return nil, fmt.Errorf("lease lost before the write, section abandoned: %w", stock.ErrBusy)
-	default:
-	}
-	e.opts.Hooks.inSection(ctx, reqs)
-	return e.store.PlaceFenced(ctx, reqs, fence)
-}
-
 // recover handles a fence that is ahead of the etcd cluster itself. No holder can have been
 // granted a revision the cluster has not reached, so such a fence was written under another
 // cluster — replaced, or restored from an old backup — whose revisions have started again.
@@ -228,7 +200,7 @@ func (e *Etcd) recover(ctx context.Context, fenced *stock.FenceError) bool {
 	}
 	e.log.Warn("fence ahead of the etcd cluster's revision: the cluster was replaced; resetting the fence",
 		"sku", fenced.SKU, "fence", fenced.Fence, "revision", resp.Header.Revision)
-	return e.store.ResetFence(ctx, fenced.SKU, fenced.Fence) == nil
+	return e.store.ResetFence(ctx, fenced.SKU, stock.EtcdFence, fenced.Fence) == nil
 }
 
 // unlock releases the mutex even when the request was cancelled. etcd's Unlock answers nil even

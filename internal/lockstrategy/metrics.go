@@ -18,6 +18,7 @@ type LockMetrics struct {
 	extensions  *prometheus.CounterVec
 	batches     *prometheus.HistogramVec
 	wakeups     *prometheus.CounterVec
+	fencedOut   *prometheus.CounterVec
 	threshold   time.Duration
 	log         *slog.Logger
 }
@@ -53,10 +54,14 @@ func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog
 			Name: "seckill_lock_release_wakeups_total",
 			Help: "Lock waits ended by the holder's release message rather than by the next poll, by strategy.",
 		}, []string{"strategy"}),
+		fencedOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_fenced_out_total",
+			Help: "Writes refused by the database because a newer holder of the lock service's lock had written (never a sale), by strategy.",
+		}, []string{"strategy"}),
 		threshold: slowHold,
 		log:       log,
 	}
-	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches, m.wakeups)
+	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches, m.wakeups, m.fencedOut)
 	return m
 }
 
@@ -78,6 +83,8 @@ func (m *LockMetrics) lostAt(strategy, key string) {
 }
 
 func (m *LockMetrics) retried(strategy string) { m.retries.WithLabelValues(strategy).Inc() }
+
+func (m *LockMetrics) fenced(strategy string) { m.fencedOut.WithLabelValues(strategy).Inc() }
 
 func (m *LockMetrics) extended(strategy string) { m.extensions.WithLabelValues(strategy).Inc() }
 

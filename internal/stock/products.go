@@ -18,6 +18,7 @@ type productRow struct {
 	Version         int64      `gorm:"column:version"`
 	MaxPerOrder     int        `gorm:"column:max_per_order"`
 	Fence           int64      `gorm:"column:fence"`
+	ZKFence         int64      `gorm:"column:zk_fence"`
 	StartsAt        *time.Time `gorm:"column:starts_at"`
 	EndsAt          *time.Time `gorm:"column:ends_at"`
 	PaymentTimeoutS int        `gorm:"column:payment_timeout_s"`
@@ -27,7 +28,7 @@ func (productRow) TableName() string { return "products" }
 
 func (r productRow) product() Product {
 	p := Product{SKU: r.SKU, Name: r.Name, InitialStock: r.InitialStock, Stock: r.Stock, Version: r.Version,
-		MaxPerOrder: r.MaxPerOrder, Fence: r.Fence, PaymentTimeout: time.Duration(r.PaymentTimeoutS) * time.Second}
+		MaxPerOrder: r.MaxPerOrder, Fence: r.Fence, ZKFence: r.ZKFence, PaymentTimeout: time.Duration(r.PaymentTimeoutS) * time.Second}
 	if r.StartsAt != nil {
 		p.Window.Starts = r.StartsAt.UTC()
 	}
@@ -35,6 +36,14 @@ func (r productRow) product() Product {
 		p.Window.Ends = r.EndsAt.UTC()
 	}
 	return p
+}
+
+// fence is the row's last token of one kind.
+func (r productRow) fence(f Fence) int64 {
+	if f == ZooKeeperFence {
+		return r.ZKFence
+	}
+	return r.Fence
 }
 
 // ProductSpec is what an admin sets when starting a sale round.
@@ -60,7 +69,7 @@ func column(t time.Time) *time.Time {
 // transaction — stock, initial stock, window and payment timeout set, the round's orders (in
 // every state) deleted, version bumped (never
 // reset, so a writer holding a version from the old round cannot write into the new one), and
-// the fence set back to 0, so that a replaced etcd cluster (whose revisions start again at 1)
+// the fences set back to 0, so that a replaced etcd cluster or ZooKeeper ensemble (whose tokens start again low)
 // can always be recovered by a reset.
 func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, error) {
 	var out productRow
@@ -76,6 +85,7 @@ func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, erro
 			"payment_timeout_s": int(spec.PaymentTimeout / time.Second),
 			"version":           gorm.Expr("version + 1"),
 			"fence":             0,
+			"zk_fence":          0,
 			"updated_at":        now,
 		})
 		if res.Error != nil {

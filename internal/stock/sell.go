@@ -42,7 +42,7 @@ func (s *Store) PlaceAt(ctx context.Context, reqs []OrderRequest, read Product) 
 	}
 	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
 		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, a.total).
-			Updates(sale(a.total, 0))
+			Updates(sale(a.total, Token{}))
 		if res.Error != nil {
 			return res.Error
 		}
@@ -54,19 +54,20 @@ func (s *Store) PlaceAt(ctx context.Context, reqs []OrderRequest, read Product) 
 	return a.settle(read, err)
 }
 
-// PlaceFenced is the critical section of the lock services (etcd): the orders are placed only
-// if no later lock holder has written (fence <= token, and the version read), and the token
-// becomes the fence. A holder whose lease expired while it was paused carries an older token
-// than its successor and gets a *FenceError, having written nothing; a product that moved under
-// the batch some other way answers ErrVersionConflict: read again and retry.
-func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, fence int64) ([]Placed, error) {
+// PlaceFenced is the critical section of the lock services (etcd, ZooKeeper): the orders are
+// placed only if no later lock holder has written (the fence of the token's kind <= token, and
+// the version read), and the token becomes that fence. A holder whose lease or session expired
+// while it was paused carries an older token than its successor and gets a *FenceError, having
+// written nothing; a product that moved under the batch some other way answers
+// ErrVersionConflict: read again and retry.
+func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, token Token) ([]Placed, error) {
 	read, a, write, err := s.readAndAllocate(ctx, reqs)
 	if !write {
 		return a.out, err
 	}
 	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
-		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND fence <= ?", read.SKU, read.Version, fence).
-			Updates(sale(a.total, fence))
+		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", read.SKU, read.Version, token.Value).
+			Updates(sale(a.total, token))
 		if res.Error != nil {
 			return res.Error
 		}
@@ -75,8 +76,8 @@ func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, fence int6
 			if err := tx.Where("sku = ?", read.SKU).Take(&now).Error; err != nil {
 				return err
 			}
-			if now.Fence > fence {
-				return &FenceError{SKU: read.SKU, Token: fence, Fence: now.Fence}
+			if last := now.fence(token.Fence); last > token.Value {
+				return &FenceError{SKU: read.SKU, Token: token, Fence: last}
 			}
 			return fmt.Errorf("product %s changed under the batch: %w", read.SKU, ErrVersionConflict)
 		}
@@ -85,11 +86,11 @@ func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, fence int6
 	return a.settle(read, err)
 }
 
-// ResetFence sets sku's fence back to 0 if it is still at observed. The etcd strategy calls it
-// when the fence is ahead of the etcd cluster's current revision — which no legitimate token can
-// be, so the cluster was replaced and its revisions started again.
-func (s *Store) ResetFence(ctx context.Context, sku string, observed int64) error {
-	err := s.db.WithContext(ctx).Model(&productRow{}).Where("sku = ? AND fence = ?", sku, observed).Update("fence", 0).Error
+// ResetFence sets sku's fence of one kind back to 0 if it is still at observed. The lock
+// services' strategies call it when the fence is ahead of the service's own current sequence —
+// which no legitimate token can be, so the cluster was replaced and its sequence started again.
+func (s *Store) ResetFence(ctx context.Context, sku string, fence Fence, observed int64) error {
+	err := s.db.WithContext(ctx).Model(&productRow{}).Where("sku = ? AND "+string(fence)+" = ?", sku, observed).Update(string(fence), 0).Error
 	if err := classify(err); err != nil {
 		return fmt.Errorf("reset fence of %s: %w", sku, err)
 	}
@@ -132,7 +133,7 @@ func (s *Store) PlaceLocked(ctx context.Context, sku string, take func() []Order
 		if a, err = s.allocate(tx, take(), read); err != nil || len(a.rows) == 0 {
 			return err
 		}
-		res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", read.SKU, a.total).Updates(sale(a.total, 0))
+		res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", read.SKU, a.total).Updates(sale(a.total, Token{}))
 		if res.Error != nil {
 			return res.Error
 		}
@@ -189,16 +190,16 @@ func (s *Store) readAndAllocate(ctx context.Context, reqs []OrderRequest) (read 
 }
 
 // sale is what selling units writes to the product row: fewer units, a new version (so that any
-// writer holding the old one fails), and, under a lock service, the writer's fencing token (0:
-// the fence is left as it is).
-func sale(units, fence int64) map[string]any {
+// writer holding the old one fails), and, under a lock service, the writer's fencing token (the
+// zero Token: the fences are left as they are).
+func sale(units int64, token Token) map[string]any {
 	update := map[string]any{
 		"stock":      gorm.Expr("stock - ?", units),
 		"version":    gorm.Expr("version + 1"),
 		"updated_at": time.Now().UTC(),
 	}
-	if fence > 0 {
-		update["fence"] = fence
+	if token.Fence != "" {
+		update[string(token.Fence)] = token.Value
 	}
 	return update
 }

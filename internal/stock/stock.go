@@ -131,14 +131,32 @@ func (e *SaleNotStartedError) Error() string {
 // Unwrap makes errors.Is(err, ErrSaleNotStarted) true.
 func (e *SaleNotStartedError) Unwrap() error { return ErrSaleNotStarted }
 
+// Fence names the fencing tokens of one lock service. Each has a column of its own, because the
+// services' tokens are different sequences (an etcd revision, a ZooKeeper zxid): a token is only
+// ever compared with the last one of its own kind.
+type Fence string
+
+// The lock services whose tokens fence the product row.
+const (
+	EtcdFence      Fence = "fence"    // the revision at which the etcd mutex was granted
+	ZooKeeperFence Fence = "zk_fence" // the creation zxid of the ZooKeeper lock node
+)
+
+// Token is a fencing token of one kind.
+type Token struct {
+	Fence Fence
+	Value int64
+}
+
 // FenceError is ErrFencedOut with the token that was refused and the fence that refused it.
 type FenceError struct {
-	SKU          string
-	Token, Fence int64
+	SKU   string
+	Token Token
+	Fence int64 // the last token of Token's kind written
 }
 
 func (e *FenceError) Error() string {
-	return fmt.Sprintf("product %s: token %d is older than fence %d: fenced out", e.SKU, e.Token, e.Fence)
+	return fmt.Sprintf("product %s: %s token %d is older than the fence %d: fenced out", e.SKU, e.Token.Fence, e.Token.Value, e.Fence)
 }
 
 // Unwrap makes errors.Is(err, ErrFencedOut) true.
@@ -152,7 +170,8 @@ type Product struct {
 	Stock          int64
 	Version        int64
 	MaxPerOrder    int
-	Fence          int64         // fencing token of the last write under a lock service; 0 after a reset
+	Fence          int64         // fencing token of the last write under the etcd lock; 0 after a reset
+	ZKFence        int64         // the same under the ZooKeeper lock
 	Window         Window        // when orders are taken
 	PaymentTimeout time.Duration // how long a new order waits for payment; 0: confirmed at once
 }

@@ -49,9 +49,9 @@ func placeLocked(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
 	return one(s.PlaceLocked(context.Background(), req.SKU, func() []stock.OrderRequest { return []stock.OrderRequest{req} }))
 }
 
-// placeFenced places req with a fencing token, as the etcd strategy does.
+// placeFenced places req with an etcd fencing token, as the etcd strategy does.
 func placeFenced(s *stock.Store, req stock.OrderRequest, fence int64) (stock.Order, error) {
-	return one(s.PlaceFenced(context.Background(), []stock.OrderRequest{req}, fence))
+	return one(s.PlaceFenced(context.Background(), []stock.OrderRequest{req}, stock.Token{Fence: stock.EtcdFence, Value: fence}))
 }
 
 func order(sku, user string) stock.OrderRequest {
@@ -142,19 +142,44 @@ func TestFence(t *testing.T) {
 	_, err = placeFenced(s, order(sku, "stale"), 29)
 	var fenced *stock.FenceError
 	require.ErrorAs(t, err, &fenced)
-	assert.Equal(t, stock.FenceError{SKU: sku, Token: 29, Fence: 30}, *fenced)
+	assert.Equal(t, stock.FenceError{SKU: sku, Token: stock.Token{Fence: stock.EtcdFence, Value: 29}, Fence: 30}, *fenced)
 	assert.ErrorIs(t, err, stock.ErrFencedOut)
 	b, err := placeFenced(s, order(sku, "b"), 30)
 	require.NoError(t, err, "the same token may write again: it is not older")
 
-	require.NoError(t, s.ResetFence(ctx, sku, 999), "a reset of a fence that moved on does nothing")
+	require.NoError(t, s.ResetFence(ctx, sku, stock.EtcdFence, 999), "a reset of a fence that moved on does nothing")
 	p, _ = s.Product(ctx, sku)
 	assert.EqualValues(t, 30, p.Fence)
-	require.NoError(t, s.ResetFence(ctx, sku, 30))
+	require.NoError(t, s.ResetFence(ctx, sku, stock.EtcdFence, 30))
 	c, err := placeFenced(s, order(sku, "c"), 1)
 	require.NoError(t, err, "after the reset, a restarted cluster's small revisions write again")
 	_, err = placeFenced(s, order(sku, "d"), 1)
 	assert.ErrorIs(t, err, stock.ErrSoldOut, "sold out is reported as such, not as a fence error")
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{a, b, c})
+}
+
+// TestFencesOfTwoServices: etcd revisions and ZooKeeper zxids are different sequences, so each
+// has its own fence: a product sold under one lock service and then the other never compares a
+// zxid with a revision — neither stalls the other — while each still refuses its own older tokens.
+func TestFencesOfTwoServices(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 4, 1)
+	zk := func(user string, zxid int64) (stock.Order, error) {
+		return one(s.PlaceFenced(ctx, []stock.OrderRequest{order(sku, user)}, stock.Token{Fence: stock.ZooKeeperFence, Value: zxid}))
+	}
+	a, err := placeFenced(s, order(sku, "a"), 1_000_000) // a long-lived etcd cluster: large revisions
+	require.NoError(t, err)
+	b, err := zk("b", 7) // a young ensemble: small zxids
+	require.NoError(t, err, "a zxid is not compared with a revision")
+	_, err = zk("stale", 6)
+	assert.ErrorIs(t, err, stock.ErrFencedOut, "an older zxid is still refused")
+	c, err := placeFenced(s, order(sku, "c"), 1_000_001)
+	require.NoError(t, err, "and a revision not with a zxid")
+	p, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1_000_001, p.Fence)
+	assert.EqualValues(t, 7, p.ZKFence)
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{a, b, c})
 }
 
