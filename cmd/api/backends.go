@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -124,4 +125,19 @@ func (b *etcdBackend) Close() {
 	if b.embedded != nil {
 		b.embedded.Close()
 	}
+}
+
+// openZooKeeper connects to the configured ensemble, one session per instance; with none
+// configured it returns nil and the zookeeper strategy is not offered (there is no embedded
+// ZooKeeper: it is a Java server).
+func openZooKeeper(cfg *config, stdout io.Writer, log *slog.Logger) (*zk.Conn, error) {
+	if len(cfg.ZKServers) == 0 {
+		return nil, nil
+	}
+	conn, err := lockstrategy.NewZooKeeperConn(cfg.ZKServers, cfg.Service.LockTTL, log)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "zookeeper: %s (SECKILL_ZK_SERVERS), session timeout %s\n", strings.Join(cfg.ZKServers, ","), cfg.Service.LockTTL)
+	return conn, nil
 }

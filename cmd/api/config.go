@@ -25,6 +25,7 @@ type config struct {
 	DBIdleTx        time.Duration
 	RedisAddrs      []string
 	EtcdEndpoints   []string
+	ZKServers       []string
 	AdminToken      string
 	DataDir         string
 	ShutdownTimeout time.Duration
@@ -62,6 +63,8 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.Var((*list)(&c.RedisAddrs), "redis-addrs",
 		"comma-separated Redis host:port; several = independent instances locked by quorum (Redlock); empty: an embedded Redis")
 	fs.Var((*list)(&c.EtcdEndpoints), "etcd-endpoints", "comma-separated etcd client URLs; empty: an etcd server embedded in the process")
+	fs.Var((*list)(&c.ZKServers), "zk-servers",
+		"comma-separated ZooKeeper host:port of one ensemble, for the zookeeper strategy (session timeout: the lock TTL); empty: not offered")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin bearer token; empty: a random one, printed once")
 	fs.StringVar(&c.DataDir, "data-dir", "./.seckill", "where embedded backends keep their files")
 	fs.BoolVar(&sc.AllowUnsafe, "allow-unsafe", d.AllowUnsafe, "allow the naive strategy")
@@ -104,9 +107,11 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return nil, fmt.Errorf("log format %q: want text or json", c.LogFormat)
 	}
-	for _, addr := range c.RedisAddrs {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("SECKILL_REDIS_ADDRS: %q: %w", addr, err)
+	for name, addrs := range map[string][]string{"redis-addrs": c.RedisAddrs, "zk-servers": c.ZKServers} {
+		for _, addr := range addrs {
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return nil, fmt.Errorf("%s: %q: %w", envName(name), addr, err)
+			}
 		}
 	}
 	if sc.GroupCommit < 0 {

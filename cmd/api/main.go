@@ -68,9 +68,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer etcd.Close()
 
+	zkConn, err := openZooKeeper(cfg, stdout, log)
+	if err != nil {
+		return err
+	}
+	if zkConn != nil {
+		defer zkConn.Close()
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := service.New(cfg.Service, service.Backends{Store: store, Redis: rdb.clients, Etcd: etcd.client}, log, reg)
+	svc, err := service.New(cfg.Service, service.Backends{Store: store, Redis: rdb.clients, Etcd: etcd.client, ZooKeeper: zkConn}, log, reg)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -81,12 +83,14 @@ func startProcess(t *testing.T, bin string, extraEnv ...string) instance {
 	return instance{}
 }
 
-// startThree builds the service and starts three processes of it, each with extraEnv.
+// startThree builds the service and starts three processes of it, each with extraEnv, and on
+// the test process's ZooKeeper, so that they offer the zookeeper strategy too.
 func startThree(t *testing.T, extraEnv ...string) []instance {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the service and runs three processes; skipped with -short")
 	}
+	extraEnv = append(backendtest.ZooKeeperEnv(t), extraEnv...)
 	bin := buildService(t)
 	var procs []instance
 	for range 3 {
@@ -122,8 +126,9 @@ func TestProcesses(t *testing.T) {
 		buyers  = 300
 		clients = 48
 	)
-	for _, strategy := range []string{"hybrid", "etcd", "pessimistic", "dblock"} {
+	for _, strategy := range safeStrategies {
 		t.Run(strategy, func(t *testing.T) {
+			offered(t, strategy)
 			sku := putOnSale(t, procs[0], units)
 			admittedBefore := scrape(t, procs, `seckill_admission_total{result="sold_out"}`)
 			res := loadHTTP(t, procs, sku, strategy, userRange{0, buyers}, clients, httpFault{})
@@ -139,18 +144,31 @@ func TestProcesses(t *testing.T) {
 	}
 }
 
-// TestProcessesEtcdKill SIGKILLs one of three etcd-strategy processes mid-sale. Its lease is not
-// revoked — nobody is left to revoke it — so its locks last until the lease expires; then the
-// others sell the rest. Clients whose request died with the process retry it, with the same
+// TestProcessesLockServiceKill SIGKILLs one of three processes mid-sale, under each lock
+// service. Nobody is left to give its locks back — its etcd lease is not revoked, its ZooKeeper
+// session not closed — so they last until the lease or the session expires; then the others sell
+// the rest. Clients whose request died with the process retry it, with the same
 // Idempotency-Key, on another process. Nothing is oversold and every unit sells.
-func TestProcessesEtcdKill(t *testing.T) {
-	procs := startThree(t, "SECKILL_LOCK_TTL=2s", "SECKILL_LOCK_WAIT=3s")
-	const units, buyers, clients = 60, 150, 24
-	sku := putOnSale(t, procs[0], units)
-	res := loadHTTP(t, procs, sku, "etcd", userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: procs[1].kill})
-	t.Logf("etcd, one of 3 processes SIGKILLed mid-sale: %v, %d busy retries, %d requests lost with the process and retried elsewhere, %s",
-		res.status, res.busy, res.transportErrors, res.end.Sub(res.start).Round(time.Millisecond))
-	assertSoldThrough(t, res, sku, units, buyers)
+func TestProcessesLockServiceKill(t *testing.T) {
+	for _, strategy := range []string{"etcd", "zookeeper"} {
+		t.Run(strategy, func(t *testing.T) {
+			offered(t, strategy)
+			procs := startThree(t, "SECKILL_LOCK_TTL=2s", "SECKILL_LOCK_WAIT=3s")
+			const units, buyers, clients = 60, 150, 24
+			sku := putOnSale(t, procs[0], units)
+			res := loadHTTP(t, procs, sku, strategy, userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: procs[1].kill})
+			t.Logf("%s, one of 3 processes SIGKILLed mid-sale: %v, %d busy retries, %d requests lost with the process and retried elsewhere, %s",
+				strategy, res.status, res.busy, res.transportErrors, res.end.Sub(res.start).Round(time.Millisecond))
+			assertSoldThrough(t, res, sku, units, buyers)
+		})
+	}
+}
+
+// offered skips a zookeeper subtest, saying why, where the processes could not be given a
+// ZooKeeper (it fails instead when real backends are required).
+func offered(t *testing.T, strategy string) {
+	t.Helper()
+	backendtest.ZooKeeperFor(t, strategy)
 }
 
 // frozenSale is what the buyers of one frozen-instance sale saw.
@@ -174,13 +192,14 @@ func (f frozenSale) stall(from, to time.Time) time.Duration {
 	return max(longest, to.Sub(last))
 }
 
-// sellAcrossFreeze has clients buy for a second on the victim alone, so that it is most likely
-// inside its section — lock held, row locked — when it is stopped (SIGSTOP) for pause; then
+// sellAcrossFreeze has clients buy for a second on the victim alone — enough of them that its
+// queue never runs dry, so that its sections follow each other and it is most likely inside one
+// — lock held, row locked — when it is stopped (SIGSTOP) for pause; then
 // clients buy on the other processes; then the victim is resumed and everyone buys for another
 // second. Every buyer retries a 429, a 503 or a lost answer with the same Idempotency-Key until
 // it has a final answer, so every 201 is accounted for.
 func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy string, pause time.Duration,
-	held func() bool) (frozenSale, time.Time, time.Time) {
+	probe lockProbe) (frozenSale, time.Time, time.Time) {
 	t.Helper()
 	client := &http.Client{Timeout: 30 * time.Second}
 	var (
@@ -222,14 +241,18 @@ func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy 
 			}
 		}
 	}
-	for i := range 8 {
+	for i := range 32 {
 		wg.Add(1)
 		go buyer("victim", i, procs[victim:victim+1])
 	}
 	time.Sleep(time.Second)
+	if probe.passive { // stop it the moment it is seen holding the lock
+		for until := time.Now().Add(time.Second); !probe.held() && time.Now().Before(until); {
+		}
+	}
 	frozen := time.Now()
 	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
-	res.held = held()
+	res.held = probe.held()
 	for i := range 16 {
 		wg.Add(1)
 		go buyer("others", i, others)
@@ -243,37 +266,67 @@ func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy 
 	return res, frozen, resumed
 }
 
-// lockHeld reports, with the process that sells frozen, whether sku's lock under strategy is
-// held — by that process, the only one that sold until then: the Redis lock key, the etcd
-// mutex key, the lock-table row, or (pessimistic) the product's row lock, probed with NOWAIT.
-func lockHeld(t *testing.T, strategy, sku string) bool {
+// lockProbe reports, with the process that sells frozen, whether sku's lock under its strategy
+// is held — by that process, the only one that sold until then: the Redis lock key, the etcd
+// mutex key, the ZooKeeper lock node, the lock-table row, or (pessimistic) the product's row
+// lock, probed with NOWAIT. passive: the probe takes nothing (the NOWAIT probe takes the row
+// lock when it is free), so it may be asked again and again.
+type lockProbe struct {
+	held    func() bool
+	passive bool
+}
+
+func newLockProbe(t *testing.T, strategy, sku string) lockProbe {
 	t.Helper()
 	ctx := context.Background()
 	switch strategy {
 	case "hybrid":
-		n, err := backendtest.Redis(t).Exists(ctx, "seckill:{"+sku+"}:lock").Result()
-		require.NoError(t, err)
-		return n == 1
+		r := backendtest.Redis(t)
+		return lockProbe{passive: true, held: func() bool {
+			n, err := r.Exists(ctx, "seckill:{"+sku+"}:lock").Result()
+			require.NoError(t, err)
+			return n == 1
+		}}
 	case "etcd":
-		resp, err := backendtest.Etcd(t).Get(ctx, "/seckill/locks/"+sku+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		require.NoError(t, err)
-		return resp.Count > 0
+		c := backendtest.Etcd(t)
+		return lockProbe{passive: true, held: func() bool {
+			resp, err := c.Get(ctx, "/seckill/locks/"+sku+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			require.NoError(t, err)
+			return resp.Count > 0
+		}}
+	case "zookeeper":
+		c := backendtest.ZooKeeper(t, backendtest.ZooKeeperServers(t), time.Second)
+		return lockProbe{passive: true, held: func() bool {
+			nodes, _, err := c.Children("/seckill/locks/" + sku)
+			if errors.Is(err, zk.ErrNoNode) {
+				return false
+			}
+			require.NoError(t, err)
+			return len(nodes) > 0
+		}}
 	case "dblock":
-		var n int
-		require.NoError(t, backendtest.SQL(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM distributed_locks WHERE lock_name = ?", "products/"+sku).Scan(&n))
-		return n > 0
+		db := backendtest.SQL(t)
+		return lockProbe{passive: true, held: func() bool {
+			var n int
+			require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM distributed_locks WHERE lock_name = ?", "products/"+sku).Scan(&n))
+			return n > 0
+		}}
 	}
-	tx, err := backendtest.SQL(t).BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback() }()
-	_, err = tx.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE NOWAIT", sku)
-	return err != nil
+	db := backendtest.SQL(t)
+	return lockProbe{held: func() bool {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		_, err = tx.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE NOWAIT", sku)
+		return err != nil
+	}}
 }
 
 // TestProcessesFrozenInstance stops one of three processes with SIGSTOP in the middle of a sale
 // — a GC pause, a frozen VM — for longer than the lock TTL and the database's idle-transaction
 // bound, under every strategy, while it holds its lock: the Redis lock, the etcd lease, the
-// lock-table row, or the product's row lock — its watchdog and keep-alive frozen too. The other
+// ZooKeeper session, the lock-table row, or the product's row lock — its watchdog, keep-alive
+// and pings frozen too. The other
 // processes must be selling again within 3 s (the longest gap between their sales is measured
 // and logged), and when the frozen one wakes its late writes fail their guard: nothing is
 // oversold, every 201 has its row. The freeze is tried up to five times until it catches the
@@ -283,12 +336,19 @@ func TestProcessesFrozenInstance(t *testing.T) {
 	const pause = 5 * time.Second
 	for _, strategy := range safeStrategies {
 		t.Run(strategy, func(t *testing.T) {
+			offered(t, strategy)
+			victim := procs[1:2]
+			lost := func() float64 {
+				return scrape(t, victim, fmt.Sprintf(`seckill_lock_lost_total{strategy=%q}`, strategy)) +
+					scrape(t, victim, fmt.Sprintf(`seckill_fenced_out_total{strategy=%q}`, strategy))
+			}
 			for try := 1; ; try++ {
 				sku := putOnSale(t, procs[0], 1_000_000)
-				res, frozen, resumed := sellAcrossFreeze(t, procs, 1, sku, strategy, pause, func() bool { return lockHeld(t, strategy, sku) })
+				lostBefore := lost()
+				res, frozen, resumed := sellAcrossFreeze(t, procs, 1, sku, strategy, pause, newLockProbe(t, strategy, sku))
 				stall := res.stall(frozen, resumed)
-				t.Logf("%s, try %d: one of 3 processes SIGSTOPped for %s, holding the lock: %v; longest stall of the others %s; %d orders, %v",
-					strategy, try, pause, res.held, stall.Round(10*time.Millisecond), len(res.acked), res.status)
+				t.Logf("%s, try %d: one of 3 processes SIGSTOPped for %s, holding the lock: %v; longest stall of the others %s; %d orders, %v; the frozen process found its lock gone (or its write fenced out) %v times when it woke",
+					strategy, try, pause, res.held, stall.Round(10*time.Millisecond), len(res.acked), res.status, lost()-lostBefore)
 				a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 				assert.Zero(t, a.Oversold())
 				assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
@@ -479,7 +539,7 @@ func postOrder(ctx context.Context, client *http.Client, url, sku, user, body st
 }
 
 // safeStrategies are the strategies that must never oversell.
-var safeStrategies = []string{"hybrid", "etcd", "pessimistic", "dblock"}
+var safeStrategies = []string{"hybrid", "etcd", "zookeeper", "pessimistic", "dblock"}
 
 // TestProcessesRetriesInFlight sends the same request — one Idempotency-Key, one body — 20 times
 // at once over three processes, under every strategy, as a client whose first attempt timed out
@@ -491,6 +551,7 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 	client := &http.Client{Timeout: 30 * time.Second}
 	for _, strategy := range safeStrategies {
 		t.Run(strategy, func(t *testing.T) {
+			offered(t, strategy)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			sku := putOnSale(t, procs[0], 5)
@@ -606,6 +667,7 @@ func TestProcessesLifecycleRaces(t *testing.T) {
 	const perRace = 8
 	for _, strategy := range safeStrategies {
 		t.Run(strategy, func(t *testing.T) {
+			offered(t, strategy)
 			sku := backendtest.SKU(t)
 			require.Equal(t, http.StatusOK, procs[0].call(t, "PUT", "/api/v1/products/"+sku,
 				fmt.Sprintf(`{"name":%q,"stock":%d,"payment_timeout_s":2}`, t.Name(), 3*perRace), nil))

@@ -2,9 +2,12 @@
 // (127.0.0.1:3306 as root, or SECKILL_TEST_MYSQL_DSN) and Redis (127.0.0.1:6379, or
 // SECKILL_TEST_REDIS_ADDR), creates a fresh database for the process, migrates it once, and
 // isolates tests by data: each test gets unique SKUs, whose rows and Redis keys are removed in
-// t.Cleanup. etcd is a real etcd server started in-process, once per test process. When a backend cannot be reached it falls back to the embedded one (SQLite,
-// miniredis) — unless SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI), where a missing backend fails
-// the test instead. Fault tests get throwaway servers of their own (StartRedis).
+// t.Cleanup. etcd is a real etcd server started in-process, once per test process; ZooKeeper a
+// real server process, started once per test process by the first test that asks for it. When
+// a backend cannot be reached it falls back to the embedded one (SQLite, miniredis), and a test
+// needing ZooKeeper where it is not installed is skipped, saying so — unless
+// SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI), where a missing backend fails the test instead.
+// Fault tests get throwaway servers of their own (StartRedis, StartZooKeeperEnsemble).
 //
 // A test package using it calls Main from its TestMain, so the database is dropped at the end.
 package backendtest
@@ -61,6 +64,7 @@ func Main(m *testing.M) {
 		_ = os.RemoveAll(filepath.Dir(setup.sqlitePath))
 	}
 	stopEtcd()
+	stopZooKeeper()
 	os.Exit(code)
 }
 

@@ -23,6 +23,9 @@ type Wiring struct {
 	Store         *stock.Store // default: Store(t)
 	RedisAddrs    []string     // default: the shared test Redis; several: Redlock
 	EtcdEndpoints []string     // default: the process's etcd
+	// ZKServers is the ZooKeeper ensemble of the zookeeper strategy; default: none, as in
+	// cmd/api, and the strategy is not offered (ZooKeeperServers gives the process's own).
+	ZKServers []string
 }
 
 // Instance is one service instance built as cmd/api builds it, with its own metrics registry.
@@ -55,9 +58,12 @@ func NewInstance(t testing.TB, cfg service.Config, w Wiring) Instance {
 		t.Cleanup(func() { _ = c.Close() })
 		clients = append(clients, c)
 	}
+	b := service.Backends{Store: w.Store, Redis: clients, Etcd: EtcdClient(t, w.EtcdEndpoints)}
+	if len(w.ZKServers) > 0 {
+		b.ZooKeeper = ZooKeeper(t, w.ZKServers, cfg.LockTTL)
+	}
 	reg := prometheus.NewRegistry()
-	svc, err := service.New(cfg, service.Backends{Store: w.Store, Redis: clients, Etcd: EtcdClient(t, w.EtcdEndpoints)},
-		slog.New(slog.DiscardHandler), reg)
+	svc, err := service.New(cfg, b, slog.New(slog.DiscardHandler), reg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Close() })
 	return Instance{Service: svc, Store: w.Store, Metrics: reg}

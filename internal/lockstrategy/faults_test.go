@@ -28,15 +28,17 @@ var modes = []struct {
 	batch int
 }{{"default", service.Defaults().GroupCommit}, {"one-per-section", 1}}
 
-// faultInstance builds an instance of strategy whose database, Redis and etcd connections go to
-// the given addresses (fault proxies or the real thing), in the default configuration but for
-// the group commit of its mode.
-func faultInstance(t *testing.T, strategy string, batch int, store *stock.Store, redisAddr string, etcdEndpoints []string) backendtest.Instance {
+// faultInstance builds an instance of strategy on w — whose addresses may be fault proxies — in
+// the default configuration but for the group commit of its mode.
+func faultInstance(t *testing.T, strategy string, batch int, w backendtest.Wiring) backendtest.Instance {
 	t.Helper()
 	cfg := config(strategy)
 	cfg.GroupCommit = batch
-	return backendtest.NewInstance(t, cfg, backendtest.Wiring{Store: store, RedisAddrs: []string{redisAddr}, EtcdEndpoints: etcdEndpoints})
+	return newInstances(t, 1, cfg, w)[0]
 }
+
+// proxies are the fault proxies between the instances of a fault test and their backends.
+type proxies struct{ db, redis, etcd, zk *backendtest.FaultProxy }
 
 // faultSale is what the clients of a sale under faults saw.
 type faultSale struct {
@@ -126,47 +128,64 @@ func TestNetworkFaults(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, strategy string
-		fault          func(t *testing.T, db, redis, etcd *backendtest.FaultProxy) func()
+		fault          func(t *testing.T, p proxies) func()
 	}{
-		{"db latency spike", "pessimistic", func(t *testing.T, db, _, _ *backendtest.FaultProxy) func() {
+		{"db latency spike", "pessimistic", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
-				db.Add(`{"name":"lat","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":300,"jitter":100}}`)
-			}, func() { db.Remove("lat") })
+				p.db.Add(`{"name":"lat","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":300,"jitter":100}}`)
+			}, func() { p.db.Remove("lat") })
 		}},
-		{"db black hole", "hybrid", func(t *testing.T, db, _, _ *backendtest.FaultProxy) func() {
+		{"db black hole", "hybrid", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
-				db.Add(`{"name":"hole","type":"timeout","stream":"upstream","toxicity":1,"attributes":{"timeout":0}}`)
-			}, func() { db.Remove("hole") })
+				p.db.Add(`{"name":"hole","type":"timeout","stream":"upstream","toxicity":1,"attributes":{"timeout":0}}`)
+			}, func() { p.db.Remove("hole") })
 		}},
-		{"db connections reset mid-transaction", "pessimistic", func(t *testing.T, db, _, _ *backendtest.FaultProxy) func() {
+		{"db connections reset mid-transaction", "pessimistic", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
-				db.Add(`{"name":"reset","type":"reset_peer","stream":"upstream","toxicity":0.5,"attributes":{"timeout":5}}`)
-			}, func() { db.Remove("reset") })
+				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"upstream","toxicity":0.5,"attributes":{"timeout":5}}`)
+			}, func() { p.db.Remove("reset") })
 		}},
-		{"db connections reset mid-commit (hybrid)", "hybrid", func(t *testing.T, db, _, _ *backendtest.FaultProxy) func() {
+		{"db connections reset mid-commit (hybrid)", "hybrid", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
-				db.Add(`{"name":"reset","type":"reset_peer","stream":"downstream","toxicity":0.5,"attributes":{"timeout":1}}`)
-			}, func() { db.Remove("reset") })
+				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"downstream","toxicity":0.5,"attributes":{"timeout":1}}`)
+			}, func() { p.db.Remove("reset") })
 		}},
-		{"redis cut off", "hybrid", func(t *testing.T, _, redis, _ *backendtest.FaultProxy) func() {
-			return hold(1500*time.Millisecond, redis.Stop, func() { require.NoError(t, redis.Start()) })
+		{"redis cut off", "hybrid", func(t *testing.T, p proxies) func() {
+			return hold(1500*time.Millisecond, p.redis.Stop, func() { require.NoError(t, p.redis.Start()) })
 		}},
-		{"etcd cut off", "etcd", func(t *testing.T, _, _, etcd *backendtest.FaultProxy) func() {
-			return hold(2*time.Second, etcd.Stop, func() { require.NoError(t, etcd.Start()) })
+		{"etcd cut off", "etcd", func(t *testing.T, p proxies) func() {
+			return hold(2*time.Second, p.etcd.Stop, func() { require.NoError(t, p.etcd.Start()) })
+		}},
+		// Within the session timeout (2 s) the sessions survive the cut; beyond it they expire,
+		// every lock node with them, and the instances sell on new sessions.
+		{"zookeeper cut off within the session", "zookeeper", func(t *testing.T, p proxies) func() {
+			return hold(time.Second, p.zk.Stop, func() { require.NoError(t, p.zk.Start()) })
+		}},
+		{"zookeeper cut off past the session", "zookeeper", func(t *testing.T, p proxies) func() {
+			return hold(3*time.Second, p.zk.Stop, func() { require.NoError(t, p.zk.Start()) })
 		}},
 	} {
 		for _, mode := range modes {
 			t.Run(tc.name+"/"+mode.name, func(t *testing.T) {
-				db := backendtest.StartFaultProxy(t, mysqlAddr)
-				rp := backendtest.StartFaultProxy(t, backendtest.RedisAddr(t))
-				ep := backendtest.StartFaultProxy(t, hostPort(backendtest.EtcdEndpoints(t)[0]))
+				p := proxies{
+					db:    backendtest.StartFaultProxy(t, mysqlAddr),
+					redis: backendtest.StartFaultProxy(t, backendtest.RedisAddr(t)),
+					etcd:  backendtest.StartFaultProxy(t, hostPort(backendtest.EtcdEndpoints(t)[0])),
+				}
+				var zkServers []string
+				if tc.strategy == "zookeeper" {
+					p.zk = backendtest.StartFaultProxy(t, backendtest.ZooKeeperServers(t)[0])
+					zkServers = []string{p.zk.Listen}
+				}
 				var insts []backendtest.Instance
 				for range instances {
-					insts = append(insts, faultInstance(t, tc.strategy, mode.batch, backendtest.StoreVia(t, "tcp", db.Listen), rp.Listen,
-						[]string{"http://" + ep.Listen}))
+					insts = append(insts, faultInstance(t, tc.strategy, mode.batch, backendtest.Wiring{
+						Store: backendtest.StoreVia(t, "tcp", p.db.Listen), RedisAddrs: []string{p.redis.Listen},
+						EtcdEndpoints: []string{"http://" + p.etcd.Listen}, ZKServers: zkServers,
+					}))
 				}
 				sku := backendtest.SKU(t)
-				res := sellThroughFaults(t, insts, sku, units, buyers, units/3, tc.fault(t, db, rp, ep))
+				res := sellThroughFaults(t, insts, sku, units, buyers, units/3, tc.fault(t, p))
 				t.Logf("%s (%s) under %s: %d orders (%d settled by replaying their Idempotency-Key), %d sold out, retried answers %v",
 					tc.strategy, mode.name, tc.name, res.ok, res.replayed, res.soldOut, res.errs)
 				assert.Equal(t, units, res.ok)
@@ -224,7 +243,7 @@ func TestUnknownCommitOutcome(t *testing.T) {
 		}
 		return &commitLosingConn{Conn: c, armed: &armed}, nil
 	})
-	for _, strategy := range []string{"pessimistic", "hybrid", "etcd"} {
+	for _, strategy := range []string{"pessimistic", "hybrid", "etcd", "zookeeper"} {
 		for _, mode := range modes {
 			t.Run(strategy+"/"+mode.name, func(t *testing.T) {
 				unknownCommitOutcome(t, strategy, mode.batch, network, mysqlAddr, &armed)
@@ -236,9 +255,8 @@ func TestUnknownCommitOutcome(t *testing.T) {
 // unknownCommitOutcome loses one COMMIT answer of strategy on one instance and retries the
 // order on another.
 func unknownCommitOutcome(t *testing.T, strategy string, batch int, network, mysqlAddr string, armed *atomic.Bool) {
-	endpoints := backendtest.EtcdEndpoints(t)
-	lossy := faultInstance(t, strategy, batch, backendtest.StoreVia(t, network, mysqlAddr), backendtest.RedisAddr(t), endpoints)
-	healthy := faultInstance(t, strategy, batch, backendtest.Store(t), backendtest.RedisAddr(t), endpoints)
+	lossy := faultInstance(t, strategy, batch, backendtest.Wiring{Store: backendtest.StoreVia(t, network, mysqlAddr)})
+	healthy := faultInstance(t, strategy, batch, backendtest.Wiring{})
 	s, sku := onSale(t, 5)
 	req := stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: strategy, IdempotencyKey: sku + "/u-1"}
 

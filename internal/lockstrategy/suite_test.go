@@ -39,7 +39,7 @@ type variant struct {
 // safeVariants is every safe strategy, both ways; each must pass the shared suite.
 func safeVariants() []variant {
 	var out []variant
-	for _, strategy := range []string{"hybrid", "etcd", "pessimistic", "dblock"} {
+	for _, strategy := range []string{"hybrid", "etcd", "zookeeper", "pessimistic", "dblock"} {
 		one := config(strategy)
 		one.GroupCommit = 1
 		out = append(out, variant{strategy, config(strategy)}, variant{strategy + "/one-per-section", one})
@@ -65,9 +65,12 @@ func onSale(t *testing.T, units int64) (*stock.Store, string) {
 }
 
 // newInstances builds n independent instances of cfg (each its own store, pools and clients)
-// on the wiring w.
+// on the wiring w; the zookeeper strategy on the test process's ZooKeeper unless w names one.
 func newInstances(t *testing.T, n int, cfg service.Config, w backendtest.Wiring) []backendtest.Instance {
 	t.Helper()
+	if len(w.ZKServers) == 0 {
+		w.ZKServers = backendtest.ZooKeeperFor(t, cfg.Strategy)
+	}
 	var insts []backendtest.Instance
 	for range n {
 		insts = append(insts, backendtest.NewInstance(t, cfg, w))

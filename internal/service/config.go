@@ -11,6 +11,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/go-zookeeper/zk"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,7 +26,7 @@ type Config struct {
 	Strategy         string        // the default strategy
 	StrategyOverride bool          // the per-request strategy field is honoured
 	AllowUnsafe      bool          // the unsafe strategies (naive) may be used
-	LockTTL          time.Duration // lock expiry (redsync, the etcd lease in whole seconds, the lock table), extended while held
+	LockTTL          time.Duration // lock expiry (redsync, the etcd lease in whole seconds, the ZooKeeper session, the lock table), extended while held
 	LockWait         time.Duration // how long a section waits for its lock before answering busy
 	LockExtend       time.Duration // how often a watchdog extends a held lock (Redis, lock table); 0: a third of LockTTL
 	LockPoll         time.Duration // how often a waiter tries a taken Redis lock between release messages; 0: 1-5 ms, jittered
@@ -62,6 +63,9 @@ type Backends struct {
 	Redis []*redis.Client
 	// Etcd serves the etcd strategy; nil: the strategy is not offered.
 	Etcd *clientv3.Client
+	// ZooKeeper is this instance's session, for the zookeeper strategy; nil: the strategy is
+	// not offered and readiness does not mention ZooKeeper.
+	ZooKeeper *zk.Conn
 }
 
 // versionAttempts is how many version-guarded writes a section tries before answering busy.
@@ -137,6 +141,12 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		}, metrics, log, reg), false)
 		s.checks = append(s.checks, Check{Name: "etcd", Ping: pingEtcd(b.Etcd)})
 	}
+	if b.ZooKeeper != nil {
+		s.register(lockstrategy.NewZooKeeper(b.ZooKeeper, b.Store, lockstrategy.ZooKeeperOptions{
+			Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
+		}, metrics, log), false)
+		s.checks = append(s.checks, Check{Name: "zookeeper", Ping: pingZooKeeper(b.ZooKeeper)})
+	}
 	s.register(lockstrategy.NewPessimistic(b.Store, lockstrategy.PessimisticOptions{
 		Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
 	}, metrics), false)
@@ -167,5 +177,15 @@ func pingEtcd(c *clientv3.Client) func(context.Context) error {
 	return func(ctx context.Context) error {
 		_, err := c.Get(ctx, "/seckill/ready", clientv3.WithCountOnly())
 		return err
+	}
+}
+
+// pingZooKeeper asks for a session: without one no lock node can be made.
+func pingZooKeeper(c *zk.Conn) func(context.Context) error {
+	return func(context.Context) error {
+		if st := c.State(); st != zk.StateHasSession {
+			return fmt.Errorf("no session (%s)", st)
+		}
+		return nil
 	}
 }

@@ -20,13 +20,13 @@ import (
 // order was cancelled may buy again. The same for an order that expires unpaid, by itself.
 func TestReturnedUnitsSellAtOnce(t *testing.T) {
 	ctx := context.Background()
-	for _, strategy := range []string{"hybrid", "etcd", "pessimistic", "dblock"} {
+	for _, strategy := range []string{"hybrid", "etcd", "zookeeper", "pessimistic", "dblock"} {
 		t.Run(strategy, func(t *testing.T) {
 			cfg := service.Defaults()
 			cfg.Strategy = strategy
 			var insts []backendtest.Instance
 			for range 3 {
-				insts = append(insts, backendtest.NewInstance(t, cfg, backendtest.Wiring{}))
+				insts = append(insts, backendtest.NewInstance(t, cfg, backendtest.Wiring{ZKServers: backendtest.ZooKeeperFor(t, strategy)}))
 			}
 			sku := backendtest.SKU(t)
 			_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 2, MaxPerOrder: 1, PaymentTimeout: 2 * time.Second})

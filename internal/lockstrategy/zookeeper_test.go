@@ -1,0 +1,305 @@
+package lockstrategy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+	"github.com/flashsale/seckill/internal/zkserver"
+)
+
+func zkReq(sku, user string) stock.OrderRequest {
+	return stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "zookeeper"}
+}
+
+// zkSession is a session on the test process's ZooKeeper with the service's session timeout.
+func zkSession(t *testing.T) *zk.Conn {
+	t.Helper()
+	return backendtest.ZooKeeper(t, backendtest.ZooKeeperServers(t), config("zookeeper").LockTTL)
+}
+
+// TestZKMutexExcludes: six sessions take one lock in turns, twenty times each; no two ever hold
+// it at once, and the fencing tokens (creation zxids) of successive holders only grow.
+func TestZKMutexExcludes(t *testing.T) {
+	ctx := context.Background()
+	dir := "/test/excludes/" + backendtest.SKU(t)
+	var (
+		holders   atomic.Int32
+		overlaps  atomic.Int32
+		mu        sync.Mutex
+		lastToken int64
+		tokenBack bool
+		wg        sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for range 6 {
+		conn := zkSession(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range 20 {
+				m := lockstrategy.NewZKMutex(conn, dir)
+				if err := m.Lock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				if holders.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				mu.Lock()
+				tokenBack = tokenBack || m.Token() <= lastToken
+				lastToken = m.Token()
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				holders.Add(-1)
+				if ok, err := m.Unlock(ctx); err != nil || !ok {
+					t.Errorf("unlock: held %v, %v", ok, err)
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	assert.Zero(t, overlaps.Load(), "two holders at once")
+	assert.False(t, tokenBack, "a later holder got a smaller fencing token")
+	assert.Positive(t, lastToken)
+}
+
+// TestZKMutexWaiterGivesUp: a waiter that gives up removes its node, so it holds up nobody — the
+// waiter behind it is granted the lock as soon as the holder lets go — and the queue is a queue:
+// each waiter watches only the node below its own.
+func TestZKMutexWaiterGivesUp(t *testing.T) {
+	ctx := context.Background()
+	dir := "/test/gives-up/" + backendtest.SKU(t)
+	conn := zkSession(t)
+	holder := lockstrategy.NewZKMutex(conn, dir)
+	require.NoError(t, holder.Lock(ctx))
+
+	impatient, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err := lockstrategy.NewZKMutex(conn, dir).Lock(impatient)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the lock is held: the waiter's wait ran out")
+
+	granted := make(chan error, 1)
+	patient := lockstrategy.NewZKMutex(conn, dir)
+	go func() { granted <- patient.Lock(ctx) }()
+	require.Eventually(t, func() bool {
+		children, _, err := conn.Children(dir)
+		return err == nil && len(children) == 2
+	}, 5*time.Second, 10*time.Millisecond, "the holder's node and the patient waiter's: the impatient one's is gone")
+
+	released := time.Now()
+	ok, err := holder.Unlock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	select {
+	case err := <-granted:
+		require.NoError(t, err)
+		t.Logf("granted %s after the release", time.Since(released))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter behind a waiter that gave up was not granted the lock")
+	}
+	assert.Greater(t, patient.Token(), holder.Token())
+	_, err = patient.Unlock(ctx)
+	require.NoError(t, err)
+}
+
+// TestZKMutexAbandonedCreate gives up on lock attempts while their create is on its way — a
+// create whose answer the waiter never reads, as when its wait ends or the connection drops
+// mid-call. A node made that way is known to nobody and, on a healthy session, would hold the
+// lock for ever; the waiter finds it by its guid and deletes it, so the lock stays free.
+func TestZKMutexAbandonedCreate(t *testing.T) {
+	dir := "/test/abandoned/" + backendtest.SKU(t)
+	conn := zkSession(t)
+	ctx := context.Background()
+	require.NoError(t, lockstrategy.NewZKMutex(conn, dir).Lock(ctx)) // the directory exists: creates go straight to the node
+	children, _, err := conn.Children(dir)
+	require.NoError(t, err)
+	require.NoError(t, conn.Delete(path.Join(dir, children[0]), -1))
+	var gaveUp int
+	for i := range 20 {
+		attempt, cancel := context.WithTimeout(ctx, time.Duration(i)*200*time.Microsecond)
+		m := lockstrategy.NewZKMutex(conn, dir)
+		if m.Lock(attempt) != nil {
+			gaveUp++
+		} else {
+			_, err := m.Unlock(ctx)
+			require.NoError(t, err)
+		}
+		cancel()
+	}
+	require.Positive(t, gaveUp, "no attempt gave up: nothing was abandoned")
+	require.Eventually(t, func() bool {
+		children, _, err := conn.Children(dir)
+		return err == nil && len(children) == 0
+	}, 5*time.Second, 20*time.Millisecond, "abandoned nodes were removed")
+	fresh, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	require.NoError(t, lockstrategy.NewZKMutex(conn, dir).Lock(fresh), "the lock is free again: no orphan holds it")
+	t.Logf("%d of 20 attempts gave up mid-create or mid-wait", gaveUp)
+}
+
+// TestZooKeeperSessionExpiredMidHold is the seeds' 坑二 on a real ZooKeeper: a holder inside its
+// critical section, past its last check, is cut off from ZooKeeper longer than its session (as
+// a long GC pause does). The server ends the session, its lock node goes, and another instance
+// is granted the lock and sells; the old holder then writes with its old token and is fenced
+// out — busy, never a sale — and its next order runs on a new session.
+func TestZooKeeperSessionExpiredMidHold(t *testing.T) {
+	s, sku := onSale(t, 3)
+	servers := backendtest.ZooKeeperServers(t)
+	proxy := backendtest.StartFaultProxy(t, servers[0])
+
+	reached, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cfg := config("zookeeper")
+	other := backendtest.NewInstance(t, cfg, backendtest.Wiring{ZKServers: servers})
+	cfg.Hooks.InSection = func(_ context.Context, orders []stock.OrderRequest) {
+		if orders[0].UserID == "slow" {
+			once.Do(func() { close(reached); <-resume })
+		}
+	}
+	paused := backendtest.NewInstance(t, cfg, backendtest.Wiring{ZKServers: []string{proxy.Listen}})
+	admin := zkSession(t)
+
+	slow := make(chan error, 1)
+	go func() {
+		_, err := place(paused, zkReq(sku, "slow"))
+		slow <- err
+	}()
+	<-reached
+	dir := "/seckill/locks/" + sku
+	nodes, _, err := admin.Children(dir)
+	require.NoError(t, err)
+	require.Len(t, nodes, 1, "the paused instance holds the lock")
+	proxy.Stop() // cut off from ZooKeeper: its session runs out on the server
+	cutAt := time.Now()
+	require.Eventually(t, func() bool {
+		exists, _, err := admin.Exists(path.Join(dir, nodes[0]))
+		return err == nil && !exists
+	}, 10*time.Second, 20*time.Millisecond, "the server ended the session and deleted its node")
+	t.Logf("lock node gone %s after the cut (session timeout %s)", time.Since(cutAt), cfg.LockTTL)
+
+	var acked []stock.Order
+	for _, user := range []string{"fast-1", "fast-2"} {
+		o, err := placeRetrying(t, other, zkReq(sku, user), 10*time.Second)
+		require.NoError(t, err, "the lock passed to the other instance when the session ended")
+		acked = append(acked, o)
+	}
+	require.NoError(t, proxy.Start())
+	close(resume)
+	err = <-slow
+	assert.ErrorIs(t, err, stock.ErrFencedOut, "the old holder's write was fenced out")
+	assert.ErrorIs(t, err, stock.ErrBusy, "and the client hears busy, to retry")
+	assert.EqualValues(t, 1, backendtest.Counter(t, "seckill_fenced_out_total", map[string]string{"strategy": "zookeeper"}, paused))
+
+	o, err := placeRetrying(t, paused, zkReq(sku, "slow"), 10*time.Second)
+	require.NoError(t, err, "the retry runs on a new session")
+	acked = append(acked, o)
+	a := backendtest.RequireInvariant(t, s, sku, acked)
+	assert.Zero(t, a.Stock)
+}
+
+// placeRetrying places r, retrying busy answers for up to d, as a client would.
+func placeRetrying(t *testing.T, inst backendtest.Instance, r stock.OrderRequest, d time.Duration) (stock.Order, error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		o, err := place(inst, r)
+		if !errors.Is(err, stock.ErrBusy) || time.Now().After(deadline) {
+			return o, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestZooKeeperEnsembleMemberStopped sells on a 3-member ensemble and kills its leader mid-sale:
+// the two left elect a new one and keep a quorum, the sessions move to them, locks keep being
+// granted, nothing is oversold.
+func TestZooKeeperEnsembleMemberStopped(t *testing.T) {
+	one := config("zookeeper")
+	one.GroupCommit = 1
+	for _, v := range []variant{{"default", config("zookeeper")}, {"one-per-section", one}} {
+		t.Run(v.name, func(t *testing.T) {
+			members := backendtest.StartZooKeeperEnsemble(t, 3)
+			leader := members[0]
+			for _, m := range members {
+				if mode, _ := m.Mode(); mode == "leader" {
+					leader = m
+				}
+			}
+			insts := newInstances(t, instances, v.cfg, backendtest.Wiring{ZKServers: zkserver.Addrs(members...)})
+			sku := backendtest.SKU(t)
+			res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: leader.Kill})
+			t.Logf("zookeeper, the leader of three killed mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
+			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
+			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+			assertLinearizable(t, units, res)
+		})
+	}
+}
+
+// TestFencesOfTwoLockServices sells one product under etcd, then ZooKeeper, then etcd again, as
+// an operator moving between lock services would: each service's tokens are checked against its
+// own fence, so a zxid is never compared with a revision and no change of service stalls the sale.
+func TestFencesOfTwoLockServices(t *testing.T) {
+	ctx := context.Background()
+	s, sku := onSale(t, 6)
+	inst := backendtest.NewInstance(t, config("etcd"), backendtest.Wiring{Store: s, ZKServers: backendtest.ZooKeeperServers(t)})
+	var acked []stock.Order
+	for i, strategy := range []string{"etcd", "zookeeper", "etcd", "zookeeper", "etcd"} {
+		o, err := place(inst, stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("u%d", i), Quantity: 1, Strategy: strategy})
+		require.NoError(t, err, "order %d, under %s", i, strategy)
+		acked = append(acked, o)
+	}
+	p, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+	assert.Positive(t, p.Fence, "the etcd fence")
+	assert.Positive(t, p.ZKFence, "the ZooKeeper fence")
+	assert.Zero(t, backendtest.Counter(t, "seckill_fenced_out_total", nil, inst))
+	backendtest.RequireInvariant(t, s, sku, acked)
+}
+
+// TestZooKeeperReplacedEnsemble moves a product sold under one ensemble to a new one, whose
+// zxids start again near 0: every token is now below the fence in the database. The strategy
+// sees that the fence is ahead of the ensemble itself, resets it, and sells — instead of fencing
+// out every write forever.
+func TestZooKeeperReplacedEnsemble(t *testing.T) {
+	ctx := context.Background()
+	s, sku := onSale(t, 3)
+	cfg := config("zookeeper")
+
+	old := zkserver.Addrs(backendtest.StartZooKeeper(t))
+	filler := backendtest.ZooKeeper(t, old, cfg.LockTTL)
+	for i := range 50 { // the old ensemble has lived a while: its zxids are well ahead
+		_, err := filler.Create(fmt.Sprintf("/filler-%d", i), nil, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+	}
+	before := backendtest.NewInstance(t, cfg, backendtest.Wiring{Store: s, ZKServers: old})
+	first, err := place(before, zkReq(sku, "u1"))
+	require.NoError(t, err)
+	p, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+	require.Greater(t, p.ZKFence&0xffffffff, int64(50), "the zxid's counter, past the filler")
+
+	after := backendtest.NewInstance(t, cfg, backendtest.Wiring{Store: s, ZKServers: zkserver.Addrs(backendtest.StartZooKeeper(t))})
+	second, err := place(after, zkReq(sku, "u2"))
+	require.NoError(t, err, "the stale fence was recognised and reset")
+	assert.Zero(t, backendtest.Counter(t, "seckill_fenced_out_total", nil, after))
+	now, _ := s.Product(ctx, sku)
+	assert.Less(t, now.ZKFence, p.ZKFence, "the fence now follows the new ensemble")
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{first, second})
+}
