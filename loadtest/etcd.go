@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // etcdDirEnv, when set, turns the tool's own binary into an etcd server keeping its data in
@@ -100,4 +102,24 @@ func startEtcdProcess(ctx context.Context, dir string, logs io.Writer) (*instanc
 	}
 	fmt.Fprintf(logs, "loadtest: etcd for the service processes at %s\n", inst.url)
 	return inst, nil
+}
+
+// zkStart is the -zk value that has the tool start a ZooKeeper server for the processes.
+const zkStart = "start"
+
+// startZooKeeper starts a standalone ZooKeeper server (Debian's package) for the spawned service
+// instances, as the tests do.
+func startZooKeeper(dir string, logs io.Writer) (*zkserver.Server, error) {
+	if err := zkserver.Available(); err != nil {
+		return nil, fmt.Errorf("-zk start: %w", err)
+	}
+	servers, err := zkserver.New(filepath.Join(dir, "zookeeper"), 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := servers[0].Start(); err != nil {
+		return nil, fmt.Errorf("-zk start: %w", err)
+	}
+	fmt.Fprintf(logs, "loadtest: ZooKeeper for the service processes at %s\n", servers[0].Addr)
+	return servers[0], nil
 }

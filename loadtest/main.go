@@ -9,8 +9,9 @@
 // configuration; and it judges every row against the targets of the performance issue.
 //
 // It is a black-box client of the HTTP contract (internal/handler/openapi.yaml, served at
-// /openapi.yaml) and imports nothing of the service. With no -target it builds cmd/api, starts
-// it on the embedded default, runs the comparison and stops it.
+// /openapi.yaml) and imports nothing of the service (only zkserver, which starts a ZooKeeper for
+// -zk start). With no -target it builds cmd/api, starts it on the embedded default, runs the
+// comparison and stops it.
 package main
 
 import (
@@ -34,6 +35,8 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 func main() {
@@ -62,7 +65,17 @@ func serveReexecuted(ctx context.Context) (served bool, err error) {
 }
 
 // allStrategies are compared in this order; naive last, as the control that must be caught.
+// zookeeper follows etcd when the service has a ZooKeeper (-zk).
 var allStrategies = []string{"hybrid", "etcd", "pessimistic", "dblock", "naive"}
+
+// strategies are the strategies a comparison runs.
+func (o options) strategies() []string {
+	if o.zk == "" {
+		return allStrategies
+	}
+	i := slices.Index(allStrategies, "etcd") + 1
+	return slices.Insert(slices.Clone(allStrategies), i, "zookeeper")
+}
 
 type options struct {
 	targets     string
@@ -82,6 +95,7 @@ type options struct {
 	mysql       string
 	redis       string
 	etcd        string // when the tool starts the service: the client URL of the etcd process it started for it
+	zk          string // ZooKeeper servers (SECKILL_ZK_SERVERS) of the service; "": zookeeper is not compared
 	out         string
 	progress    bool
 	soak        time.Duration
@@ -110,6 +124,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.compare, "compare", false, "run every strategy in turn (default when the tool starts the service)")
 	fs.StringVar(&o.mysql, "mysql", "", "MySQL DSN: verify in SQL too, and with -compare measure the per-order FOR UPDATE baseline (when the tool starts the service, it uses this database)")
 	fs.StringVar(&o.redis, "redis", "", "when the tool starts the service: Redis addresses for it (default: embedded)")
+	fs.StringVar(&o.zk, "zk", "", "compare the zookeeper strategy too: the ZooKeeper host:port list for the service processes the tool starts "+
+		"(with -target: any value, the targets have theirs); \"start\": start a standalone ZooKeeper here for them (Debian's zookeeper package, java)")
 	fs.StringVar(&o.out, "out", "", "output folder (default: loadtest-results/<time>)")
 	fs.DurationVar(&o.soak, "soak", 0, "repeat the sale (fresh product each round) for this long and check that nothing leaks; 0: one sale")
 	fs.DurationVar(&o.soldOut, "soldout", 0, "after each sale sold out and was verified, order it this long with fresh buyers at -concurrency "+
@@ -140,6 +156,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-soak watches one set of processes: give -group-commit at most one value")
 	case o.soldOut < 0:
 		return o, errors.New("-soldout must not be negative")
+	case o.zk == zkStart && o.targets != "":
+		return o, errors.New("-zk start configures the processes the tool starts: with -target, the targets have their ZooKeeper")
+	case o.strategy == "zookeeper" && o.zk == "":
+		return o, errors.New("-strategy zookeeper needs -zk (the service offers it only with a ZooKeeper)")
 	case o.after.cancel < 0 || o.after.unpaid < 0 || o.after.cancel+o.after.unpaid > 1:
 		return o, errors.New("-cancel and -unpaid are shares: each at least 0, together at most 1")
 	case o.after.timeout < 0 || o.after.timeout%time.Second != 0 || o.after.timeout > 24*time.Hour:
@@ -205,6 +225,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stop([]*instance{etcd})
 		o.etcd = etcd.url
+		if o.zk == zkStart {
+			zk, err := startZooKeeper(dir, stderr)
+			if err != nil {
+				return err
+			}
+			defer zkserver.Kill(zk)
+			o.zk = zk.Addr
+		}
 		instances = o.spawn
 		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s)%s.",
 			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o))
@@ -405,6 +433,9 @@ func serviceEnv(o options) []string {
 	if o.etcd != "" {
 		env = append(env, "SECKILL_ETCD_ENDPOINTS="+o.etcd)
 	}
+	if o.zk != "" {
+		env = append(env, "SECKILL_ZK_SERVERS="+o.zk)
+	}
 	return append(env, "SECKILL_ADMIN_TOKEN="+o.token)
 }
 
@@ -423,7 +454,11 @@ func backendsText(o options) string {
 	if o.redis != "" {
 		redis = "Redis " + o.redis
 	}
-	return db + ", " + redis + ", etcd embedded in a process of its own"
+	text := db + ", " + redis + ", etcd embedded in a process of its own"
+	if o.zk != "" {
+		text += ", ZooKeeper " + o.zk
+	}
+	return text
 }
 
 // putProduct starts the sale round of sku.
@@ -472,7 +507,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 	o := rr.opts
 	strategies := []string{o.strategy}
 	if o.compare {
-		strategies = allStrategies
+		strategies = o.strategies()
 	}
 	var reports []report
 	sales := map[string]sale{}

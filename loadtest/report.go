@@ -19,6 +19,7 @@ import (
 var families = map[string]string{
 	"hybrid":      "Redis lock + admission, DB version check",
 	"etcd":        "etcd lease + fencing token",
+	"zookeeper":   "ZooKeeper ephemeral sequential node + fencing token (zxid)",
 	"pessimistic": "DB row lock (FOR UPDATE, bounded wait)",
 	"dblock":      "DB lock table",
 	"naive":       "none (unsafe on purpose)",

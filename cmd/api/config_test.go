@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 func env(vars map[string]string) func(string) string {
@@ -93,4 +96,37 @@ func TestConfigPrintMasksSecrets(t *testing.T) {
 	assert.NotContains(t, out.String(), "pw@tcp")
 	assert.Contains(t, out.String(), "SECKILL_MYSQL_DSN")
 	assert.Contains(t, out.String(), "SECKILL_STRATEGY_OVERRIDE")
+}
+
+// TestComposeFile checks docker-compose.yml, which no engine runs here: it parses, every
+// SECKILL_ variable its replicas set is a setting of this command, and every backend a replica
+// is pointed at is one it waits for.
+func TestComposeFile(t *testing.T) {
+	raw, err := os.ReadFile("../../docker-compose.yml")
+	require.NoError(t, err)
+	var compose struct {
+		Services map[string]struct {
+			Environment map[string]string         `yaml:"environment"`
+			DependsOn   map[string]map[string]any `yaml:"depends_on"`
+		} `yaml:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &compose))
+	c, err := loadConfig(nil, func(string) string { return "" })
+	require.NoError(t, err)
+	settings := map[string]bool{}
+	c.flags.VisitAll(func(f *flag.Flag) { settings[envName(f.Name)] = true })
+	backends := map[string]string{"SECKILL_MYSQL_DSN": "mysql", "SECKILL_REDIS_ADDRS": "redis",
+		"SECKILL_ETCD_ENDPOINTS": "etcd", "SECKILL_ZK_SERVERS": "zookeeper"}
+	for _, name := range []string{"api1", "api2", "api3"} {
+		api, ok := compose.Services[name]
+		require.True(t, ok, "service %s", name)
+		for key := range api.Environment {
+			assert.True(t, settings[key], "%s sets %s, which is no setting of cmd/api", name, key)
+		}
+		for key, service := range backends {
+			require.Contains(t, api.Environment, key, "%s is not pointed at %s", name, service)
+			assert.Contains(t, api.DependsOn, service, "%s does not wait for %s", name, service)
+			assert.Contains(t, compose.Services, service)
+		}
+	}
 }
