@@ -78,20 +78,10 @@ func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 // TestEtcdClusterMemberStopped sells on a 3-member etcd cluster and stops one member mid-sale:
 // the other two keep a quorum, locks keep being granted, nothing is oversold.
 func TestEtcdClusterMemberStopped(t *testing.T) {
-	one := config("etcd")
-	one.GroupCommit = 1
-	for _, v := range []variant{{"default", config("etcd")}, {"one-per-section", one}} {
-		t.Run(v.name, func(t *testing.T) {
-			members := backendtest.StartEtcdCluster(t, 3)
-			insts := newInstances(t, instances, v.cfg, backendtest.Wiring{EtcdEndpoints: embeddedetcd.Endpoints(members...)})
-			sku := backendtest.SKU(t)
-			res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: members[2].Close})
-			t.Logf("etcd, one of three members stopped mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
-			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
-			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
-			assertLinearizable(t, units, res)
-		})
-	}
+	sellThroughMemberLoss(t, "etcd", "one of three members stopped", func(t *testing.T) (backendtest.Wiring, func()) {
+		members := backendtest.StartEtcdCluster(t, 3)
+		return backendtest.Wiring{EtcdEndpoints: embeddedetcd.Endpoints(members...)}, members[2].Close
+	})
 }
 
 // TestEtcdReplacedCluster moves a product that was sold under one etcd cluster to a new cluster,

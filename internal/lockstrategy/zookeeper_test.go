@@ -230,26 +230,16 @@ func placeRetrying(t *testing.T, inst backendtest.Instance, r stock.OrderRequest
 // the two left elect a new one and keep a quorum, the sessions move to them, locks keep being
 // granted, nothing is oversold.
 func TestZooKeeperEnsembleMemberStopped(t *testing.T) {
-	one := config("zookeeper")
-	one.GroupCommit = 1
-	for _, v := range []variant{{"default", config("zookeeper")}, {"one-per-section", one}} {
-		t.Run(v.name, func(t *testing.T) {
-			members := backendtest.StartZooKeeperEnsemble(t, 3)
-			leader := members[0]
-			for _, m := range members {
-				if mode, _ := m.Mode(); mode == "leader" {
-					leader = m
-				}
+	sellThroughMemberLoss(t, "zookeeper", "the leader of three killed", func(t *testing.T) (backendtest.Wiring, func()) {
+		members := backendtest.StartZooKeeperEnsemble(t, 3)
+		leader := members[0]
+		for _, m := range members {
+			if mode, _ := m.Mode(); mode == "leader" {
+				leader = m
 			}
-			insts := newInstances(t, instances, v.cfg, backendtest.Wiring{ZKServers: zkserver.Addrs(members...)})
-			sku := backendtest.SKU(t)
-			res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: leader.Kill})
-			t.Logf("zookeeper, the leader of three killed mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
-			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
-			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
-			assertLinearizable(t, units, res)
-		})
-	}
+		}
+		return backendtest.Wiring{ZKServers: zkserver.Addrs(members...)}, leader.Kill
+	})
 }
 
 // TestFencesOfTwoLockServices sells one product under etcd, then ZooKeeper, then etcd again, as
