@@ -19,7 +19,7 @@ type sample struct {
 	RSS         float64 // process_resident_memory_bytes
 	HeapInUse   float64 // go_memstats_heap_inuse_bytes
 	OpenConns   float64 // go_sql_open_connections{db_name="seckill"}
-	Sessions    float64 // seckill_etcd_sessions_total
+	Sessions    float64 // seckill_etcd_sessions_total, over the etcd strategies
 	LocksLost   float64 // seckill_lock_lost_total, all strategies
 	HeldTooLong float64 // seckill_lock_held_too_long_total, all strategies
 }
@@ -60,7 +60,7 @@ func sampleMetrics(ctx context.Context, client *http.Client, base string) (sampl
 		case "go_sql_open_connections":
 			s.OpenConns = v
 		case "seckill_etcd_sessions_total":
-			s.Sessions = v
+			s.Sessions += v // one series per etcd strategy (a session each)
 		case "seckill_lock_lost_total":
 			s.LocksLost += v
 		case "seckill_lock_held_too_long_total":

@@ -67,7 +67,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 		"comma-separated ZooKeeper host:port of one ensemble, for the zookeeper strategy (session timeout: the lock TTL); empty: not offered")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin bearer token; empty: a random one, printed once")
 	fs.StringVar(&c.DataDir, "data-dir", "./.seckill", "where embedded backends keep their files")
-	fs.BoolVar(&sc.AllowUnsafe, "allow-unsafe", d.AllowUnsafe, "allow the naive strategy")
+	fs.BoolVar(&sc.AllowUnsafe, "allow-unsafe", d.AllowUnsafe, "allow the unsafe strategies (naive, unguarded-*)")
 	fs.BoolVar(&sc.StrategyOverride, "strategy-override", d.StrategyOverride, "allow the per-request strategy field")
 	fs.DurationVar(&sc.LockTTL, "lock-ttl", d.LockTTL, "lock expiry, extended while held: how soon a stopped holder's lock is free again")
 	fs.DurationVar(&sc.LockWait, "lock-wait", d.LockWait, "how long an order waits for a lock before answering busy")

@@ -166,9 +166,11 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	err := run(context.Background(), nil, env(map[string]string{"SECKILL_STRATEGY": "nope", "SECKILL_DATA_DIR": t.TempDir(),
 		"SECKILL_ADDR": "127.0.0.1:0"}), io.Discard, io.Discard)
 	assert.ErrorContains(t, err, "unknown strategy")
-	err = run(context.Background(), nil, env(map[string]string{"SECKILL_STRATEGY": "naive", "SECKILL_DATA_DIR": t.TempDir(),
-		"SECKILL_ADDR": "127.0.0.1:0"}), io.Discard, io.Discard)
-	assert.ErrorContains(t, err, "unsafe", "naive as the default needs SECKILL_ALLOW_UNSAFE")
+	for _, unsafe := range []string{"naive", "unguarded-redis", "unguarded-etcd"} {
+		err = run(context.Background(), nil, env(map[string]string{"SECKILL_STRATEGY": unsafe, "SECKILL_DATA_DIR": t.TempDir(),
+			"SECKILL_ADDR": "127.0.0.1:0"}), io.Discard, io.Discard)
+		assert.ErrorContains(t, err, "unsafe", "%s as the default needs SECKILL_ALLOW_UNSAFE", unsafe)
+	}
 	var out bytes.Buffer
 	err = run(context.Background(), []string{"-lock-ttl", "x"}, env(nil), &out, io.Discard)
 	assert.Error(t, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/handler"
@@ -529,6 +530,8 @@ func TestPlaceOrderInvalid(t *testing.T) {
 		{name: "strategy in the wrong case", body: `{"user_id":"u-1","strategy":"DBLOCK"}`},
 		{name: "strategy not a string", body: `{"user_id":"u-1","strategy":1}`},
 		{name: "naive while unsafe is disallowed", body: `{"user_id":"u-1","strategy":"naive"}`},
+		{name: "unguarded-redis while unsafe is disallowed", body: `{"user_id":"u-1","strategy":"unguarded-redis"}`},
+		{name: "unguarded-etcd while unsafe is disallowed", body: `{"user_id":"u-1","strategy":"unguarded-etcd"}`},
 		{name: "Idempotency-Key of 129 bytes", body: valid, header: header{"Idempotency-Key": strings.Repeat("k", 129)}},
 		{name: "Idempotency-Key with a control character", body: valid, header: header{"Idempotency-Key": "key\x01"}},
 		{name: "Idempotency-Key with DEL", body: valid, header: header{"Idempotency-Key": "key\x7f"}},
@@ -1033,4 +1036,31 @@ func TestKeyInFlight(t *testing.T) {
 	assert.Contains(t, message, "in flight")
 	o := <-original
 	assert.Equal(t, o.OrderID, other.order(t, sku, `{"user_id":"u-1"}`, key).OrderID, "the retry answers the original order")
+}
+
+// TestOpenAPIStrategies: the contract's strategy enum is every strategy an instance with every
+// backend (etcd and ZooKeeper too) offers, and no other.
+func TestOpenAPIStrategies(t *testing.T) {
+	inst := backendtest.NewInstance(t, service.Defaults(), backendtest.Wiring{ZKServers: backendtest.ZooKeeperServers(t)})
+	h, err := handler.New(handler.Config{Sales: inst.Service, AdminToken: adminToken, Log: slog.New(slog.DiscardHandler),
+		Registerer: inst.Metrics, Gatherer: inst.Metrics})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				OrderRequest struct {
+					Properties struct {
+						Strategy struct {
+							Enum []string `yaml:"enum"`
+						} `yaml:"strategy"`
+					} `yaml:"properties"`
+				} `yaml:"OrderRequest"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(rec.Body.Bytes(), &doc))
+	assert.ElementsMatch(t, inst.Service.Names(), doc.Components.Schemas.OrderRequest.Properties.Strategy.Enum)
 }

@@ -28,6 +28,7 @@ import (
 // therefore increase strictly in grant order — the create revision of the mutex key would do as
 // well, at the cost of one more round trip.
 type Etcd struct {
+	name    string
 	client  *clientv3.Client
 	store   *stock.Store
 	opts    EtcdOptions
@@ -54,6 +55,9 @@ type EtcdOptions struct {
 	// Hooks.InSection runs after the lease was last checked, right before the fenced write — the
 	// window no check can close.
 	Hooks Hooks
+	// Unguarded makes this the unguarded-etcd strategy: the same lock, and a write with no fence
+	// (unguarded.go). Unsafe on purpose.
+	Unguarded bool
 }
 
 // NewEtcd returns the etcd strategy. Close it to revoke its lease.
@@ -64,18 +68,23 @@ func NewEtcd(client *clientv3.Client, store *stock.Store, opts EtcdOptions, metr
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Etcd{
+		name:   "etcd",
 		client: client, store: store, opts: opts, metrics: metrics, log: log, ctx: ctx, cancel: cancel,
-		renewals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "seckill_etcd_sessions_total", Help: "etcd sessions (leases) created: the first, and one after every session loss.",
-		}),
 	}
+	if opts.Unguarded {
+		e.name = "unguarded-etcd"
+	}
+	e.renewals = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seckill_etcd_sessions_total", Help: "etcd sessions (leases) created: the first, and one after every session loss.",
+		ConstLabels: prometheus.Labels{"strategy": e.name},
+	})
 	reg.MustRegister(e.renewals)
 	e.batch = newBatcher(e.Name(), opts.Batch, opts.Wait, metrics, e.section)
 	return e
 }
 
 // Name implements Strategy.
-func (*Etcd) Name() string { return "etcd" }
+func (e *Etcd) Name() string { return e.name }
 
 // Close ends the session, revoking its lease so that its locks are free at once.
 func (e *Etcd) Close() error {
@@ -143,6 +152,9 @@ func (e *Etcd) section(ctx context.Context, sku string, take func() []stock.Orde
 	e.metrics.waited(e.Name(), locked.Sub(start))
 	defer e.unlock(ctx, session, m, key, locked)
 
+	if e.opts.Unguarded {
+		return lockedWrite(ctx, e.store, reqs, e.opts.Hooks)
+	}
 	token := stock.Token{Fence: stock.EtcdFence, Value: m.Header().Revision}
 	held := func(context.Context) bool {
 		select {

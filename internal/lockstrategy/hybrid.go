@@ -34,6 +34,7 @@ import (
 // With Redis unreachable, orders skip 1 and the lock and take 3 alone (still one section per SKU
 // and instance): slower under contention, still correct.
 type Hybrid struct {
+	name      string
 	store     *stock.Store
 	admission *Admission
 	rs        *redsync.Redsync
@@ -57,6 +58,10 @@ type HybridOptions struct {
 	// one order per section.
 	Batch int
 	Hooks Hooks
+	// Unguarded makes this the unguarded-redis strategy, the lock of the oversell post-mortem
+	// (unguarded.go): the same lock, no admission, and a write with no version check; with Redis
+	// unreachable it answers unavailable, having no safe way without the lock. Unsafe on purpose.
+	Unguarded bool
 }
 
 // NewHybrid returns the hybrid strategy. rs locks over one Redis (a single pool) or several
@@ -65,20 +70,26 @@ func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, op
 	if opts.Extend <= 0 {
 		opts.Extend = opts.TTL / 3
 	}
-	h := &Hybrid{store: store, admission: admission, rs: rs, opts: opts, metrics: metrics,
+	h := &Hybrid{name: "hybrid", store: store, admission: admission, rs: rs, opts: opts, metrics: metrics,
 		releases: newReleases(admission.client), turns: newTurns()}
+	if opts.Unguarded {
+		h.name = "unguarded-redis"
+	}
 	h.batch = newBatcher(h.Name(), opts.Batch, opts.Wait, metrics, h.section)
 	return h
 }
 
 // Name implements Strategy.
-func (*Hybrid) Name() string { return "hybrid" }
+func (h *Hybrid) Name() string { return h.name }
 
 // Close stops listening for lock releases.
 func (h *Hybrid) Close() error { return h.releases.Close() }
 
 // PlaceOrder implements Strategy.
 func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	if h.opts.Unguarded {
+		return h.batch.place(ctx, req)
+	}
 	res, err := h.admission.Admit(ctx, req)
 	if errors.Is(err, errRedisDown) {
 		h.admission.fellBack("admission")
@@ -101,8 +112,7 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 	if !h.admission.available() {
 		// Redis is known to be down: no lock can be had, and the database decides on its own.
 		// Reservations of admitted orders in the batch are settled by the sweeper.
-		h.admission.fellBack("lock")
-		return placeVersioned(ctx, h.store, take(), h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
+		return h.withoutLock(ctx, take())
 	}
 	key := lockKey(sku)
 	waitCtx, cancel := context.WithTimeout(ctx, h.opts.Wait)
@@ -115,8 +125,7 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 		// Redis failed between admission and lock: the orders are admitted, and the database can
 		// still decide them safely on its own.
 		h.admission.down("lock", err)
-		h.admission.fellBack("lock")
-		return placeVersioned(ctx, h.store, take(), h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
+		return h.withoutLock(ctx, take())
 	}
 	if err != nil {
 		return failAll(len(take()), waitFailed(ctx, key, h.opts.Wait, err))
@@ -130,7 +139,12 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 		return nil
 	})
 	reqs := take()
-	placed := placeVersioned(section, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
+	var placed []stock.Placed
+	if h.opts.Unguarded {
+		placed = lockedWrite(section, h.store, reqs, h.opts.Hooks)
+	} else {
+		placed = placeVersioned(section, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
+	}
 	stop()
 	h.unlock(ctx, m, key, locked)
 	h.turns.done(key)
@@ -138,6 +152,16 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 	h.admission.Settle(ctx, sku, reqs, placed)
 	abandoned(section, key, placed)
 	return placed
+}
+
+// withoutLock places orders that no lock can be had for: the version check decides them on its
+// own. The unguarded form has no check to fall back on and answers unavailable.
+func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
+	if h.opts.Unguarded {
+		return failAll(len(reqs), fmt.Errorf("redis lock unreachable: %w", stock.ErrUnavailable))
+	}
+	h.admission.fellBack("lock")
+	return placeVersioned(ctx, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
 }
 
 // errLockUnreachable means a lock attempt found no holder, only Redis errors: no quorum of

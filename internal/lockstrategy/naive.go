@@ -2,8 +2,6 @@ package lockstrategy
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
@@ -37,17 +35,14 @@ func (n *Naive) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.O
 	return n.batch.place(ctx, req)
 }
 
-// section reads, decides, pauses and writes the stock it computed (stock.Store.PlaceUnguarded).
-// Only a buyer or key taken between its read and its insert stops it: then nothing was written,
-// and the orders answer busy.
+// section reads, decides, pauses and writes the stock it computed (unguardedWrite).
 func (n *Naive) section(ctx context.Context, _ string, take func() []stock.OrderRequest) []stock.Placed {
-	reqs := take()
-	placed, err := n.store.PlaceUnguarded(ctx, reqs, n.pause)
-	if errors.Is(err, stock.ErrVersionConflict) {
-		return failAll(len(reqs), fmt.Errorf("%w: %w", stock.ErrBusy, err))
-	}
-	if err != nil {
-		return failAll(len(reqs), err)
-	}
-	return placed
+	return unguardedWrite(ctx, n.store, take(), func(ctx context.Context) error {
+		select {
+		case <-time.After(n.pause):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
 }

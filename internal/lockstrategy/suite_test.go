@@ -288,11 +288,17 @@ func TestNaiveOversells(t *testing.T) {
 	assert.Greater(t, res.outcome["ok"], units, "naive sold no more than the stock: the race was not exercised")
 	assert.Positive(t, a.Oversold(), "the audit did not report the oversell")
 	assert.False(t, a.Consistent(), "the audit called an oversold sale consistent")
+	requireInvariantFails(t, backendtest.Store(t), sku, res.acked)
+}
+
+// requireInvariantFails checks that RequireInvariant rejects an oversold sale of sku.
+func requireInvariantFails(t *testing.T, s *stock.Store, sku string, acked []stock.Order) {
+	t.Helper()
 	rec := &failRecorder{TB: t}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		backendtest.RequireInvariant(rec, backendtest.Store(t), sku, res.acked)
+		backendtest.RequireInvariant(rec, s, sku, acked)
 	}()
 	<-done
 	assert.True(t, rec.failed, "RequireInvariant passed an oversold sale")

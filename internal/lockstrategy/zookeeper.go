@@ -27,6 +27,7 @@ import (
 //  4. The fenced write: UPDATE ... SET zk_fence = zxid WHERE version = ? AND zk_fence <= zxid.
 //  5. Delete the node.
 type ZooKeeper struct {
+	name    string
 	conn    *zk.Conn
 	store   *stock.Store
 	opts    ZooKeeperOptions
@@ -44,6 +45,9 @@ type ZooKeeperOptions struct {
 	Batch int
 	// Hooks.InSection runs after the lock was last checked, right before the fenced write.
 	Hooks Hooks
+	// Unguarded makes this the unguarded-zookeeper strategy: the same lock, and a write with no
+	// fence (unguarded.go). Unsafe on purpose.
+	Unguarded bool
 }
 
 // NewZooKeeper returns the ZooKeeper strategy on conn, this instance's session.
@@ -51,13 +55,16 @@ func NewZooKeeper(conn *zk.Conn, store *stock.Store, opts ZooKeeperOptions, metr
 	if opts.Prefix == "" {
 		opts.Prefix = "/seckill/locks"
 	}
-	z := &ZooKeeper{conn: conn, store: store, opts: opts, metrics: metrics, log: log}
+	z := &ZooKeeper{name: "zookeeper", conn: conn, store: store, opts: opts, metrics: metrics, log: log}
+	if opts.Unguarded {
+		z.name = "unguarded-zookeeper"
+	}
 	z.batch = newBatcher(z.Name(), opts.Batch, opts.Wait, metrics, z.section)
 	return z
 }
 
 // Name implements Strategy.
-func (*ZooKeeper) Name() string { return "zookeeper" }
+func (z *ZooKeeper) Name() string { return z.name }
 
 // PlaceOrder implements Strategy.
 func (z *ZooKeeper) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
@@ -80,6 +87,9 @@ func (z *ZooKeeper) section(ctx context.Context, sku string, take func() []stock
 	z.metrics.waited(z.Name(), locked.Sub(start))
 	defer z.unlock(ctx, m, dir, locked)
 
+	if z.opts.Unguarded {
+		return lockedWrite(ctx, z.store, reqs, z.opts.Hooks)
+	}
 	token := stock.Token{Fence: stock.ZooKeeperFence, Value: m.Token()}
 	return fencedWrite(ctx, z.store, reqs, token, dir, z.Name(), z.metrics, z.opts.Hooks, m.Held,
 		func(ctx context.Context, fenced *stock.FenceError) bool { return z.recover(ctx, dir, fenced) })

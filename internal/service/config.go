@@ -25,7 +25,7 @@ import (
 type Config struct {
 	Strategy         string        // the default strategy
 	StrategyOverride bool          // the per-request strategy field is honoured
-	AllowUnsafe      bool          // the unsafe strategies (naive) may be used
+	AllowUnsafe      bool          // the unsafe strategies (naive, unguarded-*) may be used
 	LockTTL          time.Duration // lock expiry (redsync, the etcd lease in whole seconds, the ZooKeeper session, the lock table), extended while held
 	LockWait         time.Duration // how long a section waits for its lock before answering busy
 	LockExtend       time.Duration // how often a watchdog extends a held lock (Redis, lock table); 0: a third of LockTTL
@@ -131,20 +131,30 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		s.checks = append(s.checks, Check{Name: "redis " + c.Options().Addr, Ping: pingRedis(c)})
 	}
 
-	s.register(lockstrategy.NewHybrid(b.Store, s.admission, redsync.New(pools...), lockstrategy.HybridOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait, Extend: cfg.LockExtend, Poll: cfg.LockPoll, Attempts: versionAttempts,
-		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
-	}, metrics), false)
+	// Each lock strategy is registered twice: guarded, and unguarded — the same lock with the
+	// guard of its write taken away, unsafe on purpose.
+	rs := redsync.New(pools...)
+	for _, unguarded := range []bool{false, true} {
+		s.register(lockstrategy.NewHybrid(b.Store, s.admission, rs, lockstrategy.HybridOptions{
+			TTL: cfg.LockTTL, Wait: cfg.LockWait, Extend: cfg.LockExtend, Poll: cfg.LockPoll, Attempts: versionAttempts,
+			Batch: cfg.GroupCommit, Hooks: cfg.Hooks, Unguarded: unguarded,
+		}, metrics), unguarded)
+		if b.Etcd != nil {
+			// A session of its own: two mutexes on one session do not exclude each other.
+			s.register(lockstrategy.NewEtcd(b.Etcd, b.Store, lockstrategy.EtcdOptions{
+				TTL: cfg.LockTTL, Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks, Unguarded: unguarded,
+			}, metrics, log, reg), unguarded)
+		}
+		if b.ZooKeeper != nil {
+			s.register(lockstrategy.NewZooKeeper(b.ZooKeeper, b.Store, lockstrategy.ZooKeeperOptions{
+				Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks, Unguarded: unguarded,
+			}, metrics, log), unguarded)
+		}
+	}
 	if b.Etcd != nil {
-		s.register(lockstrategy.NewEtcd(b.Etcd, b.Store, lockstrategy.EtcdOptions{
-			TTL: cfg.LockTTL, Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
-		}, metrics, log, reg), false)
 		s.checks = append(s.checks, Check{Name: "etcd", Ping: pingEtcd(b.Etcd)})
 	}
 	if b.ZooKeeper != nil {
-		s.register(lockstrategy.NewZooKeeper(b.ZooKeeper, b.Store, lockstrategy.ZooKeeperOptions{
-			Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
-		}, metrics, log), false)
 		s.checks = append(s.checks, Check{Name: "zookeeper", Ping: pingZooKeeper(b.ZooKeeper)})
 	}
 	s.register(lockstrategy.NewPessimistic(b.Store, lockstrategy.PessimisticOptions{

@@ -51,7 +51,7 @@ type Check struct {
 	Ping func(ctx context.Context) error
 }
 
-// register adds a strategy. An unsafe one (naive) is refused per request unless allowed.
+// register adds a strategy. An unsafe one (naive, unguarded-*) is refused per request unless allowed.
 func (s *Service) register(st lockstrategy.Strategy, unsafe bool) {
 	s.strategies[st.Name()] = st
 	s.unsafe[st.Name()] = unsafe

@@ -14,8 +14,9 @@ import (
 // product that queued while the last section ran; an order alone is a batch of one — in one
 // transaction: one conditional stock UPDATE for all of them, whose RowsAffected is checked, and
 // one multi-row insert. They differ only in what guards the UPDATE: the version read (PlaceAt),
-// a fencing token (PlaceFenced), the row lock (PlaceLocked) — or nothing (PlaceUnguarded, the
-// naive strategy's lost update, kept so that the checks can be seen to catch it).
+// a fencing token (PlaceFenced), the row lock (PlaceLocked) — or nothing (PlaceUnguarded: the
+// naive strategy's lost update, and the unguarded strategies' trust in their lock alone, kept so
+// that the checks can be seen to catch them).
 //
 // Every order gets its own answer: one over the product's limit, a repeat buyer, a reused
 // Idempotency-Key or one that finds the stock spent fails alone, not the batch (allocate). An
@@ -145,21 +146,21 @@ func (s *Store) PlaceLocked(ctx context.Context, sku string, take func() []Order
 	return a.settle(read, err)
 }
 
-// PlaceUnguarded is deliberately wrong, for the naive strategy only: it reads the stock, decides
-// the orders against it, waits (as network and application latency would), then writes the
-// stock it computed from its stale read. Concurrent sections all read the same stock, all sell
-// it, and each write overwrites the others' decrements: the lost update that oversells a flash
-// sale. It is the one stock write in the project that is not conditional, and it exists so that
-// the tests and the load tool can show that their checks catch it.
-func (s *Store) PlaceUnguarded(ctx context.Context, reqs []OrderRequest, pause time.Duration) ([]Placed, error) {
+// PlaceUnguarded is deliberately wrong, for the unsafe strategies only: it reads the stock,
+// decides the orders against it, runs beforeWrite (naive: a pause, as network and application
+// latency would; the unguarded strategies: their lock is held, and nothing is checked), then
+// writes the stock it computed from its read. Concurrent sections — no lock, or a lock that two
+// holders believe they hold — all read the same stock, all sell it, and each write overwrites
+// the others' decrements: the lost update that oversells a flash sale. It is the one stock write
+// in the project that is not conditional, and it exists so that the tests, the lab and the load
+// tool can show that their checks catch it. An error from beforeWrite writes nothing.
+func (s *Store) PlaceUnguarded(ctx context.Context, reqs []OrderRequest, beforeWrite func(context.Context) error) ([]Placed, error) {
 	read, a, write, err := s.readAndAllocate(ctx, reqs)
 	if !write {
 		return a.out, err
 	}
-	select {
-	case <-time.After(pause):
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := beforeWrite(ctx); err != nil {
+		return nil, err
 	}
 	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
 		err := tx.Model(&productRow{}).Where("sku = ?", read.SKU).Updates(map[string]any{
