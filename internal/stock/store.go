@@ -290,3 +290,25 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
 func withTx(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
 	return classify(db.WithContext(ctx).Transaction(fn))
 }
+
+// CreateDatabase creates the database that dsn names on its server, if it does not exist, with
+// the character set and collation the migrations expect. For tools that bring their own
+// database (the lab); the service itself expects its database to exist.
+func CreateDatabase(ctx context.Context, dsn string) error {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return fmt.Errorf("parse mysql dsn: %w", err)
+	}
+	name := cfg.DBName
+	if name == "" || strings.ContainsRune(name, '`') {
+		return fmt.Errorf("mysql dsn: database name %q", name)
+	}
+	cfg.DBName = ""
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	return err
+}

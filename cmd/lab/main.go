@@ -1,0 +1,92 @@
+// Command lab runs the failures that distributed locks exist for, each beside its fix, on real
+// backends, and says which reproduced (package lab):
+//
+//	go run ./cmd/lab -list                 the experiments and their seeds
+//	go run ./cmd/lab [experiment...|all]   run them; the table on stdout, the report files in -out
+//
+// It exits non-zero when an experiment did not reproduce: its failure did not happen, or its fix
+// did not hold, or it could not run here.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/flashsale/seckill/internal/lab"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lab:", err)
+		os.Exit(1)
+	}
+}
+
+// errNotReproduced is run's answer when some experiment did not reproduce; the table and the
+// last line have already said which.
+var errNotReproduced = errors.New("not every experiment reproduced")
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	list := fs.Bool("list", false, "list the experiments and their seeds, and exit")
+	out := fs.String("out", "lab-report", "directory for report.md, report.html and summary.json")
+	small := fs.Bool("small", false, "run each experiment at the size CI runs it")
+	bound := fs.Duration("bound", 3*time.Minute, "upper bound of one experiment")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: lab [-list] [flags] [experiment...|all]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *list {
+		for _, e := range lab.Experiments() {
+			fmt.Fprintf(stdout, "%-20s %s\n%-20s %s\n", e.Name, e.Seed, "", e.Claim)
+		}
+		return nil
+	}
+	exps, err := lab.Find(fs.Args())
+	if err != nil {
+		return err
+	}
+	size := lab.Full
+	if *small {
+		size = lab.Small
+	}
+	env := lab.Open(ctx, lab.Options{
+		MySQLDSN:  getenv("SECKILL_LAB_MYSQL_DSN"),
+		RedisAddr: getenv("SECKILL_LAB_REDIS_ADDR"),
+		Size:      size,
+		Log:       slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	defer env.Close()
+
+	reports := lab.Run(ctx, env, exps, *bound, stderr)
+	fmt.Fprint(stdout, lab.Markdown(reports))
+	if err := lab.Write(*out, reports); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nreport: %s (report.md, report.html, summary.json)\n", *out)
+	fmt.Fprintln(stdout, lab.Summary(reports))
+	for _, r := range reports {
+		if !r.Reproduced {
+			return errNotReproduced
+		}
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+// Package lab runs the failures that distributed locks exist for, each beside the fix that
+// stops it: a claim of the documents this project was made from (README, "Pitfalls, running"),
+// reproduced on real backends, measured, and judged. An experiment reproduces when its failing
+// form fails and its fix holds; one that does not is a finding, not a flake to retry.
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// An Experiment is one claim: the failing form and the fix, run the same way.
+type Experiment struct {
+	Name  string
+	Seed  string // where the claim is made: the document and its section
+	Claim string // the claim, in a sentence
+	// Fix is the line of code that makes the difference, for the README and the report.
+	Fix string
+	// Run runs both forms on env, within ctx, at env.Size.
+	Run func(ctx context.Context, env *Env) (Result, error)
+}
+
+// Result is what an experiment measured.
+type Result struct {
+	Failing Outcome
+	Fixed   Outcome
+	Chart   Chart
+}
+
+// Reproduced reports whether the claim held: the failure happened, and the fix stopped it.
+func (r Result) Reproduced() bool { return r.Failing.Failed && !r.Fixed.Failed }
+
+// Outcome is what one form did.
+type Outcome struct {
+	Form     string // what ran, e.g. "GET, then DEL"
+	Happened string // what happened, with its figures
+	Failed   bool   // the failure the experiment is about happened
+}
+
+// Chart is one bar chart: a value per form or variant, in one unit.
+type Chart struct {
+	Title string
+	Unit  string
+	Bars  []Bar
+}
+
+// Bar is one value of a Chart; Failed bars are drawn as failures.
+type Bar struct {
+	Label  string
+	Value  float64
+	Failed bool
+}
+
+// Size is how large an experiment runs: small in CI, full from cmd/lab.
+type Size int
+
+const (
+	Small Size = iota
+	Full
+)
+
+// pick is small or full, by size.
+func pick[T any](s Size, small, full T) T {
+	if s == Small {
+		return small
+	}
+	return full
+}
+
+// NotRun is an experiment that could not run here: a backend it needs is missing.
+type NotRun struct{ Why string }
+
+func (n *NotRun) Error() string { return "not run: " + n.Why }
+
+// Env is the backends the experiments run on, opened by Open.
+type Env struct {
+	Size  Size
+	Log   *slog.Logger
+	Redis *redis.Client // nil: Redis did not answer (RedisErr says why)
+	Store *stock.Store  // nil: MySQL/MariaDB did not answer (StoreErr says why)
+
+	RedisErr, StoreErr error
+	prefix             string
+}
+
+// Options say where the backends are.
+type Options struct {
+	MySQLDSN  string // default root:@tcp(127.0.0.1:3306)/seckill_lab?parseTime=true
+	RedisAddr string // default 127.0.0.1:6379
+	Size      Size
+	Log       *slog.Logger
+}
+
+// Open connects to the machine's MariaDB and Redis. One that does not answer is recorded, not
+// fatal: the experiments that need it report that they did not run.
+func Open(ctx context.Context, o Options) *Env {
+	if o.MySQLDSN == "" {
+		o.MySQLDSN = "root:@tcp(127.0.0.1:3306)/seckill_lab?parseTime=true"
+	}
+	if o.RedisAddr == "" {
+		o.RedisAddr = "127.0.0.1:6379"
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	openCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var redisErr error
+	rdb := redis.NewClient(&redis.Options{Addr: o.RedisAddr})
+	if err := rdb.Ping(openCtx).Err(); err != nil {
+		_ = rdb.Close()
+		rdb, redisErr = nil, fmt.Errorf("Redis at %s: %w (start it: redis-server --daemonize yes)", o.RedisAddr, err)
+	}
+	store, storeErr := openStore(openCtx, o.MySQLDSN, o.Log)
+	env := NewEnv(o.Size, store, rdb, o.Log)
+	env.RedisErr, env.StoreErr = redisErr, storeErr
+	return env
+}
+
+// NewEnv is an Env on backends opened elsewhere (the tests'); nil ones are missing.
+func NewEnv(size Size, store *stock.Store, rdb *redis.Client, log *slog.Logger) *Env {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Env{Size: size, Log: log, Store: store, Redis: rdb, prefix: fmt.Sprintf("lab-%x", time.Now().UnixNano()),
+		RedisErr: errors.New("no Redis"), StoreErr: errors.New("no MySQL/MariaDB")}
+}
+
+func openStore(ctx context.Context, dsn string, log *slog.Logger) (*stock.Store, error) {
+	how := "(start it: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd)"
+	if err := stock.CreateDatabase(ctx, dsn); err != nil {
+		return nil, fmt.Errorf("MySQL/MariaDB: %w %s", err, how)
+	}
+	s, err := stock.OpenMySQL(ctx, dsn, stock.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("MySQL/MariaDB: %w %s", err, how)
+	}
+	if err := s.Migrate(ctx, log); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the backends.
+func (e *Env) Close() error {
+	var errs []error
+	if e.Redis != nil {
+		errs = append(errs, e.Redis.Close())
+	}
+	if e.Store != nil {
+		errs = append(errs, e.Store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// key is a name of this run for an experiment's keys and locks, so that runs never meet.
+func (e *Env) key(experiment, name string) string {
+	return fmt.Sprintf("%s:%s:%s", e.prefix, experiment, name)
+}
+
+// needRedis and needStore return a *NotRun when the backend is missing.
+func (e *Env) needRedis() error {
+	if e.Redis == nil {
+		return &NotRun{Why: e.RedisErr.Error()}
+	}
+	return nil
+}
+
+func (e *Env) needStore() error {
+	if e.Store == nil {
+		return &NotRun{Why: e.StoreErr.Error()}
+	}
+	return nil
+}
+
+// Experiments is every experiment, in the order the lab runs them.
+func Experiments() []Experiment {
+	return []Experiment{unlockRace(), setnxExpire(), lockTableNoExpiry()}
+}
+
+// Find returns the experiments named, or all of them for "all" or no name.
+func Find(names []string) ([]Experiment, error) {
+	all := Experiments()
+	if len(names) == 0 || (len(names) == 1 && names[0] == "all") {
+		return all, nil
+	}
+	var out []Experiment
+	for _, n := range names {
+		found := false
+		for _, e := range all {
+			if e.Name == n {
+				out = append(out, e)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("no experiment %q (lab -list names them)", n)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,66 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// lockTableNoExpiry is the lock table of the documents without its expiry column: a unique key
+// taken by INSERT and released by DELETE. A holder that dies before its DELETE leaves the row,
+// and every INSERT after it fails — for good. The project's lock table (stock.Store.TryLock)
+// has an expiry and reclaims an expired row with one conditional UPDATE. The failing form is the
+// same table with an expiry a century away: a row only its holder's DELETE removes.
+func lockTableNoExpiry() Experiment {
+	return Experiment{
+		Name:  "locktable-noexpiry",
+		Seed:  "003, the lock table's first problem (no expiry: a failed unlock is a deadlock); 000, its expire_at column",
+		Claim: "A lock table without expiry stays locked after its holder dies; with an expiry and an atomic reclaim, another holder has it after the TTL.",
+		Fix:   `UPDATE distributed_locks SET holder = ?, expire_at = ? WHERE lock_name = ? AND expire_at < NOW(6)`,
+		Run:   runLockTableNoExpiry,
+	}
+}
+
+func runLockTableNoExpiry(ctx context.Context, env *Env) (Result, error) {
+	if err := env.needStore(); err != nil {
+		return Result{}, err
+	}
+	bound := pick(env.Size, 1500*time.Millisecond, 10*time.Second)
+	ttl := pick(env.Size, 500*time.Millisecond, 2*time.Second)
+	never := 100 * 365 * 24 * time.Hour
+	forms := []struct {
+		name string
+		ttl  time.Duration
+	}{
+		{"no expiry (INSERT to lock, DELETE to unlock)", never},
+		{fmt.Sprintf("expiry %s, atomic reclaim", ttl), ttl},
+	}
+	var out [2]Outcome
+	chart := Chart{Title: fmt.Sprintf("Time until another holder got the lock after the first died (bound %s)", bound), Unit: "s"}
+	for i, f := range forms {
+		name := env.key("locktable", fmt.Sprint(i))
+		ok, err := env.Store.TryLock(ctx, name, "holder-1", f.ttl)
+		if err != nil || !ok {
+			return Result{}, fmt.Errorf("first holder of %s: %v, %w", name, ok, err)
+		}
+		// holder-1 dies here: its DELETE never comes.
+		waited, got, err := waitFor(ctx, bound, 20*time.Millisecond, func() (bool, error) {
+			return env.Store.TryLock(ctx, name, "holder-2", f.ttl)
+		})
+		for _, h := range []string{"holder-1", "holder-2"} {
+			_, _ = env.Store.Unlock(context.WithoutCancel(ctx), name, h)
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		o := Outcome{Form: f.name, Failed: !got}
+		if got {
+			o.Happened = fmt.Sprintf("the next holder reclaimed the lock after %.2f s", waited.Seconds())
+		} else {
+			o.Happened = fmt.Sprintf("deadlocked: no other holder in %.1f s, every INSERT a duplicate key; only a DELETE by hand frees it", bound.Seconds())
+		}
+		out[i] = o
+		chart.Bars = append(chart.Bars, Bar{Label: f.name, Value: waited.Seconds(), Failed: !got})
+	}
+	return Result{Failing: out[0], Fixed: out[1], Chart: chart}, nil
+}
