@@ -163,7 +163,7 @@ func (e *Env) Close() error {
 
 // key is a name of this run for an experiment's keys and locks, so that runs never meet.
 func (e *Env) key(experiment, name string) string {
-	return fmt.Sprintf("%s:%s:%s", e.prefix, experiment, name)
+	return fmt.Sprintf("%s-%s-%s", e.prefix, experiment, name)
 }
 
 // needRedis and needStore return a *NotRun when the backend is missing.
@@ -183,7 +183,7 @@ func (e *Env) needStore() error {
 
 // Experiments is every experiment, in the order the lab runs them.
 func Experiments() []Experiment {
-	return []Experiment{unlockRace(), setnxExpire(), lockTableNoExpiry()}
+	return []Experiment{ttl(), pause(), unlockRace(), setnxExpire(), lockTableNoExpiry(), reentrancy(), redlockValidity()}
 }
 
 // Find returns the experiments named, or all of them for "all" or no name.

@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -21,6 +22,10 @@ func TestExperimentsReproduce(t *testing.T) {
 	for _, e := range lab.Experiments() {
 		t.Run(e.Name, func(t *testing.T) {
 			res, err := e.Run(context.Background(), env)
+			var notRun *lab.NotRun
+			if errors.As(err, &notRun) && !backendtest.Required() {
+				t.Skipf("%s (SECKILL_TEST_REQUIRE_BACKENDS=1 makes this a failure)", notRun.Why)
+			}
 			require.NoError(t, err)
 			t.Logf("failing, %s: %s", res.Failing.Form, res.Failing.Happened)
 			t.Logf("fix, %s: %s", res.Fixed.Form, res.Fixed.Happened)

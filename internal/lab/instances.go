@@ -1,0 +1,162 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/service"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// instance is one service instance, built by service.New as cmd/api builds it, on the lab's
+// database and Redis (a client of its own), and on a ZooKeeper session when zkServers is set.
+type instance struct {
+	*service.Service
+	metrics *prometheus.Registry
+	closers []func() error
+}
+
+func (e *Env) newInstance(cfg service.Config, zkServers []string, zkSession time.Duration) (*instance, error) {
+	inst := &instance{metrics: prometheus.NewRegistry()}
+	rdb := lockstrategy.NewRedisClient(e.Redis.Options().Addr)
+	inst.closers = append(inst.closers, rdb.Close)
+	b := service.Backends{Store: e.Store, Redis: []*redis.Client{rdb}}
+	if len(zkServers) > 0 {
+		conn, err := lockstrategy.NewZooKeeperConn(zkServers, zkSession, e.Log)
+		if err != nil {
+			_ = inst.close()
+			return nil, err
+		}
+		inst.closers = append(inst.closers, func() error { conn.Close(); return nil })
+		b.ZooKeeper = conn
+	}
+	svc, err := service.New(cfg, b, e.Log, inst.metrics)
+	if err != nil {
+		_ = inst.close()
+		return nil, err
+	}
+	inst.Service = svc
+	return inst, nil
+}
+
+// counter is the sum of a counter family's series on the instance; 0 when it has none.
+func (i *instance) counter(name string) float64 {
+	families, err := i.metrics.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func (i *instance) close() error {
+	var errs []error
+	if i.Service != nil {
+		errs = append(errs, i.Service.Close())
+	}
+	for j := len(i.closers) - 1; j >= 0; j-- {
+		errs = append(errs, i.closers[j]())
+	}
+	return errors.Join(errs...)
+}
+
+// labConfig is the service's default configuration with the unsafe strategies allowed and
+// strategy as the default.
+func labConfig(strategy string) service.Config {
+	cfg := service.Defaults()
+	cfg.Strategy = strategy
+	cfg.AllowUnsafe = true
+	return cfg
+}
+
+// overlaps counts the critical sections that run at once, across instances: the lock's one job
+// is to keep this at one.
+type overlaps struct {
+	mu      sync.Mutex
+	now     int
+	most    int
+	entered atomic.Int64
+}
+
+// hold is a section hook: it counts the section in, holds it for d — the database latency of
+// the documents' pitfall, or a paused holder — and counts it out.
+func (o *overlaps) hold(d time.Duration) func(ctx context.Context, _ []stock.OrderRequest) {
+	return func(ctx context.Context, _ []stock.OrderRequest) {
+		o.entered.Add(1)
+		o.mu.Lock()
+		o.now++
+		o.most = max(o.most, o.now)
+		o.mu.Unlock()
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		o.mu.Lock()
+		o.now--
+		o.mu.Unlock()
+	}
+}
+
+func (o *overlaps) max() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.most
+}
+
+// sale is what a sale did: the answers, and the database's audit after it.
+type sale struct {
+	ok, soldOut, other int
+	audit              stock.Audit
+}
+
+// sell puts sku on sale with units on the first instance and has buyers buy one unit each,
+// spread over the instances, all at once; it then audits the product.
+func sell(ctx context.Context, insts []*instance, sku string, units int64, buyers int, strategy string) (sale, error) {
+	if _, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1}); err != nil {
+		return sale{}, err
+	}
+	var (
+		mu  sync.Mutex
+		out sale
+		wg  sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for b := range buyers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, _, err := insts[b%len(insts)].PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("buyer-%d", b), Quantity: 1, Strategy: strategy})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				out.ok++
+			case errors.Is(err, stock.ErrSoldOut):
+				out.soldOut++
+			default:
+				out.other++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	a, err := insts[0].Audit(ctx, sku)
+	out.audit = a.Audit
+	return out, err
+}

@@ -1,0 +1,190 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/flashsale/seckill/internal/stock"
+	"github.com/flashsale/seckill/internal/zkserver"
+)
+
+// pause is 坑二 of the post-mortem, on a real ZooKeeper: a holder stops (a GC pause) for longer
+// than its session, the server ends the session and deletes its lock node, another instance is
+// granted the lock and sells — and the first wakes up still inside its section and writes. The
+// pause is made real for ZooKeeper: the holder's section is held and its connection cut, so its
+// heartbeats stop as a stopped process's would. The documents give three fixes; each is run:
+//  1. a session longer than the pause: no second holder, but the sale waits out the pause;
+//  2. a lock in the process in front of the section (Java's synchronized) — present in every
+//     form here (the batcher runs one section per SKU and instance), and no help: the second
+//     holder is another process;
+//  3. a version check: this project's fence (the lock node's zxid) refuses the late write.
+func pause() Experiment {
+	return Experiment{
+		Name:  "pause",
+		Seed:  "002, 坑二: an 8 s GC pause, a 5 s ZooKeeper session, the lock node gone, two writers",
+		Claim: "A holder paused longer than its session loses its lock and the lock alone oversells when it wakes; a longer session avoids it at the cost of a frozen sale, and the fence refuses the late write.",
+		Fix:   `UPDATE products SET ..., zk_fence = ? WHERE sku = ? AND version = ? AND zk_fence <= ?`,
+		Run:   runPause,
+	}
+}
+
+func runPause(ctx context.Context, env *Env) (Result, error) {
+	if err := env.needRedis(); err != nil {
+		return Result{}, err
+	}
+	if err := env.needStore(); err != nil {
+		return Result{}, err
+	}
+	if err := zkserver.Available(); err != nil {
+		return Result{}, &NotRun{Why: fmt.Sprintf("ZooKeeper: %v (apt-get install -y zookeeper)", err)}
+	}
+	dir, err := os.MkdirTemp("", "seckill-lab-zk-")
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	servers, err := zkserver.New(dir, 1)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := zkserver.StartAll(servers); err != nil {
+		return Result{}, err
+	}
+	defer zkserver.Kill(servers...)
+	addrs := zkserver.Addrs(servers...)
+
+	session := pick(env.Size, time.Second, 2*time.Second)
+	paused := pick(env.Size, 2*time.Second, 4*time.Second)
+	forms := []struct {
+		name, strategy string
+		session        time.Duration
+	}{
+		{fmt.Sprintf("unguarded-zookeeper, session %s", session), "unguarded-zookeeper", session},
+		{fmt.Sprintf("unguarded-zookeeper, session %s (longer than the pause)", 2*paused), "unguarded-zookeeper", 2 * paused},
+		{fmt.Sprintf("zookeeper (fenced), session %s", session), "zookeeper", session},
+	}
+	chart := Chart{Title: fmt.Sprintf("Units oversold, and seconds the others could not sell, with the holder paused %s", paused), Unit: ""}
+	runs := make([]pausedSale, len(forms))
+	for i, f := range forms {
+		r, err := sellAroundPause(ctx, env, addrs, env.key("pause", fmt.Sprint(i)), f.strategy, f.session, session, paused)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s: %w", f.name, err)
+		}
+		runs[i] = r
+		chart.Bars = append(chart.Bars,
+			Bar{Label: f.name + ": oversold", Value: float64(r.oversold), Failed: r.oversold > 0},
+			Bar{Label: f.name + ": s without a sale", Value: r.stall.Seconds()})
+	}
+	describe := func(r pausedSale) string {
+		return fmt.Sprintf("%d sold of 2 (oversold %d); the others sold again %.2f s into the pause; the holder's late write: %s", r.sold, r.oversold, r.stall.Seconds(), r.late)
+	}
+	return Result{
+		Failing: Outcome{Form: forms[0].name, Happened: describe(runs[0]) +
+			"; the in-process lock in front (one section per SKU and instance) was there too", Failed: runs[0].oversold > 0},
+		Fixed: Outcome{Form: "a longer session; the fence",
+			Happened: "longer session: " + describe(runs[1]) + "; fence: " + describe(runs[2]),
+			Failed:   runs[1].oversold > 0 || runs[2].oversold > 0},
+		Chart: chart,
+	}, nil
+}
+
+// pausedSale is what one sale around a paused holder did.
+type pausedSale struct {
+	sold, oversold int64
+	stall          time.Duration // from the pause to the others' first sale
+	late           string        // what the paused holder's write did
+}
+
+// sellAroundPause puts 2 units on sale; the holder instance's section for buyer "slow" reads
+// the product and is then paused for d, its ZooKeeper connection cut; another instance sells
+// one unit as soon as it can; the holder wakes and writes; a last buyer buys.
+func sellAroundPause(ctx context.Context, env *Env, zkAddrs []string, sku, strategy string, holderSession, othersSession, d time.Duration) (pausedSale, error) {
+	proxy := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()),
+		"zk-"+sku, "127.0.0.1:0", zkAddrs[0])
+	if err := proxy.Start(); err != nil {
+		return pausedSale{}, err
+	}
+	defer proxy.Stop()
+
+	other, err := env.newInstance(labConfig(strategy), zkAddrs, othersSession)
+	if err != nil {
+		return pausedSale{}, err
+	}
+	defer other.close()
+	reached, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cfg := labConfig(strategy)
+	cfg.Hooks.InSection = func(_ context.Context, orders []stock.OrderRequest) {
+		if orders[0].UserID == "slow" {
+			once.Do(func() { close(reached); <-resume })
+		}
+	}
+	holder, err := env.newInstance(cfg, []string{proxy.Listen}, holderSession)
+	if err != nil {
+		return pausedSale{}, err
+	}
+	defer holder.close()
+	if _, err := other.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: 2, MaxPerOrder: 1}); err != nil {
+		return pausedSale{}, err
+	}
+	buy := func(inst *instance, user string) error {
+		_, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy})
+		return err
+	}
+
+	slow := make(chan error, 1)
+	go func() { slow <- buy(holder, "slow") }()
+	select {
+	case <-reached:
+	case <-ctx.Done():
+		return pausedSale{}, ctx.Err()
+	}
+	proxy.Stop() // the holder stops: no heartbeats from now on
+	pausedAt := time.Now()
+	fast := make(chan error, 1)
+	var stall time.Duration
+	go func() {
+		for {
+			err := buy(other, "fast")
+			if !errors.Is(err, stock.ErrBusy) || ctx.Err() != nil || time.Since(pausedAt) > 3*d {
+				stall = time.Since(pausedAt)
+				fast <- err
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	if err := proxy.Start(); err != nil {
+		return pausedSale{}, err
+	}
+	close(resume) // the holder wakes, inside its section, and writes
+	lateErr := <-slow
+	if err := <-fast; err != nil {
+		return pausedSale{}, fmt.Errorf("the other instance could not sell: %w", err)
+	}
+	_ = buy(other, "last")
+	a, err := other.Audit(ctx, sku)
+	if err != nil {
+		return pausedSale{}, err
+	}
+	late := "written"
+	if lateErr != nil {
+		late = "refused (" + stock.Code(lateErr) + ")"
+		if errors.Is(lateErr, stock.ErrFencedOut) {
+			late = "refused: fenced out"
+		}
+	}
+	return pausedSale{sold: a.OrderedQuantity, oversold: a.Oversold(), stall: stall, late: late}, nil
+}
