@@ -25,8 +25,12 @@ type instance struct {
 }
 
 func (e *Env) newInstance(cfg service.Config, zkServers []string, zkSession time.Duration) (*instance, error) {
+	return e.newInstanceOn(cfg, lockstrategy.NewRedisClient(e.Redis.Options().Addr), zkServers, zkSession)
+}
+
+// newInstanceOn is newInstance on the Redis rdb (which it closes).
+func (e *Env) newInstanceOn(cfg service.Config, rdb *redis.Client, zkServers []string, zkSession time.Duration) (*instance, error) {
 	inst := &instance{metrics: prometheus.NewRegistry()}
-	rdb := lockstrategy.NewRedisClient(e.Redis.Options().Addr)
 	inst.closers = append(inst.closers, rdb.Close)
 	b := service.Backends{Store: e.Store, Redis: []*redis.Client{rdb}}
 	if len(zkServers) > 0 {

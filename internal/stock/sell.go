@@ -115,15 +115,21 @@ func (s *Store) ResetFence(ctx context.Context, sku string, fence Fence, observe
 // order. take is not called when the row could not be had, and may be called again on a retry
 // (it must return the same orders then).
 func (s *Store) PlaceLocked(ctx context.Context, sku string, take func() []OrderRequest) ([]Placed, error) {
+	return s.placeLocked(ctx, s.queue, clause.Locking{Strength: clause.LockingStrengthUpdate}, sku, take)
+}
+
+// placeLocked is PlaceLocked's section on pool db, the row taken with lock (FOR UPDATE, or FOR
+// UPDATE NOWAIT). The lab runs it on the main pool too, as the documents do (PlaceOneForUpdate).
+func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Locking, sku string, take func() []OrderRequest) ([]Placed, error) {
 	var (
 		a    allocation
 		read Product
 	)
-	err := withTx(ctx, s.queue, func(tx *gorm.DB) error {
+	err := withTx(ctx, db, func(tx *gorm.DB) error {
 		q := tx.Where("sku = ?", sku)
 		if s.dialect == MySQL {
 			// On SQLite the transaction already holds the database's write lock (BEGIN IMMEDIATE).
-			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+			q = q.Clauses(lock)
 		}
 		var row productRow
 		if err := q.Take(&row).Error; err != nil {

@@ -1,0 +1,242 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// pool is the database lock of the documents under a flash sale's burst: every order takes the
+// product row with SELECT ... FOR UPDATE in a transaction of its own, on the service's connection
+// pool, and holds it while the handler does its few milliseconds of work. The orders queue for
+// the row one at a time, each holding a connection while it waits, the rest wait for a
+// connection, and the requests time out — not only the hot product's: every request of the
+// service needs the same pool. The documents' fix is NOWAIT (a busy answer instead of a parked
+// connection); the project's is the row-lock strategy, which waits on a small pool of its own
+// and places the orders queued in memory in one transaction (group commit).
+func pool() Experiment {
+	return Experiment{
+		Name:  "pool",
+		Seed:  "002, 坑三: SELECT ... FOR UPDATE as a lock, 200 concurrent requests, the pool exhausted",
+		Claim: "Per-order SELECT ... FOR UPDATE under a burst parks the pool's connections behind one row: the requests time out, and every other request of the service waits for a connection with them; NOWAIT answers busy at once instead, and the batched row-lock queue answers them all.",
+		Fix:   "SELECT ... FOR UPDATE NOWAIT; or the project's lockstrategy.PessimisticOptions{Batch: 64}: one waiting section per product, on a pool of its own",
+		Run:   runPool,
+	}
+}
+
+// poolForm is one way to place the burst's orders.
+type poolForm struct {
+	name  string
+	place func(ctx context.Context, req stock.OrderRequest) (stock.Order, error)
+}
+
+// poolRun is what one form's burst did.
+type poolRun struct {
+	placed, soldOut, busy int
+	timeouts, fiveXX      int           // timeouts are 5xx too: a backend that did not answer in time
+	p50, p99              time.Duration // of every request
+	waits                 int64         // requests that found the service's pool spent
+	waited                time.Duration // their wait for a connection, in total
+	poolSize              int
+	bystander             time.Duration // the slowest read of another product during the burst
+	bystanderReads        int
+	bystanderFailed       int
+	audit                 stock.Audit
+}
+
+func runPool(ctx context.Context, env *Env) (Result, error) {
+	if err := env.needStore(); err != nil {
+		return Result{}, err
+	}
+	if env.Store.Dialect() != stock.MySQL {
+		return Result{}, &NotRun{Why: "the pool pitfall is MySQL/MariaDB row locks; the store is " + string(env.Store.Dialect())}
+	}
+	requests := pick(env.Size, 60, 200)
+	// A handler's own work with the row locked — a risk check, a call to another service. It makes
+	// the queue of one-order transactions outlast the request timeout at both sizes.
+	hold := 20 * time.Millisecond
+	timeout := time.Second
+	metrics := lockstrategy.NewLockMetrics(prometheus.NewRegistry(), time.Second, env.Log)
+	queue := lockstrategy.NewPessimistic(env.Store, lockstrategy.PessimisticOptions{
+		Batch: 64, Wait: timeout,
+		// The same work, with the row locked, once per section: the orders of a batch share it.
+		Hooks: lockstrategy.Hooks{InSection: func(ctx context.Context, _ []stock.OrderRequest) { sleep(ctx, hold) }},
+	}, metrics)
+	forms := []poolForm{
+		{"SELECT ... FOR UPDATE, one order a transaction", func(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+			return env.Store.PlaceOneForUpdate(ctx, req, stock.WaitForRow, hold)
+		}},
+		{"SELECT ... FOR UPDATE NOWAIT", func(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+			return env.Store.PlaceOneForUpdate(ctx, req, stock.NoWait, hold)
+		}},
+		{"the row-lock queue, up to 64 orders a transaction", queue.PlaceOrder},
+	}
+	bystander := env.key("pool", "bystander")
+	if _, err := env.Store.PutProduct(ctx, stock.ProductSpec{SKU: bystander, Name: "another product", Stock: 1, MaxPerOrder: 1}); err != nil {
+		return Result{}, err
+	}
+	skus := []string{bystander}
+	defer func() { deleteProducts(ctx, env, skus) }()
+
+	runs := make([]poolRun, len(forms))
+	chart := Chart{Title: fmt.Sprintf("p99 of %d concurrent orders for one product, %s timeout each", requests, timeout), Unit: "ms"}
+	for i, f := range forms {
+		sku := env.key("pool", fmt.Sprint(i))
+		skus = append(skus, sku)
+		// Fewer units than buyers, as in a flash sale: sold out is an answer, not a failure.
+		if _, err := env.Store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: f.name, Stock: int64(requests / 2), MaxPerOrder: 1}); err != nil {
+			return Result{}, err
+		}
+		r, err := burst(ctx, env, f, sku, bystander, requests, timeout)
+		if err != nil {
+			return Result{}, err
+		}
+		if !r.audit.Consistent() {
+			return Result{}, fmt.Errorf("%s broke the invariant: %+v", f.name, r.audit)
+		}
+		runs[i] = r
+		chart.Bars = append(chart.Bars, Bar{Label: fmt.Sprintf("%s (%d 5xx)", f.name, r.fiveXX), Value: float64(r.p99.Microseconds()) / 1000, Failed: r.fiveXX > 0})
+	}
+	said := make([]string, len(forms))
+	for i, r := range runs {
+		said[i] = r.said(requests, timeout)
+	}
+	return Result{
+		Failing: Outcome{Form: forms[0].name + ", the row held " + ms(hold), Happened: said[0], Failed: runs[0].fiveXX > 0},
+		Fixed: Outcome{Form: forms[1].name + "; " + forms[2].name, Happened: "NOWAIT: " + said[1] + ". The queue: " + said[2],
+			Failed: runs[1].fiveXX > 0 || runs[2].fiveXX > 0},
+		Chart: chart,
+	}, nil
+}
+
+// burst sends n orders for sku at once, each with its own timeout, while a bystander reads
+// another product every 20 ms — the rest of the service, which shares the pool.
+func burst(ctx context.Context, env *Env, f poolForm, sku, bystander string, n int, timeout time.Duration) (poolRun, error) {
+	before := env.Store.PoolStats()
+	start := make(chan struct{})
+	took := make([]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			began := time.Now()
+			_, errs[i] = f.place(rctx, stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("buyer-%d", i), Quantity: 1, Strategy: "lab"})
+			took[i] = time.Since(began)
+		})
+	}
+	r := poolRun{poolSize: before.MaxOpenConnections}
+	done := make(chan struct{})
+	var reads sync.WaitGroup
+	reads.Go(func() {
+		for {
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			began := time.Now()
+			_, err := env.Store.Product(rctx, bystander)
+			r.bystander = max(r.bystander, time.Since(began))
+			cancel()
+			r.bystanderReads++
+			if err != nil {
+				r.bystanderFailed++
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	close(start)
+	wg.Wait()
+	close(done)
+	reads.Wait()
+	after := env.Store.PoolStats()
+	r.waits, r.waited = after.WaitCount-before.WaitCount, after.WaitDuration-before.WaitDuration
+
+	for _, err := range errs {
+		switch code := stock.Code(err); {
+		case err == nil:
+			r.placed++
+		case errors.Is(err, stock.ErrSoldOut):
+			r.soldOut++
+		case errors.Is(err, stock.ErrBusy):
+			r.busy++ // 429 with Retry-After: the client may try again
+		case code == "unavailable" || code == "internal":
+			r.fiveXX++
+			if errors.Is(err, context.DeadlineExceeded) {
+				r.timeouts++
+			}
+		default:
+			return r, fmt.Errorf("%s: an answer the burst does not expect: %w", f.name, err)
+		}
+	}
+	slices.Sort(took)
+	r.p50, r.p99 = percentile(took, 50), percentile(took, 99)
+	// The requests that timed out may have left transactions the server is still unwinding: the
+	// audit reads committed rows only, so it sees every order that was placed.
+	a, err := env.Store.Audit(context.WithoutCancel(ctx), sku)
+	r.audit = a
+	return r, err
+}
+
+// said is the run in a sentence.
+func (r poolRun) said(n int, timeout time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d orders: %d placed, %d sold out, %d busy, %d answered 5xx (%d timed out at %s); p50 %s, p99 %s; ",
+		n, r.placed, r.soldOut, r.busy, r.fiveXX, r.timeouts, timeout, ms(r.p50), ms(r.p99))
+	if r.waits > 0 {
+		fmt.Fprintf(&b, "the service's pool of %d ran dry: %d requests waited %.1f s for a connection in all; ", r.poolSize, r.waits, r.waited.Seconds())
+	} else {
+		fmt.Fprintf(&b, "the service's pool of %d never ran dry; ", r.poolSize)
+	}
+	fmt.Fprintf(&b, "another product, read %d times meanwhile, took up to %s", r.bystanderReads, ms(r.bystander))
+	if r.bystanderFailed > 0 {
+		fmt.Fprintf(&b, " (%d reads failed)", r.bystanderFailed)
+	}
+	fmt.Fprintf(&b, "; stock %d + ordered %d = %d initial", r.audit.Stock, r.audit.OrderedQuantity, r.audit.InitialStock)
+	return b.String()
+}
+
+// deleteProducts removes the experiment's products and their orders, after the run: the lab's
+// database outlives it. A product that cannot be deleted is left, and said so.
+func deleteProducts(ctx context.Context, env *Env, skus []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, sku := range skus {
+		if err := env.Store.DeleteProduct(ctx, sku); err != nil {
+			env.Log.Warn("lab: product left behind", "sku", sku, "err", err)
+		}
+	}
+}
+
+// percentile is the p-th percentile of sorted durations, by nearest rank (0 when there are none).
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[max(0, (len(sorted)*p+99)/100-1)]
+}
+
+// ms is d in milliseconds, for the report.
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
+}
+
+// sleep pauses for d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,64 @@
+package stock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// TestPlaceOneForUpdate holds the product row from another client: the documents' form waits for
+// it, a connection of the pool held all the while, until the request gives up; NOWAIT answers
+// busy at once. Once the row is free, either places the order, holding the row for hold first.
+func TestPlaceOneForUpdate(t *testing.T) {
+	if backendtest.Dialect(t) != stock.MySQL {
+		if backendtest.Required() {
+			t.Fatal("this test needs MariaDB")
+		}
+		t.Skip("the embedded store has no row locks")
+	}
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 5, 1)
+	other, err := backendtest.SQL(t).Conn(ctx)
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = other.ExecContext(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", sku)
+	require.NoError(t, err)
+
+	start := time.Now()
+	_, err = s.PlaceOneForUpdate(ctx, order(sku, "u1"), stock.NoWait, 0)
+	assert.ErrorIs(t, err, stock.ErrBusy, "NOWAIT: busy while another transaction has the row")
+	assert.Less(t, time.Since(start), time.Second, "at once")
+
+	waitCtx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer cancel()
+	waited := make(chan error, 1)
+	start = time.Now()
+	go func() {
+		_, err := s.PlaceOneForUpdate(waitCtx, order(sku, "u1"), stock.WaitForRow, 0)
+		waited <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, 1, s.PoolStats().InUse, "the waiting order holds a connection of the pool")
+	assert.ErrorIs(t, <-waited, context.DeadlineExceeded, "it waits for the row until the request gives up")
+	assert.GreaterOrEqual(t, time.Since(start), 600*time.Millisecond)
+
+	_, err = other.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	hold := 50 * time.Millisecond
+	start = time.Now()
+	placed, err := s.PlaceOneForUpdate(ctx, order(sku, "u1"), stock.WaitForRow, hold)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(start), hold, "the row is held for hold before the order is written")
+	_, err = s.PlaceOneForUpdate(ctx, order(sku, "u1"), stock.NoWait, 0)
+	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased, "decided by the same rules as every section")
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
+}
