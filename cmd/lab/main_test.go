@@ -44,7 +44,7 @@ func TestRun(t *testing.T) {
 	assert.Equal(t, 1, summary.Reproduced)
 	assert.Equal(t, 1, summary.Total)
 	html, _ := os.ReadFile(filepath.Join(dir, "report.html"))
-	assert.Contains(t, string(html), `<rect x="300"`, "the chart has its bars")
+	assert.Contains(t, string(html), `<rect x="0"`, "the chart has its bars")
 }
 
 func TestRunRefuses(t *testing.T) {

@@ -143,13 +143,15 @@ func countReproduced(reports []Report) int {
 	return n
 }
 
-// bars lays a chart out as SVG rectangles: one row per bar, widths scaled to the largest value.
+// barRow is one bar of a chart laid out in SVG: its label above it, its width scaled to the
+// largest value of the chart, its value beside it.
 type barRow struct {
 	Label, Value string
 	Y, Width     int
 	Failed       bool
 }
 
+// Rows lays the chart out, one row per bar.
 func (c Chart) Rows() []barRow {
 	top := 0.0
 	for _, b := range c.Bars {
@@ -159,15 +161,15 @@ func (c Chart) Rows() []barRow {
 	for i, b := range c.Bars {
 		w := 0
 		if top > 0 {
-			w = int(b.Value / top * 400)
+			w = int(b.Value / top * 560)
 		}
-		rows[i] = barRow{Label: b.Label, Value: fmt.Sprintf("%.3g %s", b.Value, c.Unit), Y: 10 + i*34, Width: max(w, 2), Failed: b.Failed}
+		rows[i] = barRow{Label: b.Label, Value: strings.TrimSpace(fmt.Sprintf("%.3g %s", b.Value, c.Unit)), Y: 4 + i*42, Width: max(w, 2), Failed: b.Failed}
 	}
 	return rows
 }
 
 // Height is the SVG height of the chart.
-func (c Chart) Height() int { return 20 + len(c.Bars)*34 }
+func (c Chart) Height() int { return 10 + len(c.Bars)*42 }
 
 var page = template.Must(template.New("lab").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>seckill lab</title>
@@ -188,9 +190,9 @@ svg text{font-size:12px}
 <p>The line that makes the difference: <code>{{.Fix}}</code></p>
 <figure><figcaption>{{.Result.Chart.Title}}</figcaption>
 <svg class="chart" width="760" height="{{.Result.Chart.Height}}" role="img" aria-label="{{.Result.Chart.Title}}">
-{{range .Result.Chart.Rows}}<text x="0" y="{{.Y}}" dy="14">{{.Label}}</text>
-<rect x="300" y="{{.Y}}" width="{{.Width}}" height="20" fill="{{if .Failed}}#cf222e{{else}}#1a7f37{{end}}"></rect>
-<text x="{{.Width}}" dx="306" y="{{.Y}}" dy="14">{{.Value}}</text>
+{{range .Result.Chart.Rows}}<text x="0" y="{{.Y}}" dy="12">{{.Label}}</text>
+<rect x="0" y="{{.Y}}" transform="translate(0,16)" width="{{.Width}}" height="18" fill="{{if .Failed}}#cf222e{{else}}#1a7f37{{end}}"></rect>
+<text x="{{.Width}}" dx="6" y="{{.Y}}" dy="30">{{.Value}}</text>
 {{end}}</svg></figure>{{end}}
 </section>
 {{end}}</body></html>
