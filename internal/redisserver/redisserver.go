@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/seckill/internal/freeport"
 )
 
 // Available says why no server can be started here, or nil.
@@ -49,7 +51,7 @@ func Start(dir string, n int) ([]*Server, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(n)
+	ports, err := freeport.Ports(n)
 	if err != nil {
 		return nil, err
 	}
@@ -176,19 +178,4 @@ func Addrs(servers ...*Server) []string {
 		out[i] = s.Addr()
 	}
 	return out
-}
-
-// freePorts returns n loopback ports that were free a moment ago. They are held open together,
-// so that the n are distinct.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

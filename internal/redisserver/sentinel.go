@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/flashsale/seckill/internal/freeport"
 )
 
 // StartReplica starts one server in dir that replicates master (host:port — which may be a
@@ -16,7 +18,7 @@ func StartReplica(dir, master string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +38,7 @@ func StartSentinels(dir string, n int, name, master string, downAfter time.Durat
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(n)
+	ports, err := freeport.Ports(n)
 	if err != nil {
 		return nil, err
 	}

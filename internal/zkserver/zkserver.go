@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/flashsale/seckill/internal/freeport"
 )
 
 const (
@@ -50,7 +52,7 @@ func New(dir string, n int) ([]*Server, error) {
 	if n < 1 {
 		return nil, errors.New("zkserver: at least one server")
 	}
-	ports, err := freePorts(3 * n)
+	ports, err := freeport.Ports(3 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -192,18 +194,4 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
-}
-
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
