@@ -20,10 +20,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashsale/seckill/internal/lab"
 )
 
 func main() {
+	// go-redis logs every reconnection through a package-level logger of its own; the lab's
+	// failovers make many on purpose, and what they did is in the table. Set once, here.
+	redis.SetLogger(quietRedis{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
@@ -35,6 +40,11 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// quietRedis drops go-redis's own log lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // errNotReproduced is run's answer when some experiment did not reproduce; the table and the
 // last line have already said which.

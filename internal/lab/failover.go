@@ -211,16 +211,11 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku, strategy string, uni
 	}
 	defer set.stop()
 
-	reached, resume := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	held := newHoldOpen()
 	cfg := labConfig(strategy)
 	cfg.LockTTL, cfg.LockExtend = 10*time.Second, time.Hour // SET NX EX 10, never extended
 	cfg.LockWait, cfg.ReservationLease = 5*time.Second, 30*time.Second
-	cfg.Hooks.InSection = func(_ context.Context, orders []stock.OrderRequest) {
-		if orders[0].UserID == "slow" {
-			once.Do(func() { close(reached); <-resume })
-		}
-	}
+	cfg.Hooks.InSection = held.hook
 	var insts []*instance
 	for range 3 {
 		inst, err := env.newInstanceOn(cfg, set.client(), nil, 0)
@@ -240,16 +235,10 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku, strategy string, uni
 	if err := set.cutReplication(ctx); err != nil {
 		return failedOver{}, err
 	}
-	buy := func(inst *instance, user string) error {
-		_, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy})
-		return err
-	}
-	slow := make(chan error, 1)
-	go func() { slow <- buy(holder, "slow") }()
-	select {
-	case <-reached:
-	case <-ctx.Done():
-		return failedOver{}, ctx.Err()
+	buy := buyer(ctx, sku, strategy)
+	slow, err := held.enter(ctx, holder, buy)
+	if err != nil {
+		return failedOver{}, err
 	}
 	set.master.Kill()
 	killed := time.Now()
@@ -267,7 +256,7 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku, strategy string, uni
 		return failedOver{}, err
 	}
 	out.duringPause = during.OrderedQuantity - before.OrderedQuantity
-	close(resume)
+	held.release()
 	err = <-slow
 	conflicts := holder.counter("seckill_optimistic_retries_total")
 	switch {

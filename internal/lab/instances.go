@@ -164,3 +164,43 @@ func sell(ctx context.Context, insts []*instance, sku string, units int64, buyer
 	out.audit = a.Audit
 	return out, err
 }
+
+// holdOpen is a section hook that keeps the section placing buyer "slow" open — its lock held,
+// the product read — until release: a holder paused inside its critical section.
+type holdOpen struct {
+	reached, resume chan struct{}
+	once            sync.Once
+}
+
+func newHoldOpen() *holdOpen {
+	return &holdOpen{reached: make(chan struct{}), resume: make(chan struct{})}
+}
+
+func (h *holdOpen) hook(_ context.Context, orders []stock.OrderRequest) {
+	if orders[0].UserID == "slow" {
+		h.once.Do(func() { close(h.reached); <-h.resume })
+	}
+}
+
+// enter has buyer "slow" buy through inst and returns once its section is held open; the
+// answer comes on the channel after release.
+func (h *holdOpen) enter(ctx context.Context, inst *instance, buy func(*instance, string) error) (<-chan error, error) {
+	slow := make(chan error, 1)
+	go func() { slow <- buy(inst, "slow") }()
+	select {
+	case <-h.reached:
+		return slow, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (h *holdOpen) release() { close(h.resume) }
+
+// buyer buys one unit of sku under strategy, for a user, through an instance.
+func buyer(ctx context.Context, sku, strategy string) func(*instance, string) error {
+	return func(inst *instance, user string) error {
+		_, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy})
+		return err
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
@@ -119,14 +118,9 @@ func sellAroundPause(ctx context.Context, env *Env, zkAddrs []string, sku, strat
 		return pausedSale{}, err
 	}
 	defer other.close()
-	reached, resume := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	held := newHoldOpen()
 	cfg := labConfig(strategy)
-	cfg.Hooks.InSection = func(_ context.Context, orders []stock.OrderRequest) {
-		if orders[0].UserID == "slow" {
-			once.Do(func() { close(reached); <-resume })
-		}
-	}
+	cfg.Hooks.InSection = held.hook
 	holder, err := env.newInstance(cfg, []string{proxy.Listen}, holderSession)
 	if err != nil {
 		return pausedSale{}, err
@@ -135,17 +129,10 @@ func sellAroundPause(ctx context.Context, env *Env, zkAddrs []string, sku, strat
 	if _, err := other.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: 2, MaxPerOrder: 1}); err != nil {
 		return pausedSale{}, err
 	}
-	buy := func(inst *instance, user string) error {
-		_, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy})
-		return err
-	}
-
-	slow := make(chan error, 1)
-	go func() { slow <- buy(holder, "slow") }()
-	select {
-	case <-reached:
-	case <-ctx.Done():
-		return pausedSale{}, ctx.Err()
+	buy := buyer(ctx, sku, strategy)
+	slow, err := held.enter(ctx, holder, buy)
+	if err != nil {
+		return pausedSale{}, err
 	}
 	proxy.Stop() // the holder stops: no heartbeats from now on
 	pausedAt := time.Now()
@@ -169,7 +156,7 @@ func sellAroundPause(ctx context.Context, env *Env, zkAddrs []string, sku, strat
 	if err := proxy.Start(); err != nil {
 		return pausedSale{}, err
 	}
-	close(resume) // the holder wakes, inside its section, and writes
+	held.release() // the holder wakes, inside its section, and writes
 	lateErr := <-slow
 	if err := <-fast; err != nil {
 		return pausedSale{}, fmt.Errorf("the other instance could not sell: %w", err)
