@@ -154,6 +154,54 @@ func TestJudge(t *testing.T) {
 	caught := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{"ok": 9}, Verdict: verdict{Oversold: 4, Problems: []string{"oversold by 4"}}}
 	caught.judge()
 	assert.Empty(t, caught.Failed)
+
+	held := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", sale{}, faultLockLoss)
+	require.True(t, held.ExpectOversell, "under the fault, the unguarded lock must be seen failing")
+	held.judge()
+	assert.Contains(t, strings.Join(held.Failed, ""), "unguarded-etcd did not oversell under lock-loss", "the message names the strategy")
+	assert.False(t, newReport("unguarded-etcd", "unguarded-etcd", "lt-1", sale{}, "").ExpectOversell, "no fault: nothing to expect")
+	assert.False(t, newReport("etcd", "etcd", "lt-1", sale{}, faultLockLoss).ExpectOversell, "the guarded one keeps the invariant")
+}
+
+// TestParseFault: -fault lock-loss runs only where the tool can reach the locks — processes it
+// starts, on a Redis it knows — and compares each lock with its unguarded twin, naive last.
+func TestParseFault(t *testing.T) {
+	o, err := parse([]string{"-fault", "lock-loss", "-redis", "127.0.0.1:6379"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"hybrid", "unguarded-redis", "etcd", "unguarded-etcd", "naive"}, o.strategies())
+	o, err = parse([]string{"-fault", "lock-loss", "-redis", "127.0.0.1:6379", "-zk", "start"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"hybrid", "unguarded-redis", "etcd", "unguarded-etcd", "zookeeper", "unguarded-zookeeper", "naive"}, o.strategies())
+	_, err = parse([]string{"-fault", "lock-loss", "-redis", "127.0.0.1:6379", "-strategy", "unguarded-redis"}, io.Discard)
+	assert.NoError(t, err, "one strategy under the fault")
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		err  string
+	}{
+		{"unknown fault", []string{"-fault", "partition", "-redis", "r:6379"}, `"partition" is not a fault`},
+		{"with -target", []string{"-target", "http://x", "-token", "t", "-fault", "lock-loss", "-redis", "r:6379"}, "leave out -target"},
+		{"without -redis", []string{"-fault", "lock-loss"}, "needs -redis"},
+		{"with -soak", []string{"-fault", "lock-loss", "-redis", "r:6379", "-soak", "1m"}, "leave out -soak"},
+		{"a strategy it has no lock of", []string{"-fault", "lock-loss", "-redis", "r:6379", "-strategy", "pessimistic"}, "-strategy pessimistic has none"},
+		{"unguarded-zookeeper without -zk", []string{"-strategy", "unguarded-zookeeper"}, "needs -zk"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(tc.args, io.Discard)
+			assert.ErrorContains(t, err, tc.err)
+		})
+	}
+}
+
+// TestLowestNode: the ZooKeeper holder is the lowest sequence number, whatever the guids before
+// it — sorting the names as a whole would take a waiter's node.
+func TestLowestNode(t *testing.T) {
+	holder, ok := lowestNode([]string{"_c_aaa-lock-0000000012", "_c_zzz-lock-0000000003", "_c_mmm-lock-0000000007"})
+	require.True(t, ok)
+	assert.Equal(t, "_c_zzz-lock-0000000003", holder)
+	_, ok = lowestNode(nil)
+	assert.False(t, ok)
 }
 
 // backends finds the test backends the way the service's tests do, without importing them (the
@@ -182,19 +230,26 @@ func backends(t *testing.T) (mysqlDSN, redisAddr string) {
 	} else if required {
 		t.Fatalf("MariaDB is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
 	}
-	redisAddr = os.Getenv("SECKILL_TEST_REDIS_ADDR")
-	if redisAddr == "" {
-		redisAddr = "127.0.0.1:6379"
+	return mysqlDSN, testRedis(t)
+}
+
+// testRedis is the test Redis's address when it answers, required with
+// SECKILL_TEST_REQUIRE_BACKENDS=1; "" otherwise.
+func testRedis(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("SECKILL_TEST_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
 	}
-	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	if err := c.Ping(context.Background()).Err(); err != nil {
-		if required {
+		if os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
 			t.Fatalf("Redis is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
 		}
-		redisAddr = ""
+		return ""
 	}
-	return mysqlDSN, redisAddr
+	return addr
 }
 
 // smoke runs the tool on three service processes it starts on the test backends, with args,
@@ -241,6 +296,31 @@ func TestSmokeCompare(t *testing.T) {
 	assert.Contains(t, out, "`"+bareRow+"`", "the bare handler was measured")
 	assert.Contains(t, out, "Sold-out phase")
 	assert.Contains(t, out, "Targets of the performance issue")
+}
+
+// TestSmokeLockLoss: the tool on three processes with -fault lock-loss, taking each sale's lock
+// from its holder every millisecond or two while it sells. Every unguarded strategy — the lock
+// alone — must be caught overselling, every guarded one must keep the invariant with the same
+// lock failing under it: the version check and the fencing tokens are what hold, not the lock.
+func TestSmokeLockLoss(t *testing.T) {
+	args := []string{"-fault", faultLockLoss, "-stock", "200", "-users", "800", "-concurrency", "32", "-retry-busy", "5", "-soldout", "0"}
+	o := options{fault: faultLockLoss}
+	if err := zkserver.Available(); err == nil || os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
+		args, o.zk = append(args, "-zk", zkStart), zkStart
+	} else {
+		t.Logf("without zookeeper: %v", err)
+	}
+	if testRedis(t) == "" {
+		t.Skip("-fault lock-loss needs a real Redis")
+	}
+	out := smoke(t, args...)
+	for _, s := range o.strategies() {
+		verdict := "invariant holds under lock-loss"
+		if mustOversell(s, faultLockLoss) {
+			verdict = "caught as expected"
+		}
+		assert.Regexp(t, "(?m)^\\| `"+s+"` \\|.*"+verdict, out, s)
+	}
 }
 
 // TestSmokeLifecycle: the tool on three processes with -cancel and -unpaid — a share of the

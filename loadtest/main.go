@@ -6,7 +6,9 @@
 // writes the comparison as Markdown, HTML with latency plots, and JSON. With -soldout it keeps
 // ordering each sold-out product and holds the rejections against a bare net/http handler
 // measured in the same run; with -group-commit it repeats the comparison once per service
-// configuration; and it judges every row against the targets of the performance issue.
+// configuration; with -fault lock-loss it takes each sale's lock from its holder, over and over,
+// while the sale sells, and compares every lock strategy with its unguarded twin, which must be
+// caught overselling; and it judges every row against the targets of the performance issue.
 //
 // It is a black-box client of the HTTP contract (internal/handler/openapi.yaml, served at
 // /openapi.yaml) and imports nothing of the service (only zkserver, which starts a ZooKeeper for
@@ -70,6 +72,9 @@ var allStrategies = []string{"hybrid", "etcd", "pessimistic", "dblock", "naive"}
 
 // strategies are the strategies a comparison runs.
 func (o options) strategies() []string {
+	if o.fault == faultLockLoss {
+		return o.lockLossStrategies()
+	}
 	if o.zk == "" {
 		return allStrategies
 	}
@@ -102,6 +107,10 @@ type options struct {
 	soldOut     time.Duration // the steady sold-out phase of each sale; 0: none
 	after       afterSale     // what buyers do with their orders after the sale (-cancel, -unpaid)
 	groupCommit []int         // SECKILL_GROUP_COMMIT of each pass; none: the server's default
+	fault       string        // the fault injected during each selling phase (-fault); "": none
+	// serviceMySQL is the DSN the service processes get when it is not -mysql: under -fault, the
+	// same database through the fault's slow proxy.
+	serviceMySQL string
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -135,6 +144,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.after.cancel, "cancel", 0, "after each sale, this share of the orders is cancelled by its buyer; then fresh buyers buy the units back")
 	fs.Float64Var(&o.after.unpaid, "unpaid", 0, "after each sale, this share of the orders is never paid and expires (the products get a payment timeout); the rest are paid")
 	fs.DurationVar(&o.after.timeout, "payment-timeout", 0, "the products' payment timeout, whole seconds (default 20s with -unpaid, else none)")
+	fs.StringVar(&o.fault, "fault", "", "when the tool starts the service, with -redis: inject this fault during each selling phase; "+
+		"\""+faultLockLoss+"\": take the lock from its holder every 1-2 ms (Redis, etcd, ZooKeeper) and compare each lock strategy with its unguarded twin, "+
+		"which must be caught overselling")
 	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -158,8 +170,20 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-soldout must not be negative")
 	case o.zk == zkStart && o.targets != "":
 		return o, errors.New("-zk start configures the processes the tool starts: with -target, the targets have their ZooKeeper")
-	case o.strategy == "zookeeper" && o.zk == "":
-		return o, errors.New("-strategy zookeeper needs -zk (the service offers it only with a ZooKeeper)")
+	case (o.strategy == "zookeeper" || o.strategy == "unguarded-zookeeper") && o.zk == "":
+		return o, fmt.Errorf("-strategy %s needs -zk (the service offers it only with a ZooKeeper)", o.strategy)
+	case o.fault != "" && o.fault != faultLockLoss:
+		return o, fmt.Errorf("-fault: %q is not a fault the tool injects (%s, or none)", o.fault, faultLockLoss)
+	case o.fault != "" && o.targets != "":
+		return o, fmt.Errorf("-fault %s takes the locks in the backends of the processes the tool starts: leave out -target", o.fault)
+	case o.fault != "" && o.redis == "":
+		return o, fmt.Errorf("-fault %s needs -redis: the tool deletes the Redis lock keys, so the processes must share one real Redis "+
+			"whose address it knows before they start", o.fault)
+	case o.fault != "" && o.soak > 0:
+		return o, fmt.Errorf("-fault %s renews etcd sessions and loses locks on purpose, which the soak would count as leaks: leave out -soak", o.fault)
+	case o.fault != "" && o.strategy != "" && !slices.Contains(o.lockLossStrategies(), o.strategy):
+		return o, fmt.Errorf("-fault %s takes the locks of %s: -strategy %s has none it takes", o.fault,
+			strings.Join(o.lockLossStrategies(), ", "), o.strategy)
 	case o.after.cancel < 0 || o.after.unpaid < 0 || o.after.cancel+o.after.unpaid > 1:
 		return o, errors.New("-cancel and -unpaid are shares: each at least 0, together at most 1")
 	case o.after.timeout < 0 || o.after.timeout%time.Second != 0 || o.after.timeout > 24*time.Hour:
@@ -234,8 +258,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			o.zk = zk.Addr
 		}
 		instances = o.spawn
-		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s)%s.",
-			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o))
+		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s)%s%s.",
+			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o), faultText(o))
+	}
+	var thief *lockThief
+	if o.fault != "" {
+		if thief, err = newLockThief(o, stderr); err != nil {
+			return err
+		}
+		defer thief.close()
+		if o.mysql != "" {
+			slow, stopSlow, err := slowDatabase(o.mysql, faultDBLatency)
+			if err != nil {
+				return err
+			}
+			defer stopSlow()
+			o.serviceMySQL = slow
+		}
 	}
 
 	// The bare handler: the ceiling the service's sold-out answers are held against, measured
@@ -263,7 +302,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defer p.stop()
 			vf := verifier{client: client, base: targets[0], token: o.token, db: db}
 			rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: peaks{pids: pids},
-				bare: bare, progress: progress, log: stderr}
+				bare: bare, fault: thief, progress: progress, log: stderr}
 			if i == 0 && db != nil && o.compare {
 				b, err := rr.baselineReport(ctx, db)
 				if err != nil {
@@ -424,7 +463,9 @@ func passesText(o options) string {
 // admin token.
 func serviceEnv(o options) []string {
 	var env []string
-	if o.mysql != "" {
+	if o.serviceMySQL != "" {
+		env = append(env, "SECKILL_MYSQL_DSN="+o.serviceMySQL)
+	} else if o.mysql != "" {
 		env = append(env, "SECKILL_MYSQL_DSN="+o.mysql)
 	}
 	if o.redis != "" {
@@ -437,6 +478,16 @@ func serviceEnv(o options) []string {
 		env = append(env, "SECKILL_ZK_SERVERS="+o.zk)
 	}
 	return append(env, "SECKILL_ADMIN_TOKEN="+o.token)
+}
+
+// faultText describes the fault for the report.
+func faultText(o options) string {
+	if o.fault == "" {
+		return ""
+	}
+	return fmt.Sprintf("; fault %s: during each selling phase the tool takes the lock from its holder, over and over "+
+		"(Redis DEL every 1 ms, the etcd holder's key once it has held for 1 ms, the ZooKeeper holder's node every 2 ms; at most %d per sale), as a failover or an expiry under a paused holder does, "+
+		"while the database answers the service %s late (a database under load)", o.fault, faultMaxTakes, faultDBLatency)
 }
 
 func model(o options) string {
@@ -497,6 +548,7 @@ type roundRunner struct {
 	verifier verifier
 	peaks    peaks        // of the service processes, when the tool started them
 	bare     *bareServers // nil: sold-out phases are not held against a bare handler
+	fault    *lockThief   // -fault lock-loss: takes the locks during each selling phase; nil: no fault
 	progress io.Writer
 	log      io.Writer
 }
@@ -528,15 +580,30 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		}
 		l := load{targets: rr.targets, sku: sku, strategy: strategy, users: o.users, requests: o.requests, rate: o.rate,
 			concurrency: o.concurrency, duration: o.duration, timeout: o.timeout, retryRounds: o.retryRounds, progress: rr.progress}
+		var fault *faultRun
+		if rr.fault != nil {
+			fault = rr.fault.start(ctx, strategy, sku)
+		}
 		s, err := l.run(ctx, row)
+		taken, faultErr := fault.stop()
 		if err != nil {
 			return nil, nil, err
 		}
-		r := newReport(row, strategy, sku, s)
+		if faultErr != nil {
+			return nil, nil, fmt.Errorf("%s: -fault %s: %w", row, o.fault, faultErr)
+		}
+		faulted := ""
+		if fault != nil {
+			faulted = o.fault
+		}
+		r := newReport(row, strategy, sku, s, faulted)
+		if faulted != "" {
+			r.LocksTaken = &taken
+		}
 		if r.Outcomes[outcomeInvalid] == r.Requests {
-			r.Skipped = "refused by the server (naive needs SECKILL_ALLOW_UNSAFE=true)"
+			r.Skipped = "refused by the server (the unsafe strategies need SECKILL_ALLOW_UNSAFE=true)"
 		} else {
-			if o.after.on() && strategy != "naive" {
+			if o.after.on() && !r.ExpectOversell {
 				if s.acked, r.Lifecycle, l, err = rr.afterSale(ctx, l, s.acked); err != nil {
 					return nil, nil, fmt.Errorf("%s after the sale: %w", row, err)
 				}

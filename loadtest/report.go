@@ -23,6 +23,10 @@ var families = map[string]string{
 	"pessimistic": "DB row lock (FOR UPDATE, bounded wait)",
 	"dblock":      "DB lock table",
 	"naive":       "none (unsafe on purpose)",
+
+	"unguarded-redis":     "Redis lock alone, no version check (unsafe on purpose)",
+	"unguarded-etcd":      "etcd lease alone, no fencing token (unsafe on purpose)",
+	"unguarded-zookeeper": "ZooKeeper node alone, no fencing token (unsafe on purpose)",
 }
 
 // report is one strategy's sale, measured and verified: a row of the comparison.
@@ -45,15 +49,18 @@ type report struct {
 	PeakRSSSinceStart bool             `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
 	Goals             []goal           `json:"targets,omitempty"`
 	Verdict           verdict          `json:"verdict"`
+	Fault             string           `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
+	LocksTaken        *int             `json:"locks_taken,omitempty"` // by the fault, from their holders
 	ExpectOversell    bool             `json:"expect_oversell"`
 	Skipped           string           `json:"skipped,omitempty"`
 	Failed            []string         `json:"failed,omitempty"` // why this run fails the tool
 }
 
-// newReport measures a sale of strategy, reported as row. The verdict is added by the caller.
-func newReport(row, strategy, sku string, s sale) report {
+// newReport measures a sale of strategy, reported as row; fault is the fault that ran on its lock
+// ("": none). The verdict is added by the caller.
+func newReport(row, strategy, sku string, s sale, fault string) report {
 	r := report{Strategy: row, Family: families[strategy], SKU: sku, Requests: len(s.final), Attempts: len(s.results),
-		Outcomes: map[string]int{}, ExpectOversell: strategy == "naive"}
+		Outcomes: map[string]int{}, Fault: fault, ExpectOversell: mustOversell(strategy, fault)}
 	if r.Family == "" {
 		r.Family = "server default"
 	}
@@ -73,8 +80,8 @@ func newReport(row, strategy, sku string, s sale) report {
 
 // judge decides whether the run passes: a safe strategy must keep the invariant, never answer
 // 5xx while selling, and never answer 201 once sold out (that unit does not exist), and the
-// invariant must still hold after the sold-out phase; the unsafe one must be caught overselling,
-// or the checks are blind.
+// invariant must still hold after the sold-out phase; an unsafe one (naive; an unguarded one
+// under a fault that took its lock) must be caught overselling, or the checks are blind.
 func (r *report) judge() {
 	if r.Skipped != "" {
 		return
@@ -83,8 +90,13 @@ func (r *report) judge() {
 		r.Failed = append(r.Failed, fmt.Sprintf("%d requests answered 5xx", n))
 	}
 	if r.ExpectOversell {
-		if r.Verdict.Oversold == 0 {
-			r.Failed = append(r.Failed, "naive did not oversell: the load did not race, or the checks are blind")
+		switch {
+		case r.Verdict.Oversold > 0:
+		case r.Fault != "":
+			r.Failed = append(r.Failed, fmt.Sprintf("%s did not oversell%s: the fault did not put two holders in the section, or the checks are blind",
+				r.Strategy, r.faultText()))
+		default:
+			r.Failed = append(r.Failed, r.Strategy+" did not oversell: the load did not race, or the checks are blind")
 		}
 		return
 	}
@@ -114,9 +126,20 @@ func (r report) verdictText() string {
 	case len(r.Failed) > 0:
 		return "FAIL: " + strings.Join(r.Failed, "; ")
 	case r.ExpectOversell:
-		return fmt.Sprintf("oversold by %d, caught as expected", r.Verdict.Oversold)
+		return fmt.Sprintf("oversold by %d%s, caught as expected", r.Verdict.Oversold, r.faultText())
 	}
-	return "invariant holds"
+	return "invariant holds" + r.faultText()
+}
+
+// faultText says which fault ran on the row's lock, and how many locks it took.
+func (r report) faultText() string {
+	if r.Fault == "" {
+		return ""
+	}
+	if r.LocksTaken == nil {
+		return " under " + r.Fault
+	}
+	return fmt.Sprintf(" under %s (%d locks taken)", r.Fault, *r.LocksTaken)
 }
 
 // ms is a duration in milliseconds with one decimal, the unit of every latency in the report.

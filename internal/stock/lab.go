@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -63,4 +65,26 @@ func (s *Store) PoolStats() sql.DBStats {
 		return sql.DBStats{}
 	}
 	return sqlDB.Stats()
+}
+
+// LockRow is the row lock's acquire and release, alone, for the lab to count: a transaction
+// that takes the product row with SELECT ... FOR UPDATE — waiting in the row's queue while
+// another transaction holds it, until ctx ends — and commits at once, which releases it. It
+// writes nothing, so what it measures is the lock and its round trips, not a sale; on the main
+// pool, like PlaceOneForUpdate. A missing product is ErrNotFound; a wait the server ends
+// (innodb_lock_wait_timeout, a deadlock) is ErrBusy.
+//
+// It is for MySQL and MariaDB, whose row locks it measures.
+func (s *Store) LockRow(ctx context.Context, sku string) error {
+	if s.dialect != MySQL {
+		return errors.New("LockRow measures MySQL/MariaDB row locks; this store is " + string(s.dialect))
+	}
+	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
+		var row productRow
+		return tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).Where("sku = ?", sku).Take(&row).Error
+	})
+	if err != nil {
+		return fmt.Errorf("lock row %s: %w", sku, err)
+	}
+	return nil
 }

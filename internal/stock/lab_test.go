@@ -62,3 +62,44 @@ func TestPlaceOneForUpdate(t *testing.T) {
 	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased, "decided by the same rules as every section")
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
 }
+
+// TestLockRow holds the product row from another client: LockRow waits in the row's queue until
+// its request gives up; once the row is free it takes and releases it, and the row is free
+// again for the other client at once. A missing product is ErrNotFound.
+func TestLockRow(t *testing.T) {
+	if backendtest.Dialect(t) != stock.MySQL {
+		if backendtest.Required() {
+			t.Fatal("this test needs MariaDB")
+		}
+		t.Skip("the embedded store has no row locks")
+	}
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 5, 1)
+	other, err := backendtest.SQL(t).Conn(ctx)
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = other.ExecContext(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", sku)
+	require.NoError(t, err)
+
+	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	assert.ErrorIs(t, s.LockRow(waitCtx, sku), context.DeadlineExceeded, "it waits for the held row until the request gives up")
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+
+	_, err = other.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	require.NoError(t, s.LockRow(ctx, sku))
+	// The commit released it: another transaction's NOWAIT finds the row free.
+	_, err = other.ExecContext(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE NOWAIT", sku)
+	assert.NoError(t, err, "LockRow released the row")
+	_, err = other.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+
+	assert.ErrorIs(t, s.LockRow(ctx, sku+"-missing"), stock.ErrNotFound)
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2"
+	"github.com/go-sql-driver/mysql"
+	"github.com/go-zookeeper/zk"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// faultLockLoss is the -fault that takes each sale's lock from its holder, over and over, while
+// the sale sells: what a Redis failover (a replica promoted without the key), a lease that
+// expired under a paused holder or a ZooKeeper session that timed out does to a lock once in a
+// while, made to happen every millisecond or two, so that two holders are inside the section at
+// once in every sale. A guarded strategy must keep the invariant through it — its version check
+// or fencing token refuses the write of the holder that lost its lock — and its unguarded twin,
+// the lock alone, must be caught overselling: a checker that misses it would miss the incident.
+const faultLockLoss = "lock-loss"
+
+// faultDBLatency is what the fault adds to every answer of the database to the service
+// processes (a database under load, the setting of the documents' first pitfall). A lock taken
+// from its holder lets a second holder in only if the first is still between its read and its
+// write when the second reads; a millisecond-long section, as this service's is on an idle
+// database, rarely is — an unguarded strategy would oversell in one sale and not in the next.
+// A few milliseconds a statement widen that window past the lock's hand-off in every sale.
+const faultDBLatency = 3 * time.Millisecond
+
+// slowDatabase starts a proxy in front of the database of dsn that delays every answer by
+// latency, and returns the DSN that goes through it.
+func slowDatabase(dsn string, latency time.Duration) (string, func(), error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", nil, fmt.Errorf("-mysql: %w", err)
+	}
+	proxy := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()),
+		"slow-database", "127.0.0.1:0", cfg.Addr)
+	if err := proxy.Start(); err != nil {
+		return "", nil, fmt.Errorf("slow database proxy: %w", err)
+	}
+	toxic := fmt.Sprintf(`{"name":"slow","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":%d}}`, latency.Milliseconds())
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+		proxy.Stop()
+		return "", nil, err
+	}
+	cfg.Addr = proxy.Listen
+	return cfg.FormatDSN(), proxy.Stop, nil
+}
+
+// faultMaxTakes bounds the locks the fault takes in one sale. Taking them for ever would be an
+// outage, not a failover: past the bound the lock holds again, so that a guarded strategy the
+// fault kept answering busy still finishes its sale.
+const faultMaxTakes = 20000
+
+// lockService is a lock service the fault takes locks from, with the strategy that locks with it
+// and that strategy's unguarded twin (the same lock, no version check or fence).
+type lockService struct {
+	guarded, unguarded string
+	// interval is how often the fault looks at the lock and takes it: a Redis DEL is one cheap
+	// round trip; a ZooKeeper take is a listing and then a consensus write; etcd looks every
+	// millisecond but takes only a holder seen at two looks (takeEtcd).
+	interval time.Duration
+	take     func(t *lockThief, ctx context.Context, sku string) (took bool, err error)
+}
+
+// lockServices are the services the fault knows, in the order they are compared.
+var lockServices = []lockService{
+	{guarded: "hybrid", unguarded: "unguarded-redis", interval: time.Millisecond, take: (*lockThief).takeRedis},
+	{guarded: "etcd", unguarded: "unguarded-etcd", interval: time.Millisecond, take: (*lockThief).takeEtcd},
+	{guarded: "zookeeper", unguarded: "unguarded-zookeeper", interval: 2 * time.Millisecond, take: (*lockThief).takeZooKeeper},
+}
+
+// lockServiceOf is the lock service strategy locks with; ok is false for a strategy whose lock
+// the fault does not take (naive has none).
+func lockServiceOf(strategy string) (lockService, bool) {
+	i := slices.IndexFunc(lockServices, func(s lockService) bool { return strategy == s.guarded || strategy == s.unguarded })
+	if i < 0 {
+		return lockService{}, false
+	}
+	return lockServices[i], true
+}
+
+// lockLossStrategies are the strategies compared under -fault lock-loss: each lock beside its
+// unguarded twin (zookeeper's only with -zk), and naive last, as always.
+func (o options) lockLossStrategies() []string {
+	var out []string
+	for _, s := range lockServices {
+		if s.guarded == "zookeeper" && o.zk == "" {
+			continue
+		}
+		out = append(out, s.guarded, s.unguarded)
+	}
+	return append(out, "naive")
+}
+
+// mustOversell reports whether a sale of strategy must be caught overselling, fault being the
+// fault that ran on its lock ("": none): naive always, since it has no lock, and an unguarded
+// strategy whose lock was taken from it, since nothing else stands between two holders.
+func mustOversell(strategy, fault string) bool {
+	if strategy == "naive" {
+		return true
+	}
+	s, ok := lockServiceOf(strategy)
+	return ok && fault == faultLockLoss && strategy == s.unguarded
+}
+
+// lockThief takes locks from their holders in the backends the service processes share: the
+// -redis addresses, the etcd process the tool started, and the ZooKeeper of -zk. It reaches
+// into them as an operator's failover would, not through the service: the key names below are
+// the fault's target, not part of the HTTP contract, and follow internal/lockstrategy.
+type lockThief struct {
+	redis []*redis.Client
+	etcd  *clientv3.Client
+	zk    *zk.Conn // nil without -zk
+	// etcdHolder is the etcd holder the last look saw (key and create revision), read and set only
+	// by the fault of the sale running: sales run one after another, on SKUs of their own.
+	etcdHolder etcdKey
+}
+
+// etcdKey names one etcd key's life: the same name put again is another key.
+type etcdKey struct {
+	name string
+	rev  int64
+}
+
+// newLockThief connects to the backends of o; close it when the run ends.
+func newLockThief(o options, logs io.Writer) (*lockThief, error) {
+	t := &lockThief{}
+	for _, addr := range strings.Split(o.redis, ",") {
+		t.redis = append(t.redis, redis.NewClient(&redis.Options{Addr: strings.TrimSpace(addr)}))
+	}
+	var err error
+	t.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{o.etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("-fault %s: etcd: %w", o.fault, err)
+	}
+	if o.zk != "" {
+		// Only the client's errors are worth a line: its connection chatter is not the sale's.
+		t.zk, _, err = zk.Connect(strings.Split(o.zk, ","), 10*time.Second,
+			zk.WithLogger(log.New(logs, "loadtest: fault zookeeper client: ", 0)), zk.WithLogInfo(false))
+		if err != nil {
+			t.close()
+			return nil, fmt.Errorf("-fault %s: zookeeper: %w", o.fault, err)
+		}
+	}
+	return t, nil
+}
+
+func (t *lockThief) close() {
+	for _, c := range t.redis {
+		_ = c.Close()
+	}
+	if t.etcd != nil {
+		_ = t.etcd.Close()
+	}
+	if t.zk != nil {
+		t.zk.Close()
+	}
+}
+
+// takeRedis deletes the redsync lock of sku on every Redis, as a failover to a replica that
+// never got the key does (or the key's expiry under a paused holder whose watchdog paused too):
+// the next waiter's SET NX succeeds while the holder is still inside. The key is
+// lockstrategy's lockKey; with several addresses (Redlock) it goes on all of them.
+func (t *lockThief) takeRedis(ctx context.Context, sku string) (bool, error) {
+	key := "seckill:{" + sku + "}:lock"
+	took := false
+	for _, c := range t.redis {
+		n, err := c.Del(ctx, key).Result()
+		if err != nil {
+			return false, fmt.Errorf("redis DEL %s: %w", key, err)
+		}
+		took = took || n > 0
+	}
+	return took, nil
+}
+
+// takeEtcd deletes the holder's key of sku's mutex, as the expiry of the holder's lease would:
+// the holder is the key with the lowest create revision under the mutex's prefix, and the next
+// waiter, watching that key, is granted the lock at once. Only a holder that the previous look
+// saw holding too, one interval ago: a waiter granted the lock a moment ago still reads its own
+// key to confirm it (EtcdMutex.Lock), and one whose key is gone by then fails its attempt — an
+// error, not two holders. A lease expires under a holder that is inside its section. And only
+// that key while it is still the one read (same create revision), never a waiter's.
+func (t *lockThief) takeEtcd(ctx context.Context, sku string) (bool, error) {
+	prefix := "/seckill/locks/" + sku + "/"
+	held, err := t.etcd.Get(ctx, prefix, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return false, fmt.Errorf("etcd get %s: %w", prefix, err)
+	}
+	if len(held.Kvs) == 0 {
+		return false, nil
+	}
+	holder := etcdKey{string(held.Kvs[0].Key), held.Kvs[0].CreateRevision}
+	if holder != t.etcdHolder {
+		t.etcdHolder = holder
+		return false, nil
+	}
+	resp, err := t.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(holder.name), "=", holder.rev)).
+		Then(clientv3.OpDelete(holder.name)).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("etcd delete %s: %w", holder.name, err)
+	}
+	return resp.Succeeded, nil
+}
+
+// takeZooKeeper deletes the holder's node of sku's lock, as the expiry of the holder's session
+// would: the holder is the node with the lowest sequence number, and the waiter watching it
+// looks again and finds itself the lowest.
+func (t *lockThief) takeZooKeeper(_ context.Context, sku string) (bool, error) {
+	dir := "/seckill/locks/" + sku
+	children, _, err := t.zk.Children(dir)
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil // no one has locked it yet, or the last one left (a container node)
+	}
+	if err != nil {
+		return false, fmt.Errorf("zookeeper children of %s: %w", dir, err)
+	}
+	holder, ok := lowestNode(children)
+	if !ok {
+		return false, nil
+	}
+	err = t.zk.Delete(dir+"/"+holder, -1)
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil // released since the listing
+	}
+	if err != nil {
+		return false, fmt.Errorf("zookeeper delete %s/%s: %w", dir, holder, err)
+	}
+	return true, nil
+}
+
+// lowestNode is the lock node with the lowest sequence number among children. The names start
+// with each waiter's guid (_c_<guid>-lock-0000000042), so they sort by their suffix, not as a
+// whole.
+func lowestNode(children []string) (string, bool) {
+	seq := func(name string) string { return name[strings.LastIndex(name, "-lock-")+len("-lock-"):] }
+	var lowest string
+	for _, c := range children {
+		if !strings.Contains(c, "-lock-") {
+			continue
+		}
+		if lowest == "" || seq(c) < seq(lowest) {
+			lowest = c
+		}
+	}
+	return lowest, lowest != ""
+}
+
+// faultRun is the fault on one sale's lock, running until stopped.
+type faultRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	taken  int   // locks taken; read after done
+	err    error // what stopped it early; read after done
+}
+
+// start takes the lock of sku from its holder every interval of strategy's lock service, until
+// stop or faultMaxTakes locks. It returns nil for a strategy whose lock it does not take.
+func (t *lockThief) start(ctx context.Context, strategy, sku string) *faultRun {
+	s, ok := lockServiceOf(strategy)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	f := &faultRun{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		tick := time.NewTicker(s.interval)
+		defer tick.Stop()
+		for f.taken < faultMaxTakes {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			took, err := s.take(t, ctx, sku)
+			if ctx.Err() != nil {
+				return // the phase ended mid-take: not a failure of the fault
+			}
+			if err != nil {
+				f.err = err
+				return
+			}
+			if took {
+				f.taken++
+			}
+		}
+	}()
+	return f
+}
+
+// stop ends the fault and says how many locks it took; a nil run (no fault) took none. An error
+// means it could not reach the lock service: the sale did not have the fault it is reported under.
+func (f *faultRun) stop() (int, error) {
+	if f == nil {
+		return 0, nil
+	}
+	f.cancel()
+	<-f.done
+	return f.taken, f.err
+}
