@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,9 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
+	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // instance is one service instance, built by service.New as cmd/api builds it, on the lab's
@@ -202,5 +205,55 @@ func buyer(ctx context.Context, sku, strategy string) func(*instance, string) er
 	return func(inst *instance, user string) error {
 		_, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy})
 		return err
+	}
+}
+
+// services are an etcd and, where it is installed, a ZooKeeper, started in dir in the
+// background — ZooKeeper's JVM takes seconds — and each waited for once: by the experiment when
+// it needs it, or by stop, so that an experiment that fails early still stops what it started.
+type services struct {
+	zkMissing error // why ZooKeeper is not run here; nil: it is being started
+	etcd      func() startedEtcd
+	zk        func() startedZK
+}
+
+// startedEtcd and startedZK are servers started in the background, or why they did not start.
+type startedEtcd struct {
+	member *embeddedetcd.Member
+	err    error
+}
+
+type startedZK struct {
+	servers []*zkserver.Server
+	err     error
+}
+
+func startServices(dir string) *services {
+	etcdUp, zkUp := make(chan startedEtcd, 1), make(chan startedZK, 1)
+	go func() {
+		m, err := embeddedetcd.Start(filepath.Join(dir, "etcd"))
+		etcdUp <- startedEtcd{m, err}
+	}()
+	s := &services{zkMissing: zkserver.Available(),
+		etcd: sync.OnceValue(func() startedEtcd { return <-etcdUp }),
+		zk:   sync.OnceValue(func() startedZK { return <-zkUp })}
+	if s.zkMissing == nil {
+		go func() {
+			servers, err := zkserver.New(filepath.Join(dir, "zk"), 1)
+			if err == nil {
+				err = zkserver.StartAll(servers)
+			}
+			zkUp <- startedZK{servers, err}
+		}()
+	}
+	return s
+}
+
+func (s *services) stop() {
+	if e := s.etcd(); e.err == nil {
+		e.member.Close()
+	}
+	if s.zkMissing == nil {
+		zkserver.Kill(s.zk().servers...)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -103,34 +102,9 @@ func runReentrancy(ctx context.Context, env *Env) (Result, error) {
 	// etcd and ZooKeeper start while the Redis forms run: ZooKeeper's JVM takes seconds.
 	// Waited for once, by the measurement or by the cleanup, so that a form that fails early
 	// still stops what was started.
-	etcdUp := make(chan startedEtcd, 1)
-	go func() {
-		m, err := embeddedetcd.Start(dir + "/etcd")
-		etcdUp <- startedEtcd{m, err}
-	}()
-	etcdStarted := sync.OnceValue(func() startedEtcd { return <-etcdUp })
-	defer func() {
-		if e := etcdStarted(); e.err == nil {
-			e.member.Close()
-		}
-	}()
-	zkUp := make(chan startedZK, 1)
-	zkMissing := zkserver.Available()
-	if zkMissing == nil {
-		go func() {
-			servers, err := zkserver.New(dir+"/zk", 1)
-			if err == nil {
-				err = zkserver.StartAll(servers)
-			}
-			zkUp <- startedZK{servers, err}
-		}()
-	}
-	zkStarted := sync.OnceValue(func() startedZK { return <-zkUp })
-	defer func() {
-		if zkMissing == nil {
-			zkserver.Kill(zkStarted().servers...)
-		}
-	}()
+	started := startServices(dir)
+	defer started.stop()
+	zkMissing, etcdStarted, zkStarted := started.zkMissing, started.etcd, started.zk
 
 	failing, err := reenterRedsync(ctx, env, bound)
 	if err != nil {
@@ -179,17 +153,6 @@ func runReentrancy(ctx context.Context, env *Env) (Result, error) {
 	}
 	failing.Happened += fmt.Sprintf(". The project's other locks: %s; %s; %s", table.said, etcd.said, zkSaid)
 	return Result{Failing: failing.Outcome, Fixed: fixed.Outcome, Chart: chart}, nil
-}
-
-// startedEtcd and startedZK are servers started in the background, or why they did not start.
-type startedEtcd struct {
-	member *embeddedetcd.Member
-	err    error
-}
-
-type startedZK struct {
-	servers []*zkserver.Server
-	err     error
 }
 
 // reentryForm is one form's Outcome with its bar.

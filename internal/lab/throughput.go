@@ -100,34 +100,9 @@ func runThroughput(ctx context.Context, env *Env) (Result, error) {
 	// etcd and ZooKeeper start while the rest is set up, and are waited for before anything is
 	// measured: ZooKeeper's JVM starting takes both cores for seconds, and would slow whatever
 	// ran beside it. Waited for once, by the measurement or by the cleanup.
-	etcdUp := make(chan startedEtcd, 1)
-	go func() {
-		m, err := embeddedetcd.Start(dir + "/etcd")
-		etcdUp <- startedEtcd{m, err}
-	}()
-	etcdStarted := sync.OnceValue(func() startedEtcd { return <-etcdUp })
-	defer func() {
-		if e := etcdStarted(); e.err == nil {
-			e.member.Close()
-		}
-	}()
-	zkMissing := zkserver.Available()
-	zkUp := make(chan startedZK, 1)
-	if zkMissing == nil {
-		go func() {
-			servers, err := zkserver.New(dir+"/zk", 1)
-			if err == nil {
-				err = zkserver.StartAll(servers)
-			}
-			zkUp <- startedZK{servers, err}
-		}()
-	}
-	zkStarted := sync.OnceValue(func() startedZK { return <-zkUp })
-	defer func() {
-		if zkMissing == nil {
-			zkserver.Kill(zkStarted().servers...)
-		}
-	}()
+	started := startServices(dir)
+	defer started.stop()
+	zkMissing, etcdStarted, zkStarted := started.zkMissing, started.etcd, started.zk
 
 	nodes, err := redisserver.Start(dir, 5)
 	if err != nil {
