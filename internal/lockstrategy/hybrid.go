@@ -35,6 +35,8 @@ import (
 // and instance): slower under contention, still correct.
 type Hybrid struct {
 	name      string
+	unguarded bool // unguarded-redis (UnguardedTwin)
+	twin      bool // shares the releases of the Hybrid it was made from
 	store     *stock.Store
 	admission *Admission
 	rs        *redsync.Redsync
@@ -58,10 +60,6 @@ type HybridOptions struct {
 	// one order per section.
 	Batch int
 	Hooks Hooks
-	// Unguarded makes this the unguarded-redis strategy, the lock of the oversell post-mortem
-	// (unguarded.go): the same lock, no admission, and a write with no version check; with Redis
-	// unreachable it answers unavailable, having no safe way without the lock. Unsafe on purpose.
-	Unguarded bool
 }
 
 // NewHybrid returns the hybrid strategy. rs locks over one Redis (a single pool) or several
@@ -72,22 +70,36 @@ func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, op
 	}
 	h := &Hybrid{name: "hybrid", store: store, admission: admission, rs: rs, opts: opts, metrics: metrics,
 		releases: newReleases(admission.client), turns: newTurns()}
-	if opts.Unguarded {
-		h.name = "unguarded-redis"
-	}
 	h.batch = newBatcher(h.Name(), opts.Batch, opts.Wait, metrics, h.section)
 	return h
+}
+
+// UnguardedTwin returns the unguarded-redis strategy, the lock of the oversell post-mortem
+// (unguarded.go), on h's own lock: the same redsync pools, release messages and turn-taking —
+// one subscription per instance, not one per strategy — with no admission and a write with no
+// version check; with Redis unreachable it answers unavailable, having no safe way without the
+// lock. Unsafe on purpose. Closing h closes what the two share; the twin's Close does nothing.
+func (h *Hybrid) UnguardedTwin() *Hybrid {
+	t := &Hybrid{name: "unguarded-redis", unguarded: true, twin: true, store: h.store, admission: h.admission, rs: h.rs,
+		opts: h.opts, metrics: h.metrics, releases: h.releases, turns: h.turns}
+	t.batch = newBatcher(t.Name(), t.opts.Batch, t.opts.Wait, t.metrics, t.section)
+	return t
 }
 
 // Name implements Strategy.
 func (h *Hybrid) Name() string { return h.name }
 
 // Close stops listening for lock releases.
-func (h *Hybrid) Close() error { return h.releases.Close() }
+func (h *Hybrid) Close() error {
+	if h.twin {
+		return nil
+	}
+	return h.releases.Close()
+}
 
 // PlaceOrder implements Strategy.
 func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	if h.opts.Unguarded {
+	if h.unguarded {
 		return h.batch.place(ctx, req)
 	}
 	res, err := h.admission.Admit(ctx, req)
@@ -140,7 +152,7 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 	})
 	reqs := take()
 	var placed []stock.Placed
-	if h.opts.Unguarded {
+	if h.unguarded {
 		placed = lockedWrite(section, h.store, reqs, h.opts.Hooks)
 	} else {
 		placed = placeVersioned(section, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
@@ -157,7 +169,7 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 // withoutLock places orders that no lock can be had for: the version check decides them on its
 // own. The unguarded form has no check to fall back on and answers unavailable.
 func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
-	if h.opts.Unguarded {
+	if h.unguarded {
 		return failAll(len(reqs), fmt.Errorf("redis lock unreachable: %w", stock.ErrUnavailable))
 	}
 	h.admission.fellBack("lock")

@@ -133,12 +133,13 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 
 	// Each lock strategy is registered twice: guarded, and unguarded — the same lock with the
 	// guard of its write taken away, unsafe on purpose.
-	rs := redsync.New(pools...)
+	hybrid := lockstrategy.NewHybrid(b.Store, s.admission, redsync.New(pools...), lockstrategy.HybridOptions{
+		TTL: cfg.LockTTL, Wait: cfg.LockWait, Extend: cfg.LockExtend, Poll: cfg.LockPoll, Attempts: versionAttempts,
+		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
+	}, metrics)
+	s.register(hybrid, false)
+	s.register(hybrid.UnguardedTwin(), true)
 	for _, unguarded := range []bool{false, true} {
-		s.register(lockstrategy.NewHybrid(b.Store, s.admission, rs, lockstrategy.HybridOptions{
-			TTL: cfg.LockTTL, Wait: cfg.LockWait, Extend: cfg.LockExtend, Poll: cfg.LockPoll, Attempts: versionAttempts,
-			Batch: cfg.GroupCommit, Hooks: cfg.Hooks, Unguarded: unguarded,
-		}, metrics), unguarded)
 		if b.Etcd != nil {
 			// A session of its own: two mutexes on one session do not exclude each other.
 			s.register(lockstrategy.NewEtcd(b.Etcd, b.Store, lockstrategy.EtcdOptions{
