@@ -3,10 +3,7 @@ package backendtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisserver"
 )
 
 var (
@@ -79,13 +77,12 @@ func deleteRedisKeys(sku string) {
 	_ = c.Del(context.Background(), prefix+"stock", prefix+"buyers", prefix+"lock", prefix+"reservations", prefix+"reserved").Err()
 }
 
-// RedisProcess is a redis-server of the test's own, for faults that must not touch the shared
-// one: kill it, restart it, flush it.
+// RedisProcess is a redis-server of the test's own (redisserver), for faults that must not touch
+// the shared one: kill it, restart it, flush it.
 type RedisProcess struct {
 	Addr string
 	t    testing.TB
-	port int
-	cmd  *exec.Cmd
+	srv  *redisserver.Server
 }
 
 // StartRedis starts a throwaway redis-server on a free loopback port, stopped in t.Cleanup. Without
@@ -93,18 +90,15 @@ type RedisProcess struct {
 // otherwise.
 func StartRedis(t testing.TB) *RedisProcess {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	if err := redisserver.Available(); err != nil {
 		if Required() {
 			t.Fatalf("redis-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1) but not installed: %v", err)
 		}
 		t.Skipf("redis-server not installed: this fault test needs a Redis process of its own: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	servers, err := redisserver.Start(t.TempDir(), 1)
 	require.NoError(t, err)
-	port := ln.Addr().(*net.TCPAddr).Port
-	require.NoError(t, ln.Close())
-	p := &RedisProcess{Addr: fmt.Sprintf("127.0.0.1:%d", port), t: t, port: port}
-	p.Start()
+	p := &RedisProcess{Addr: servers[0].Addr(), t: t, srv: servers[0]}
 	t.Cleanup(p.Kill)
 	return p
 }
@@ -112,24 +106,8 @@ func StartRedis(t testing.TB) *RedisProcess {
 // Start starts (or restarts) the server on its port, empty, and waits until it answers.
 func (p *RedisProcess) Start() {
 	p.t.Helper()
-	p.cmd = exec.Command("redis-server", "--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
-	require.NoError(p.t, p.cmd.Start())
-	c := redis.NewClient(&redis.Options{Addr: p.Addr})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
-		require.True(p.t, time.Now().Before(deadline), "redis-server on %s did not answer in 10s", p.Addr)
-		time.Sleep(20 * time.Millisecond)
-	}
+	require.NoError(p.t, p.srv.Start())
 }
 
 // Kill stops the server abruptly (SIGKILL), as a crash would.
-func (p *RedisProcess) Kill() {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
-	p.cmd = nil
-}
+func (p *RedisProcess) Kill() { p.srv.Kill() }

@@ -2,6 +2,7 @@ package stock_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -16,25 +17,14 @@ import (
 // it, a connection of the pool held all the while, until the request gives up; NOWAIT answers
 // busy at once. Once the row is free, either places the order, holding the row for hold first.
 func TestPlaceOneForUpdate(t *testing.T) {
-	if backendtest.Dialect(t) != stock.MySQL {
-		if backendtest.Required() {
-			t.Fatal("this test needs MariaDB")
-		}
-		t.Skip("the embedded store has no row locks")
-	}
+	needMySQL(t, "the embedded store has no row locks")
 	ctx := context.Background()
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 5, 1)
-	other, err := backendtest.SQL(t).Conn(ctx)
-	require.NoError(t, err)
-	defer other.Close()
-	_, err = other.ExecContext(ctx, "BEGIN")
-	require.NoError(t, err)
-	_, err = other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", sku)
-	require.NoError(t, err)
+	other := holdRow(t, sku)
 
 	start := time.Now()
-	_, err = s.PlaceOneForUpdate(ctx, order(sku, "u1"), stock.NoWait, 0)
+	_, err := s.PlaceOneForUpdate(ctx, order(sku, "u1"), stock.NoWait, 0)
 	assert.ErrorIs(t, err, stock.ErrBusy, "NOWAIT: busy while another transaction has the row")
 	assert.Less(t, time.Since(start), time.Second, "at once")
 
@@ -67,22 +57,11 @@ func TestPlaceOneForUpdate(t *testing.T) {
 // its request gives up; once the row is free it takes and releases it, and the row is free
 // again for the other client at once. A missing product is ErrNotFound.
 func TestLockRow(t *testing.T) {
-	if backendtest.Dialect(t) != stock.MySQL {
-		if backendtest.Required() {
-			t.Fatal("this test needs MariaDB")
-		}
-		t.Skip("the embedded store has no row locks")
-	}
+	needMySQL(t, "the embedded store has no row locks")
 	ctx := context.Background()
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 5, 1)
-	other, err := backendtest.SQL(t).Conn(ctx)
-	require.NoError(t, err)
-	defer other.Close()
-	_, err = other.ExecContext(ctx, "BEGIN")
-	require.NoError(t, err)
-	_, err = other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", sku)
-	require.NoError(t, err)
+	other := holdRow(t, sku)
 
 	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
@@ -90,7 +69,7 @@ func TestLockRow(t *testing.T) {
 	assert.ErrorIs(t, s.LockRow(waitCtx, sku), context.DeadlineExceeded, "it waits for the held row until the request gives up")
 	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 
-	_, err = other.ExecContext(ctx, "ROLLBACK")
+	_, err := other.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
 	require.NoError(t, s.LockRow(ctx, sku))
 	// The commit released it: another transaction's NOWAIT finds the row free.
@@ -102,4 +81,31 @@ func TestLockRow(t *testing.T) {
 	require.NoError(t, err)
 
 	assert.ErrorIs(t, s.LockRow(ctx, sku+"-missing"), stock.ErrNotFound)
+}
+
+// needMySQL skips the test, saying why, on the embedded store — or fails it when backends are
+// required.
+func needMySQL(t *testing.T, why string) {
+	t.Helper()
+	if backendtest.Dialect(t) != stock.MySQL {
+		if backendtest.Required() {
+			t.Fatal("this test needs MariaDB")
+		}
+		t.Skip(why)
+	}
+}
+
+// holdRow takes sku's product row in a transaction of another client, and returns that
+// client's connection, closed at cleanup: ROLLBACK on it frees the row.
+func holdRow(t *testing.T, sku string) *sql.Conn {
+	t.Helper()
+	ctx := context.Background()
+	other, err := backendtest.SQL(t).Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	_, err = other.ExecContext(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", sku)
+	require.NoError(t, err)
+	return other
 }

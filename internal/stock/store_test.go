@@ -208,12 +208,7 @@ func TestIdempotencyKeyIsUnique(t *testing.T) {
 // transaction after the store's bound, another store's write goes through, and the frozen
 // holder's write never lands.
 func TestIdleTransactionReleasesRow(t *testing.T) {
-	if backendtest.Dialect(t) != stock.MySQL {
-		if backendtest.Required() {
-			t.Fatal("this test needs MariaDB")
-		}
-		t.Skip("the embedded store has no idle-transaction bound (one process, one writer)")
-	}
+	needMySQL(t, "the embedded store has no idle-transaction bound (one process, one writer)")
 	ctx := context.Background()
 	holder, other := backendtest.Store(t), backendtest.Store(t)
 	sku := newProduct(t, holder, 5, 1)
