@@ -36,10 +36,10 @@ func openStore(ctx context.Context, cfg *config, stdout io.Writer) (*stock.Store
 	return store, nil
 }
 
-// redisBackend is the Redis side of an instance: a client per configured address — the first
+// redisBackend is the Redis side of an instance: the clients of the configured mode — the first
 // also holds the admission state, all of them vote on locks — or one embedded Redis.
 type redisBackend struct {
-	clients  []*redis.Client
+	clients  []redis.UniversalClient
 	embedded *miniredis.Miniredis
 }
 
@@ -57,18 +57,20 @@ func openRedis(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Log
 		}
 		addrs = []string{b.embedded.Addr()}
 		fmt.Fprintf(stdout, "redis: embedded (miniredis) at %s (set SECKILL_REDIS_ADDRS for real Redis)\n", b.embedded.Addr())
-	} else if len(addrs) == 1 {
-		fmt.Fprintf(stdout, "redis: %s (SECKILL_REDIS_ADDRS)\n", addrs[0])
 	} else {
-		fmt.Fprintf(stdout, "redis: %d independent instances, locks by quorum of %d (Redlock); admission on %s\n",
-			len(addrs), len(addrs)/2+1, addrs[0])
+		fmt.Fprintf(stdout, "redis: %s (SECKILL_REDIS_ADDRS, SECKILL_REDIS_MODE)\n", redisText(cfg))
 	}
-	for _, addr := range addrs {
-		c := lockstrategy.NewRedisClient(addr)
-		if err := c.Ping(ctx).Err(); err != nil {
-			log.Warn("redis does not answer at start; hybrid orders take the database-guarded path until it does", "addr", addr, "err", err)
+	clients, err := lockstrategy.NewRedisClients(cfg.RedisMode, addrs, cfg.RedisMaster)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.clients = clients
+	for _, c := range clients {
+		if err := lockstrategy.PingRedis(c)(ctx); err != nil {
+			log.Warn("redis does not answer at start; hybrid orders take the database-guarded path until it does",
+				"redis", lockstrategy.RedisCheckName(c), "err", err)
 		}
-		b.clients = append(b.clients, c)
 	}
 	return b, nil
 }
@@ -80,6 +82,21 @@ func (b *redisBackend) Close() {
 	if b.embedded != nil {
 		b.embedded.Close()
 	}
+}
+
+// redisText says what the configured Redis is, and what a lock is on it.
+func redisText(cfg *config) string {
+	addrs := strings.Join(cfg.RedisAddrs, ",")
+	switch cfg.RedisMode {
+	case lockstrategy.RedisRedlock:
+		return fmt.Sprintf("%d independent instances %s, locks by quorum of %d (Redlock); admission on %s",
+			len(cfg.RedisAddrs), addrs, len(cfg.RedisAddrs)/2+1, cfg.RedisAddrs[0])
+	case lockstrategy.RedisCluster:
+		return "Redis Cluster, seed nodes " + addrs + "; each SKU's keys on the master of its hash tag's slot"
+	case lockstrategy.RedisSentinel:
+		return fmt.Sprintf("the master Sentinels %s name for %q", addrs, cfg.RedisMaster)
+	}
+	return addrs
 }
 
 // etcdBackend is the etcd side of an instance: a client, and the in-process server when none

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/service"
 )
 
@@ -24,6 +25,8 @@ type config struct {
 	DBMaxConns      int
 	DBIdleTx        time.Duration
 	RedisAddrs      []string
+	RedisMode       lockstrategy.RedisMode // "" until validated: then the mode the addresses default to
+	RedisMaster     string
 	EtcdEndpoints   []string
 	ZKServers       []string
 	AdminToken      string
@@ -62,6 +65,10 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 		"MySQL/MariaDB: the server ends a transaction of this instance idle this long (a frozen holder's row lock); whole seconds")
 	fs.Var((*list)(&c.RedisAddrs), "redis-addrs",
 		"comma-separated Redis host:port; several = independent instances locked by quorum (Redlock); empty: an embedded Redis")
+	redisMode := fs.String("redis-mode", "",
+		"what the Redis addresses are: single, redlock (independent instances, quorum), cluster (seed nodes of a Redis Cluster), "+
+			"sentinel (Sentinels); empty: single for one address, redlock for several")
+	fs.StringVar(&c.RedisMaster, "redis-master", "", "the master name the Sentinels monitor (redis-mode sentinel)")
 	fs.Var((*list)(&c.EtcdEndpoints), "etcd-endpoints", "comma-separated etcd client URLs; empty: an etcd server embedded in the process")
 	fs.Var((*list)(&c.ZKServers), "zk-servers",
 		"comma-separated ZooKeeper host:port of one ensemble, for the zookeeper strategy (session timeout: the lock TTL); empty: not offered")
@@ -112,6 +119,17 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 			if _, _, err := net.SplitHostPort(addr); err != nil {
 				return nil, fmt.Errorf("%s: %q: %w", envName(name), addr, err)
 			}
+		}
+	}
+	if len(c.RedisAddrs) == 0 && (*redisMode != "" || c.RedisMaster != "") {
+		return nil, errors.New("redis-mode and redis-master need redis-addrs: the embedded Redis is a single one")
+	}
+	if c.RedisMode, err = lockstrategy.ParseRedisMode(*redisMode, len(c.RedisAddrs)); err != nil {
+		return nil, err
+	}
+	if len(c.RedisAddrs) > 0 {
+		if err := c.RedisMode.Check(c.RedisAddrs, c.RedisMaster); err != nil {
+			return nil, err
 		}
 	}
 	if sc.GroupCommit < 0 {

@@ -68,15 +68,20 @@ func TestConfigRejects(t *testing.T) {
 		env  map[string]string
 		args []string
 	}{
-		"bad bool env":      {env: map[string]string{"SECKILL_ALLOW_UNSAFE": "maybe"}},
-		"bad duration env":  {env: map[string]string{"SECKILL_LOCK_TTL": "soon"}},
-		"zero duration":     {args: []string{"-lock-wait", "0s"}},
-		"unknown flag":      {args: []string{"-nope"}},
-		"stray argument":    {args: []string{"extra"}},
-		"unknown logformat": {env: map[string]string{"SECKILL_LOG_FORMAT": "xml"}},
-		"negative rate":     {args: []string{"-rate-limit", "-1"}},
-		"negative batch":    {args: []string{"-group-commit", "-1"}},
-		"negative flag ttl": {args: []string{"-sold-out-flag", "-1s"}},
+		"bad bool env":       {env: map[string]string{"SECKILL_ALLOW_UNSAFE": "maybe"}},
+		"bad duration env":   {env: map[string]string{"SECKILL_LOCK_TTL": "soon"}},
+		"zero duration":      {args: []string{"-lock-wait", "0s"}},
+		"unknown flag":       {args: []string{"-nope"}},
+		"stray argument":     {args: []string{"extra"}},
+		"unknown logformat":  {env: map[string]string{"SECKILL_LOG_FORMAT": "xml"}},
+		"negative rate":      {args: []string{"-rate-limit", "-1"}},
+		"negative batch":     {args: []string{"-group-commit", "-1"}},
+		"negative flag ttl":  {args: []string{"-sold-out-flag", "-1s"}},
+		"unknown redis mode": {env: map[string]string{"SECKILL_REDIS_ADDRS": "127.0.0.1:6379", "SECKILL_REDIS_MODE": "ring"}},
+		"single, two addrs":  {env: map[string]string{"SECKILL_REDIS_ADDRS": "127.0.0.1:6379,127.0.0.1:6380", "SECKILL_REDIS_MODE": "single"}},
+		"sentinel, no name":  {env: map[string]string{"SECKILL_REDIS_ADDRS": "127.0.0.1:26379", "SECKILL_REDIS_MODE": "sentinel"}},
+		"name, not sentinel": {env: map[string]string{"SECKILL_REDIS_ADDRS": "127.0.0.1:6379", "SECKILL_REDIS_MASTER": "m1"}},
+		"mode, embedded":     {env: map[string]string{"SECKILL_REDIS_MODE": "cluster"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadConfig(tc.args, env(tc.env))

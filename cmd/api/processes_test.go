@@ -751,3 +751,36 @@ func TestProcessesLifecycleRaces(t *testing.T) {
 		})
 	}
 }
+
+// TestProcessesRedisModes runs the default strategy across three service processes configured
+// as users configure them — SECKILL_REDIS_MODE cluster over a six-node Redis Cluster's seed
+// nodes, and sentinel over three Sentinels with SECKILL_REDIS_MASTER — over HTTP: each process
+// is ready (its readiness names the mode's Redis), and the sale sells exactly its stock.
+func TestProcessesRedisModes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service and runs three processes; skipped with -short")
+	}
+	for _, mode := range []string{"cluster", "sentinel"} {
+		t.Run(mode, func(t *testing.T) {
+			env := []string{"SECKILL_REDIS_MODE=" + mode}
+			if mode == "cluster" {
+				env = append(env, "SECKILL_REDIS_ADDRS="+strings.Join(backendtest.StartRedisCluster(t).Addrs(), ","))
+			} else {
+				s := backendtest.StartRedisSentinel(t)
+				env = append(env, "SECKILL_REDIS_ADDRS="+strings.Join(s.SentinelAddrs(), ","), "SECKILL_REDIS_MASTER="+s.Name)
+			}
+			procs := startThree(t, env...)
+			for _, p := range procs {
+				var ready map[string]any
+				require.Equal(t, http.StatusOK, p.call(t, "GET", "/readyz", "", &ready), "readiness: %v", ready)
+				assert.Contains(t, fmt.Sprint(ready), "redis "+mode)
+			}
+			const units, buyers, clients = 50, 150, 24
+			sku := putOnSale(t, procs[0], units)
+			res := loadHTTP(t, procs, sku, "hybrid", userRange{0, buyers}, clients, httpFault{})
+			assert.Zero(t, res.transportErrors)
+			assertSoldThrough(t, res, sku, units, buyers)
+			assert.Zero(t, scrape(t, procs, "seckill_redis_fallbacks_total"), "Redis admitted every order")
+		})
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/lockstrategy"
@@ -20,9 +19,13 @@ import (
 // Wiring says which backends an instance connects to; a zero field means the process's test
 // backend (with a pool or client of the instance's own, as a separate instance would have).
 type Wiring struct {
-	Store         *stock.Store // default: Store(t)
-	RedisAddrs    []string     // default: the shared test Redis; several: Redlock
-	EtcdEndpoints []string     // default: the process's etcd
+	Store      *stock.Store // default: Store(t)
+	RedisAddrs []string     // default: the shared test Redis; several: Redlock
+	// RedisMode says what RedisAddrs are (lockstrategy.RedisMode); default: single for one
+	// address, redlock for several. RedisMaster is the master name of mode sentinel.
+	RedisMode     lockstrategy.RedisMode
+	RedisMaster   string
+	EtcdEndpoints []string // default: the process's etcd
 	// ZKServers is the ZooKeeper ensemble of the zookeeper strategy; default: none, as in
 	// cmd/api, and the strategy is not offered (ZooKeeperServers gives the process's own).
 	ZKServers []string
@@ -52,11 +55,13 @@ func NewInstance(t testing.TB, cfg service.Config, w Wiring) Instance {
 	if cfg.Instance == "" {
 		cfg.Instance = t.Name()
 	}
-	var clients []*redis.Client
-	for _, addr := range w.RedisAddrs {
-		c := lockstrategy.NewRedisClient(addr)
+	if w.RedisMode == "" {
+		w.RedisMode, _ = lockstrategy.ParseRedisMode("", len(w.RedisAddrs))
+	}
+	clients, err := lockstrategy.NewRedisClients(w.RedisMode, w.RedisAddrs, w.RedisMaster)
+	require.NoError(t, err)
+	for _, c := range clients {
 		t.Cleanup(func() { _ = c.Close() })
-		clients = append(clients, c)
 	}
 	b := service.Backends{Store: w.Store, Redis: clients, Etcd: EtcdClient(t, w.EtcdEndpoints)}
 	if len(w.ZKServers) > 0 {

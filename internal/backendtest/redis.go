@@ -90,12 +90,7 @@ type RedisProcess struct {
 // otherwise.
 func StartRedis(t testing.TB) *RedisProcess {
 	t.Helper()
-	if err := redisserver.Available(); err != nil {
-		if Required() {
-			t.Fatalf("redis-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1) but not installed: %v", err)
-		}
-		t.Skipf("redis-server not installed: this fault test needs a Redis process of its own: %v", err)
-	}
+	needRedisServer(t, "a Redis process")
 	servers, err := redisserver.Start(t.TempDir(), 1)
 	require.NoError(t, err)
 	p := &RedisProcess{Addr: servers[0].Addr(), t: t, srv: servers[0]}
@@ -111,3 +106,39 @@ func (p *RedisProcess) Start() {
 
 // Kill stops the server abruptly (SIGKILL), as a crash would.
 func (p *RedisProcess) Kill() { p.srv.Kill() }
+
+// needRedisServer fails the test when backends are required and redis-server is missing, and
+// skips it (saying why) otherwise.
+func needRedisServer(t testing.TB, what string) {
+	t.Helper()
+	if err := redisserver.Available(); err != nil {
+		if Required() {
+			t.Fatalf("redis-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1) but not installed: %v", err)
+		}
+		t.Skipf("redis-server not installed: this test needs %s of its own: %v", what, err)
+	}
+}
+
+// StartRedisCluster starts a six-node Redis Cluster — three masters, a replica each — whose
+// replicas take over a master silent for a second; killed in t.Cleanup.
+func StartRedisCluster(t testing.TB) *redisserver.Cluster {
+	t.Helper()
+	needRedisServer(t, "a Redis Cluster")
+	c, err := redisserver.StartCluster(t.TempDir(), 3, 1, time.Second)
+	require.NoError(t, err)
+	t.Cleanup(c.Kill)
+	return c
+}
+
+// StartRedisSentinel starts a master, a replica and three Sentinels that promote the replica
+// once the master has been silent for a second, and waits until the Sentinels know the
+// replica; killed in t.Cleanup.
+func StartRedisSentinel(t testing.TB) *redisserver.SentinelSet {
+	t.Helper()
+	needRedisServer(t, "a Sentinel-managed Redis")
+	s, err := redisserver.StartSentinelSet(t.TempDir(), "seckill", time.Second)
+	require.NoError(t, err)
+	t.Cleanup(s.Kill)
+	require.NoError(t, s.WaitReplicated(context.Background(), 20*time.Second))
+	return s
+}

@@ -2,10 +2,8 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -70,128 +68,13 @@ type failedOver struct {
 	answers                     map[string]int // of the buyers while the old holder slept
 }
 
-// sentinelSet is a master, one replica, and three Sentinels watching the master.
-type sentinelSet struct {
-	master, replica *redisserver.Server
-	sentinels       []*redisserver.Server
-}
-
 const masterName = "lab"
 
-func startSentinelSet(dir string) (*sentinelSet, error) {
-	servers, err := redisserver.Start(dir, 1)
-	if err != nil {
-		return nil, err
-	}
-	s := &sentinelSet{master: servers[0]}
-	if s.replica, err = redisserver.StartReplica(dir, s.master.Addr()); err != nil {
-		s.stop()
-		return nil, err
-	}
-	if s.sentinels, err = redisserver.StartSentinels(dir, 3, masterName, s.master.Addr(), 500*time.Millisecond); err != nil {
-		s.stop()
-		return nil, err
-	}
-	return s, nil
-}
-
-func (s *sentinelSet) stop() {
-	redisserver.Kill(s.sentinels...)
-	if s.replica != nil {
-		s.replica.Kill()
-	}
-	s.master.Kill()
-}
-
-// client is a client that finds the master through the Sentinels, as a service instance in
-// Sentinel mode connects.
-func (s *sentinelSet) client() *redis.Client {
-	return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: masterName, SentinelAddrs: redisserver.Addrs(s.sentinels...),
+// sentinelClient is a client that finds the master through set's Sentinels, as a service
+// instance in Sentinel mode connects.
+func sentinelClient(set *redisserver.SentinelSet) *redis.Client {
+	return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: set.Name, SentinelAddrs: set.SentinelAddrs(),
 		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, ContextTimeoutEnabled: true})
-}
-
-// cutReplication ends the replica's stream from the master and keeps it from coming back: the
-// replica is told a password for its master, which has none, so every reconnection fails at
-// AUTH. What the master writes from now on never reaches the replica. (A proxy on the link would
-// not do: the Sentinels see the replica following another address and point it straight at the
-// master.) The replica has been cut off for only a moment when the master dies, so the Sentinels
-// still take it as a good replica to promote: they pass over one cut off for longer than ten
-// times the down-after period.
-func (s *sentinelSet) cutReplication(ctx context.Context) error {
-	r := s.replica.Client()
-	defer r.Close()
-	if err := r.ConfigSet(ctx, "masterauth", "cut").Err(); err != nil {
-		return err
-	}
-	if err := r.Do(ctx, "CLIENT", "KILL", "TYPE", "master").Err(); err != nil {
-		return err
-	}
-	_, ok, err := waitFor(ctx, 5*time.Second, 10*time.Millisecond, func() (bool, error) {
-		info, err := r.Info(ctx, "replication").Result()
-		return err == nil && infoField(info, "master_link_status") == "down", err
-	})
-	if err == nil && !ok {
-		err = errors.New("the replica's link to its master did not go down")
-	}
-	return err
-}
-
-// waitReplicated waits until the replica has everything the master wrote, and every Sentinel
-// knows the replica.
-func (s *sentinelSet) waitReplicated(ctx context.Context) error {
-	m, r := s.master.Client(), s.replica.Client()
-	defer m.Close()
-	defer r.Close()
-	_, ok, err := waitFor(ctx, 15*time.Second, 20*time.Millisecond, func() (bool, error) {
-		mi, err := m.Info(ctx, "replication").Result()
-		if err != nil {
-			return false, err
-		}
-		ri, err := r.Info(ctx, "replication").Result()
-		if err != nil {
-			return false, err
-		}
-		if !strings.Contains(ri, "master_link_status:up") || infoField(mi, "master_repl_offset") != infoField(ri, "slave_repl_offset") {
-			return false, nil
-		}
-		for _, sn := range s.sentinels {
-			c := sn.Client()
-			replicas, err := c.Do(ctx, "SENTINEL", "REPLICAS", masterName).Slice()
-			c.Close()
-			if err != nil || len(replicas) == 0 {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err == nil && !ok {
-		err = errors.New("the replica did not catch up, or the Sentinels did not find it, within 15 s")
-	}
-	return err
-}
-
-// waitPromoted waits until a Sentinel names the replica as the master.
-func (s *sentinelSet) waitPromoted(ctx context.Context) error {
-	c := s.sentinels[0].Client()
-	defer c.Close()
-	_, ok, err := waitFor(ctx, 20*time.Second, 20*time.Millisecond, func() (bool, error) {
-		addr, err := c.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName).StringSlice()
-		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == s.replica.Addr(), nil
-	})
-	if err == nil && !ok {
-		err = errors.New("the Sentinels did not promote the replica within 20 s")
-	}
-	return err
-}
-
-// infoField is one field of an INFO answer.
-func infoField(info, name string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // sellAcrossFailover: three instances on the Sentinel-managed Redis; units put on sale and
@@ -205,11 +88,11 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku, strategy string, uni
 		return failedOver{}, err
 	}
 	defer os.RemoveAll(dir)
-	set, err := startSentinelSet(dir)
+	set, err := redisserver.StartSentinelSet(dir, masterName, 500*time.Millisecond)
 	if err != nil {
 		return failedOver{}, err
 	}
-	defer set.stop()
+	defer set.Kill()
 
 	held := newHoldOpen()
 	cfg := labConfig(strategy)
@@ -218,7 +101,7 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku, strategy string, uni
 	cfg.Hooks.InSection = held.hook
 	var insts []*instance
 	for range 3 {
-		inst, err := env.newInstanceOn(cfg, set.client(), nil, 0)
+		inst, err := env.newInstanceOn(cfg, sentinelClient(set), nil, 0)
 		if err != nil {
 			return failedOver{}, err
 		}
@@ -229,10 +112,10 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku, strategy string, uni
 	if _, err := others[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1}); err != nil {
 		return failedOver{}, err
 	}
-	if err := set.waitReplicated(ctx); err != nil {
+	if err := set.WaitReplicated(ctx, 15*time.Second); err != nil {
 		return failedOver{}, err
 	}
-	if err := set.cutReplication(ctx); err != nil {
+	if err := set.CutReplication(ctx); err != nil {
 		return failedOver{}, err
 	}
 	buy := buyer(ctx, sku, strategy)
@@ -240,9 +123,9 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku, strategy string, uni
 	if err != nil {
 		return failedOver{}, err
 	}
-	set.master.Kill()
+	set.Master.Kill()
 	killed := time.Now()
-	if err := set.waitPromoted(ctx); err != nil {
+	if err := set.WaitPromoted(ctx, 20*time.Second); err != nil {
 		return failedOver{}, err
 	}
 	out := failedOver{promotedIn: time.Since(killed)}

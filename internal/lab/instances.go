@@ -35,7 +35,7 @@ func (e *Env) newInstance(cfg service.Config, zkServers []string, zkSession time
 func (e *Env) newInstanceOn(cfg service.Config, rdb *redis.Client, zkServers []string, zkSession time.Duration) (*instance, error) {
 	inst := &instance{metrics: prometheus.NewRegistry()}
 	inst.closers = append(inst.closers, rdb.Close)
-	b := service.Backends{Store: e.Store, Redis: []*redis.Client{rdb}}
+	b := service.Backends{Store: e.Store, Redis: []redis.UniversalClient{rdb}}
 	if len(zkServers) > 0 {
 		conn, err := lockstrategy.NewZooKeeperConn(zkServers, zkSession, e.Log)
 		if err != nil {

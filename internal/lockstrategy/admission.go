@@ -61,15 +61,22 @@ func NewRedisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:                  addr,
 		ContextTimeoutEnabled: true,
-		DialTimeout:           500 * time.Millisecond,
+		DialTimeout:           dialTimeout,
 		DialerRetries:         1,
 		DialerRetryTimeout:    10 * time.Millisecond,
-		ReadTimeout:           500 * time.Millisecond,
-		WriteTimeout:          500 * time.Millisecond,
+		ReadTimeout:           ioTimeout,
+		WriteTimeout:          ioTimeout,
 		MaxRetries:            -1,
-		PoolSize:              64,
+		PoolSize:              poolSize,
 	})
 }
+
+// The timeouts and pool size of every Redis client (NewRedisClient, NewRedisClients).
+const (
+	dialTimeout = 500 * time.Millisecond
+	ioTimeout   = 500 * time.Millisecond
+	poolSize    = 64
+)
 
 // Admission is the Redis fast path of a sale: a counter pre-deducted atomically with the set of
 // admitted buyers (one Lua script), so that sold-out and repeat buyers are answered without
@@ -89,7 +96,7 @@ func NewRedisClient(addr string) *redis.Client {
 // I/O, so an outage costs one timeout per cooldown, not one per order; after the cooldown the
 // next order probes Redis again, and admission resumes by itself.
 type Admission struct {
-	client    *redis.Client
+	client    redis.UniversalClient
 	store     *stock.Store
 	log       *slog.Logger
 	cooldown  time.Duration
@@ -112,7 +119,7 @@ const sweepGrace = time.Second
 
 // NewAdmission returns the admission over client, warming from store. lease is how long an
 // admitted order's reservation holds its units before the sweeper may return them.
-func NewAdmission(client *redis.Client, store *stock.Store, lease time.Duration, log *slog.Logger, reg prometheus.Registerer) *Admission {
+func NewAdmission(client redis.UniversalClient, store *stock.Store, lease time.Duration, log *slog.Logger, reg prometheus.Registerer) *Admission {
 	a := &Admission{
 		client:   client,
 		store:    store,

@@ -18,7 +18,7 @@ const releasedChannel = "seckill:locks:released"
 // Pub/sub may drop a message (a reconnect, a slow subscriber): polling stays as the fallback, so
 // a lost message costs one polling interval, never correctness.
 type releases struct {
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	ps  *redis.PubSub
 
 	mu    sync.Mutex
@@ -26,7 +26,7 @@ type releases struct {
 	done  chan struct{}
 }
 
-func newReleases(rdb *redis.Client) *releases {
+func newReleases(rdb redis.UniversalClient) *releases {
 	r := &releases{rdb: rdb, ps: rdb.Subscribe(context.Background(), releasedChannel),
 		woken: map[string]chan struct{}{}, done: make(chan struct{})}
 	go func() {

@@ -52,18 +52,22 @@ func bothWays(strategy string) []variant {
 	return []variant{{strategy, config(strategy)}, {strategy + "/one-per-section", one}}
 }
 
-// sellThroughMemberLoss runs the shared suite's sale under strategy, both ways, each on a fresh
-// cluster of its lock service that start brings up — returning the wiring to it and the fault
-// that takes one member down (what it does, for the log) — injected mid-sale: exactly the stock sells, the
-// rest hear sold_out, and the history fits one product's stock.
-func sellThroughMemberLoss(t *testing.T, strategy, what string, start func(t *testing.T) (backendtest.Wiring, func())) {
+// sellThroughMemberLoss runs the shared suite's sale of a product sku under strategy, both ways,
+// each on a fresh cluster of its lock service that start brings up — returning the wiring to it
+// and the fault that takes one member down (what it does, for the log) — injected mid-sale:
+// exactly the stock sells, the rest hear sold_out, and the history fits one product's stock.
+// What became of the locks is logged: lost by their holders, and orders that took the
+// database-guarded path while Redis was unreachable.
+func sellThroughMemberLoss(t *testing.T, strategy, what string, start func(t *testing.T, sku string) (backendtest.Wiring, func())) {
 	for _, v := range bothWays(strategy) {
 		t.Run(v.name, func(t *testing.T) {
-			w, inject := start(t)
-			insts := newInstances(t, instances, v.cfg, w)
 			sku := backendtest.SKU(t)
+			w, inject := start(t, sku)
+			insts := newInstances(t, instances, v.cfg, w)
 			res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: inject})
-			t.Logf("%s, %s mid-sale: outcomes %v after %d busy retries", v.name, what, res.outcome, res.retries)
+			t.Logf("%s, %s mid-sale: outcomes %v after %d busy retries; locks lost by holders %.0f, Redis fallbacks %.0f",
+				v.name, what, res.outcome, res.retries, backendtest.Counter(t, "seckill_lock_lost_total", nil, insts...),
+				backendtest.Counter(t, "seckill_redis_fallbacks_total", nil, insts...))
 			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 			assertLinearizable(t, units, res)
@@ -114,7 +118,7 @@ type saleResult struct {
 	cancelled int           // orders placed and cancelled at once
 	outcome   map[string]int
 	retries   int
-	history   []porcupine.Operation // every attempt: call, return, outcome
+	history   []porcupine.Operation // every purchase (a buyer's attempts) and cancel: call, return, outcome
 }
 
 // sell runs one flash sale on instances independent instances of cfg.
@@ -168,14 +172,13 @@ func wave(t *testing.T, insts []backendtest.Instance, sku string, from, to int, 
 			strategy, _ := inst.Resolve("") // the default: never an error
 			req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("user-%03d", i), Quantity: 1, Strategy: strategy}
 			<-start
+			// A buyer's attempts are one operation of the history, from the first's call to
+			// the last's return, with the last's answer: a busy attempt held its buyer's unit in
+			// admission while it waited (given back when it ended busy), so others heard
+			// sold_out meanwhile — right, for a unit that buyer then bought on its retry.
+			first := time.Since(origin).Nanoseconds()
 			for {
-				call := time.Since(origin).Nanoseconds()
 				order, _, err := inst.PlaceOrder(ctx, req)
-				ret := time.Since(origin).Nanoseconds()
-				mu.Lock()
-				res.history = append(res.history, porcupine.Operation{ClientId: i, Input: req.Quantity, Call: call,
-					Output: stock.Code(err), Return: ret})
-				mu.Unlock()
 				if errors.Is(err, stock.ErrBusy) && ctx.Err() == nil {
 					mu.Lock()
 					res.retries++
@@ -184,6 +187,8 @@ func wave(t *testing.T, insts []backendtest.Instance, sku string, from, to int, 
 					continue
 				}
 				mu.Lock()
+				res.history = append(res.history, porcupine.Operation{ClientId: i, Input: req.Quantity, Call: first,
+					Output: stock.Code(err), Return: time.Since(origin).Nanoseconds()})
 				res.outcome[stock.Code(err)]++
 				cancel := false
 				if err == nil {

@@ -230,7 +230,7 @@ func placeRetrying(t *testing.T, inst backendtest.Instance, r stock.OrderRequest
 // the two left elect a new one and keep a quorum, the sessions move to them, locks keep being
 // granted, nothing is oversold.
 func TestZooKeeperEnsembleMemberStopped(t *testing.T) {
-	sellThroughMemberLoss(t, "zookeeper", "the leader of three killed", func(t *testing.T) (backendtest.Wiring, func()) {
+	sellThroughMemberLoss(t, "zookeeper", "the leader of three killed", func(t *testing.T, _ string) (backendtest.Wiring, func()) {
 		members := backendtest.StartZooKeeperEnsemble(t, 3)
 		leader := members[0]
 		for _, m := range members {

@@ -60,7 +60,8 @@ type Backends struct {
 	Store *stock.Store
 	// Redis holds admission state, release messages and sold-out resets on the first client;
 	// locks are taken on all of them (more than one: independent instances, a quorum — Redlock).
-	Redis []*redis.Client
+	// One client may be a Cluster or a Sentinel-managed master (lockstrategy.NewRedisClients).
+	Redis []redis.UniversalClient
 	// Etcd serves the etcd strategy; nil: the strategy is not offered.
 	Etcd *clientv3.Client
 	// ZooKeeper is this instance's session, for the zookeeper strategy; nil: the strategy is
@@ -128,7 +129,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	pools := make([]redsyncredis.Pool, len(b.Redis))
 	for i, c := range b.Redis {
 		pools[i] = goredis.NewPool(c)
-		s.checks = append(s.checks, Check{Name: "redis " + c.Options().Addr, Ping: pingRedis(c)})
+		s.checks = append(s.checks, Check{Name: lockstrategy.RedisCheckName(c), Ping: lockstrategy.PingRedis(c)})
 	}
 
 	// Each lock strategy is registered twice: guarded, and unguarded — the same lock with the
@@ -177,10 +178,6 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		return nil, fmt.Errorf("strategy: %w", err)
 	}
 	return s, nil
-}
-
-func pingRedis(c *redis.Client) func(context.Context) error {
-	return func(ctx context.Context) error { return c.Ping(ctx).Err() }
 }
 
 // pingEtcd is a linearizable read, which needs a quorum.

@@ -37,7 +37,7 @@ const maxFlagBuyers = 100_000
 // (still zero, and the same version: no sale since, so the same buyers) or drops it.
 type SoldOut struct {
 	store *stock.Store
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	ttl   time.Duration
 	log   *slog.Logger
 
@@ -66,7 +66,7 @@ type soldOutFlag struct {
 // NewSoldOut starts the flags of one instance: it subscribes to product resets on rdb (the
 // Redis that holds admission state). ttl bounds how long a flag is trusted without a database
 // check; onReset, when set, is told of every reset heard. Close stops it.
-func NewSoldOut(rdb *redis.Client, store *stock.Store, ttl time.Duration, onReset func(sku string), log *slog.Logger,
+func NewSoldOut(rdb redis.UniversalClient, store *stock.Store, ttl time.Duration, onReset func(sku string), log *slog.Logger,
 	reg prometheus.Registerer) *SoldOut {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &SoldOut{
