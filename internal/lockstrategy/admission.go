@@ -462,6 +462,7 @@ type State struct {
 	Stock        *int64 // the counter; nil when there is none
 	Reservations int64  // reservations in flight: admitted, neither settled, given back nor swept
 	Reserved     int64  // their units
+	Live         int64  // the units of those whose lease has not ended, by Redis's clock
 }
 
 // State reads sku's admission state in one step.
@@ -480,6 +481,7 @@ func (a *Admission) State(ctx context.Context, sku string) (State, error) {
 	}
 	st.Reservations, _ = v[1].(int64)
 	st.Reserved, _ = v[2].(int64)
+	st.Live, _ = v[3].(int64)
 	return st, nil
 }
 

@@ -121,6 +121,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		Help: "Units of cancelled and expired orders given back to Redis admission by this instance's relay.",
 	})
 	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.restocked)
+	reg.MustRegister(newStranded(s.admission, b.Store, cfg.ReservationLease, log))
 	s.catalog = newCatalog(b.Store, time.Second)
 	if cfg.SoldOutFlag > 0 {
 		s.soldOut = NewSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)

@@ -1,0 +1,96 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// strandedTimeout bounds one scrape's reads, so that a slow backend delays a scrape, never
+// hangs it.
+const strandedTimeout = 2 * time.Second
+
+// stranded exports, per product, the units the database has that Redis admission holds back,
+// computed when /metrics is scraped. The README's promise of no stranded stock is that such
+// units come back on sale by themselves within a bound; this is what shows whether they do.
+//
+// Held back (the audit's held_back) is also what every order in flight holds: under a busy sale
+// it is above zero at nearly every instant, with different reservations each time, so an alert
+// on it would fire during every long sale. Stranded units are the held-back units that no live
+// reservation explains: reservations whose lease has ended (their order can no longer be
+// written: the section is cut off at the lease) and units the database got back that the relay
+// has not yet given admission. The sweeper returns the first within its grace and a sweep,
+// the relay the second within a second, so stranded units that stay are the bug.
+//
+// The products are those the sweeper watches (the ones this instance admitted orders for
+// within its window, see Service.sweep): a product on sale now, not the catalogue, so the sku
+// label stays as small as the set of live sales. Every instance on the same backends reports
+// the same value for a product it watches: aggregate with max by (sku), not sum.
+type stranded struct {
+	admission *lockstrategy.Admission
+	store     *stock.Store
+	window    time.Duration
+	log       *slog.Logger
+	heldBack  *prometheus.Desc
+	stranded  *prometheus.Desc
+}
+
+func newStranded(admission *lockstrategy.Admission, store *stock.Store, lease time.Duration, log *slog.Logger) *stranded {
+	return &stranded{
+		admission: admission,
+		store:     store,
+		window:    10 * lease, // the sweeper's window: Recent prunes older products, so both must ask alike
+		log:       log,
+		heldBack: prometheus.NewDesc("seckill_admission_held_back_units",
+			"Units the database has that Redis admission does not offer (the audit's held_back): those of orders in flight, and any stranded.",
+			[]string{"sku"}, nil),
+		stranded: prometheus.NewDesc("seckill_admission_stranded_units",
+			"Held-back units that no live reservation explains: reservations past their lease, units returned by the database and not yet relayed. The sweeper and the relay bring them back within seconds; units that stay are stranded stock.",
+			[]string{"sku"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *stranded) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.heldBack
+	ch <- c.stranded
+}
+
+// Collect implements prometheus.Collector. A product whose state cannot be read is left out of
+// this scrape rather than reported as zero: a zero would say "nothing stranded" when nothing is
+// known.
+func (c *stranded) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), strandedTimeout)
+	defer cancel()
+	for _, sku := range c.admission.Recent(c.window) {
+		held, stranded, err := c.read(ctx, sku)
+		if err != nil {
+			c.log.Debug("held-back units not read; left out of this scrape", "sku", sku, "err", err)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.heldBack, prometheus.GaugeValue, float64(held), sku)
+		ch <- prometheus.MustNewConstMetric(c.stranded, prometheus.GaugeValue, float64(stranded), sku)
+	}
+}
+
+// read returns sku's held-back and stranded units. Redis is read before the database, so an order
+// written in between makes them smaller, never larger: its reservation was read as live and its
+// units are gone from the stock. The other order would count an order's units twice, held by
+// its reservation and then settled, and report stock stranded that is not.
+func (c *stranded) read(ctx context.Context, sku string) (held, stranded int64, err error) {
+	st, err := c.admission.State(ctx, sku)
+	if err != nil {
+		return 0, 0, err
+	}
+	product, err := c.store.Product(ctx, sku)
+	if err != nil {
+		return 0, 0, err
+	}
+	held = Audit{Audit: stock.Audit{Stock: product.Stock}, Redis: &st}.HeldBack()
+	return held, max(0, held-st.Live), nil
+}
