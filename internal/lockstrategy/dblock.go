@@ -86,7 +86,7 @@ func (d *DBLock) section(ctx context.Context, sku string, take func() []stock.Or
 		}
 		return err
 	})
-	placed := placeVersioned(section, d.store, take(), d.opts.Attempts, d.metrics, d.Name(), d.opts.Hooks)
+	placed, _ := placeVersioned(section, d.store, take(), d.opts.Attempts, d.metrics, d.Name(), d.opts.Hooks, nil)
 	stop()
 	d.release(ctx, key, holder, locked)
 	abandoned(section, key, placed)
@@ -164,28 +164,87 @@ func (d *DBLock) unlock(ctx context.Context, key, holder string) bool {
 // every order at that version in one transaction (stock.Store.PlaceAt), retrying the whole batch
 // with a fresh read when another writer got there first — up to attempts times, then busy. It
 // never writes blind: each attempt either matches the version it read or writes nothing. The
-// InSection hook runs between the read and the write.
+// InSection hook runs between the read and the write. A batch whose buyers admission vouched for
+// skips the lookup of stored buyers on its first try (stock.Store.PlaceAdmitted).
+//
+// known, when not nil, is the product as the last writer left it (hybrid: handed over with the
+// lock, releases.go), taken instead of the first read when every order of the batch fits in its
+// stock: one query fewer inside the lock. It is only a hint — a stale one fails the version check
+// like any stale read, and the batch reads again at no cost to its attempts — and it is never
+// trusted to refuse an order on its own: a cancel gives units back without moving the version, so
+// a batch that does not fit reads the row, and a batch that would write nothing (every order
+// refused: a new round's limits, a window) checks no version, so it reads the row and decides
+// again. It returns the answers and the product as this section
+// left it (nil when it wrote nothing it can vouch for).
 func placeVersioned(ctx context.Context, store *stock.Store, reqs []stock.OrderRequest, attempts int,
-	metrics *LockMetrics, strategy string, hooks Hooks) []stock.Placed {
+	metrics *LockMetrics, strategy string, hooks Hooks, known *stock.Product) ([]stock.Placed, *stock.Product) {
 	if len(reqs) == 0 {
-		return nil
+		return nil, nil
 	}
-	for i := 1; ; i++ {
-		read, err := store.Product(ctx, reqs[0].SKU)
-		if err != nil {
-			return failAll(len(reqs), err)
+	var asked int64
+	for _, r := range reqs {
+		asked += int64(r.Quantity)
+	}
+	for i := 1; ; {
+		var (
+			read     stock.Product
+			err      error
+			snapshot = known != nil && known.Stock >= asked
+		)
+		if snapshot {
+			read = *known
+		} else if read, err = store.Product(ctx, reqs[0].SKU); err != nil {
+			return failAll(len(reqs), err), nil
 		}
+		known = nil
 		hooks.inSection(ctx, reqs)
-		placed, err := store.PlaceAt(ctx, reqs, read)
+		place := store.PlaceAt
+		if i == 1 && admitted(reqs) {
+			place = store.PlaceAdmitted
+		}
+		placed, err := place(ctx, reqs, read)
+		if err == nil && snapshot && after(read, placed).Version == read.Version {
+			continue // every order refused on the snapshot's word alone, no version checked: ask the row
+		}
 		if err == nil {
-			return placed
+			return placed, after(read, placed)
 		}
 		if !errors.Is(err, stock.ErrVersionConflict) {
-			return failAll(len(reqs), err)
+			return failAll(len(reqs), err), nil
+		}
+		if snapshot {
+			continue // older than the row: read it, as without one
 		}
 		if i >= attempts {
-			return failAll(len(reqs), fmt.Errorf("%d version conflicts on products/%s: %w", i, reqs[0].SKU, stock.ErrBusy))
+			return failAll(len(reqs), fmt.Errorf("%d version conflicts on products/%s: %w", i, reqs[0].SKU, stock.ErrBusy)), nil
 		}
 		metrics.retried(strategy)
+		i++
 	}
+}
+
+// after is the product as a batch placed at read left it: a new version and fewer units when it
+// sold any, else as read.
+func after(read stock.Product, placed []stock.Placed) *stock.Product {
+	var sold int64
+	for _, p := range placed {
+		if p.Err == nil {
+			sold += int64(p.Order.Quantity)
+		}
+	}
+	if sold > 0 {
+		read.Version++
+		read.Stock -= sold
+	}
+	return &read
+}
+
+// admitted says whether admission vouched for every buyer of reqs: each holds a reservation.
+func admitted(reqs []stock.OrderRequest) bool {
+	for _, r := range reqs {
+		if r.Reservation.ID == "" {
+			return false
+		}
+	}
+	return true
 }

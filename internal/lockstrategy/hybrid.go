@@ -151,14 +151,17 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 		return nil
 	})
 	reqs := take()
-	var placed []stock.Placed
+	var (
+		placed []stock.Placed
+		left   *stock.Product
+	)
 	if h.unguarded {
 		placed = lockedWrite(section, h.store, reqs, h.opts.Hooks)
 	} else {
-		placed = placeVersioned(section, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
+		placed, left = placeVersioned(section, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks, h.releases.product(key))
 	}
 	stop()
-	h.unlock(ctx, m, key, locked)
+	h.unlock(ctx, m, key, locked, left)
 	h.turns.done(key)
 	// Outside the lock: the written orders' reservations end, their units stay sold.
 	h.admission.Settle(ctx, sku, reqs, placed)
@@ -173,7 +176,8 @@ func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []s
 		return failAll(len(reqs), fmt.Errorf("redis lock unreachable: %w", stock.ErrUnavailable))
 	}
 	h.admission.fellBack("lock")
-	return placeVersioned(ctx, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks)
+	placed, _ := placeVersioned(ctx, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks, nil)
+	return placed
 }
 
 // errLockUnreachable means a lock attempt found no holder, only Redis errors: no quorum of
@@ -266,9 +270,11 @@ func lockValue() string {
 	return base64.StdEncoding.EncodeToString(b)
 }
 
-// unlock releases the mutex even when the request was cancelled. false means the lock had
-// expired or been taken over: the version guard kept the write safe, but it is worth a warning.
-func (h *Hybrid) unlock(ctx context.Context, m *redsync.Mutex, key string, locked time.Time) {
+// unlock releases the mutex even when the request was cancelled, and hands left — the product as
+// the section left it, nil when it cannot say — to the next holder with the release message. A
+// lock that had expired or been taken over is not released (the version guard kept the write
+// safe, but it is worth a warning), and its holder hands nothing over.
+func (h *Hybrid) unlock(ctx context.Context, m *redsync.Mutex, key string, locked time.Time, left *stock.Product) {
 	h.metrics.held(h.Name(), key, time.Since(locked))
 	unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
@@ -276,5 +282,5 @@ func (h *Hybrid) unlock(ctx context.Context, m *redsync.Mutex, key string, locke
 		h.metrics.lostAt(h.Name(), key)
 		return
 	}
-	h.releases.released(unlockCtx, key)
+	h.releases.released(unlockCtx, key, left)
 }

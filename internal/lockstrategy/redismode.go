@@ -83,6 +83,7 @@ func NewRedisClients(mode RedisMode, addrs []string, master string) ([]redis.Uni
 			// or ASK answer is still followed (MaxRedirects), since the command did not run.
 			MaxRetries: -1,
 			PoolSize:   poolSize,
+			Protocol:   protocol,
 		})}, nil
 	case RedisSentinel:
 		return []redis.UniversalClient{redis.NewFailoverClient(&redis.FailoverOptions{
@@ -96,6 +97,7 @@ func NewRedisClients(mode RedisMode, addrs []string, master string) ([]redis.Uni
 			WriteTimeout:          ioTimeout,
 			MaxRetries:            -1,
 			PoolSize:              poolSize,
+			Protocol:              protocol,
 		})}, nil
 	}
 	out := make([]redis.UniversalClient, len(addrs))

@@ -2,12 +2,17 @@ package lockstrategy
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/seckill/internal/stock"
 )
 
-// releasedChannel carries the key of every hybrid lock just released, to every instance.
+// releasedChannel carries the key of every hybrid lock just released, to every instance, and
+// after it (a newline between) the product as the holder's section left it, when it knows.
 const releasedChannel = "seckill:locks:released"
 
 // releases wakes this instance's waiters for a Redis lock the moment its holder — in any
@@ -17,25 +22,63 @@ const releasedChannel = "seckill:locks:released"
 // a polling interval, and under group commit the lock changes hands hundreds of times a second.
 // Pub/sub may drop a message (a reconnect, a slow subscriber): polling stays as the fallback, so
 // a lost message costs one polling interval, never correctness.
+//
+// The message also hands the product over to the next holder, as its last writer left it, so
+// that the next section need not read the row first (placeVersioned's known): with three
+// instances taking turns, that read is one of the few round trips every section waits for. The
+// version check makes a stale or lost hand-over harmless.
 type releases struct {
 	rdb redis.UniversalClient
 	ps  *redis.PubSub
 
 	mu    sync.Mutex
 	woken map[string]chan struct{} // by key: closed at its next release
+	known map[string]stock.Product // by key: the product as the latest section left it
 	done  chan struct{}
 }
 
+// maxKnown bounds how many products releases remembers; past it they are forgotten, which costs
+// each a read.
+const maxKnown = 4096
+
 func newReleases(rdb redis.UniversalClient) *releases {
 	r := &releases{rdb: rdb, ps: rdb.Subscribe(context.Background(), releasedChannel),
-		woken: map[string]chan struct{}{}, done: make(chan struct{})}
+		woken: map[string]chan struct{}{}, known: map[string]stock.Product{}, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		for msg := range r.ps.Channel() {
-			r.notify(msg.Payload)
+			key, product, _ := strings.Cut(msg.Payload, "\n")
+			var p stock.Product
+			if product != "" && json.Unmarshal([]byte(product), &p) == nil {
+				r.remember(key, p)
+			}
+			r.notify(key)
 		}
 	}()
 	return r
+}
+
+// remember keeps p as key's product unless a later version is known: versions only grow.
+func (r *releases) remember(key string, p stock.Product) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.known[key]; ok && old.Version >= p.Version {
+		return
+	}
+	if len(r.known) >= maxKnown {
+		clear(r.known)
+	}
+	r.known[key] = p
+}
+
+// product is key's product as the latest section known here left it, or nil.
+func (r *releases) product(key string) *stock.Product {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.known[key]; ok {
+		return &p
+	}
+	return nil
 }
 
 // next returns a channel closed at key's next release. Take it before trying the lock: a
@@ -60,9 +103,17 @@ func (r *releases) notify(key string) {
 	}
 }
 
-// released tells every instance that key is free. Best effort: waiters also poll.
-func (r *releases) released(ctx context.Context, key string) {
-	_ = r.rdb.Publish(ctx, releasedChannel, key).Err()
+// released tells every instance that key is free, and how the section left its product (nil:
+// it cannot say). Best effort: waiters also poll, and sections also read.
+func (r *releases) released(ctx context.Context, key string, left *stock.Product) {
+	payload := key
+	if left != nil {
+		r.remember(key, *left)
+		if b, err := json.Marshal(left); err == nil {
+			payload += "\n" + string(b)
+		}
+	}
+	_ = r.rdb.Publish(ctx, releasedChannel, payload).Err()
 }
 
 // Close ends the subscription.

@@ -429,6 +429,39 @@ func TestPlaceAt(t *testing.T) {
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{prior, res[0].Order, res[4].Order})
 }
 
+// TestPlaceAdmitted: a batch placed without the lookup of stored buyers and keys (orders
+// admission vouched for) sells in one update when nothing conflicts; a buyer who already holds
+// an order — one admission missed — fails the insert, writes nothing for the whole batch, and
+// comes back as a version conflict; PlaceAt, which looks, then answers each order on its own.
+func TestPlaceAdmitted(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	sku := newProduct(t, s, 5, 1)
+	prior, err := placeAt(t, s, order(sku, "before"))
+	require.NoError(t, err)
+	read, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+
+	ok, err := s.PlaceAdmitted(ctx, []stock.OrderRequest{order(sku, "a"), order(sku, "b")}, read)
+	require.NoError(t, err)
+	require.NoError(t, ok[0].Err)
+	require.NoError(t, ok[1].Err)
+	read, err = s.Product(ctx, sku)
+	require.NoError(t, err)
+
+	missed := []stock.OrderRequest{order(sku, "c"), order(sku, "before")}
+	_, err = s.PlaceAdmitted(ctx, missed, read)
+	require.ErrorIs(t, err, stock.ErrVersionConflict)
+	unchanged, err := s.Product(ctx, sku)
+	require.NoError(t, err)
+	assert.Equal(t, read, unchanged, "nothing of the batch was written")
+	res, err := s.PlaceAt(ctx, missed, read)
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	assert.ErrorIs(t, res[1].Err, stock.ErrAlreadyPurchased)
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{prior, ok[0].Order, ok[1].Order, res[0].Order})
+}
+
 // onSaleFor puts a product on sale whose orders wait timeout for payment.
 func onSaleFor(t *testing.T, s *stock.Store, units int64, timeout time.Duration) string {
 	t.Helper()
