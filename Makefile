@@ -20,11 +20,12 @@ build:
 loadtest: ## compare every strategy on the embedded default (builds and starts the service)
 	go run ./loadtest
 
-bench: ## the critical sections per order and batched, and the etcd mutex hand-off (needs MariaDB)
+bench: ## the critical sections per order and batched, the etcd mutex hand-off, then the load tool's comparison per order and batched at 64 and 512 clients (needs local MariaDB and Redis; about 10 minutes on 2 cores)
 	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$$' -bench CriticalSection -benchtime 2000x ./internal/stock
 	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$$' -bench EtcdMutexHandoff -benchtime 200x ./internal/lockstrategy
+	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
+		-stock 5000 -users 20000 -concurrency 64,512 -retry-busy 0 -soldout 5s -group-commit 0,64
 
 compare: ## per order vs batched on three processes, local MariaDB and Redis (README, Results)
-	mysql -uroot -h127.0.0.1 -e 'CREATE DATABASE IF NOT EXISTS seckill_lt'
 	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
 		-stock 10000 -users 40000 -concurrency 64 -retry-busy 0 -soldout 5s -group-commit 0,64

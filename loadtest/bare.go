@@ -91,7 +91,7 @@ type bareServers struct {
 	urls    []string
 	opts    options
 	log     io.Writer
-	all     []steady // every measurement, for the report's bare row
+	all     map[int][]steady // every measurement by client count, for the report's bare row of each
 }
 
 // startBare starts n bare servers.
@@ -100,7 +100,7 @@ func startBare(ctx context.Context, o options, n int, dir string, logs io.Writer
 	if err != nil {
 		return nil, fmt.Errorf("bare handler: %w", err)
 	}
-	b := &bareServers{opts: o, log: logs}
+	b := &bareServers{opts: o, log: logs, all: map[int][]steady{}}
 	for i := range n {
 		log := filepath.Join(dir, fmt.Sprintf("bare-%d.log", i))
 		inst, err := start(ctx, exe, append(os.Environ(), bareAddrEnv+"=127.0.0.1:0"), log)
@@ -115,30 +115,32 @@ func startBare(ctx context.Context, o options, n int, dir string, logs io.Writer
 	return b, nil
 }
 
-// slice attacks the bare servers for d into p, exactly as a slice of a sold-out phase attacks
-// the service.
-func (b *bareServers) slice(ctx context.Context, d time.Duration, p *phaseSlices, progress io.Writer) {
+// slice attacks the bare servers with clients for d into p, exactly as a slice of a sold-out
+// phase attacks the service.
+func (b *bareServers) slice(ctx context.Context, clients int, d time.Duration, p *phaseSlices, progress io.Writer) {
 	// The strategy field only gives the body the shape and size of the strategies' requests.
 	l := load{targets: b.urls, sku: b.opts.sku + "-bare", strategy: allStrategies[0], requests: b.opts.requests,
-		concurrency: b.opts.concurrency, timeout: b.opts.timeout, progress: progress}
+		concurrency: clients, timeout: b.opts.timeout, progress: progress}
 	l.soldOutSlice(ctx, bareRow, d, p)
 }
 
-// measured records one bare measurement for the report's bare row.
-func (b *bareServers) measured(s steady) {
+// measured records one bare measurement at clients for the report's bare row.
+func (b *bareServers) measured(clients int, s steady) {
 	fmt.Fprintf(b.log, "loadtest: bare handler: %d requests at %.0f req/s, p99 %s ms\n", s.Requests, s.Throughput, ms(s.P99))
-	b.all = append(b.all, s)
+	b.all[clients] = append(b.all[clients], s)
 }
 
-// row is the bare handler's row of the report: the measurement of median rate among all taken.
-func (b *bareServers) row() (report, bool) {
-	if len(b.all) == 0 {
+// row is the bare handler's row of the report at clients: the measurement of median rate among
+// all taken at that count.
+func (b *bareServers) row(clients int) (report, bool) {
+	all := b.all[clients]
+	if len(all) == 0 {
 		return report{}, false
 	}
-	sorted := slices.SortedFunc(slices.Values(b.all), func(x, y steady) int { return cmp.Compare(x.Throughput, y.Throughput) })
+	sorted := slices.SortedFunc(slices.Values(all), func(x, y steady) int { return cmp.Compare(x.Throughput, y.Throughput) })
 	median := sorted[len(sorted)/2]
-	return report{Strategy: bareRow, Steady: &median,
-		Family: fmt.Sprintf("net/http alone: reads the body, answers 409 sold_out (no service); median of %d measurements, one before each sold-out phase", len(b.all))}, true
+	return report{Strategy: bareRow, Steady: &median, Clients: clients,
+		Family: fmt.Sprintf("net/http alone: reads the body, answers 409 sold_out (no service); median of %d measurements, one before each sold-out phase", len(all))}, true
 }
 
 func (b *bareServers) stop() { stop(b.servers) }

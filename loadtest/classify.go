@@ -53,6 +53,7 @@ type phase struct {
 	Requests   int           `json:"requests"`
 	Throughput float64       `json:"requests_per_second"`
 	P50        time.Duration `json:"p50"`
+	P90        time.Duration `json:"p90"`
 	P99        time.Duration `json:"p99"`
 }
 
@@ -74,7 +75,7 @@ func newPhase(results []*vegeta.Result) phase {
 			last = r.End()
 		}
 	}
-	p := phase{Requests: len(results), P50: m.Latencies.P50, P99: m.Latencies.P99}
+	p := phase{Requests: len(results), P50: m.Latencies.P50, P90: m.Latencies.P90, P99: m.Latencies.P99}
 	if d := last.Sub(first); d > 0 {
 		p.Throughput = float64(len(results)) / d.Seconds()
 	}
@@ -106,9 +107,18 @@ func split(results []*vegeta.Result) (selling, soldOut []*vegeta.Result) {
 
 // ordersPerSecond is the rate of successful orders over the selling phase.
 func ordersPerSecond(selling []*vegeta.Result) float64 {
-	var first, last time.Time
-	orders := 0
-	for _, r := range selling {
+	first, last, orders := sellingWindow(selling)
+	if orders == 0 || !last.After(first) {
+		return 0
+	}
+	return float64(orders) / last.Sub(first).Seconds()
+}
+
+// sellingWindow is the span a sale's orders/s is measured over — from its first request to its
+// last sale's answer — and the orders in it. The results may include the sold-out phase's: it
+// begins after the window.
+func sellingWindow(results []*vegeta.Result) (first, last time.Time, orders int) {
+	for _, r := range results {
 		if first.IsZero() || r.Timestamp.Before(first) {
 			first = r.Timestamp
 		}
@@ -119,8 +129,5 @@ func ordersPerSecond(selling []*vegeta.Result) float64 {
 			}
 		}
 	}
-	if orders == 0 || !last.After(first) {
-		return 0
-	}
-	return float64(orders) / last.Sub(first).Seconds()
+	return first, last, orders
 }

@@ -4,12 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -295,7 +300,9 @@ func TestSmokeCompare(t *testing.T) {
 	assert.Contains(t, out, "caught as expected")
 	assert.Contains(t, out, "`"+bareRow+"`", "the bare handler was measured")
 	assert.Contains(t, out, "Sold-out phase")
-	assert.Contains(t, out, "Targets of the performance issue")
+	assert.Contains(t, out, "Targets at 16 clients, judged against those stated at 64")
+	assert.Contains(t, out, "CPU seconds per 1000 orders")
+	assert.Contains(t, out, "CPU seconds per 1000 answers")
 }
 
 // TestSmokeLockLoss: the tool on three processes with -fault lock-loss, taking each sale's lock
@@ -383,25 +390,28 @@ func TestMeasureBare(t *testing.T) {
 	b, err := startBare(context.Background(), o, 2, t.TempDir(), testWriter{t})
 	require.NoError(t, err)
 	defer b.stop()
-	_, ok := b.row()
+	_, ok := b.row(8)
 	assert.False(t, ok, "no row before a measurement")
 	for range 3 {
 		var p phaseSlices
 		for range 2 {
-			b.slice(context.Background(), 150*time.Millisecond, &p, nil)
+			b.slice(context.Background(), 8, 150*time.Millisecond, &p, nil)
 		}
 		s := p.steady()
-		b.measured(s)
+		b.measured(8, s)
 		assert.Positive(t, s.Requests)
 		assert.Equal(t, s.Requests, s.Outcomes[outcomeSoldOut], "every answer is 409 sold_out: %v", s.Outcomes)
 		assert.Positive(t, s.Throughput)
 	}
-	r, ok := b.row()
+	r, ok := b.row(8)
 	require.True(t, ok)
 	assert.Equal(t, bareRow, r.Strategy)
-	rates := []float64{b.all[0].Throughput, b.all[1].Throughput, b.all[2].Throughput}
+	assert.Equal(t, 8, r.Clients)
+	rates := []float64{b.all[8][0].Throughput, b.all[8][1].Throughput, b.all[8][2].Throughput}
 	slices.Sort(rates)
 	assert.Equal(t, rates[1], r.Steady.Throughput, "the median measurement")
+	_, ok = b.row(16)
+	assert.False(t, ok, "each client count has its own bare row")
 }
 
 // TestSoldOutPhase: the steady phase sends fresh buyers with fresh keys, counts every answer by
@@ -531,44 +541,106 @@ func TestParseGroupCommit(t *testing.T) {
 	assert.Zero(t, o.soldOut, "0 turns it off")
 }
 
-// TestGoals: each target holds, fails or is not measured, with its numbers; the references and
-// the unsafe control are not judged.
+// TestGoals: each row is judged against the targets of its own client count — 5x the baseline
+// and hybrid at 0.8x pessimistic at both, sold-out at 0.8x bare and p99 at 50 ms at 64 clients,
+// 0.7x and 200 ms at 512 — with its numbers, on the edge of each threshold and just past it; a
+// count that is neither is judged against the nearest and says so.
 func TestGoals(t *testing.T) {
-	base := &report{Strategy: "baseline", OrdersPerSecond: 200}
-	bare := &steady{Throughput: 10000}
-	good := report{Strategy: "hybrid (batched 64)", OrdersPerSecond: 2400, Selling: phase{Requests: 100, P99: 30 * time.Millisecond},
-		Steady: &steady{Throughput: 9000, Bare: bare, VsBare: 0.9}, PeakRSSMB: 80}
-	g := goals(good, base, 64)
-	require.Len(t, g, len(goalNames))
-	for i, x := range g {
-		require.NotNil(t, x.Met, x.Name)
-		assert.True(t, *x.Met, x.Name)
-		assert.Equal(t, goalNames[i], x.Name)
+	base := &report{Strategy: "baseline", OrdersPerSecond: 1000}
+	row := func(name string, clients int, ordersPerSecond, vsBare float64, p99 time.Duration, rssMB float64) report {
+		return report{Strategy: name + " (batched 64)", Name: name, Clients: clients, OrdersPerSecond: ordersPerSecond,
+			Selling: phase{Requests: 100, P99: p99}, PeakRSSMB: rssMB,
+			Steady: &steady{Throughput: vsBare * 10000, Bare: &steady{Throughput: 10000}, VsBare: vsBare}}
 	}
-	assert.Equal(t, "yes: 12.00x (2400 vs 200 orders/s)", g[0].text())
-	assert.Equal(t, "yes: 0.90x (9000 vs 10000 req/s)", g[1].text())
-	assert.Equal(t, "yes: 30.0 ms", g[2].text())
-	assert.Equal(t, "yes: 80 MB", g[3].text())
-
-	bad := report{Strategy: "pessimistic", OrdersPerSecond: 1000, Selling: phase{Requests: 100, P99: 51 * time.Millisecond},
-		Steady: &steady{Throughput: 7000, Bare: bare, VsBare: 0.7}, PeakRSSMB: 101, PeakRSSSinceStart: true}
-	for _, x := range goals(bad, base, 16) {
-		require.NotNil(t, x.Met, x.Name)
-		assert.False(t, *x.Met, x.Name)
-		assert.True(t, strings.HasPrefix(x.text(), "NO: "), x.text())
+	ms := time.Millisecond
+	all := func(met bool) map[int]bool {
+		return map[int]bool{goalVsBaseline: met, goalHybridVsPessimistic: met, goalVsBare: met, goalP99: met, goalRSS: met}
 	}
-	assert.Contains(t, goals(bad, base, 16)[2].Detail, "at 16 clients (stated at 64)")
-	assert.Contains(t, goals(bad, base, 16)[3].Detail, "since the process started")
+	for _, tc := range []struct {
+		name        string
+		r           report
+		pessimistic float64 // pessimistic's orders/s in the same pass
+		stated      int     // the count of the targets it is judged against
+		want        map[int]bool
+	}{
+		{"64 clients, every target just met", row("hybrid", 64, 5000, 0.8, 50*ms, 100), 6250, 64, all(true)},
+		{"64 clients, every target just missed", row("hybrid", 64, 4990, 0.79, 51*ms, 101), 6250, 64, all(false)},
+		{"512 clients, every target just met", row("hybrid", 512, 5000, 0.7, 200*ms, 100), 6250, 512, all(true)},
+		{"512 clients, every target just missed", row("hybrid", 512, 4990, 0.69, 201*ms, 101), 6250, 512, all(false)},
+		{"0.75x bare and 150 ms miss at 64", row("hybrid", 64, 6000, 0.75, 150*ms, 60), 6000, 64,
+			map[int]bool{goalVsBaseline: true, goalHybridVsPessimistic: true, goalVsBare: false, goalP99: false, goalRSS: true}},
+		{"and meet at 512", row("hybrid", 512, 6000, 0.75, 150*ms, 60), 6000, 512, all(true)},
+		{"100 clients: the targets of 64", row("hybrid", 100, 6000, 0.75, 150*ms, 60), 6000, 64,
+			map[int]bool{goalVsBaseline: true, goalHybridVsPessimistic: true, goalVsBare: false, goalP99: false, goalRSS: true}},
+		{"400 clients: the targets of 512", row("hybrid", 400, 6000, 0.75, 150*ms, 60), 6000, 512, all(true)},
+		{"etcd has no hybrid target", row("etcd", 64, 6000, 0.9, 10*ms, 60), 6000, 64,
+			map[int]bool{goalVsBaseline: true, goalVsBare: true, goalP99: true, goalRSS: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pass := []report{tc.r, {Strategy: "pessimistic (batched 64)", Name: "pessimistic", Clients: tc.r.Clients, OrdersPerSecond: tc.pessimistic}}
+			g := goals(tc.r, pass, base)
+			require.Len(t, g, len(tc.want))
+			names := targetsAt(tc.stated).names()
+			for i, met := range tc.want {
+				j := slices.IndexFunc(g, func(x goal) bool { return x.Name == names[i] })
+				require.GreaterOrEqual(t, j, 0, "%s is judged", names[i])
+				require.NotNil(t, g[j].Met, names[i])
+				assert.Equal(t, met, *g[j].Met, "%s: %s", names[i], g[j].text())
+				assert.Equal(t, tc.stated, g[j].StatedAt)
+			}
+		})
+	}
 
-	for _, x := range goals(report{Strategy: "hybrid"}, nil, 64) {
+	good := goals(row("hybrid", 512, 5000, 0.7, 200*ms, 80), []report{{Name: "pessimistic", OrdersPerSecond: 6250}}, base)
+	assert.Equal(t, []string{"yes: 5.00x (5000 vs 1000 orders/s)", "yes: 0.80x (5000 vs 6250 orders/s)", "yes: 0.70x (7000 vs 10000 req/s)",
+		"yes: 200.0 ms", "yes: 80 MB"}, []string{good[0].text(), good[1].text(), good[2].text(), good[3].text(), good[4].text()})
+	assert.Equal(t, []string{"orders/s >= 5x baseline", "hybrid >= 0.8x pessimistic", "sold-out req/s >= 0.7x bare", "selling p99 <= 200.0 ms",
+		"peak RSS <= 100 MB"}, targetsAt(512).names())
+	assert.Equal(t, "sold-out req/s >= 0.8x bare", targetsAt(64).names()[goalVsBare])
+	assert.Equal(t, "selling p99 <= 50.0 ms", targetsAt(64).names()[goalP99])
+	assert.Equal(t, 64, targetsAt(288).Clients, "a tie goes to the stricter, lower count")
+	assert.Equal(t, "at 100 clients, judged against those stated at 64, the nearest stated count", targetsAt(100).statedText(100))
+	assert.Equal(t, "at 512 clients", targetsAt(512).statedText(512))
+
+	since := goals(report{Strategy: "etcd", Name: "etcd", Clients: 64, PeakRSSMB: 101, PeakRSSSinceStart: true}, nil, base)
+	assert.Contains(t, since[len(since)-1].Detail, "since the process started")
+	for _, x := range goals(report{Strategy: "hybrid", Name: "hybrid", Clients: 64}, nil, nil) {
 		assert.Nil(t, x.Met, "%s: nothing was measured", x.Name)
 		assert.True(t, strings.HasPrefix(x.text(), "n/a: "), x.text())
 	}
-	skipped := goals(report{Strategy: "etcd", Steady: &steady{Skipped: "the sale did not sell out"}}, base, 64)
+	hybrid := row("hybrid", 64, 5000, 0.8, 50*ms, 100)
+	assert.Equal(t, "n/a: no pessimistic row in this pass (it needs -compare)", goals(hybrid, []report{hybrid}, base)[goalHybridVsPessimistic].text())
+	assert.Equal(t, "n/a: pessimistic sold nothing in this pass",
+		goals(hybrid, []report{{Name: "pessimistic", Skipped: "refused"}}, base)[goalHybridVsPessimistic].text())
+	skipped := goals(report{Strategy: "etcd", Name: "etcd", Steady: &steady{Skipped: "the sale did not sell out"}}, nil, base)
 	assert.Equal(t, "n/a: the sale did not sell out", skipped[1].text())
-	assert.Nil(t, goals(*base, base, 64))
-	assert.Nil(t, goals(report{Strategy: bareRow, Steady: bare}, base, 64))
-	assert.Nil(t, goals(report{Strategy: "naive", ExpectOversell: true}, base, 64))
+	assert.Nil(t, goals(*base, nil, base))
+	assert.Nil(t, goals(report{Strategy: bareRow, Steady: &steady{Throughput: 1}}, nil, base))
+	assert.Nil(t, goals(report{Strategy: "naive", Name: "naive", ExpectOversell: true}, nil, base))
+}
+
+// TestTablesByCount: a run at two client counts reports each count's tables apart, each
+// targets table with the thresholds of its count, and only the columns some row was judged on.
+func TestTablesByCount(t *testing.T) {
+	var reports []report
+	for _, c := range []int{64, 512} {
+		base := report{Strategy: "baseline", Clients: c, OrdersPerSecond: 1000}
+		etcd := report{Strategy: "etcd", Name: "etcd", Clients: c, OrdersPerSecond: 6000, Outcomes: map[string]int{outcomeOK: 10},
+			Selling: phase{Requests: 10, P99: 100 * time.Millisecond}}
+		etcd.Goals = goals(etcd, nil, &base)
+		reports = append(reports, base, etcd)
+	}
+	var out strings.Builder
+	markdown(&out, reports)
+	text := out.String()
+	at64, at512, ok := strings.Cut(text, "At 512 clients:")
+	require.True(t, ok, text)
+	assert.Contains(t, at64, "At 64 clients:")
+	assert.Contains(t, at64, "| `etcd` | yes: 6.00x (6000 vs 1000 orders/s) | n/a: no sold-out phase | NO: 100.0 ms |")
+	assert.Contains(t, at512, "| `etcd` | yes: 6.00x (6000 vs 1000 orders/s) | n/a: no sold-out phase | yes: 100.0 ms |")
+	assert.Contains(t, at512, "sold-out req/s >= 0.7x bare")
+	assert.NotContains(t, text, "hybrid >= ", "no hybrid row: no column for it")
+	assert.Equal(t, 2, strings.Count(text, "| strategy | lock |"), "a comparison table per count")
 }
 
 func TestParsePeakRSS(t *testing.T) {
@@ -589,4 +661,355 @@ func TestFileName(t *testing.T) {
 	assert.Equal(t, "hybrid-batched-64", fileName("hybrid (batched 64)"))
 	assert.Equal(t, "hybrid-per-order", fileName("hybrid (per-order)"))
 	assert.Equal(t, "pessimistic", fileName("pessimistic"))
+}
+
+// TestParseClients: -concurrency takes one count or a list; with a list the whole comparison
+// repeats at each count, every pass's rows and SKUs naming its count.
+func TestParseClients(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		err  string
+	}{
+		{"64", []int{64}, ""},
+		{"64,512", []int{64, 512}, ""},
+		{" 512 , 64 ", []int{512, 64}, ""},
+		{"", nil, "not a number of clients"},
+		{"0", nil, "not a number of clients"},
+		{"64,", nil, "not a number of clients"},
+		{"64,x", nil, "not a number of clients"},
+		{"64,64", nil, "64 twice"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseClients(tc.in)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+
+	o, err := parse([]string{"-concurrency", "64,512", "-group-commit", "0,64"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []int{64, 512}, o.clients)
+	assert.Equal(t, 64, o.concurrency, "the first count runs first")
+	assert.Contains(t, model(o), "closed model with 64, then 512 clients")
+	o.concurrency = 512
+	passes := o.passes()
+	require.Len(t, passes, 2)
+	assert.Equal(t, "per-order, 512 clients", passes[0].label)
+	assert.Equal(t, "batched 64, 512 clients", passes[1].label)
+	assert.Equal(t, "-gc64-c512", passes[1].suffix)
+	assert.Equal(t, []string{"SECKILL_GROUP_COMMIT=64"}, passes[1].env)
+
+	o, err = parse([]string{"-concurrency", "64,512"}, io.Discard)
+	require.NoError(t, err)
+	passes = o.passes()
+	require.Len(t, passes, 1)
+	assert.Equal(t, "64 clients", passes[0].label, "no group commit list: the count alone")
+	assert.Equal(t, "-c64", passes[0].suffix)
+
+	o, err = parse([]string{"-concurrency", "32"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []*pass{{}}, o.passes(), "one count: the rows are named as before")
+	assert.Equal(t, "closed model with 32 clients", model(o))
+
+	_, err = parse([]string{"-concurrency", "64,512", "-soak", "1m"}, io.Discard)
+	assert.ErrorContains(t, err, "give -concurrency one value")
+}
+
+// TestParseStatTicks: utime + stime from /proc/<pid>/stat, counted from the last ')' of the
+// command name, and growing with the CPU a process burns.
+func TestParseStatTicks(t *testing.T) {
+	n, err := parseStatTicks([]byte("4242 (a (b) c) R 1 4242 4242 0 -1 4194304 100 0 0 0 70 30 5 6 20 0 3 0 12345 0 0"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(100), n, "utime 70 + stime 30, not fields of the command name")
+	_, err = parseStatTicks([]byte("4242 (seckill) R 1 2"))
+	assert.Error(t, err, "too few fields")
+	_, err = parseStatTicks([]byte("4242 seckill R"))
+	assert.Error(t, err, "no command name")
+
+	raw, err := os.ReadFile("/proc/self/stat")
+	require.NoError(t, err)
+	before, err := parseStatTicks(raw)
+	require.NoError(t, err)
+	began := time.Now()
+	for time.Since(began) < 300*time.Millisecond {
+	}
+	after, err := procTicks(os.Getpid())
+	require.NoError(t, err)
+	elapsed := time.Since(began)
+	assert.Greater(t, after, before, "300 ms of spinning shows in utime")
+	assert.LessOrEqual(t, after-before, uint64(elapsed.Seconds()*clockTicks*float64(runtime.NumCPU()))+2,
+		"no more than every core for the whole time: ticks, not another counter")
+}
+
+// TestCPURecording: a phase's CPU is interpolated between the samples around its ends, per 1000
+// of its orders; a group that was not measured, or whose process went away, is n/a.
+func TestCPURecording(t *testing.T) {
+	t0 := time.Now()
+	m := &cpuMeter{groups: []cpuGroup{{name: cpuService, pids: []int{1}}, {name: cpuRedis, na: "embedded"}}}
+	rec := &cpuRecording{meter: m, samples: []cpuSample{
+		{at: t0, ticks: []float64{0, math.NaN()}},
+		{at: t0.Add(100 * time.Millisecond), ticks: []float64{10, math.NaN()}},
+		{at: t0.Add(200 * time.Millisecond), ticks: []float64{30, math.NaN()}},
+	}}
+	u := rec.between(t0.Add(50*time.Millisecond), t0.Add(150*time.Millisecond))
+	assert.Equal(t, 100*time.Millisecond, u.wall)
+	assert.InDelta(t, 0.15, u.seconds[0], 1e-9, "5 ticks at 50 ms, 20 at 150 ms")
+	assert.InDelta(t, 0.30, rec.whole().seconds[0], 1e-9)
+	assert.InDelta(t, 0.60, u.add(rec.whole()).add(u).seconds[0], 1e-9, "slices add up")
+
+	p := m.phase(u, 10)
+	require.Len(t, p.Groups, 2)
+	require.NotNil(t, p.Groups[0].SecondsPer1000)
+	assert.InDelta(t, 15.0, *p.Groups[0].SecondsPer1000, 1e-9)
+	assert.Nil(t, p.Groups[1].Seconds)
+	assert.Equal(t, "embedded", p.Groups[1].NA)
+	total, all := p.total()
+	assert.InDelta(t, 0.15, total, 1e-9)
+	assert.False(t, all)
+
+	gone := exec.Command("true")
+	require.NoError(t, gone.Run())
+	live := &cpuMeter{groups: []cpuGroup{{name: cpuLoad, pids: []int{os.Getpid()}}, {name: cpuEtcd, pids: []int{gone.Process.Pid}}}}
+	r := live.start()
+	for began := time.Now(); time.Since(began) < 200*time.Millisecond; {
+	}
+	r.stop()
+	assert.Greater(t, len(r.samples), 2, "sampled while it ran")
+	lp := live.phase(r.whole(), 1)
+	require.NotNil(t, lp.Groups[0].Seconds)
+	assert.Positive(t, *lp.Groups[0].Seconds, "the spinning shows")
+	assert.Contains(t, lp.Groups[1].NA, "ended or could not be read")
+}
+
+// TestCPUTables: one row per measured row, a column per group, n/a where a group was not
+// measured with the reason once in the intro, and the sum of the measured groups.
+func TestCPUTables(t *testing.T) {
+	one, two := 1.0, 2.0
+	per := func(v float64) *float64 { v = 1000 * v / 500; return &v }
+	cost := &cpuPhase{Count: 500, WallSeconds: 2, Groups: []cpuGroupCost{
+		{Group: cpuService, Seconds: &one, SecondsPer1000: per(one)},
+		{Group: cpuDatabase, Seconds: &two, SecondsPer1000: per(two)},
+		{Group: cpuRedis, NA: "embedded (miniredis) in the first service instance: counted there"},
+	}}
+	ts := cpuTables([]report{{Strategy: "hybrid (batched 64)", CPU: &cpuCost{Selling: cost}}, {Strategy: "etcd (batched 64)"}})
+	require.Len(t, ts, 1, "no row had a sold-out phase")
+	assert.Equal(t, []string{"row", "orders", "seconds", cpuService, cpuDatabase, cpuRedis, "all groups", "cores busy"}, ts[0].Head)
+	assert.Equal(t, [][]string{{"hybrid (batched 64)", "500", "2.00", "2.000", "4.000", "n/a", "6.000 (measured groups)", "1.50"}}, ts[0].Rows)
+	assert.Contains(t, ts[0].Intro, "n/a: Redis: embedded (miniredis) in the first service instance: counted there.")
+}
+
+// TestCPUGroups: the groups are found by the port they listen on when on this machine, and are
+// n/a with the reason when not.
+func TestCPUGroups(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	pids, na := listenerPIDs(ln.Addr().String())
+	assert.Empty(t, na)
+	assert.Contains(t, pids, os.Getpid(), "the test process listens there")
+	_, na = listenerPIDs("192.0.2.1:6379", "redis-server")
+	assert.Equal(t, "192.0.2.1 is not this machine", na)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := closed.Addr().String()
+	require.NoError(t, closed.Close())
+	_, na = listenerPIDs(addr)
+	assert.Equal(t, "no process found listening on "+addr, na)
+
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	local := cpuServices(options{}, []string{srv.URL}, nil)
+	assert.Empty(t, local.na)
+	assert.Contains(t, local.pids, os.Getpid(), "a -target on this machine is found by its port")
+	assert.Equal(t, []int{7, 8}, cpuServices(options{}, nil, []int{7, 8}).pids, "the processes the tool started")
+	assert.Equal(t, "-target http://192.0.2.1:8080: 192.0.2.1 is not this machine", cpuServices(options{}, []string{"http://192.0.2.1:8080"}, nil).na)
+
+	remote := cpuBackends(options{targets: "http://192.0.2.1:8080", mysql: "u:p@tcp(192.0.2.1:3306)/db"}, 0)
+	byName := map[string]cpuGroup{}
+	for _, g := range remote {
+		byName[g.name] = g
+	}
+	assert.Equal(t, "192.0.2.1 is not this machine", byName[cpuDatabase].na)
+	assert.Equal(t, "no -redis: the targets' Redis is not known", byName[cpuRedis].na)
+	assert.Equal(t, "the targets' own (-target)", byName[cpuEtcd].na)
+	assert.Equal(t, []int{os.Getpid()}, byName[cpuLoad].pids)
+	assert.NotContains(t, byName, cpuZooKeeper, "no -zk: no ZooKeeper column")
+	embedded := cpuBackends(options{}, 42)
+	assert.Contains(t, embedded[0].na, "embedded SQLite")
+	assert.Contains(t, embedded[1].na, "embedded (miniredis)")
+	assert.Equal(t, []int{42}, embedded[2].pids)
+}
+
+// TestDBBudget: the baseline's pool is sized into what max_connections leaves beside the service
+// processes' pools — at most 32, at most the clients — and a run that cannot fit is refused in
+// one line.
+func TestDBBudget(t *testing.T) {
+	assert.Equal(t, 40, servicePool(func(string) string { return "" }), "32 and the lock queue's 8")
+	assert.Equal(t, 10, servicePool(func(string) string { return "8" }), "8 and at least 2")
+	assert.Equal(t, 125, servicePool(func(string) string { return "100" }))
+
+	for _, tc := range []struct {
+		name string
+		b    dbBudget
+		pool int
+		err  string
+	}{
+		{"MariaDB's default beside three processes", dbBudget{maxConns: 151, services: 3, perService: 40, clients: 512, baseline: true}, 27, ""},
+		{"room: the cap", dbBudget{maxConns: 1000, services: 3, perService: 40, clients: 512, baseline: true}, baselineMaxPool, ""},
+		{"few clients: one connection each", dbBudget{maxConns: 1000, services: 3, perService: 40, clients: 4, baseline: true}, 4, ""},
+		{"others hold some", dbBudget{maxConns: 151, inUse: 15, services: 3, perService: 40, clients: 64, baseline: true}, 12, ""},
+		{"-target: their pools are counted in use", dbBudget{maxConns: 151, inUse: 100, clients: 64, baseline: true}, 32, ""},
+		{"no baseline: the verifier's one", dbBudget{maxConns: 151, services: 3, perService: 40, clients: 512}, 1, ""},
+		{"tight: the pools at their fullest do not fit", dbBudget{maxConns: 151, inUse: 36, services: 3, perService: 40, clients: 512, baseline: true}, 8, ""},
+		{"nothing free", dbBudget{addr: "127.0.0.1:3306", maxConns: 151, inUse: 140, services: 3, perService: 40, clients: 512, baseline: true}, 0,
+			"database 127.0.0.1:3306: max_connections is 151 with 140 connections in use: not even the baseline's 8 fit; raise max_connections or close some"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := tc.b.size()
+			if tc.err != "" {
+				require.Error(t, err)
+				assert.Equal(t, tc.err, err.Error())
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.pool, b.pool)
+			fits := b.services*b.perService+b.pool+b.inUse+dbSpare <= b.maxConns
+			assert.Equal(t, fits, !b.tight, "tight exactly when the full pools do not fit")
+			assert.Equal(t, b.tight, strings.HasPrefix(b.String(), "warning: "), b.String())
+		})
+	}
+	tight, err := dbBudget{addr: "127.0.0.1:3306", maxConns: 151, inUse: 36, services: 3, perService: 40, clients: 64, baseline: true}.size()
+	require.NoError(t, err)
+	assert.Equal(t, "warning: database 127.0.0.1:3306: max_connections 151, 36 in use before the run; the run needs 3 service processes x 40 "+
+		"(SECKILL_DB_MAX_CONNS and the pessimistic lock queue's pool) + 8 for the baseline's pool and the verifier + 4 spare = 132 with every pool full, "+
+		"which does not fit: if the database refuses connections, raise max_connections or lower -spawn", tight.String())
+
+	b := dbBudget{addr: "127.0.0.1:3306", maxConns: 151, services: 3, perService: 40, clients: 512, baseline: true, pool: 27}
+	tooMany := b.explain(fmt.Errorf("wrapped: %w", &mysql.MySQLError{Number: 1040, Message: "Too many connections"}))
+	assert.Equal(t, "the database at 127.0.0.1:3306 refused a connection (Error 1040: Too many connections): max_connections is 151, "+
+		"and the run needs 3 service processes x 40 (SECKILL_DB_MAX_CONNS and the pessimistic lock queue's pool) + 27 for the baseline's pool "+
+		"and the verifier + 4 spare = 151; raise it or lower -spawn", tooMany.Error())
+	assert.Contains(t, b.explain(&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}).Error(),
+		"cannot connect to the database at 127.0.0.1:3306 (connection refused)")
+	other := errors.New("Error 1146: Table 'products' doesn't exist")
+	assert.Same(t, other, b.explain(other), "not a refused connection: as it is")
+}
+
+// TestRefusedConnection: a database that refuses the tool's connections — closing them at the
+// handshake, an unknown user, a user at its connection limit — ends the run before anything
+// starts, in one line that says what to do, and with none of the driver's own log lines, which
+// it writes to the process's stderr (file descriptor 2) when left to itself.
+func TestRefusedConnection(t *testing.T) {
+	closing, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer closing.Close()
+	go func() {
+		for {
+			c, err := closing.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	closingDSN := "root:x@tcp(" + closing.Addr().String() + ")/seckill"
+
+	leftToItself := captureStderr(t, func() {
+		db, err := sql.Open("mysql", closingDSN)
+		require.NoError(t, err)
+		defer db.Close()
+		assert.Error(t, db.Ping())
+	})
+	require.Contains(t, leftToItself, "[mysql]", "the capture sees the driver's log: this test can fail")
+
+	runRefused := func(t *testing.T, dsn, want string) {
+		t.Helper()
+		var out, logs strings.Builder
+		var err error
+		stderr := captureStderr(t, func() {
+			err = run(context.Background(), []string{"-target", "http://127.0.0.1:1", "-token", "t", "-compare", "-soldout", "0",
+				"-concurrency", "64,512", "-mysql", dsn, "-out", t.TempDir(), "-progress=false"}, &out, &logs)
+		})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), want)
+		assert.NotContains(t, err.Error(), "\n", "one line")
+		for name, text := range map[string]string{"stdout": out.String(), "the tool's log": logs.String(), "fd 2": stderr} {
+			assert.NotContains(t, text, "[mysql]", "%s has no driver log", name)
+		}
+	}
+	t.Run("closed at the handshake", func(t *testing.T) {
+		runRefused(t, closingDSN, "the database at "+closing.Addr().String()+" closed the connection")
+	})
+
+	dsn, _ := backends(t)
+	if dsn == "" {
+		t.Skip("no MariaDB for the refusals of a real server")
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	admin, err := sql.Open("mysql", dsn)
+	require.NoError(t, err)
+	defer admin.Close()
+	user := fmt.Sprintf("lt_refused_%d", os.Getpid())
+	_, err = admin.Exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY 'pw' WITH MAX_USER_CONNECTIONS 1")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
+	_, err = admin.Exec("GRANT ALL ON `" + cfg.DBName + "`.* TO '" + user + "'@'%'")
+	require.NoError(t, err)
+
+	t.Run("an unknown user", func(t *testing.T) {
+		wrong := cfg.Clone()
+		wrong.User, wrong.Passwd = user+"_nobody", "x"
+		// Error 1045 or 1698, as the server's version and accounts have it: the text is the same.
+		runRefused(t, wrong.FormatDSN(), "Access denied for user '"+wrong.User+"'")
+	})
+	t.Run("a user at its connection limit", func(t *testing.T) {
+		limited := cfg.Clone()
+		limited.User, limited.Passwd = user, "pw"
+		holder, err := sql.Open("mysql", limited.FormatDSN())
+		require.NoError(t, err)
+		defer holder.Close()
+		conn, err := holder.Conn(context.Background())
+		require.NoError(t, err, "the one connection the user may have")
+		defer conn.Close()
+		runRefused(t, limited.FormatDSN(), "refused a connection (Error 1226 (42000): User '"+user+"' has exceeded the 'max_user_connections' resource (current value: 1)): the DSN's user is at its max_user_connections")
+	})
+}
+
+// captureStderr runs f with the process's file descriptor 2 sent to a file, and returns what was
+// written there: the MySQL driver's default logger writes to it directly, past any io.Writer.
+func captureStderr(t *testing.T, f func()) string {
+	t.Helper()
+	file, err := os.CreateTemp(t.TempDir(), "stderr")
+	require.NoError(t, err)
+	defer file.Close()
+	saved, err := syscall.Dup(2)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Dup3(int(file.Fd()), 2, 0))
+	func() {
+		defer func() {
+			_ = syscall.Dup3(saved, 2, 0)
+			_ = syscall.Close(saved)
+		}()
+		f()
+	}()
+	raw, err := os.ReadFile(file.Name())
+	require.NoError(t, err)
+	return string(raw)
+}
+
+// TestStartExitLine: a process that exits at start — a service whose database refused it — is
+// reported in one line with its own last words: its log goes away with the run's folder.
+func TestStartExitLine(t *testing.T) {
+	dir := t.TempDir()
+	script := dir + "/seckill"
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho 'seckill configuration:'\necho 'seckill: open mysql: Error 1040: Too many connections' >&2\nexit 1\n"), 0o755))
+	_, err := start(context.Background(), script, nil, dir+"/instance-0.log")
+	require.Error(t, err)
+	assert.Equal(t, "seckill exited at start (exit status 1): seckill: open mysql: Error 1040: Too many connections", err.Error())
 }

@@ -8,7 +8,10 @@
 // measured in the same run; with -group-commit it repeats the comparison once per service
 // configuration; with -fault lock-loss it takes each sale's lock from its holder, over and over,
 // while the sale sells, and compares every lock strategy with its unguarded twin, which must be
-// caught overselling; and it judges every row against the targets of the performance issue.
+// caught overselling; with a -concurrency list it repeats the whole comparison at each client
+// count. It judges every row against the performance targets of its count, and reports what each
+// process group — the service, the database, Redis, etcd, the load generator — costs in CPU
+// per order.
 //
 // It is a black-box client of the HTTP contract (internal/handler/openapi.yaml, served at
 // /openapi.yaml) and imports nothing of the service (only zkserver, which starts a ZooKeeper for
@@ -91,7 +94,8 @@ type options struct {
 	users       int
 	requests    int
 	rate        int
-	concurrency int
+	concurrency int   // the clients of the comparison running now: one of clients
+	clients     []int // -concurrency: the whole comparison runs at each count in turn
 	duration    time.Duration
 	timeout     time.Duration
 	retryRounds int
@@ -125,7 +129,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.users, "users", 1000, "distinct buyers")
 	fs.IntVar(&o.requests, "requests", 0, "order requests in the first round (default: one per user; more means repeat buyers)")
 	fs.IntVar(&o.rate, "rate", 0, "requests per second (open model); 0: closed model with -concurrency workers")
-	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients")
+	concurrency := fs.String("concurrency", "64", "concurrent clients; a comma-separated list (64,512) runs the whole comparison at each count in turn")
 	fs.DurationVar(&o.duration, "duration", time.Minute, "upper bound of one round of requests")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-request timeout")
 	fs.IntVar(&o.retryRounds, "retry-busy", 3, "rounds retrying 429 busy answers after their Retry-After (0: no retries)")
@@ -155,6 +159,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.groupCommit, err = parseGroupCommit(*groupCommit); err != nil {
 		return o, err
 	}
+	if o.clients, err = parseClients(*concurrency); err != nil {
+		return o, err
+	}
+	o.concurrency = o.clients[0]
 	switch {
 	case o.targets != "" && o.token == "":
 		return o, errors.New("-target needs -token (the admin token: products are created and audited)")
@@ -166,6 +174,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-group-commit configures the processes the tool starts: leave out -target")
 	case o.soak > 0 && len(o.groupCommit) > 1:
 		return o, errors.New("-soak watches one set of processes: give -group-commit at most one value")
+	case o.soak > 0 && len(o.clients) > 1:
+		return o, errors.New("-soak watches one set of processes: give -concurrency one value")
 	case o.soldOut < 0:
 		return o, errors.New("-soldout must not be negative")
 	case o.zk == zkStart && o.targets != "":
@@ -224,12 +234,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	var db *sql.DB
+	var (
+		db     *sql.DB
+		budget dbBudget
+	)
 	if o.mysql != "" {
-		if db, err = sql.Open("mysql", o.mysql); err != nil {
+		if o.targets == "" {
+			if err := createDatabase(ctx, o.mysql); err != nil {
+				return fmt.Errorf("-mysql: create the database: %w", err)
+			}
+		}
+		if db, err = openDB(o.mysql); err != nil {
 			return fmt.Errorf("-mysql: %w", err)
 		}
 		defer db.Close()
+		if budget, err = planConnections(ctx, db, o, os.Getenv); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "loadtest: %s\n", budget)
 	}
 	var progress io.Writer
 	if o.progress {
@@ -237,7 +259,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	description := fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %s.", o.stock, o.users, o.requests, model(o), o.targets)
 	instances := len(strings.Split(o.targets, ","))
-	var bin string
+	var (
+		bin     string
+		etcdPid int
+	)
 	if o.targets == "" {
 		o.token = randomToken()
 		if bin, err = build(ctx, dir, stderr); err != nil {
@@ -248,7 +273,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer stop([]*instance{etcd})
-		o.etcd = etcd.url
+		o.etcd, etcdPid = etcd.url, etcd.cmd.Process.Pid
 		if o.zk == zkStart {
 			zk, err := startZooKeeper(dir, stderr)
 			if err != nil {
@@ -287,58 +312,69 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer bare.stop()
 	}
 	client := &http.Client{Timeout: o.timeout}
+	backends := cpuBackends(o, etcdPid)
 	var (
-		base         *report
 		reports      []report
 		sales        = map[string]sale{}
 		soakProblems []string
 	)
-	for i, p := range o.passes() {
-		err := func() error {
-			targets, pids, err := p.start(ctx, o, bin, dir, stderr)
-			if err != nil {
-				return err
-			}
-			defer p.stop()
-			vf := verifier{client: client, base: targets[0], token: o.token, db: db}
-			rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: peaks{pids: pids},
-				bare: bare, fault: thief, progress: progress, log: stderr}
-			if i == 0 && db != nil && o.compare {
-				b, err := rr.baselineReport(ctx, db)
+	// The whole comparison at each client count in turn — the baseline, every pass on fresh
+	// processes, the bare handler — so that each count's rows are judged against references
+	// measured at that count.
+	for _, clients := range o.clients {
+		o.concurrency = clients
+		var (
+			base *report
+			rows []report
+		)
+		for i, p := range o.passes() {
+			err := func() error {
+				targets, pids, err := p.start(ctx, o, bin, dir, stderr)
 				if err != nil {
 					return err
 				}
-				base = &b
-			}
-			rs, ss, err := rr.round(ctx, "")
+				defer p.stop()
+				vf := verifier{client: client, base: targets[0], token: o.token, db: db}
+				rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: peaks{pids: pids},
+					bare: bare, fault: thief, progress: progress, log: stderr, db: budget,
+					cpu: &cpuMeter{groups: append([]cpuGroup{cpuServices(o, targets, pids)}, backends...)}}
+				if i == 0 && db != nil && o.compare {
+					b, err := rr.baselineReport(ctx, db)
+					if err != nil {
+						return err
+					}
+					base = &b
+				}
+				rs, ss, err := rr.round(ctx, "")
+				if err != nil {
+					return err
+				}
+				for j := range rs {
+					if base != nil && base.OrdersPerSecond > 0 {
+						rs[j].VsBaseline = rs[j].OrdersPerSecond / base.OrdersPerSecond
+					}
+					rs[j].Goals = goals(rs[j], rs, base)
+				}
+				rows = append(rows, rs...)
+				maps.Copy(sales, ss)
+				if o.soak > 0 {
+					soakProblems, err = rr.soak(ctx, stdout)
+				}
+				return err
+			}()
 			if err != nil {
 				return err
 			}
-			reports = append(reports, rs...)
-			maps.Copy(sales, ss)
-			if o.soak > 0 {
-				soakProblems, err = rr.soak(ctx, stdout)
+		}
+		if bare != nil {
+			if row, ok := bare.row(clients); ok {
+				rows = append([]report{row}, rows...)
 			}
-			return err
-		}()
-		if err != nil {
-			return err
 		}
-	}
-	for i := range reports {
-		r := &reports[i]
-		if base != nil && base.OrdersPerSecond > 0 {
-			r.VsBaseline = r.OrdersPerSecond / base.OrdersPerSecond
+		if base != nil {
+			rows = append([]report{*base}, rows...)
 		}
-		r.Goals = goals(*r, base, o.concurrency)
-	}
-	if bare != nil {
-		if row, ok := bare.row(); ok {
-			reports = append([]report{row}, reports...)
-		}
-	}
-	if base != nil {
-		reports = append([]report{*base}, reports...)
+		reports = append(reports, rows...)
 	}
 	fmt.Fprintf(stdout, "\n%s\n\n", description)
 	markdown(stdout, reports)
@@ -384,6 +420,23 @@ func parseGroupCommit(list string) ([]int, error) {
 	return out, nil
 }
 
+// parseClients reads -concurrency: one client count, or a comma-separated list of them, each
+// at least 1 and none twice.
+func parseClients(list string) ([]int, error) {
+	var out []int
+	for _, field := range strings.Split(list, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("-concurrency: %q is not a number of clients (at least 1)", field)
+		}
+		if slices.Contains(out, v) {
+			return nil, fmt.Errorf("-concurrency: %d twice", v)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // groupCommitLabel names a group commit setting in the rows it produced.
 func groupCommitLabel(v int) string {
 	if v <= 1 {
@@ -401,15 +454,23 @@ type pass struct {
 	instances []*instance // the processes, while the pass runs
 }
 
-// passes are the passes of the run: one per -group-commit value, or one with the server's default.
+// passes are the passes at the run's current client count: one per -group-commit value, or one
+// with the server's default. When -concurrency lists several counts, every pass's label and
+// SKUs also name its count, so that the rows of one count stay apart from the others'.
 func (o options) passes() []*pass {
-	if len(o.groupCommit) == 0 {
-		return []*pass{{}}
+	out := []*pass{{}}
+	if len(o.groupCommit) > 0 {
+		out = nil
+		for _, v := range o.groupCommit {
+			out = append(out, &pass{label: groupCommitLabel(v), suffix: fmt.Sprintf("-gc%d", v),
+				env: []string{fmt.Sprintf("SECKILL_GROUP_COMMIT=%d", v)}})
+		}
 	}
-	var out []*pass
-	for _, v := range o.groupCommit {
-		out = append(out, &pass{label: groupCommitLabel(v), suffix: fmt.Sprintf("-gc%d", v),
-			env: []string{fmt.Sprintf("SECKILL_GROUP_COMMIT=%d", v)}})
+	if len(o.clients) > 1 {
+		for _, p := range out {
+			p.label = strings.TrimPrefix(fmt.Sprintf("%s, %d clients", p.label, o.concurrency), ", ")
+			p.suffix += fmt.Sprintf("-c%d", o.concurrency)
+		}
 	}
 	return out
 }
@@ -426,7 +487,11 @@ func (p *pass) start(ctx context.Context, o options, bin, dir string, logs io.Wr
 		return nil, nil, err
 	}
 	if p.label != "" {
-		fmt.Fprintf(logs, "loadtest: pass %s (%s)\n", p.label, strings.Join(p.env, " "))
+		settings := ""
+		if len(p.env) > 0 {
+			settings = " (" + strings.Join(p.env, " ") + ")"
+		}
+		fmt.Fprintf(logs, "loadtest: pass %s%s\n", p.label, settings)
 	}
 	var err error
 	if p.instances, err = spawn(ctx, bin, o.spawn, dir, env, logs); err != nil {
@@ -491,6 +556,16 @@ func faultText(o options) string {
 }
 
 func model(o options) string {
+	if len(o.clients) > 1 {
+		counts := make([]string, len(o.clients))
+		for i, c := range o.clients {
+			counts[i] = strconv.Itoa(c)
+		}
+		if o.rate > 0 {
+			return fmt.Sprintf("open model at %d req/s with at most %s requests in flight (the whole comparison at each)", o.rate, strings.Join(counts, ", then "))
+		}
+		return fmt.Sprintf("closed model with %s clients (the whole comparison at each count)", strings.Join(counts, ", then "))
+	}
 	if o.rate > 0 {
 		return fmt.Sprintf("open model at %d req/s", o.rate)
 	}
@@ -549,6 +624,8 @@ type roundRunner struct {
 	peaks    peaks        // of the service processes, when the tool started them
 	bare     *bareServers // nil: sold-out phases are not held against a bare handler
 	fault    *lockThief   // -fault lock-loss: takes the locks during each selling phase; nil: no fault
+	cpu      *cpuMeter    // the CPU time of the processes of the sale, per group
+	db       dbBudget     // the database's connections, as planned before the run (-mysql)
 	progress io.Writer
 	log      io.Writer
 }
@@ -574,7 +651,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		}
 		sku := o.sku + "-" + name + rr.pass.suffix + suffix
 		rr.peaks.begin()
-		lostBefore, lostErr := rr.locksLost(ctx)
+		before, beforeErr := rr.samples(ctx)
 		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock, o.after.timeout); err != nil {
 			return nil, nil, err
 		}
@@ -584,7 +661,9 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		if rr.fault != nil {
 			fault = rr.fault.start(ctx, strategy, sku)
 		}
+		cpu := rr.cpu.start()
 		s, err := l.run(ctx, row)
+		cpu.stop()
 		taken, faultErr := fault.stop()
 		if err != nil {
 			return nil, nil, err
@@ -597,6 +676,8 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 			faulted = o.fault
 		}
 		r := newReport(row, strategy, sku, s, faulted)
+		r.Name, r.Pass, r.Clients = name, rr.pass.label, o.concurrency
+		r.CPU = &cpuCost{Selling: rr.cpu.selling(cpu, s.results)}
 		if faulted != "" {
 			r.LocksTaken = &taken
 		}
@@ -615,13 +696,15 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 				if r.Steady, err = rr.soldOut(ctx, l, r, s.acked); err != nil {
 					return nil, nil, err
 				}
+				r.CPU.SoldOut = r.Steady.cpu
 			}
 		}
-		if lost, err := rr.locksLost(ctx); err == nil && lostErr == nil {
+		if after, err := rr.samples(ctx); err == nil && beforeErr == nil {
 			// A lock that expired under a live holder (a stall longer than the TTL, its watchdog
-			// late): what a short TTL costs. Informational, like memory.
-			n := int(lost - lostBefore)
-			r.LocksLost = &n
+			// late): what a short TTL costs. Informational, like memory, and so are the lock
+			// times that report.html charts.
+			n := int(locksLost(after) - locksLost(before))
+			r.LocksLost, r.Locks = &n, newLockTimes(strategy, before, after)
 		}
 		if len(rr.peaks.pids) > 0 {
 			// Memory is informational: a process that cannot be read leaves the cell blank and
@@ -666,17 +749,13 @@ func (rr roundRunner) afterSale(ctx context.Context, l load, acked []ackedOrder)
 	return append(acted, resold...), &rep, resale, nil
 }
 
-// locksLost sums seckill_lock_lost_total over the targets.
-func (rr roundRunner) locksLost(ctx context.Context) (float64, error) {
+// locksLost sums seckill_lock_lost_total over the instances' samples.
+func locksLost(samples []sample) float64 {
 	var total float64
-	for _, t := range rr.targets {
-		s, err := sampleMetrics(ctx, rr.client, t)
-		if err != nil {
-			return 0, err
-		}
+	for _, s := range samples {
 		total += s.LocksLost
 	}
-	return total, nil
+	return total
 }
 
 // bareSlices is how many times a sold-out phase alternates with the bare handler's.
@@ -691,21 +770,29 @@ func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []ack
 	// Against a bare handler, the phase alternates with it in thirds, so that drift on a shared
 	// machine (a database still flushing the sale, a collector running) weighs on both alike.
 	var own, bare phaseSlices
+	var use cpuUse // over the service's slices only
+	serviceSlice := func(d time.Duration) {
+		rec := rr.cpu.start()
+		l.soldOutSlice(ctx, r.Strategy, d, &own)
+		rec.stop()
+		use = use.add(rec.whole())
+	}
 	if rr.bare == nil {
-		l.soldOutSlice(ctx, r.Strategy, rr.opts.soldOut, &own)
+		serviceSlice(rr.opts.soldOut)
 	} else {
 		for range bareSlices {
-			rr.bare.slice(ctx, rr.opts.soldOut/bareSlices, &bare, rr.progress)
-			l.soldOutSlice(ctx, r.Strategy, rr.opts.soldOut/bareSlices, &own)
+			rr.bare.slice(ctx, rr.opts.concurrency, rr.opts.soldOut/bareSlices, &bare, rr.progress)
+			serviceSlice(rr.opts.soldOut / bareSlices)
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s := own.steady()
+	s.cpu = rr.cpu.phase(use, own.answered)
 	if rr.bare != nil {
 		b := bare.steady()
-		rr.bare.measured(b)
+		rr.bare.measured(rr.opts.concurrency, b)
 		if b.Throughput > 0 {
 			s.Bare, s.VsBare = &b, s.Throughput/b.Throughput
 		}
@@ -765,7 +852,7 @@ func (rr roundRunner) samples(ctx context.Context) ([]sample, error) {
 	for _, target := range rr.targets {
 		s, err := sampleMetrics(ctx, rr.client, target)
 		if err != nil {
-			return nil, fmt.Errorf("soak: %w", err)
+			return nil, fmt.Errorf("metrics: %w", err)
 		}
 		out = append(out, s)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
-	"github.com/tsenart/vegeta/v12/lib/plot"
 )
 
 // families are the lock families of the classic comparison, by strategy.
@@ -33,12 +32,16 @@ var families = map[string]string{
 type report struct {
 	Strategy          string           `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
 	Family            string           `json:"family"`
+	Name              string           `json:"strategy_name,omitempty"` // the strategy alone ("" for the references: the baseline, the bare handler)
+	Pass              string           `json:"pass,omitempty"`          // the label of the row's pass: its group commit, and its client count when the run has several
+	Clients           int              `json:"clients,omitempty"`       // the client count of the row (-concurrency)
 	SKU               string           `json:"sku"`
 	Requests          int              `json:"requests"`
 	Attempts          int              `json:"attempts"`
 	Outcomes          map[string]int   `json:"outcomes"`
 	BusyAnswers       int              `json:"busy_answers"`
 	LocksLost         *int             `json:"locks_lost,omitempty"` // by live holders across the instances (seckill_lock_lost_total), over this row's phases
+	Locks             *lockTimes       `json:"lock_times,omitempty"` // the lock wait and hold histograms across the instances, over this row's phases
 	OrdersPerSecond   float64          `json:"orders_per_second"`
 	VsBaseline        float64          `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
 	Selling           phase            `json:"selling"`
@@ -48,6 +51,7 @@ type report struct {
 	PeakRSSMB         float64          `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
 	PeakRSSSinceStart bool             `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
 	Goals             []goal           `json:"targets,omitempty"`
+	CPU               *cpuCost         `json:"cpu,omitempty"` // CPU seconds per process group in the selling and the sold-out phase
 	Verdict           verdict          `json:"verdict"`
 	Fault             string           `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
 	LocksTaken        *int             `json:"locks_taken,omitempty"` // by the fault, from their holders
@@ -154,8 +158,11 @@ type table struct {
 }
 
 // tables are the report's tables: the comparison, then, when the run measured them, the steady
-// sold-out phase beside the bare handler and the targets of the performance issue.
+// sold-out phase beside the bare handler, the performance targets and the CPU cost per order.
 func tables(reports []report) []table {
+	if counts := clientCounts(reports); len(counts) > 1 {
+		return tablesByCount(reports, counts)
+	}
 	comparison := table{Head: []string{"strategy", "lock", "orders", "orders/s (selling)", "vs baseline", "p50 / p99 ms (selling)",
 		"busy answers", "locks lost", "tail sold-out req/s", "tail sold-out p99 ms", "peak RSS MB", "oversold", "verdict"}}
 	for _, r := range reports {
@@ -187,6 +194,35 @@ func tables(reports []report) []table {
 	}
 	if t, ok := goalsTable(reports); ok {
 		out = append(out, t)
+	}
+	return append(out, cpuTables(reports)...)
+}
+
+// tablesByCount are the tables of a run at several client counts (-concurrency 64,512): each
+// count's tables apart, the first of them saying which count it is.
+func tablesByCount(reports []report, counts []int) []table {
+	var out []table
+	for _, c := range counts {
+		var at []report
+		for _, r := range reports {
+			if r.Clients == c {
+				at = append(at, r)
+			}
+		}
+		ts := tables(at)
+		ts[0].Intro = strings.TrimSpace(fmt.Sprintf("At %d clients: %s", c, ts[0].Intro))
+		out = append(out, ts...)
+	}
+	return out
+}
+
+// clientCounts are the client counts of the rows, in the order they ran.
+func clientCounts(reports []report) []int {
+	var out []int
+	for _, r := range reports {
+		if !slices.Contains(out, r.Clients) {
+			out = append(out, r.Clients)
+		}
 	}
 	return out
 }
@@ -265,24 +301,6 @@ func steadyTable(reports []report) (t table, ok bool) {
 	return t, len(t.Rows) > 0
 }
 
-// goalsTable is the targets of the performance issue for every judged row; ok is false if none
-// was judged.
-func goalsTable(reports []report) (t table, ok bool) {
-	t.Intro = "Targets of the performance issue (informational: only the invariant fails a run):"
-	t.Head = append([]string{"row"}, goalNames...)
-	for _, r := range reports {
-		if len(r.Goals) == 0 {
-			continue
-		}
-		row := []string{r.Strategy}
-		for _, g := range r.Goals {
-			row = append(row, g.text())
-		}
-		t.Rows = append(t.Rows, row)
-	}
-	return t, len(t.Rows) > 0
-}
-
 // markdown writes the report's tables.
 func markdown(w io.Writer, reports []report) {
 	for i, t := range tables(reports) {
@@ -301,19 +319,58 @@ func markdown(w io.Writer, reports []report) {
 	}
 }
 
-var htmlReport = template.Must(template.New("report").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>seckill load test</title>
-<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}
-iframe{width:100%;height:480px;border:0}</style></head><body>
+// htmlReport is report.html: the charts that compare the rows, the tables, then a latency chart
+// per row. Everything is in the one file — styles and SVG, no script, no link — so that it opens
+// anywhere, offline.
+var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{"f": svgNumber}).Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>seckill load test</title>
+<style>
+body{font-family:"DejaVu Sans",Verdana,system-ui,sans-serif;margin:24px auto;max-width:1200px;padding:0 16px;color:#222;line-height:1.45;font-size:14px}
+h1{font-size:24px;margin:0 0 6px}
+h2{font-size:19px;margin:36px 0 10px;padding-bottom:4px;border-bottom:1px solid #ddd}
+p{max-width:1040px}
+table{border-collapse:collapse;font-size:12.5px;margin:8px 0 20px}
+td,th{border:1px solid #d9d9d9;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f2f2f2}
+tr:nth-child(even) td{background:#fafafa}
+figure.chart{margin:10px 0 30px;padding:0}
+figure.chart svg{display:block;width:100%;height:auto;background:#fff}
+figcaption{font-size:12.5px;color:#555;margin:2px 16px 0;max-width:1080px}
+svg text{font-family:"DejaVu Sans",Verdana,sans-serif;font-size:12px;fill:#333}
+svg .title{font-size:16px;font-weight:bold;fill:#111}
+svg .tick{fill:#555}
+svg .value{font-size:11px;fill:#222}
+svg .ref-label{font-size:11px;fill:#666}
+svg .grid{stroke:#e8e8e8;stroke-width:1}
+svg .axis{stroke:#888;stroke-width:1}
+svg .ref{stroke:#888;stroke-width:1.2;stroke-dasharray:6 4}
+</style></head><body>
 <h1>seckill load test</h1>
 <p>{{.Description}}</p>
+{{with .Charts}}<h2>The rows side by side</h2>
+{{range .}}{{template "chart" .}}{{end}}{{end}}
+<h2>Tables</h2>
 {{range .Tables}}{{with .Intro}}<p>{{.}}</p>{{end}}
 <table><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>
 {{end}}
-{{range .Plots}}<h2>{{.Name}}: latency over time</h2><iframe src="plot-{{.File}}.html"></iframe>{{end}}
+{{with .Scatters}}<h2>Every request, row by row</h2>
+{{range .}}{{template "chart" .}}{{end}}{{end}}
 </body></html>
+{{define "chart"}}<figure class="chart" data-chart="{{.ID}}"{{with .Row}} data-row="{{.}}"{{end}}>
+<svg viewBox="0 0 {{f .Width}} {{f .Height}}" role="img" aria-label="{{.Title}}">
+<g class="axes">{{range .Axes}}<line x1="{{f .X1}}" y1="{{f .Y1}}" x2="{{f .X2}}" y2="{{f .Y2}}" class="{{.Class}}"/>{{end}}</g>
+<g class="texts">{{range .Texts}}{{template "text" .}}{{end}}{{with .Swatch}}<rect x="{{f .X}}" y="{{f .Y}}" width="{{f .W}}" height="{{f .H}}" fill="{{.Fill}}"/>{{end}}</g>
+<g class="legend">{{range .Legend}}<rect x="{{f .Swatch.X}}" y="{{f .Swatch.Y}}" width="{{f .Swatch.W}}" height="{{f .Swatch.H}}" fill="{{.Swatch.Fill}}"/>{{template "text" .Text}}{{end}}</g>
+<g class="marks">{{range .Rects}}<rect x="{{f .X}}" y="{{f .Y}}" width="{{f .W}}" height="{{f .H}}" fill="{{.Fill}}"><title>{{.Title}}</title></rect>{{end}}
+{{range .Paths}}<path d="{{.D}}" fill="none" stroke="{{.Stroke}}" stroke-width="{{f .Width}}" stroke-linecap="round" stroke-linejoin="round"><title>{{.Title}}</title></path>{{end}}
+{{range .Circles}}<circle cx="{{f .X}}" cy="{{f .Y}}" r="{{f .R}}" fill="{{.Fill}}"><title>{{.Title}}</title></circle>{{end}}
+{{range .Labels}}{{template "text" .}}{{end}}</g>
+</svg>
+{{with .Note}}<figcaption>{{.}}</figcaption>{{end}}</figure>
+{{end}}
+{{define "text"}}<text x="{{f .X}}" y="{{f .Y}}"{{with .Anchor}} text-anchor="{{.}}"{{end}}{{with .Class}} class="{{.}}"{{end}}{{if .Rotate}} transform="rotate({{f .Rotate}} {{f .X}} {{f .Y}})"{{end}}>{{.Text}}</text>{{end}}
 `))
 
 // fileName turns a row name ("hybrid (batched 64)") into a file name part ("hybrid-batched-64").
@@ -334,8 +391,8 @@ func fileName(row string) string {
 	return b.String()
 }
 
-// write saves the report files in dir: report.md, report.html with a latency plot per sale,
-// summary.json, and every result of every sale as JSON lines (results-<row>.json).
+// write saves the report files in dir: report.md, report.html with its charts, summary.json,
+// and every result of every sale as JSON lines (results-<row>.json).
 func write(dir, description string, reports []report, sales map[string]sale) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -346,29 +403,13 @@ func write(dir, description string, reports []report, sales map[string]sale) err
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
-	type plotLink struct{ Name, File string }
-	var plots []plotLink
-	for _, r := range reports {
-		if _, ok := sales[r.Strategy]; ok {
-			plots = append(plots, plotLink{r.Strategy, fileName(r.Strategy)})
-		}
-	}
+	comparison, perRow := charts(reports, sales)
 	if err := writeFile(filepath.Join(dir, "report.html"), func(w io.Writer) error {
-		return htmlReport.Execute(w, map[string]any{"Description": description, "Tables": tables(reports), "Plots": plots})
+		return htmlReport.Execute(w, map[string]any{"Description": description, "Charts": comparison, "Tables": tables(reports), "Scatters": perRow})
 	}); err != nil {
 		return err
 	}
 	for name, s := range sales {
-		p := plot.New(plot.Title(name+": latency over time"), plot.Downsample(4000), plot.Label(plot.ErrorLabeler))
-		for _, r := range s.results {
-			if err := p.Add(r); err != nil {
-				return err
-			}
-		}
-		p.Close()
-		if err := writeFile(filepath.Join(dir, "plot-"+fileName(name)+".html"), func(w io.Writer) error { _, err := p.WriteTo(w); return err }); err != nil {
-			return err
-		}
 		if err := writeFile(filepath.Join(dir, "results-"+fileName(name)+".json"), func(w io.Writer) error {
 			enc := vegeta.NewJSONEncoder(w)
 			for _, r := range s.results {

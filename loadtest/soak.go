@@ -22,6 +22,8 @@ type sample struct {
 	Sessions    float64 // seckill_etcd_sessions_total, over the etcd strategies
 	LocksLost   float64 // seckill_lock_lost_total, all strategies
 	HeldTooLong float64 // seckill_lock_held_too_long_total, all strategies
+
+	Locks map[seriesKey]*histogram // the lock wait and hold histograms, by strategy: read at each row's start and end
 }
 
 // sampleMetrics scrapes base's /metrics.
@@ -50,6 +52,9 @@ func sampleMetrics(ctx context.Context, client *http.Client, base string) (sampl
 			continue
 		}
 		metric, _, _ := strings.Cut(name, "{")
+		if s.addLockSeries(metric, name, v) {
+			continue
+		}
 		switch metric {
 		case "go_goroutines":
 			s.Goroutines = v

@@ -30,6 +30,7 @@ type steady struct {
 	Server     int            `json:"status_5xx"`          // reported, not a failure: the phase measures load
 	Throughput float64        `json:"requests_per_second"` // answered requests over the phase
 	P50        time.Duration  `json:"p50"`
+	P90        time.Duration  `json:"p90"`
 	P99        time.Duration  `json:"p99"`
 	VsBare     float64        `json:"vs_bare,omitempty"` // Throughput over Bare's
 	Bare       *steady        `json:"bare,omitempty"`    // the bare handler, measured just before this phase
@@ -37,6 +38,7 @@ type steady struct {
 	Skipped    string         `json:"skipped,omitempty"`
 
 	acked []ackedOrder // 201s of the phase: each one is an oversell
+	cpu   *cpuPhase    // what the service's slices cost in CPU, moved to the row's report
 }
 
 // phaseSlices accumulates a sold-out phase run in slices — interleaved with the bare handler's,
@@ -118,7 +120,7 @@ func (p *phaseSlices) steady() steady {
 	p.m.Close()
 	s := p.s
 	s.Requests = int(p.m.Requests)
-	s.P50, s.P99 = p.m.Latencies.P50, p.m.Latencies.P99
+	s.P50, s.P90, s.P99 = p.m.Latencies.P50, p.m.Latencies.P90, p.m.Latencies.P99
 	if p.window > 0 {
 		s.Throughput = float64(p.answered) / p.window.Seconds()
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -67,7 +69,8 @@ func start(ctx context.Context, bin string, env []string, logPath string) (*inst
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = env
-	cmd.Stderr = logFile
+	var lastErr lastLineWriter
+	cmd.Stderr = io.MultiWriter(logFile, &lastErr)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -97,7 +100,10 @@ func start(ctx context.Context, bin string, env []string, logPath string) (*inst
 	case <-ready:
 		return inst, nil
 	case err := <-inst.exited:
-		return nil, fmt.Errorf("%s exited at start (see %s): %v", filepath.Base(bin), logPath, err)
+		// The log is in the run's temporary folder, gone when the tool exits: the last line of
+		// the process's stderr — its own error, a refused database connection say — goes in the
+		// message.
+		return nil, fmt.Errorf("%s exited at start (%v): %s", filepath.Base(bin), err, lastErr.String())
 	case <-time.After(2 * time.Minute):
 		_ = cmd.Process.Kill()
 		return nil, errors.New(filepath.Base(bin) + " did not start listening within 2 minutes; see " + logPath)
@@ -120,4 +126,37 @@ func stop(instances []*instance) {
 			<-inst.exited
 		}
 	}
+}
+
+// lastLineWriter remembers the last non-empty line written to it.
+type lastLineWriter struct {
+	mu      sync.Mutex
+	partial []byte // the line being written
+	last    string
+}
+
+func (w *lastLineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if line := strings.TrimSpace(string(w.partial[:i])); line != "" {
+			w.last = line
+		}
+		w.partial = w.partial[i+1:]
+	}
+}
+
+// String is the last non-empty line, the unfinished one if it has any text.
+func (w *lastLineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if line := strings.TrimSpace(string(w.partial)); line != "" {
+		return line
+	}
+	return w.last
 }
