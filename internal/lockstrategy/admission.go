@@ -58,30 +58,31 @@ var errRedisDown = errors.New("redis unavailable")
 // for its slowest node), and no command retries — a retried admission script after a lost answer
 // would see its own first run and call the buyer a repeat buyer.
 func NewRedisClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           dialTimeout,
-		DialerRetries:         1,
-		DialerRetryTimeout:    10 * time.Millisecond,
-		ReadTimeout:           ioTimeout,
-		WriteTimeout:          ioTimeout,
-		MaxRetries:            -1,
-		PoolSize:              poolSize,
-		Protocol:              protocol,
-	})
+	return redis.NewClient(clientOptions([]string{addr}, "").Simple())
 }
 
-// The timeouts, pool size and protocol of every Redis client (NewRedisClient, NewRedisClients).
-// RESP2, not go-redis's default RESP3: nothing here uses RESP3's push notifications, and with
-// RESP3 the client looks for pending ones around every command, one of the larger costs of an
-// order's admission in a CPU profile of the service (README, Performance).
-const (
-	dialTimeout = 500 * time.Millisecond
-	ioTimeout   = 500 * time.Millisecond
-	poolSize    = 64
-	protocol    = 2
-)
+// clientOptions are the options of every Redis client (NewRedisClient, NewRedisClients) over
+// addrs — Sentinels when master is set — as NewRedisClient explains them. RESP2, not go-redis's
+// default RESP3: nothing here uses RESP3's push notifications, and with RESP3 the client looks
+// for pending ones around every command, one of the larger costs of an order's admission in a
+// CPU profile of the service (README, Performance).
+func clientOptions(addrs []string, master string) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Addrs:                 addrs,
+		MasterName:            master,
+		Protocol:              2,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           500 * time.Millisecond,
+		DialerRetries:         1,
+		DialerRetryTimeout:    10 * time.Millisecond,
+		ReadTimeout:           500 * time.Millisecond,
+		WriteTimeout:          500 * time.Millisecond,
+		// No retries of a command that failed; on a Cluster a MOVED or ASK answer is still
+		// followed (MaxRedirects), since the command did not run.
+		MaxRetries: -1,
+		PoolSize:   64,
+	}
+}
 
 // Admission is the Redis fast path of a sale: a counter pre-deducted atomically with the set of
 // admitted buyers (one Lua script), so that sold-out and repeat buyers are answered without

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -71,34 +70,9 @@ func NewRedisClients(mode RedisMode, addrs []string, master string) ([]redis.Uni
 	}
 	switch mode {
 	case RedisCluster:
-		return []redis.UniversalClient{redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 addrs,
-			ContextTimeoutEnabled: true,
-			DialTimeout:           dialTimeout,
-			DialerRetries:         1,
-			DialerRetryTimeout:    10 * time.Millisecond,
-			ReadTimeout:           ioTimeout,
-			WriteTimeout:          ioTimeout,
-			// No retries of a command that failed, for the reason NewRedisClient gives; a MOVED
-			// or ASK answer is still followed (MaxRedirects), since the command did not run.
-			MaxRetries: -1,
-			PoolSize:   poolSize,
-			Protocol:   protocol,
-		})}, nil
+		return []redis.UniversalClient{redis.NewClusterClient(clientOptions(addrs, "").Cluster())}, nil
 	case RedisSentinel:
-		return []redis.UniversalClient{redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:            master,
-			SentinelAddrs:         addrs,
-			ContextTimeoutEnabled: true,
-			DialTimeout:           dialTimeout,
-			DialerRetries:         1,
-			DialerRetryTimeout:    10 * time.Millisecond,
-			ReadTimeout:           ioTimeout,
-			WriteTimeout:          ioTimeout,
-			MaxRetries:            -1,
-			PoolSize:              poolSize,
-			Protocol:              protocol,
-		})}, nil
+		return []redis.UniversalClient{redis.NewFailoverClient(clientOptions(addrs, master).Failover())}, nil
 	}
 	out := make([]redis.UniversalClient, len(addrs))
 	for i, addr := range addrs {
