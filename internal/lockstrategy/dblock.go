@@ -174,8 +174,7 @@ func (d *DBLock) unlock(ctx context.Context, key, holder string) bool {
 // trusted to refuse an order on its own: a cancel gives units back without moving the version, so
 // a batch that does not fit reads the row, and a batch that would write nothing (every order
 // refused: a new round's limits, a window) checks no version, so it reads the row and decides
-// again. It returns the answers and the product as this section
-// left it (nil when it wrote nothing it can vouch for).
+// again. It returns the answers and the product as this section left it (nil when it failed).
 func placeVersioned(ctx context.Context, store *stock.Store, reqs []stock.OrderRequest, attempts int,
 	metrics *LockMetrics, strategy string, hooks Hooks, known *stock.Product) ([]stock.Placed, *stock.Product) {
 	if len(reqs) == 0 {
@@ -203,11 +202,12 @@ func placeVersioned(ctx context.Context, store *stock.Store, reqs []stock.OrderR
 			place = store.PlaceAdmitted
 		}
 		placed, err := place(ctx, reqs, read)
-		if err == nil && snapshot && after(read, placed).Version == read.Version {
-			continue // every order refused on the snapshot's word alone, no version checked: ask the row
-		}
 		if err == nil {
-			return placed, after(read, placed)
+			left := after(read, placed)
+			if snapshot && left.Version == read.Version {
+				continue // every order refused on the snapshot's word alone, no version checked: ask the row
+			}
+			return placed, left
 		}
 		if !errors.Is(err, stock.ErrVersionConflict) {
 			return failAll(len(reqs), err), nil
