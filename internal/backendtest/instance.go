@@ -94,3 +94,24 @@ func HoldSection(user string, d time.Duration) (lockstrategy.Hooks, <-chan struc
 		})
 	}}, inside
 }
+
+// CutFromRedisInSection builds an instance of cfg whose Redis is reached through a fault proxy,
+// and which cuts that proxy from inside the first critical section placing an order of user,
+// then waits there until the lock is lost (the watchdog cannot extend it; give cfg a short
+// LockTTL) and the section is abandoned: the order fails, and its give-back cannot reach Redis —
+// a reservation whose order was never written, held back until the sweeper returns it. Start
+// the proxy again (its Start) to reconnect the instance.
+func CutFromRedisInSection(t testing.TB, cfg service.Config, user string) (Instance, *FaultProxy) {
+	t.Helper()
+	rp := StartFaultProxy(t, RedisAddr(t))
+	var once sync.Once
+	cfg.Hooks.InSection = func(ctx context.Context, orders []stock.OrderRequest) {
+		if orders[0].UserID == user {
+			once.Do(func() {
+				rp.Stop()
+				<-ctx.Done() // the lock is lost: the section is abandoned
+			})
+		}
+	}
+	return NewInstance(t, cfg, Wiring{RedisAddrs: []string{rp.Listen}}), rp
+}

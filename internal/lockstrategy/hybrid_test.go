@@ -362,19 +362,9 @@ func TestRedlockQuorum(t *testing.T) {
 // stated bound, exactly once though every instance sweeps — and new buyers buy it.
 func TestHybridLostGiveBack(t *testing.T) {
 	ctx := context.Background()
-	rp := backendtest.StartFaultProxy(t, backendtest.RedisAddr(t))
-	var once sync.Once
 	cfg := config("hybrid")
 	cfg.LockTTL = 900 * time.Millisecond // the watchdog notices the cut within a third of it
-	cfg.Hooks.InSection = func(ctx context.Context, orders []stock.OrderRequest) {
-		if orders[0].UserID == "victim" {
-			once.Do(func() {
-				rp.Stop()
-				<-ctx.Done() // the lock is lost: the section is abandoned
-			})
-		}
-	}
-	cut := backendtest.NewInstance(t, cfg, backendtest.Wiring{RedisAddrs: []string{rp.Listen}})
+	cut, rp := backendtest.CutFromRedisInSection(t, cfg, "victim")
 	insts := append([]backendtest.Instance{cut}, newInstances(t, 2, config("hybrid"), backendtest.Wiring{})...)
 	sku := backendtest.SKU(t)
 	const units = 10

@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,17 +48,7 @@ func TestStrandedUnits(t *testing.T) {
 	cfg.ReservationLease = 4 * time.Second // longer than the lock wait and a sweep, as New requires; short, for the test's time
 	watcher := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
 
-	rp := backendtest.StartFaultProxy(t, backendtest.RedisAddr(t))
-	var once sync.Once
-	cfg.Hooks.InSection = func(ctx context.Context, orders []stock.OrderRequest) {
-		if orders[0].UserID == "victim" {
-			once.Do(func() {
-				rp.Stop()
-				<-ctx.Done() // the lock is lost: the section is abandoned
-			})
-		}
-	}
-	cut := backendtest.NewInstance(t, cfg, backendtest.Wiring{RedisAddrs: []string{rp.Listen}})
+	cut, rp := backendtest.CutFromRedisInSection(t, cfg, "victim")
 
 	sku := backendtest.SKU(t)
 	_, err := watcher.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 3, MaxPerOrder: 1})
