@@ -7,8 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/redisserver"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -70,13 +69,6 @@ type failedOver struct {
 
 const masterName = "lab"
 
-// sentinelClient is a client that finds the master through set's Sentinels, as a service
-// instance in Sentinel mode connects.
-func sentinelClient(set *redisserver.SentinelSet) *redis.Client {
-	return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: set.Name, SentinelAddrs: set.SentinelAddrs(),
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, ContextTimeoutEnabled: true})
-}
-
 // sellAcrossFailover: three instances on the Sentinel-managed Redis; units put on sale and
 // replicated; the replication link cut; one instance's section for buyer "slow" takes the lock
 // on the master, reads the product and sleeps; the master dies; once the replica is promoted,
@@ -101,7 +93,14 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku, strategy string, uni
 	cfg.Hooks.InSection = held.hook
 	var insts []*instance
 	for range 3 {
-		inst, err := env.newInstanceOn(cfg, sentinelClient(set), nil, 0)
+		// A client in Sentinel mode, as a service instance configured with SECKILL_REDIS_MODE
+		// sentinel has: it finds the master through the Sentinels, and the new one after the
+		// failover.
+		clients, err := lockstrategy.NewRedisClients(lockstrategy.RedisSentinel, set.SentinelAddrs(), set.Name)
+		if err != nil {
+			return failedOver{}, err
+		}
+		inst, err := env.newInstanceOn(cfg, clients[0], nil, 0)
 		if err != nil {
 			return failedOver{}, err
 		}

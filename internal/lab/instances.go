@@ -32,7 +32,7 @@ func (e *Env) newInstance(cfg service.Config, zkServers []string, zkSession time
 }
 
 // newInstanceOn is newInstance on the Redis rdb (which it closes).
-func (e *Env) newInstanceOn(cfg service.Config, rdb *redis.Client, zkServers []string, zkSession time.Duration) (*instance, error) {
+func (e *Env) newInstanceOn(cfg service.Config, rdb redis.UniversalClient, zkServers []string, zkSession time.Duration) (*instance, error) {
 	inst := &instance{metrics: prometheus.NewRegistry()}
 	inst.closers = append(inst.closers, rdb.Close)
 	b := service.Backends{Store: e.Store, Redis: []redis.UniversalClient{rdb}}
