@@ -85,8 +85,8 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&sc.GroupCommit, "group-commit", d.GroupCommit, "place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
-	fs.DurationVar(&sc.ReservationLease, "reservation-lease", d.ReservationLease,
-		"hybrid: how long a Redis reservation holds an order's units before they return to sale unless the order was written")
+	fs.DurationVar(&sc.InstanceTTL, "instance-ttl", d.InstanceTTL,
+		"hybrid: how long after an instance's last heartbeat (sent every quarter of this) the others return its Redis reservations, unless the database has their orders")
 	fs.DurationVar(&sc.SoldOutFlag, "sold-out-flag", d.SoldOutFlag,
 		"answer sold-out products from a local flag, checked against the database at least this often; 0: off")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this address (keep it on loopback); empty: off")
@@ -147,7 +147,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	if c.DBMaxConns < 1 {
 		return nil, errors.New("db-max-conns must be at least 1")
 	}
-	if sc.LockTTL <= 0 || sc.LockWait <= 0 || c.ShutdownTimeout <= 0 || sc.SlowHold <= 0 || sc.ReservationLease <= 0 || c.DBIdleTx < time.Second {
+	if sc.LockTTL <= 0 || sc.LockWait <= 0 || c.ShutdownTimeout <= 0 || sc.SlowHold <= 0 || sc.InstanceTTL <= 0 || c.DBIdleTx < time.Second {
 		return nil, errors.New("durations must be positive (db-idle-tx at least 1s)")
 	}
 	if sc.LockExtend >= sc.LockTTL {

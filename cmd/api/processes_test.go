@@ -362,6 +362,161 @@ func TestProcessesFrozenInstance(t *testing.T) {
 	}
 }
 
+// endOfSale is what the buyers of one sale that froze near its end saw.
+type endOfSale struct {
+	acked     []stock.Order
+	elsewhere []time.Time // when each 201 from the other processes arrived
+	late      map[int]int // final answers, by status, of the frozen process's buyers in flight when it stopped
+	reserved  int         // reservations the frozen process held when it stopped
+	stockLeft int64       // the database's stock just before it woke
+}
+
+// sellOutAcrossFreeze sells units of sku to clients spread over procs, each client on one
+// process, until every unit is sold; the moment a tenth is sold the victim is stopped (SIGSTOP)
+// for pause — with its orders in flight, their units reserved in Redis admission — and its
+// clients hang with it, as a frozen instance's clients do. Just before it is resumed the
+// database's stock is read. Every buyer retries a 429, a 503 or a lost answer on its process with
+// the same Idempotency-Key until it has a final answer, so every 201 is accounted for.
+func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string, units int, pause time.Duration) (endOfSale, time.Time) {
+	t.Helper()
+	const clients = 64
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
+	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		res      = endOfSale{late: map[int]int{}}
+		wg       sync.WaitGroup
+		stopping atomic.Bool
+		frozen   atomic.Pointer[time.Time]
+		resumed  atomic.Bool
+		tenth    = make(chan struct{})
+	)
+	for c := range clients {
+		target := procs[c%len(procs)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; !stopping.Load(); n++ {
+				user := fmt.Sprintf("c%02d-%05d", c, n)
+				body := fmt.Sprintf(`{"user_id":%q,"strategy":"hybrid"}`, user)
+				first := time.Now()
+				for deadline.Err() == nil {
+					status, order, err := postOrder(deadline, client, target.url, sku, user, body)
+					if err != nil || status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+						time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
+						continue
+					}
+					mu.Lock()
+					if at := frozen.Load(); target.pid == procs[victim].pid && at != nil && first.Before(*at) && resumed.Load() {
+						res.late[status]++
+					}
+					if status == http.StatusCreated {
+						res.acked = append(res.acked, order)
+						if target.pid != procs[victim].pid {
+							res.elsewhere = append(res.elsewhere, time.Now())
+						}
+						if len(res.acked) == units/10 {
+							close(tenth)
+						}
+					}
+					mu.Unlock()
+					break
+				}
+			}
+		}()
+	}
+	r := backendtest.Redis(t)
+	reservedBy := func() int {
+		held, err := r.HVals(context.Background(), "seckill:{"+sku+"}:reserved").Result()
+		require.NoError(t, err)
+		n := 0
+		for _, h := range held {
+			if strings.Contains(h, fmt.Sprintf("/%d#", procs[victim].pid)) { // the instance: host/pid#<random>
+				n++
+			}
+		}
+		return n
+	}
+	select {
+	case <-tenth:
+	case <-time.After(time.Minute):
+		t.Fatal("a tenth of the units did not sell within a minute")
+	}
+	// Its batches settle many reservations at once: stop it the moment it is seen holding
+	// several, not just after a settle.
+	for until := time.Now().Add(2 * time.Second); reservedBy() < 5 && time.Now().Before(until); {
+	}
+	at := time.Now()
+	frozen.Store(&at)
+	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
+	res.reserved = reservedBy()
+	time.Sleep(pause)
+	p, err := backendtest.Store(t).Product(context.Background(), sku)
+	require.NoError(t, err)
+	res.stockLeft = p.Stock
+	resumed.Store(true)
+	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGCONT))
+	time.Sleep(2 * time.Second)
+	stopping.Store(true)
+	wg.Wait()
+	return res, at
+}
+
+// TestProcessesFrozenAtSaleEnd freezes an instance where a flash sale spends its busiest
+// seconds: near the end, when the last units the database has are the ones the frozen
+// instance's orders in flight reserved in Redis admission. Three hybrid processes sell 300 units
+// to 64 clients spread over them; once a tenth is sold, one that holds reservations is stopped
+// (SIGSTOP) for 8 s — far past its heartbeat's TTL. Its reservations must come back to the
+// others within the TTL and a sweep, so that they sell every unit the database has, with no gap
+// between their sales of 3 s or more; when it wakes, the orders whose reservations were returned
+// find the units sold and are refused by the version guard (sold_out, never both an order and a
+// refusal), and the ledger is exact: nothing held back, no reservation left, admission's counter
+// at the database's stock. Five sales in a row, each judged; a sale whose freeze caught only
+// reservations of orders already written (between commit and settle: none was returned) did not
+// exercise the case and is sold again, up to three times.
+func TestProcessesFrozenAtSaleEnd(t *testing.T) {
+	procs := startThree(t)
+	others := []instance{procs[0], procs[2]}
+	returned := func() float64 { return scrape(t, others, `seckill_admission_swept_total{result="returned"}`) }
+	const units, pause, rounds, tries = 300, 8 * time.Second, 5, 3
+	for round := 1; round <= rounds; round++ {
+		for try := 1; ; try++ {
+			before := returned()
+			sku := putOnSale(t, procs[0], units)
+			res, frozen := sellOutAcrossFreeze(t, procs, 1, sku, units, pause)
+			swept := returned() - before
+			last := frozen
+			if n := len(res.elsewhere); n > 0 {
+				last = slices.MaxFunc(res.elsewhere, time.Time.Compare)
+			}
+			stall := frozenSale{elsewhere: res.elsewhere}.stall(frozen, last)
+			t.Logf("round %d, try %d: SIGSTOP for %s holding %d reservations, %v returned by the others' sweepers; longest gap between the others' sales %s; stock left when it woke %d; its buyers in flight then heard %v; %d orders",
+				round, try, pause, res.reserved, swept, stall.Round(10*time.Millisecond), res.stockLeft, res.late, len(res.acked))
+			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+			assert.Len(t, res.acked, units, "every unit sold once to a client that heard 201")
+			assert.Zero(t, a.Stock)
+			var audit map[string]any
+			assert.Eventually(t, func() bool {
+				audit = nil
+				return procs[0].call(t, "GET", "/api/v1/products/"+sku+"/audit", "", &audit) == http.StatusOK &&
+					audit["held_back"] == 0.0 && audit["redis_reservations"] == 0.0 && audit["redis_stock"] == 0.0
+			}, 5*time.Second, 50*time.Millisecond, "the ledger is not exact after the sale: %v", audit)
+			for status := range res.late {
+				assert.Contains(t, []int{http.StatusCreated, http.StatusConflict}, status, "the stopped process answered %v after it woke", res.late)
+			}
+			if swept == 0 && try < tries {
+				continue
+			}
+			require.Positive(t, swept, "no reservation of the stopped process was returned in %d tries: the case was not exercised", tries)
+			assert.Zero(t, res.stockLeft, "the others did not sell the units the stopped process had reserved")
+			assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
+			assert.Positive(t, res.late[http.StatusConflict], "none of the stopped process's orders in flight, their reservations returned, was refused when it woke")
+			break
+		}
+	}
+}
+
 // TestProcessesShutdownUnderLoad sends SIGTERM to one of three processes while it is taking
 // orders: it drains what is in flight and exits cleanly (checked at cleanup), its clients retry on
 // the others with the same Idempotency-Key, and no acknowledged order is lost.
@@ -633,7 +788,7 @@ func TestProcessesHybridKill(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond, "units held back by dead reservations never came back: %v", audit)
 	recovered := time.Since(killed)
 	t.Logf("every unit the database had was on sale again %s after the kill: %v", recovered.Round(100*time.Millisecond), audit)
-	assert.Less(t, recovered, 15*time.Second, "the stated bound")
+	assert.Less(t, recovered, 3*time.Second, "the stated bound (README, No stranded stock)")
 
 	rest := loadHTTP(t, procs[:1], sku, "hybrid", userRange{first, first + 2*units}, clients, httpFault{})
 	assert.Equal(t, map[int]int{http.StatusCreated: units - first, http.StatusConflict: units + first}, rest.status,

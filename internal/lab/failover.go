@@ -89,7 +89,7 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku, strategy string, uni
 	held := newHoldOpen()
 	cfg := labConfig(strategy)
 	cfg.LockTTL, cfg.LockExtend = 10*time.Second, time.Hour // SET NX EX 10, never extended
-	cfg.LockWait, cfg.ReservationLease = 5*time.Second, 30*time.Second
+	cfg.LockWait = 5 * time.Second
 	cfg.Hooks.InSection = held.hook
 	var insts []*instance
 	for range 3 {

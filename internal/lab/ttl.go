@@ -48,7 +48,6 @@ func runTTL(ctx context.Context, env *Env) (Result, error) {
 		var o overlaps
 		cfg := labConfig(f.strategy)
 		cfg.LockTTL, cfg.LockWait = lockTTL, 5*time.Second
-		cfg.ReservationLease = 10 * time.Second
 		if !f.watchdog {
 			cfg.LockExtend = time.Hour // never extended: the TTL is all the holder has
 		}

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,8 +29,8 @@ var (
 	giveBackLua string
 	//go:embed lua/settle.lua
 	settleLua string
-	//go:embed lua/expired.lua
-	expiredLua string
+	//go:embed lua/orphans.lua
+	orphansLua string
 	//go:embed lua/sweep.lua
 	sweepLua string
 	//go:embed lua/state.lua
@@ -37,15 +39,21 @@ var (
 	restockLua string
 	//go:embed lua/warm.lua
 	warmLua string
+	//go:embed lua/beat.lua
+	beatLua string
+	//go:embed lua/live.lua
+	liveLua string
 
 	admitScript    = redis.NewScript(admitLua)
 	giveBackScript = redis.NewScript(giveBackLua)
 	settleScript   = redis.NewScript(settleLua)
-	expiredScript  = redis.NewScript(expiredLua)
+	orphansScript  = redis.NewScript(orphansLua)
 	sweepScript    = redis.NewScript(sweepLua)
 	stateScript    = redis.NewScript(stateLua)
 	restockScript  = redis.NewScript(restockLua)
 	warmScript     = redis.NewScript(warmLua)
+	beatScript     = redis.NewScript(beatLua)
+	liveScript     = redis.NewScript(liveLua)
 )
 
 // errRedisDown marks an admission that could not ask Redis. The hybrid strategy then places the
@@ -92,11 +100,18 @@ func clientOptions(addrs []string, master string) *redis.UniversalOptions {
 //
 // It must never run below the database for long, or units the database still has would not
 // sell (stranded stock, the classic flash-sale bug: Redis deducted, then the process died before
-// the database). So an admitted order holds a reservation, a lease: settled once the database
-// has its order, given back when the database step fails, and otherwise — its instance died, its
-// give-back was lost to a fault — swept once the lease has ended, when the database says whether
-// the order exists (Sweep). The order itself must be written before the lease ends or not at
-// all (the section is cut off at Reservation.Until), so the database's answer is final.
+// the database). So an admitted order holds a reservation: settled once the database has its
+// order, given back when the database step fails, and otherwise swept, as the database says
+// whether the order exists (Sweep). A reservation lives as long as the instance that made it
+// shows it is alive — a heartbeat every InstanceTTL/4 (Beat), not a fixed lease per order — so
+// a live instance with a slow database keeps its reservations however long its section takes,
+// and a dead or frozen one (SIGKILL, SIGSTOP, a VM paused) loses them to the other instances'
+// sweepers within InstanceTTL and a sweep: the last units of a sale are never stuck behind a
+// process that stopped. A frozen instance may wake and write an order whose reservation was
+// swept: the database's guard decides that write as any other (the unit may be sold by then),
+// and the settle takes the swept units back, once, so the counter stays exact. A reservation its
+// own live instance has lost track of — a give-back or a settle that could not reach Redis, an
+// outcome in doubt — is swept by that instance once any commit in flight must have landed.
 //
 // When Redis fails, Admission trips a breaker for a cooldown and reports errRedisDown without
 // I/O, so an outage costs one timeout per cooldown, not one per order; after the cooldown the
@@ -106,12 +121,13 @@ type Admission struct {
 	store     *stock.Store
 	log       *slog.Logger
 	cooldown  time.Duration
-	lease     time.Duration
-	downUntil atomic.Int64 // unix nanoseconds; Redis is not asked before then
-	recent    sync.Map     // sku -> time.Time of its last admission here: the products this instance sweeps
+	instance  string        // this instance, as its reservations name it
+	ttl       time.Duration // an instance whose last beat is older is not alive
+	downUntil atomic.Int64  // unix nanoseconds; Redis is not asked before then
+	recent    sync.Map      // sku -> time.Time of its last admission here: the products this instance sweeps
 
 	mu     sync.Mutex
-	doubts map[string]map[string]doubt // sku -> user -> a reservation whose order's outcome is unknown here
+	doubts map[string]map[string]doubt // sku -> user -> a reservation this instance no longer tracks: its outcome is unknown here
 
 	results   *prometheus.CounterVec
 	givebacks prometheus.Counter
@@ -119,19 +135,27 @@ type Admission struct {
 	fallbacks *prometheus.CounterVec
 }
 
-// sweepGrace is how long after a lease ends its reservation is left alone: a commit sent just
-// before the lease ended has long reached the database by then.
+// sweepGrace is how long a reservation in doubt is left alone: a commit sent before its section
+// gave up has long reached the database by then.
 const sweepGrace = time.Second
 
-// NewAdmission returns the admission over client, warming from store. lease is how long an
-// admitted order's reservation holds its units before the sweeper may return them.
-func NewAdmission(client redis.UniversalClient, store *stock.Store, lease time.Duration, log *slog.Logger, reg prometheus.Registerer) *Admission {
+// instancesKey is the heartbeats of every instance on this Redis (beat.lua).
+const instancesKey = "seckill:instances"
+
+// NewAdmission returns the admission over client, warming from store. Its reservations name
+// instance with a random suffix, new at every start: a restarted process must not take over the
+// reservations of the one that died, whose orders only the database can decide. ttl is how long
+// after this instance's last heartbeat the others may sweep its reservations; Beat must be called
+// every ttl/4 or so, from before the first order.
+func NewAdmission(client redis.UniversalClient, store *stock.Store, instance string, ttl time.Duration, log *slog.Logger,
+	reg prometheus.Registerer) *Admission {
 	a := &Admission{
 		client:   client,
 		store:    store,
 		log:      log,
 		cooldown: time.Second,
-		lease:    lease,
+		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
+		ttl:      ttl,
 		doubts:   map[string]map[string]doubt{},
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight) and counters (re)built from the database (warmed).",
@@ -140,7 +164,7 @@ func NewAdmission(client redis.UniversalClient, store *stock.Store, lease time.D
 			Name: "seckill_admission_givebacks_total", Help: "Admitted orders whose reservation was given back after the database step failed.",
 		}),
 		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_admission_swept_total", Help: "Reservations resolved by the sweeper after their lease ended: returned (no order: the units are on sale again) or placed (the order exists).",
+			Name: "seckill_admission_swept_total", Help: "Reservations resolved by the sweeper after their instance stopped or lost track of them: returned (no order: the units are on sale again), placed (the order exists), or retaken (returned while its frozen instance wrote the order after all: taken again by the settle).",
 		}, []string{"result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_redis_fallbacks_total", Help: "Orders placed on the database-guarded path because Redis was unavailable, by the step that found it so.",
@@ -150,19 +174,46 @@ func NewAdmission(client redis.UniversalClient, store *stock.Store, lease time.D
 	return a
 }
 
-// keys returns the admission keys of sku: the counter, the buyers, the reservations' leases and
-// the reservations (see lua/admit.lua). The {sku} hash tag puts all of a product's keys in one
-// Redis Cluster slot, which a multi-key script requires.
+// keys returns the admission keys of sku: the counter, the buyers and the reservations (see
+// lua/admit.lua). The {sku} hash tag puts all of a product's keys in one Redis Cluster slot,
+// which a multi-key script requires.
 func keys(sku string) []string {
 	p := "seckill:{" + sku + "}:"
-	return []string{p + "stock", p + "buyers", p + "reservations", p + "reserved"}
+	return []string{p + "stock", p + "buyers", p + "reserved"}
+}
+
+// sweptKey is the sweeper's marker of a reservation it returned (lua/sweep.lua).
+func sweptKey(sku, reservation string) string { return "seckill:{" + sku + "}:swept:" + reservation }
+
+// withSwept is keys(sku) followed by the sweeper's marker of each reservation.
+func withSwept(sku string, reservations []string) []string {
+	ks := keys(sku)
+	for _, id := range reservations {
+		ks = append(ks, sweptKey(sku, id))
+	}
+	return ks
 }
 
 // lockKey is the redsync lock of sku, in the same slot as its admission keys.
 func lockKey(sku string) string { return "seckill:{" + sku + "}:lock" }
 
-// Ping checks that Redis answers.
-func (a *Admission) Ping(ctx context.Context) error { return a.client.Ping(ctx).Err() }
+// Beat records that this instance is alive for another TTL (lua/beat.lua): its reservations
+// keep their units while its beats are at most the TTL apart.
+func (a *Admission) Beat(ctx context.Context) {
+	if err := beatScript.Run(ctx, a.client, []string{instancesKey}, a.instance, a.ttl.Milliseconds()).Err(); err != nil && ctx.Err() == nil {
+		a.log.Debug("heartbeat not written; past the instance TTL the others sweep this instance's reservations", "err", err)
+	}
+}
+
+// Live returns the instances alive now (lua/live.lua), this one among them whatever its last
+// beat: it knows its own reservations, and sweeps those it lost track of itself (doubts).
+func (a *Admission) Live(ctx context.Context) ([]string, error) {
+	ids, err := liveScript.Run(ctx, a.client, []string{instancesKey}).StringSlice()
+	if err != nil {
+		return nil, err
+	}
+	return append(ids, a.instance), nil
+}
 
 // available reports whether the breaker lets requests reach Redis.
 func (a *Admission) available() bool { return time.Now().UnixNano() >= a.downUntil.Load() }
@@ -185,11 +236,9 @@ func (a *Admission) Admit(ctx context.Context, req stock.OrderRequest) (stock.Re
 	}
 	a.touch(req.SKU)
 	for warmed := false; ; warmed = true {
-		// The lease is counted from before the call: the local deadline can only be earlier
-		// than the one Redis stored, whatever the clocks say.
-		res := stock.Reservation{ID: reservationID(), Until: time.Now().Add(a.lease)}
-		code, err := admitScript.Run(ctx, a.client, keys(req.SKU), req.UserID, req.Quantity, a.lease.Milliseconds(),
-			res.ID, req.IdempotencyKey).Int()
+		res := stock.Reservation{ID: reservationID()}
+		code, err := admitScript.Run(ctx, a.client, keys(req.SKU), req.UserID, req.Quantity, res.ID, a.instance,
+			req.IdempotencyKey).Int()
 		if err != nil {
 			if ctx.Err() != nil {
 				return stock.Reservation{}, ctx.Err()
@@ -269,8 +318,9 @@ func (a *Admission) warm(ctx context.Context, sku, mode string) error {
 // certain. It runs even when the request was cancelled. dbErr is the failure: when the database
 // said sold out, the counter is also capped at what the database holds. An error that leaves
 // the outcome open (a lost connection mid-commit, a deadline mid-write) gives nothing back: the
-// reservation is put in doubt instead, and the sweeper asks the database about it as soon as
-// any commit in flight must have landed, rather than at the end of its lease.
+// reservation is put in doubt instead, and this instance's sweeper asks the database about it
+// as soon as any commit in flight must have landed. So is one whose give-back cannot reach
+// Redis.
 func (a *Admission) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr error) {
 	if !definite(dbErr) {
 		a.doubt(req)
@@ -283,22 +333,21 @@ func (a *Admission) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr 
 	if errors.As(dbErr, &soldOut) {
 		args = append(args, soldOut.Left)
 	}
-	if err := giveBackScript.Run(ctx, a.client, keys(req.SKU), args...).Err(); err != nil {
-		// The reservation stays; the sweeper returns its units once its lease has ended.
+	if err := giveBackScript.Run(ctx, a.client, withSwept(req.SKU, []string{req.Reservation.ID}), args...).Err(); err != nil {
 		a.down("give-back", err)
-		a.log.Warn("admission give-back failed; the sweeper returns the units after the lease", "sku", req.SKU,
-			"lease", a.lease, "err", err)
+		a.log.Warn("admission give-back failed; the sweeper returns the units", "sku", req.SKU, "err", err)
+		a.doubt(req)
 		return
 	}
 	a.givebacks.Inc()
 }
 
-// doubt is a reservation whose order may or may not have been written: its section ended with
-// an error that leaves the commit's outcome open.
+// doubt is a reservation this instance no longer tracks and Redis still holds: its order may or
+// may not have been written (its section ended with an error that leaves the commit's outcome
+// open), or its give-back or settle could not reach Redis.
 type doubt struct {
 	held     string    // the reservation as admit.lua stored it
 	notUntil time.Time // ask the database only after any commit in flight has landed
-	until    time.Time // after its lease the regular sweep covers it
 }
 
 func (a *Admission) doubt(req stock.OrderRequest) {
@@ -308,9 +357,8 @@ func (a *Admission) doubt(req stock.OrderRequest) {
 		a.doubts[req.SKU] = map[string]doubt{}
 	}
 	a.doubts[req.SKU][req.UserID] = doubt{
-		held:     req.Reservation.ID + "|" + strconv.Itoa(req.Quantity) + "|" + req.IdempotencyKey,
+		held:     req.Reservation.ID + "|" + strconv.Itoa(req.Quantity) + "|" + a.instance + "|" + req.IdempotencyKey,
 		notUntil: time.Now().Add(sweepGrace),
-		until:    req.Reservation.Until,
 	}
 	a.touch(req.SKU)
 }
@@ -322,9 +370,7 @@ func (a *Admission) doubted(sku string) map[string]string {
 	out := map[string]string{}
 	now := time.Now()
 	for user, d := range a.doubts[sku] {
-		if now.After(d.until) {
-			delete(a.doubts[sku], user) // the regular sweep covers it now
-		} else if now.After(d.notUntil) {
+		if now.After(d.notUntil) {
 			out[user] = d.held
 		}
 	}
@@ -356,34 +402,57 @@ func definite(err error) bool {
 	return false
 }
 
-// Settle ends the reservations of orders the database has written: their units stay sold. A
-// lost settle costs nothing but time: the sweeper finds the order and settles it.
+// Settle ends the reservations of orders the database has written: their units stay sold. One
+// the sweeper returned meanwhile (this instance was frozen past its heartbeat) is taken again
+// (lua/settle.lua). A lost settle costs nothing but time: this instance's sweeper finds the
+// order and settles it.
 func (a *Admission) Settle(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed) {
-	args := make([]any, 0, 2*len(reqs))
+	var (
+		settled []stock.OrderRequest
+		ids     []string
+	)
+	args := make([]any, 0, 3*len(reqs))
 	for i, r := range reqs {
 		if r.Reservation.ID != "" && placed[i].Err == nil {
-			args = append(args, r.UserID, r.Reservation.ID)
+			settled = append(settled, r)
+			ids = append(ids, r.Reservation.ID)
+			args = append(args, r.UserID, r.Reservation.ID, r.Quantity)
 		}
 	}
-	if len(args) == 0 {
+	if len(settled) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := settleScript.Run(ctx, a.client, keys(sku), args...).Err(); err != nil {
-		a.log.Debug("settle failed; the sweeper settles after the lease", "sku", sku, "err", err)
+	out, err := settleScript.Run(ctx, a.client, withSwept(sku, ids), args...).Int64Slice()
+	if err != nil {
+		a.log.Debug("settle failed; the sweeper settles", "sku", sku, "err", err)
+		for _, r := range settled {
+			a.doubt(r)
+		}
+		return
+	}
+	if out[1] > 0 {
+		a.swept.WithLabelValues("retaken").Add(float64(out[1]))
+		a.log.Warn("orders written after the sweeper returned their reservations (this instance was frozen): their units taken again",
+			"sku", sku, "orders", out[1])
 	}
 }
 
-// Sweep resolves sku's reservations whose lease ended more than a grace ago, and those this
+// Sweep resolves sku's reservations whose instance is not alive (live), and those this
 // instance has in doubt, as the database decides: an order was placed under it (whatever its
 // state now: one cancelled since gave its units back itself) — the reservation is settled; none —
 // its units and its buyer go back to admission. It returns the units returned. Any
 // instance may sweep any product at any time: each reservation is resolved once (lua/sweep.lua).
-func (a *Admission) Sweep(ctx context.Context, sku string) (int64, error) {
+// live is the instances alive now (Live), read once for every product of a sweep.
+func (a *Admission) Sweep(ctx context.Context, sku string, live []string) (int64, error) {
 	const batch = 500
-	k := keys(sku)
-	raw, err := expiredScript.Run(ctx, a.client, k, sweepGrace.Milliseconds(), batch).StringSlice()
+	args := make([]any, 0, len(live)+1)
+	args = append(args, batch)
+	for _, id := range live {
+		args = append(args, id)
+	}
+	raw, err := orphansScript.Run(ctx, a.client, []string{keys(sku)[2]}, args...).StringSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -394,23 +463,24 @@ func (a *Admission) Sweep(ctx context.Context, sku string) (int64, error) {
 	if len(candidates) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, 0, len(candidates))
-	for _, held := range candidates {
-		ids = append(ids, reservationOf(held))
+	users := slices.Collect(maps.Keys(candidates))
+	ids := make([]string, len(users))
+	for i, user := range users {
+		ids[i] = reservationOf(candidates[user])
 	}
 	placed, err := a.store.Placed(ctx, ids)
 	if err != nil {
 		return 0, err
 	}
-	args := make([]any, 0, 3*len(candidates))
-	for user, held := range candidates {
+	args = make([]any, 0, 3*len(users))
+	for i, user := range users {
 		flag := "0"
-		if placed[reservationOf(held)] {
+		if placed[ids[i]] {
 			flag = "1"
 		}
-		args = append(args, user, held, flag)
+		args = append(args, user, candidates[user], flag)
 	}
-	out, err := sweepScript.Run(ctx, a.client, k, args...).Int64Slice()
+	out, err := sweepScript.Run(ctx, a.client, withSwept(sku, ids), args...).Int64Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -418,6 +488,7 @@ func (a *Admission) Sweep(ctx context.Context, sku string) (int64, error) {
 	units := out[0]
 	a.swept.WithLabelValues("returned").Add(float64(out[1]))
 	a.swept.WithLabelValues("placed").Add(float64(out[2]))
+	a.swept.WithLabelValues("retaken").Add(float64(out[3]))
 	if units > 0 {
 		a.log.Warn("reservations without an order returned to sale", "sku", sku, "units", units)
 	}
@@ -468,12 +539,21 @@ type State struct {
 	Stock        *int64 // the counter; nil when there is none
 	Reservations int64  // reservations in flight: admitted, neither settled, given back nor swept
 	Reserved     int64  // their units
-	Live         int64  // the units of those whose lease has not ended, by Redis's clock
+	Live         int64  // the units of those whose instance is alive
 }
 
-// State reads sku's admission state in one step.
+// State reads sku's admission state in one step, after the live instances.
 func (a *Admission) State(ctx context.Context, sku string) (State, error) {
-	v, err := stateScript.Run(ctx, a.client, keys(sku)).Slice()
+	live, err := a.Live(ctx)
+	if err != nil {
+		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
+	}
+	args := make([]any, len(live))
+	for i, id := range live {
+		args[i] = id
+	}
+	k := keys(sku)
+	v, err := stateScript.Run(ctx, a.client, []string{k[0], k[2]}, args...).Slice()
 	if err != nil {
 		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 	}

@@ -97,10 +97,8 @@ func (b *batcher) drain(sku string) {
 		var (
 			batch []*waiter
 			reqs  []stock.OrderRequest
-			lapse *time.Timer
 		)
 		ctx, cancel := context.WithTimeoutCause(context.Background(), b.timeout, errSectionTimeout)
-		ctx, cut := context.WithCancelCause(ctx)
 		take := func() []stock.OrderRequest {
 			if reqs != nil {
 				return reqs
@@ -111,35 +109,15 @@ func (b *batcher) drain(sku string) {
 			taken := q[:n:n]
 			b.queues[sku] = q[n:]
 			b.mu.Unlock()
-			// An order holding a reservation must be written before its lease ends, or not at
-			// all: past the lease the sweeper may give its units back (Admission). One whose lease
-			// has already ended is answered busy here; the others bound the section.
-			now, until := time.Now(), time.Time{}
-			reqs = make([]stock.OrderRequest, 0, n)
-			for _, w := range taken {
-				if u := w.req.Reservation.Until; !u.IsZero() {
-					if !u.After(now) {
-						w.done <- stock.Placed{Err: fmt.Errorf("reservation of %s lapsed before its section: %w", w.req.UserID, stock.ErrBusy)}
-						continue
-					}
-					if until.IsZero() || u.Before(until) {
-						until = u
-					}
-				}
-				batch = append(batch, w)
-				reqs = append(reqs, w.req)
-			}
-			if !until.IsZero() {
-				lapse = time.AfterFunc(time.Until(until), func() { cut(errReservationLapsed) })
+			batch = taken
+			reqs = make([]stock.OrderRequest, n)
+			for i, w := range taken {
+				reqs[i] = w.req
 			}
 			b.metrics.batched(b.strategy, len(reqs))
 			return reqs
 		}
 		results := b.section(ctx, sku, take)
-		if lapse != nil {
-			lapse.Stop()
-		}
-		cut(nil)
 		cancel()
 		for i, w := range batch {
 			w.done <- results[i]
@@ -147,13 +125,11 @@ func (b *batcher) drain(sku string) {
 	}
 }
 
-// The causes of a section's end that are not the lock's: its time is up, or the lease of a
-// reservation it holds ended before it could write. errAbandoned marks a request that gave up
-// before any section took it: certainly not placed.
+// errSectionTimeout is the cause of a section's end that is not the lock's: its time is up.
+// errAbandoned marks a request that gave up before any section took it: certainly not placed.
 var (
-	errAbandoned         = errors.New("request gave up before its section")
-	errSectionTimeout    = errors.New("section took too long")
-	errReservationLapsed = errors.New("a reservation's lease ended before the write")
+	errAbandoned      = errors.New("request gave up before its section")
+	errSectionTimeout = errors.New("section took too long")
 )
 
 // failAll answers every order of a batch with err.

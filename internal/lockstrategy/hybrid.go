@@ -28,8 +28,9 @@ import (
 //  3. Read the product, then UPDATE ... WHERE version = ? AND stock >= total; insert the orders.
 //     Zero rows means another writer got there: re-read and retry, never write blind.
 //  4. The reservation of each written order is settled; a failed one is given back. One whose
-//     outcome is unknown — or whose instance died — is resolved by the sweeper once its lease
-//     has ended, as the database says (Admission).
+//     outcome is unknown here is resolved by this instance's sweeper after a grace, and one
+//     whose instance died or froze by the others' once its heartbeat has lapsed, as the
+//     database says (Admission).
 //
 // With Redis unreachable, orders skip 1 and the lock and take 3 alone (still one section per SKU
 // and instance): slower under contention, still correct.

@@ -31,7 +31,7 @@ type Config struct {
 	LockExtend       time.Duration // how often a watchdog extends a held lock (Redis, lock table); 0: a third of LockTTL
 	LockPoll         time.Duration // how often a waiter tries a taken Redis lock between release messages; 0: 1-5 ms, jittered
 	GroupCommit      int           // orders of a SKU one critical section may place; 1 (or 0): one per section
-	ReservationLease time.Duration // how long a Redis admission reservation holds its units for an order not yet written
+	InstanceTTL      time.Duration // how long after this instance's last heartbeat the others return its Redis reservations; it beats every quarter of it
 	SoldOutFlag      time.Duration // local sold-out flags, rechecked at least this often; 0: off
 	NaivePause       time.Duration // naive: the pause between read and write (the race window)
 	SlowHold         time.Duration // a lock held longer is logged and counted
@@ -48,7 +48,7 @@ func Defaults() Config {
 		LockTTL:          2 * time.Second,
 		LockWait:         2 * time.Second,
 		GroupCommit:      64,
-		ReservationLease: 10 * time.Second,
+		InstanceTTL:      2 * time.Second,
 		SoldOutFlag:      time.Second,
 		NaivePause:       5 * time.Millisecond,
 		SlowHold:         500 * time.Millisecond,
@@ -78,9 +78,8 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	if b.Store == nil || len(b.Redis) == 0 {
 		return nil, errors.New("service: a store and at least one Redis are required")
 	}
-	if cfg.ReservationLease <= cfg.LockWait+sweepEvery {
-		return nil, fmt.Errorf("reservation lease %s must be longer than the lock wait %s and a sweep (%s): an order waits that long for its lock",
-			cfg.ReservationLease, cfg.LockWait, sweepEvery)
+	if cfg.InstanceTTL < 200*time.Millisecond {
+		return nil, fmt.Errorf("instance TTL %s: at least 200ms, or a busy instance misses its own heartbeats", cfg.InstanceTTL)
 	}
 	if cfg.Instance == "" {
 		host, _ := os.Hostname()
@@ -94,7 +93,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
 	s := &Service{
 		store:         b.Store,
-		admission:     lockstrategy.NewAdmission(b.Redis[0], b.Store, cfg.ReservationLease, log, reg),
+		admission:     lockstrategy.NewAdmission(b.Redis[0], b.Store, cfg.Instance, cfg.InstanceTTL, log, reg),
 		strategies:    map[string]lockstrategy.Strategy{},
 		unsafe:        map[string]bool{},
 		defaultName:   cfg.Strategy,
@@ -121,7 +120,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		Help: "Units of cancelled and expired orders given back to Redis admission by this instance's relay.",
 	})
 	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.restocked)
-	reg.MustRegister(newStranded(s.admission, b.Store, cfg.ReservationLease, log))
+	reg.MustRegister(newStranded(s.admission, b.Store, log))
 	s.catalog = newCatalog(b.Store, time.Second)
 	if cfg.SoldOutFlag > 0 {
 		s.soldOut = NewSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)
@@ -171,7 +170,13 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	s.every(ctx, sweepEvery, func(ctx context.Context) { s.sweep(ctx, cfg.ReservationLease) })
+	// The first heartbeat before the first order, so that no reservation names an instance
+	// that has not yet been seen alive.
+	beatCtx, cancel := context.WithTimeout(ctx, cfg.InstanceTTL/4)
+	s.admission.Beat(beatCtx)
+	cancel()
+	s.every(ctx, cfg.InstanceTTL/4, s.admission.Beat)
+	s.every(ctx, cfg.InstanceTTL/8, s.sweep)
 	s.every(ctx, lifecycleEvery, s.expire)
 
 	if _, err := s.lookup(cfg.Strategy); err != nil {

@@ -233,16 +233,27 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 	return p, nil
 }
 
-// sweepEvery is how often an instance sweeps the reservations of the products it sells. With
-// the lease and the sweeper's grace it bounds how long units of a dead reservation stay off sale.
-const sweepEvery = time.Second
+// recentWindow is how long after its last order here a product is swept by this instance and
+// reported by its stranded-units gauge.
+const recentWindow = time.Minute
 
 // sweep returns to sale the units of reservations whose order never reached the database
-// (lockstrategy.Admission.Sweep), for every product this instance admitted orders for lately.
-// Other instances sweep too; each reservation is resolved once.
-func (s *Service) sweep(ctx context.Context, lease time.Duration) {
-	for _, sku := range s.admission.Recent(10 * lease) {
-		if _, err := s.admission.Sweep(ctx, sku); err != nil && ctx.Err() == nil {
+// (lockstrategy.Admission.Sweep) — their instance stopped, or this one lost track of them — for
+// every product this instance admitted orders for lately. It runs every eighth of the instance
+// TTL: with the TTL it bounds how long units of a stopped instance stay off sale. Other
+// instances sweep too; each reservation is resolved once.
+func (s *Service) sweep(ctx context.Context) {
+	skus := s.admission.Recent(recentWindow)
+	if len(skus) == 0 {
+		return
+	}
+	live, err := s.admission.Live(ctx)
+	if err != nil {
+		s.log.Debug("live instances not read; no sweep this time", "err", err)
+		return
+	}
+	for _, sku := range skus {
+		if _, err := s.admission.Sweep(ctx, sku, live); err != nil && ctx.Err() == nil {
 			s.log.Debug("reservations not swept; next time", "sku", sku, "err", err)
 		}
 	}

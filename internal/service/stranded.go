@@ -22,10 +22,10 @@ const strandedTimeout = 2 * time.Second
 // Held back (the audit's held_back) is also what every order in flight holds: under a busy sale
 // it is above zero at nearly every instant, with different reservations each time, so an alert
 // on it would fire during every long sale. Stranded units are the held-back units that no live
-// reservation explains: reservations whose lease has ended (their order can no longer be
-// written: the section is cut off at the lease) and units the database got back that the relay
-// has not yet given admission. The sweeper returns the first within its grace and a sweep,
-// the relay the second within a second, so stranded units that stay are the bug.
+// reservation explains: reservations whose instance has stopped beating (it died or froze) and
+// units the database got back that the relay has not yet given admission. The sweeper returns
+// the first within a sweep (an eighth of the instance TTL), the relay the second within a
+// second, so stranded units that stay are the bug.
 //
 // The products are those the sweeper watches (the ones this instance admitted orders for
 // within its window, see Service.sweep): a product on sale now, not the catalogue, so the sku
@@ -40,17 +40,17 @@ type stranded struct {
 	stranded  *prometheus.Desc
 }
 
-func newStranded(admission *lockstrategy.Admission, store *stock.Store, lease time.Duration, log *slog.Logger) *stranded {
+func newStranded(admission *lockstrategy.Admission, store *stock.Store, log *slog.Logger) *stranded {
 	return &stranded{
 		admission: admission,
 		store:     store,
-		window:    10 * lease, // the sweeper's window: Recent prunes older products, so both must ask alike
+		window:    recentWindow, // the sweeper's: Recent prunes older products, so both must ask alike
 		log:       log,
 		heldBack: prometheus.NewDesc("seckill_admission_held_back_units",
 			"Units the database has that Redis admission does not offer (the audit's held_back): those of orders in flight, and any stranded.",
 			[]string{"sku"}, nil),
 		stranded: prometheus.NewDesc("seckill_admission_stranded_units",
-			"Held-back units that no live reservation explains: reservations past their lease, units returned by the database and not yet relayed. The sweeper and the relay bring them back within seconds; units that stay are stranded stock.",
+			"Held-back units that no live reservation explains: reservations of an instance that stopped beating, units returned by the database and not yet relayed. The sweeper and the relay bring them back within seconds; units that stay are stranded stock.",
 			[]string{"sku"}, nil),
 	}
 }

@@ -35,20 +35,21 @@ func heldUnits(t *testing.T, inst backendtest.Instance, sku string) (held, stran
 }
 
 // TestStrandedUnits: an order abandoned while its instance is cut off from Redis loses its
-// give-back, as in TestHybridLostGiveBack. Within its lease its unit is held back but not
-// stranded — exactly like an order in flight, which is why the alert does not watch held-back
-// units — then, past the lease, stranded until the sweeper returns it; then neither, and the unit
-// sells. The instance that reports it is another one on the same backends, as a replica scraped
-// beside the one that failed would be.
+// give-back, as in TestHybridLostGiveBack. While its instance's heartbeat is fresh its unit is
+// held back but not stranded — exactly like an order in flight, which is why the alert does not
+// watch held-back units — then, once the heartbeat has lapsed, stranded until a sweeper returns
+// it; then neither, and the unit sells. The instance that reports it is another one on the same
+// backends, as a replica scraped beside the one that failed would be; its own TTL is long, so
+// that it sweeps only every few seconds and the stranded unit is there to be seen.
 func TestStrandedUnits(t *testing.T) {
 	ctx := context.Background()
 	cfg := service.Defaults()
 	cfg.LockTTL = 900 * time.Millisecond // the watchdog notices the cut within a third of it
 	cfg.LockWait = time.Second
-	cfg.ReservationLease = 4 * time.Second // longer than the lock wait and a sweep, as New requires; short, for the test's time
-	watcher := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
-
 	cut, rp := backendtest.CutFromRedisInSection(t, cfg, "victim")
+	slow := cfg
+	slow.InstanceTTL = time.Minute // sweeps every 7.5 s
+	watcher := backendtest.NewInstance(t, slow, backendtest.Wiring{})
 
 	sku := backendtest.SKU(t)
 	_, err := watcher.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 3, MaxPerOrder: 1})
@@ -68,21 +69,22 @@ func TestStrandedUnits(t *testing.T) {
 
 	require.ErrorIs(t, buy(cut, "victim"), stock.ErrBusy, "the section was abandoned, and its give-back could not reach Redis")
 	abandoned := time.Now()
-	require.NoError(t, rp.Start())
 	held, stranded = heldUnits(t, watcher, sku)
 	assert.EqualValues(t, 1, held, "the database has the unit, admission holds it back")
-	assert.Zero(t, stranded, "within its lease the reservation may still become an order: not stranded")
+	assert.Zero(t, stranded, "its instance's heartbeat is fresh: the reservation may still become an order, not stranded")
 
 	require.Eventually(t, func() bool {
 		_, stranded := heldUnits(t, watcher, sku)
 		return stranded == 1
-	}, cfg.ReservationLease+time.Second, 10*time.Millisecond, "past its lease the reservation's unit is never reported stranded")
+	}, cfg.InstanceTTL+time.Second, 10*time.Millisecond, "a reservation whose instance stopped beating is never reported stranded")
+	t.Logf("reported stranded %s after the order was abandoned (its instance's TTL %s)", time.Since(abandoned).Round(10*time.Millisecond),
+		cfg.InstanceTTL)
+	require.NoError(t, rp.Start())
 	require.Eventually(t, func() bool {
 		held, stranded := heldUnits(t, watcher, sku)
 		return held == 0 && stranded == 0
-	}, 10*time.Second, 10*time.Millisecond, "the sweeper never returned the stranded unit")
-	t.Logf("the unit was stranded until %s after the order was abandoned (lease %s)", time.Since(abandoned).Round(100*time.Millisecond),
-		cfg.ReservationLease)
+	}, 3*time.Second, 10*time.Millisecond, "no sweeper returned the stranded unit")
+	t.Logf("back on sale %s after the order was abandoned", time.Since(abandoned).Round(10*time.Millisecond))
 
 	require.NoError(t, buy(watcher, "late"), "the returned unit sells")
 	require.NoError(t, buy(watcher, "later"), "and so does the last")

@@ -208,12 +208,11 @@ type OrderRequest struct {
 	Reservation Reservation
 }
 
-// Reservation is units set aside for an order before it reaches the database, for a lease: the
-// order must be written by Until or not at all, because after Until (and a grace) the units go
-// back on sale unless the database shows the order.
+// Reservation is units set aside for an order before it reaches the database, while the
+// instance that admitted it is alive: once its instance stops, the units go back on sale unless
+// the database shows the order. ID tells one reservation of a buyer from a later one.
 type Reservation struct {
-	ID    string
-	Until time.Time
+	ID string
 }
 
 // Fingerprint identifies what the request asks for, so that a replay with the same

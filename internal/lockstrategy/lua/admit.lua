@@ -1,14 +1,14 @@
 -- Redis fast admission: one atomic step that rejects sold-out and repeat buyers at memory speed,
 -- so that only orders with a real chance reach the lock and the database. An admitted order
--- takes a reservation: its units are pre-deducted for a lease, not for good. If the order is not
--- written to the database within the lease (its instance died, its give-back was lost), the
--- sweeper asks the database and returns the units (sweep.lua): a reservation is never a
--- permanent decrement.
--- KEYS[1] = seckill:{sku}:stock         the admission counter (the DB stock, minus reservations)
--- KEYS[2] = seckill:{sku}:buyers        the users admitted in this sale round
--- KEYS[3] = seckill:{sku}:reservations  sorted set: user -> end of the lease (Redis time, ms)
--- KEYS[4] = seckill:{sku}:reserved      hash: user -> "<reservation id>|<units>|<Idempotency-Key>"
--- ARGV[1] = user id, ARGV[2] = quantity, ARGV[3] = lease (ms), ARGV[4] = reservation id,
+-- takes a reservation: its units are pre-deducted while the instance that admitted it is alive,
+-- not for good. A reservation names its instance, and the instance shows it is alive with a
+-- heartbeat (beat.lua); once the heartbeat stops — the process died, or froze — any instance's
+-- sweeper asks the database whether the order was written and returns the units if not
+-- (orphans.lua, sweep.lua): a reservation is never a permanent decrement.
+-- KEYS[1] = seckill:{sku}:stock     the admission counter (the DB stock, minus reservations)
+-- KEYS[2] = seckill:{sku}:buyers    the users admitted in this sale round
+-- KEYS[3] = seckill:{sku}:reserved  hash: user -> "<reservation id>|<units>|<instance>|<Idempotency-Key>"
+-- ARGV[1] = user id, ARGV[2] = quantity, ARGV[3] = reservation id, ARGV[4] = instance id,
 -- ARGV[5] = Idempotency-Key ('' without one)
 -- Returns -1 counter missing (warm it from the database), 0 admitted, 1 sold out,
 -- 2 already purchased, 3 a request with this Idempotency-Key holds the user's reservation (in
@@ -19,9 +19,9 @@ if not stock then
 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   if ARGV[5] ~= '' then
-    local held = redis.call('HGET', KEYS[4], ARGV[1])
+    local held = redis.call('HGET', KEYS[3], ARGV[1])
     if held then
-      local key = string.match(held, '^[^|]*|[^|]*|(.*)$')
+      local key = string.match(held, '^[^|]*|[^|]*|[^|]*|(.*)$')
       if key == ARGV[5] then
         return 3
       end
@@ -33,10 +33,7 @@ local qty = tonumber(ARGV[2])
 if tonumber(stock) < qty then
   return 1
 end
-local now = redis.call('TIME')
-local lease_end = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[3])
 redis.call('DECRBY', KEYS[1], qty)
 redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[3], lease_end, ARGV[1])
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[4] .. '|' .. ARGV[2] .. '|' .. ARGV[5])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3] .. '|' .. ARGV[2] .. '|' .. ARGV[4] .. '|' .. ARGV[5])
 return 0

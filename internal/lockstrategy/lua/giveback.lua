@@ -1,24 +1,27 @@
 -- Gives an admitted order's reservation back after its database step failed: the units return
 -- to the counter and the buyer may try again.
--- KEYS = stock, buyers, reservations, reserved (see admit.lua)
+-- KEYS[1..3] = stock, buyers, reserved (see admit.lua)
+-- KEYS[4] = seckill:{sku}:swept:<reservation id>, set by the sweeper when it returned this
+-- reservation's units already (sweep.lua)
 -- ARGV[1] = user id, ARGV[2] = reservation id
 -- ARGV[3] = optional cap: the stock the database reported when it said sold out. The counter was
 -- then too high; capping it there closes admission for the losers to come without ever pushing
 -- it below what the database still holds (which would leave units unsold).
 -- Exactly once per reservation: only the removal of this very reservation (its id) returns
--- units, so a repeated give-back, or one racing the sweeper, returns nothing. A missing counter
--- (flushed, or invalidated by a reset) is not recreated: INCRBY on a missing key would invent one.
+-- units, so a repeated give-back, or one that the sweeper beat (its instance was frozen past its
+-- heartbeat), returns nothing. A missing counter (flushed, or invalidated by a reset) is not
+-- recreated: INCRBY on a missing key would invent one.
 -- Returns 1 when the units went back, 0 when the reservation was already gone.
-local held = redis.call('HGET', KEYS[4], ARGV[1])
-if not held then
-  return 0
+local held = redis.call('HGET', KEYS[3], ARGV[1])
+local id, units
+if held then
+  id, units = string.match(held, '^([^|]*)|([^|]*)|')
 end
-local id, units = string.match(held, '^([^|]*)|([^|]*)|')
 if id ~= ARGV[2] then
+  redis.call('DEL', KEYS[4])
   return 0
 end
-redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('SREM', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local left = redis.call('INCRBY', KEYS[1], units)

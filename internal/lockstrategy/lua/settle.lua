@@ -1,16 +1,28 @@
 -- Settles the reservations of orders the database has written: the units stay deducted, and
--- the reservation leaves the set the sweeper watches. A reservation that is no longer the one
--- given (already settled, swept, or replaced by a later one of the same user) is left alone.
--- KEYS[3], KEYS[4] = reservations, reserved (see admit.lua)
--- ARGV = user id, reservation id, user id, reservation id, ...
--- Returns how many reservations were settled.
-local settled = 0
-for i = 1, #ARGV, 2 do
-  local held = redis.call('HGET', KEYS[4], ARGV[i])
-  if held and string.match(held, '^([^|]*)|') == ARGV[i + 1] then
-    redis.call('HDEL', KEYS[4], ARGV[i])
-    redis.call('ZREM', KEYS[3], ARGV[i])
+-- the reservation ends. A reservation that is no longer the one given (already settled, or
+-- replaced by a later one of the same user) is left alone — unless the sweeper returned it while
+-- its order was still being written (its instance froze past its heartbeat, then woke and
+-- wrote: the database still had the unit). Then the units went back to the counter and the buyer
+-- out of the set, and both are taken again here, once (the sweeper's marker is deleted), so the
+-- counter never offers a unit the database has sold.
+-- KEYS[1..3] = stock, buyers, reserved (see admit.lua)
+-- KEYS[4..] = seckill:{sku}:swept:<reservation id>, one per order, in order
+-- ARGV = user id, reservation id, units, ... (one triple per order)
+-- Returns {reservations settled, reservations taken again after the sweeper}.
+local settled, retaken = 0, 0
+for i = 4, #KEYS do
+  local j = 3 * (i - 4) + 1
+  local user, id = ARGV[j], ARGV[j + 1]
+  local held = redis.call('HGET', KEYS[3], user)
+  if held and string.match(held, '^([^|]*)|') == id then
+    redis.call('HDEL', KEYS[3], user)
     settled = settled + 1
+  elseif redis.call('DEL', KEYS[i]) == 1 then
+    redis.call('SADD', KEYS[2], user)
+    if redis.call('EXISTS', KEYS[1]) == 1 then
+      redis.call('DECRBY', KEYS[1], ARGV[j + 2])
+    end
+    retaken = retaken + 1
   end
 end
-return settled
+return {settled, retaken}

@@ -1,17 +1,20 @@
 -- Reads the admission state of one product for the audit and the stranded-units gauge, in one
--- step and by Redis's own clock (the clock that set the leases).
--- KEYS = stock, buyers, reservations, reserved (see admit.lua)
+-- step.
+-- KEYS[1] = stock, KEYS[2] = reserved (see admit.lua)
+-- ARGV = the live instances (live.lua)
 -- Returns the counter (false when there is none), the reservations in flight, their units, and
--- the units of those whose lease has not ended.
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- the units of those whose instance is alive.
+local alive = {}
+for i = 1, #ARGV do
+  alive[ARGV[i]] = true
+end
 local units, live = 0, 0
-local held = redis.call('HGETALL', KEYS[4])
+local held = redis.call('HGETALL', KEYS[2])
 for i = 1, #held, 2 do
-  local n = tonumber(string.match(held[i + 1], '^[^|]*|([^|]*)|'))
+  local n, instance = string.match(held[i + 1], '^[^|]*|([^|]*)|([^|]*)|')
+  n = tonumber(n)
   units = units + n
-  local ends = redis.call('ZSCORE', KEYS[3], held[i])
-  if ends and tonumber(ends) > ms then
+  if alive[instance] then
     live = live + n
   end
 end

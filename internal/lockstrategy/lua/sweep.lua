@@ -1,27 +1,40 @@
--- Resolves expired reservations as the database decided: one whose order exists is settled
+-- Resolves orphaned reservations as the database decided: one whose order exists is settled
 -- (its units stay sold); one without an order returns its units and its buyer — once: only a
 -- reservation still exactly as the sweeper read it is touched, so a give-back, a settle or
--- another instance's sweeper that got there first wins, and nothing is returned twice.
--- KEYS = stock, buyers, reservations, reserved (see admit.lua)
--- ARGV = user id, reservation as read, placed (1 or 0), ...
--- Returns {units returned to the counter, reservations returned, reservations settled}.
-local units, returned, settled = 0, 0, 0
-for i = 1, #ARGV, 3 do
-  local user, held = ARGV[i], ARGV[i + 1]
-  if redis.call('HGET', KEYS[4], user) == held then
-    redis.call('HDEL', KEYS[4], user)
-    redis.call('ZREM', KEYS[3], user)
-    if ARGV[i + 2] == '1' then
+-- another instance's sweeper that got there first wins, and nothing is returned twice. A
+-- returned reservation leaves a marker, so that if its instance was only frozen and its order is
+-- written after all, the settle takes the units again (settle.lua) and a give-back returns
+-- nothing more (giveback.lua). A reservation the sweeper of another instance returned while
+-- its order, in doubt here, was in fact written is taken again like that too.
+-- KEYS[1..3] = stock, buyers, reserved (see admit.lua)
+-- KEYS[4..] = seckill:{sku}:swept:<reservation id>, one per reservation, in order
+-- ARGV = user id, reservation as read, placed (1 or 0), ... (one triple per reservation)
+-- Returns {units returned to the counter, reservations returned, reservations settled,
+-- reservations taken again}.
+local units, returned, settled, retaken = 0, 0, 0, 0
+for i = 4, #KEYS do
+  local j = 3 * (i - 4) + 1
+  local user, held = ARGV[j], ARGV[j + 1]
+  if redis.call('HGET', KEYS[3], user) == held then
+    redis.call('HDEL', KEYS[3], user)
+    if ARGV[j + 2] == '1' then
       settled = settled + 1
     else
       returned = returned + 1
       redis.call('SREM', KEYS[2], user)
+      redis.call('SET', KEYS[i], '1', 'EX', 3600)
       if redis.call('EXISTS', KEYS[1]) == 1 then
         local n = tonumber(string.match(held, '^[^|]*|([^|]*)|'))
         redis.call('INCRBY', KEYS[1], n)
         units = units + n
       end
     end
+  elseif ARGV[j + 2] == '1' and redis.call('DEL', KEYS[i]) == 1 then
+    redis.call('SADD', KEYS[2], user)
+    if redis.call('EXISTS', KEYS[1]) == 1 then
+      redis.call('DECRBY', KEYS[1], tonumber(string.match(held, '^[^|]*|([^|]*)|')))
+    end
+    retaken = retaken + 1
   end
 end
-return {units, returned, settled}
+return {units, returned, settled, retaken}
