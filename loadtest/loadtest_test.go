@@ -164,7 +164,13 @@ func TestJudge(t *testing.T) {
 	require.True(t, held.ExpectOversell, "under the fault, the unguarded lock must be seen failing")
 	held.judge()
 	assert.Contains(t, strings.Join(held.Failed, ""), "unguarded-etcd did not oversell under lock-loss", "the message names the strategy")
-	assert.False(t, newReport("unguarded-etcd", "unguarded-etcd", "lt-1", sale{}, "").ExpectOversell, "no fault: nothing to expect")
+	free := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", sale{}, "")
+	assert.False(t, free.ExpectOversell, "no fault: its lock holds, nothing to expect")
+	free.Name = "unguarded-etcd"
+	free.judge()
+	assert.Empty(t, free.Failed)
+	assert.Equal(t, "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)", free.verdictText(),
+		"the verdict says what it judged, and why no oversell was asked for")
 	assert.False(t, newReport("etcd", "etcd", "lt-1", sale{}, faultLockLoss).ExpectOversell, "the guarded one keeps the invariant")
 }
 
