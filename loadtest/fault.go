@@ -106,13 +106,17 @@ func (o options) lockLossStrategies() []string {
 
 // mustOversell reports whether a sale of strategy must be caught overselling, fault being the
 // fault that ran on its lock ("": none): naive always, since it has no lock, and an unguarded
-// strategy whose lock was taken from it, since nothing else stands between two holders.
+// strategy whose lock was taken from it, since nothing else stands between two holders. With no
+// fault an unguarded strategy's lock holds, one holder at a time, so no oversell is asked of it:
+// it is judged by the invariant like a safe one.
 func mustOversell(strategy, fault string) bool {
-	if strategy == "naive" {
-		return true
-	}
+	return strategy == "naive" || fault == faultLockLoss && unguarded(strategy)
+}
+
+// unguarded reports whether strategy is a lock alone, the unguarded twin of a lock strategy.
+func unguarded(strategy string) bool {
 	s, ok := lockServiceOf(strategy)
-	return ok && fault == faultLockLoss && strategy == s.unguarded
+	return ok && strategy == s.unguarded
 }
 
 // lockThief takes locks from their holders in the backends the service processes share: the

@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -164,7 +166,13 @@ func TestJudge(t *testing.T) {
 	require.True(t, held.ExpectOversell, "under the fault, the unguarded lock must be seen failing")
 	held.judge()
 	assert.Contains(t, strings.Join(held.Failed, ""), "unguarded-etcd did not oversell under lock-loss", "the message names the strategy")
-	assert.False(t, newReport("unguarded-etcd", "unguarded-etcd", "lt-1", sale{}, "").ExpectOversell, "no fault: nothing to expect")
+	free := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", sale{}, "")
+	assert.False(t, free.ExpectOversell, "no fault: its lock holds, nothing to expect")
+	free.Name = "unguarded-etcd"
+	free.judge()
+	assert.Empty(t, free.Failed)
+	assert.Equal(t, "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)", free.verdictText(),
+		"the verdict says what it judged, and why no oversell was asked for")
 	assert.False(t, newReport("etcd", "etcd", "lt-1", sale{}, faultLockLoss).ExpectOversell, "the guarded one keeps the invariant")
 }
 
@@ -338,6 +346,79 @@ func TestSmokeLifecycle(t *testing.T) {
 		"-cancel", "0.25", "-unpaid", "0.25", "-payment-timeout", "2s", "-soldout", "1s")
 	assert.Contains(t, out, "After the sale")
 	assert.Regexp(t, "`hybrid` \\| [1-9][0-9]* \\| [1-9][0-9]* \\| [1-9][0-9]* \\|", out, "cancels, expiries and payments all happened")
+}
+
+// TestDefaultRun is the README's load test as a newcomer runs it: from the module root, with no
+// flag and nothing configured (no SECKILL_ variable), the tool builds cmd/api, starts one process
+// of it on the embedded default — SQLite, in-process Redis, embedded etcd — and compares every
+// strategy. It must exit 0: every safe strategy holds the invariant and naive is caught
+// overselling, so that on the default too the checks are seen to fail where they should.
+func TestDefaultRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the tool and the service and runs the default comparison (about a minute); skipped with -short")
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "loadtest")
+	build := exec.Command("go", "build", "-o", bin, "./loadtest")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "build the tool: %s", out)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Dir = root // where the README runs it: the tool builds cmd/api from the module
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "SECKILL_") || strings.HasPrefix(kv, "LOADTEST_")
+	})
+	// Out of time, the tool is interrupted as at a terminal, and stops the processes it started.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	began := time.Now()
+	err = cmd.Run()
+	took := time.Since(began)
+	// The report goes where a newcomer's would, loadtest-results/<time> (ignored by git): the
+	// test removes it, and the folder if it made it.
+	if m := regexp.MustCompile(`(?m)^report: (\S+) `).FindStringSubmatch(stdout.String()); m != nil {
+		t.Cleanup(func() {
+			_ = os.RemoveAll(filepath.Join(root, m[1]))
+			_ = os.Remove(filepath.Join(root, filepath.Dir(m[1])))
+		})
+	}
+
+	verdicts := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^loadtest: (\S+): map\[[^\]]*\]; (.+)$`).FindAllStringSubmatch(stderr.String(), -1) {
+		verdicts[m[1]] = m[2]
+	}
+	t.Logf("the tool with no flag and nothing configured: %s after %s", exitText(err), took.Round(time.Second))
+	for _, s := range allStrategies {
+		t.Logf("%-11s %s", s, verdicts[s])
+		want := "invariant holds"
+		if mustOversell(s, "") {
+			want = "oversold by [1-9][0-9]*, caught as expected"
+		}
+		assert.Regexp(t, "^"+want+"$", verdicts[s], "%s's verdict", s)
+		assert.Regexp(t, "(?m)^\\| `"+s+"` \\|.*\\| "+want+" \\|$", stdout.String(), "%s's row", s)
+	}
+	if t.Failed() || err != nil {
+		t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+	require.NoError(t, err, "the default run must exit 0")
+}
+
+// exitText is how a finished process ended: its exit status, or why it has none.
+func exitText(err error) string {
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return "exit status 0"
+	case errors.As(err, &exit):
+		return exit.String()
+	}
+	return err.Error()
 }
 
 // testWriter sends the tool's log lines to the test log.

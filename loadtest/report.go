@@ -85,7 +85,8 @@ func newReport(row, strategy, sku string, s sale, fault string) report {
 // judge decides whether the run passes: a safe strategy must keep the invariant, never answer
 // 5xx while selling, and never answer 201 once sold out (that unit does not exist), and the
 // invariant must still hold after the sold-out phase; an unsafe one (naive; an unguarded one
-// under a fault that took its lock) must be caught overselling, or the checks are blind.
+// under a fault that took its lock) must be caught overselling, or the checks are blind. An
+// unguarded one with no fault is judged as a safe one: its lock alone holds (mustOversell).
 func (r *report) judge() {
 	if r.Skipped != "" {
 		return
@@ -131,6 +132,8 @@ func (r report) verdictText() string {
 		return "FAIL: " + strings.Join(r.Failed, "; ")
 	case r.ExpectOversell:
 		return fmt.Sprintf("oversold by %d%s, caught as expected", r.Verdict.Oversold, r.faultText())
+	case r.Fault == "" && unguarded(r.Name):
+		return "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)"
 	}
 	return "invariant holds" + r.faultText()
 }

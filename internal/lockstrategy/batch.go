@@ -17,16 +17,21 @@ import (
 // section is a function of "the orders to place", so one order per section (max 1) and many
 // share one path: the strategy's only one. The batcher also runs at most one section per SKU in
 // an instance, so an instance's orders take turns in memory, where waiting is free, and only one
-// of them at a time waits for the distributed lock.
+// of them at a time waits for the distributed lock — unless its sections overlap (naive's).
 type batcher struct {
 	strategy string
 	metrics  *LockMetrics
 	max      int
 	section  section
 	timeout  time.Duration // bounds one section: its lock wait, then the write and its retries
+	// overlap lets a SKU's sections run at once in an instance: every order starts a drainer
+	// of its own, which takes what has queued, as a request with no lock in front of it would.
+	// Only naive sets it: one section per SKU at a time is itself a lock, held in memory, and
+	// with it naive could not race within one instance — on the embedded default, the only one.
+	overlap bool
 
 	mu     sync.Mutex
-	queues map[string][]*waiter // by SKU; a key is present while its drainer runs
+	queues map[string][]*waiter // by SKU; without overlap, a key is present while its drainer runs
 }
 
 // A section is one critical section over sku. It calls take as soon as it holds the lock (or
@@ -52,17 +57,17 @@ func newBatcher(strategy string, most int, lockWait time.Duration, metrics *Lock
 }
 
 // place queues req and waits for its answer. The first order of an idle SKU starts that SKU's
-// drainer, which runs sections until the queue is empty; no request waits for another's answer
-// beyond the section that places it. A request that gives up (ctx) before a section took it is
-// taken out of the queue and never placed; once taken, it waits for the section's answer, so
-// that what it returns is what happened.
+// drainer (with overlap, every order starts one), which runs sections until the queue is empty;
+// no request waits for another's answer beyond the section that places it. A request that gives
+// up (ctx) before a section took it is taken out of the queue and never placed; once taken, it
+// waits for the section's answer, so that what it returns is what happened.
 func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	w := &waiter{req: req, done: make(chan stock.Placed, 1)}
 	b.mu.Lock()
 	q, running := b.queues[req.SKU]
 	b.queues[req.SKU] = append(q, w)
 	b.mu.Unlock()
-	if !running {
+	if !running || b.overlap {
 		go b.drain(req.SKU)
 	}
 	select {
@@ -104,7 +109,7 @@ func (b *batcher) drain(sku string) {
 				return reqs
 			}
 			b.mu.Lock()
-			q := b.queues[sku] // empty only if its requests gave up since the drainer looked
+			q := b.queues[sku] // empty only if its requests gave up since the drainer looked, or (overlap) another section took them
 			n := min(len(q), b.max)
 			taken := q[:n:n]
 			b.queues[sku] = q[n:]
@@ -114,7 +119,9 @@ func (b *batcher) drain(sku string) {
 			for i, w := range taken {
 				reqs[i] = w.req
 			}
-			b.metrics.batched(b.strategy, len(reqs))
+			if len(reqs) > 0 { // a section that took nothing placed no batch
+				b.metrics.batched(b.strategy, len(reqs))
+			}
 			return reqs
 		}
 		results := b.section(ctx, sku, take)

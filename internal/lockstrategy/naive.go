@@ -11,7 +11,9 @@ import (
 // read the same stock and overwrite each other's decrements — and it is refused unless the
 // server allows unsafe strategies. It exists so that every test and load run can show that its
 // checks see overselling: a check that never fails proves nothing. It has the shape of the
-// others — a section over the orders that queued in this instance — without their guard.
+// others — a section over the orders that queued in this instance — without their guard, and
+// without their turns: its sections overlap (batcher.overlap), so that it races within one
+// instance as it does across several, on the embedded store as on MySQL.
 type Naive struct {
 	store *stock.Store
 	pause time.Duration
@@ -24,6 +26,7 @@ type Naive struct {
 func NewNaive(store *stock.Store, pause time.Duration, batch int, metrics *LockMetrics) *Naive {
 	n := &Naive{store: store, pause: pause}
 	n.batch = newBatcher(n.Name(), batch, pause, metrics, n.section)
+	n.batch.overlap = true
 	return n
 }
 

@@ -290,17 +290,25 @@ func TestHistoryCheckerCatchesOversell(t *testing.T) {
 
 // TestNaiveOversells proves that the suite's checks can see overselling: the unlocked
 // read-check-write strategy, under the same load, must break the invariant. If this test fails,
-// the checks above are blind and their passing means nothing.
+// the checks above are blind and their passing means nothing. It must race within one instance
+// too — the embedded default runs one — where only its own sections overlap.
 func TestNaiveOversells(t *testing.T) {
-	sku := backendtest.SKU(t)
-	res := sell(t, naive(), sku, units, buyers)
-	a, err := backendtest.Store(t).Audit(context.Background(), sku)
-	require.NoError(t, err)
-	t.Logf("naive on %s: outcomes %v, audit %+v, oversold %d", backendtest.Dialect(t), res.outcome, a, a.Oversold())
-	assert.Greater(t, res.outcome["ok"], units, "naive sold no more than the stock: the race was not exercised")
-	assert.Positive(t, a.Oversold(), "the audit did not report the oversell")
-	assert.False(t, a.Consistent(), "the audit called an oversold sale consistent")
-	requireInvariantFails(t, backendtest.Store(t), sku, res.acked)
+	for _, tc := range []struct {
+		name      string
+		instances int
+	}{{"three instances", instances}, {"one instance", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sku := backendtest.SKU(t)
+			res := sellOn(t, newInstances(t, tc.instances, naive(), backendtest.Wiring{}), sku, units, buyers, fault{})
+			a, err := backendtest.Store(t).Audit(context.Background(), sku)
+			require.NoError(t, err)
+			t.Logf("naive on %s, %s: outcomes %v, audit %+v, oversold %d", backendtest.Dialect(t), tc.name, res.outcome, a, a.Oversold())
+			assert.Greater(t, res.outcome["ok"], units, "naive sold no more than the stock: the race was not exercised")
+			assert.Positive(t, a.Oversold(), "the audit did not report the oversell")
+			assert.False(t, a.Consistent(), "the audit called an oversold sale consistent")
+			requireInvariantFails(t, backendtest.Store(t), sku, res.acked)
+		})
+	}
 }
 
 // requireInvariantFails checks that RequireInvariant rejects an oversold sale of sku.
