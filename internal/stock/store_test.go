@@ -208,7 +208,7 @@ func TestIdempotencyKeyIsUnique(t *testing.T) {
 // transaction after the store's bound, another store's write goes through, and the frozen
 // holder's write never lands.
 func TestIdleTransactionReleasesRow(t *testing.T) {
-	needMySQL(t, "the embedded store has no idle-transaction bound (one process, one writer)")
+	backendtest.NeedMySQL(t, "the embedded store has no idle-transaction bound (one process, one writer)")
 	ctx := context.Background()
 	holder, other := backendtest.Store(t), backendtest.Store(t)
 	sku := newProduct(t, holder, 5, 1)
