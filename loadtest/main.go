@@ -6,10 +6,11 @@
 // writes the comparison as Markdown, HTML with latency plots, and JSON. With -soldout it keeps
 // ordering each sold-out product and holds the rejections against a bare net/http handler
 // measured in the same run; with -group-commit it repeats the comparison once per service
-// configuration; with -fault lock-loss it takes each sale's lock from its holder, over and over,
-// while the sale sells, and compares every lock strategy with its unguarded twin, which must be
-// caught overselling; with a -concurrency list it repeats the whole comparison at each client
-// count. It judges every row against the performance targets of its count, and reports what each
+// configuration, and on MySQL it runs pessimistic once more in its waiting form
+// (SECKILL_ROW_LOCK=wait) beside its default (NOWAIT); with -fault lock-loss it takes each
+// sale's lock from its holder, over and over, while the sale sells, and compares every lock
+// strategy with its unguarded twin, which must be caught overselling; with a -concurrency list
+// it repeats the whole comparison at each client count. It judges every row against the performance targets of its count, and reports what each
 // process group — the service, the database, Redis, etcd, the load generator — costs in CPU
 // per order.
 //
@@ -446,7 +447,8 @@ func groupCommitLabel(v int) string {
 }
 
 // pass is one set of service processes and the comparison run on them: the run compares
-// service configurations (-group-commit) side by side, each on processes of its own.
+// service configurations (-group-commit, pessimistic's row lock) side by side, each on
+// processes of its own.
 type pass struct {
 	label     string      // added to the name of every row: "per-order", "batched 64"; "": the server's default
 	suffix    string      // keeps the SKUs of this pass apart from the other passes'
