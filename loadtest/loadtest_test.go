@@ -311,6 +311,9 @@ func TestSmokeCompare(t *testing.T) {
 	assert.Contains(t, out, "Targets at 16 clients, judged against those stated at 64")
 	assert.Contains(t, out, "CPU seconds per 1000 orders")
 	assert.Contains(t, out, "CPU seconds per 1000 answers")
+	if strings.Contains(out, "MySQL/MariaDB") {
+		assert.Contains(t, out, "`pessimistic (wait)`", "on MySQL: pessimistic's waiting form beside its default")
+	}
 }
 
 // TestSmokeLockLoss: the tool on three processes with -fault lock-loss, taking each sale's lock
@@ -620,6 +623,50 @@ func TestParseGroupCommit(t *testing.T) {
 	o, err = parse([]string{"-soldout", "0"}, io.Discard)
 	require.NoError(t, err)
 	assert.Zero(t, o.soldOut, "0 turns it off")
+}
+
+// TestRowLockPasses: when the tool starts the service on MySQL and runs pessimistic, each pass
+// is followed by one of pessimistic alone on processes with SECKILL_ROW_LOCK=wait, whose rows go
+// beside pessimistic's of the pass before; not on SQLite, against -target, without pessimistic,
+// or in a soak.
+func TestRowLockPasses(t *testing.T) {
+	const dsn = "root:@tcp(127.0.0.1:3306)/seckill_lt"
+	o, err := parse([]string{"-mysql", dsn, "-group-commit", "0,64"}, io.Discard)
+	require.NoError(t, err)
+	passes := o.passes()
+	var labels []string
+	for _, p := range passes {
+		labels = append(labels, p.label)
+	}
+	assert.Equal(t, []string{"per-order", "wait, per-order", "batched 64", "wait, batched 64"}, labels)
+	assert.Equal(t, []string{"SECKILL_GROUP_COMMIT=64", "SECKILL_ROW_LOCK=wait"}, passes[3].env)
+	assert.Equal(t, "-gc64-wait", passes[3].suffix)
+	assert.Equal(t, "pessimistic", passes[3].only)
+	assert.Empty(t, passes[2].only, "the other passes run every strategy")
+	assert.Equal(t, []string{"SECKILL_ROW_LOCK=wait"}, rowLockWait.env, "the pass template is left as it was")
+	assert.Contains(t, passesText(o), "with SECKILL_ROW_LOCK=wait")
+
+	o, err = parse([]string{"-mysql", dsn, "-strategy", "pessimistic"}, io.Discard)
+	require.NoError(t, err)
+	passes = o.passes()
+	require.Len(t, passes, 2)
+	assert.Equal(t, "wait", passes[1].label, "rows pessimistic and pessimistic (wait)")
+	rows := []report{{Name: "hybrid"}, {Name: "pessimistic"}, {Name: "naive"}}
+	assert.Equal(t, 2, passes[1].rowsAt(rows), "beside pessimistic")
+	assert.Equal(t, 3, passes[0].rowsAt(rows), "at the end")
+
+	for name, args := range map[string][]string{
+		"SQLite":          nil,
+		"with -target":    {"-target", "http://x", "-token", "t", "-mysql", dsn, "-strategy", "pessimistic"},
+		"no pessimistic":  {"-mysql", dsn, "-strategy", "hybrid"},
+		"soak":            {"-mysql", dsn, "-soak", "1m"},
+		"lock-loss fault": {"-mysql", dsn, "-redis", "127.0.0.1:6379", "-fault", faultLockLoss},
+	} {
+		o, err := parse(args, io.Discard)
+		require.NoError(t, err, name)
+		assert.Len(t, o.passes(), 1, name)
+		assert.NotContains(t, passesText(o), "SECKILL_ROW_LOCK", name)
+	}
 }
 
 // TestGoals: each row is judged against the targets of its own client count — 5x the baseline

@@ -6,10 +6,11 @@
 // writes the comparison as Markdown, HTML with latency plots, and JSON. With -soldout it keeps
 // ordering each sold-out product and holds the rejections against a bare net/http handler
 // measured in the same run; with -group-commit it repeats the comparison once per service
-// configuration; with -fault lock-loss it takes each sale's lock from its holder, over and over,
-// while the sale sells, and compares every lock strategy with its unguarded twin, which must be
-// caught overselling; with a -concurrency list it repeats the whole comparison at each client
-// count. It judges every row against the performance targets of its count, and reports what each
+// configuration, and on MySQL it runs pessimistic once more in its waiting form
+// (SECKILL_ROW_LOCK=wait) beside its default (NOWAIT); with -fault lock-loss it takes each
+// sale's lock from its holder, over and over, while the sale sells, and compares every lock
+// strategy with its unguarded twin, which must be caught overselling; with a -concurrency list
+// it repeats the whole comparison at each client count. It judges every row against the performance targets of its count, and reports what each
 // process group — the service, the database, Redis, etcd, the load generator — costs in CPU
 // per order.
 //
@@ -355,7 +356,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					}
 					rs[j].Goals = goals(rs[j], rs, base)
 				}
-				rows = append(rows, rs...)
+				rows = slices.Insert(rows, p.rowsAt(rows), rs...)
 				maps.Copy(sales, ss)
 				if o.soak > 0 {
 					soakProblems, err = rr.soak(ctx, stdout)
@@ -446,12 +447,28 @@ func groupCommitLabel(v int) string {
 }
 
 // pass is one set of service processes and the comparison run on them: the run compares
-// service configurations (-group-commit) side by side, each on processes of its own.
+// service configurations (-group-commit, pessimistic's row lock) side by side, each on
+// processes of its own.
 type pass struct {
 	label     string      // added to the name of every row: "per-order", "batched 64"; "": the server's default
 	suffix    string      // keeps the SKUs of this pass apart from the other passes'
 	env       []string    // added to the service's environment
+	only      string      // the one strategy the pass runs; "": every strategy of the run
+	family    string      // the family of its rows, when its settings change it; "": the strategy's
 	instances []*instance // the processes, while the pass runs
+}
+
+// rowLockWait is the pass that runs pessimistic's other form beside its default (NOWAIT), on
+// processes of its own: it waits in the row's lock queue (SECKILL_ROW_LOCK=wait).
+var rowLockWait = pass{label: "wait", suffix: "-wait", env: []string{"SECKILL_ROW_LOCK=wait"}, only: "pessimistic",
+	family: "DB row lock (FOR UPDATE, waiting in the row's lock queue)"}
+
+// comparesRowLocks reports whether the run compares pessimistic's two forms: when the tool starts
+// the service on MySQL (SQLite has no row locks) and runs pessimistic, and does not soak (one set
+// of processes).
+func (o options) comparesRowLocks() bool {
+	runs := o.strategy == "pessimistic" || o.compare && slices.Contains(o.strategies(), "pessimistic")
+	return o.targets == "" && o.mysql != "" && o.soak == 0 && runs
 }
 
 // passes are the passes at the run's current client count: one per -group-commit value, or one
@@ -464,6 +481,14 @@ func (o options) passes() []*pass {
 		for _, v := range o.groupCommit {
 			out = append(out, &pass{label: groupCommitLabel(v), suffix: fmt.Sprintf("-gc%d", v),
 				env: []string{fmt.Sprintf("SECKILL_GROUP_COMMIT=%d", v)}})
+		}
+	}
+	if o.comparesRowLocks() {
+		for i := len(out) - 1; i >= 0; i-- {
+			w := rowLockWait
+			w.label = strings.TrimSuffix(w.label+", "+out[i].label, ", ")
+			w.suffix, w.env = out[i].suffix+w.suffix, append(slices.Clone(out[i].env), w.env...)
+			out = slices.Insert(out, i+1, &w)
 		}
 	}
 	if len(o.clients) > 1 {
@@ -512,16 +537,32 @@ func (p *pass) stop() {
 	p.instances = nil
 }
 
+// rowsAt is where the rows of the pass go among rows, those of the passes before: at the end, or
+// for a pass of one strategy beside that strategy's last row, which it is run against.
+func (p *pass) rowsAt(rows []report) int {
+	for i := len(rows) - 1; i >= 0 && p.only != ""; i-- {
+		if rows[i].Name == p.only {
+			return i + 1
+		}
+	}
+	return len(rows)
+}
+
 // passesText describes the passes for the report.
 func passesText(o options) string {
-	if len(o.groupCommit) == 0 {
-		return ""
+	text := ""
+	if len(o.groupCommit) > 0 {
+		labels := make([]string, len(o.groupCommit))
+		for i, v := range o.groupCommit {
+			labels[i] = fmt.Sprintf("%d (%s)", v, groupCommitLabel(v))
+		}
+		text = ", once per SECKILL_GROUP_COMMIT value, fresh processes each: " + strings.Join(labels, ", ")
 	}
-	labels := make([]string, len(o.groupCommit))
-	for i, v := range o.groupCommit {
-		labels[i] = fmt.Sprintf("%d (%s)", v, groupCommitLabel(v))
+	if o.comparesRowLocks() {
+		text += "; pessimistic (FOR UPDATE NOWAIT by default) once more on fresh processes with " + strings.Join(rowLockWait.env, " ") +
+			", its rows labelled " + rowLockWait.label
 	}
-	return ", once per SECKILL_GROUP_COMMIT value, fresh processes each: " + strings.Join(labels, ", ")
+	return text
 }
 
 // serviceEnv is the environment of the service processes the tool starts: its backends and its
@@ -635,7 +676,10 @@ type roundRunner struct {
 func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[string]sale, error) {
 	o := rr.opts
 	strategies := []string{o.strategy}
-	if o.compare {
+	switch {
+	case rr.pass.only != "":
+		strategies = []string{rr.pass.only}
+	case o.compare:
 		strategies = o.strategies()
 	}
 	var reports []report
@@ -677,6 +721,9 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		}
 		r := newReport(row, strategy, sku, s, faulted)
 		r.Name, r.Pass, r.Clients = name, rr.pass.label, o.concurrency
+		if rr.pass.family != "" {
+			r.Family = rr.pass.family
+		}
 		r.CPU = &cpuCost{Selling: rr.cpu.selling(cpu, s.results)}
 		if faulted != "" {
 			r.LocksTaken = &taken

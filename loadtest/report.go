@@ -19,7 +19,7 @@ var families = map[string]string{
 	"hybrid":      "Redis lock + admission, DB version check",
 	"etcd":        "etcd lease + fencing token",
 	"zookeeper":   "ZooKeeper ephemeral sequential node + fencing token (zxid)",
-	"pessimistic": "DB row lock (FOR UPDATE, bounded wait)",
+	"pessimistic": "DB row lock (FOR UPDATE NOWAIT, retried within the wait)",
 	"dblock":      "DB lock table",
 	"naive":       "none (unsafe on purpose)",
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/service"
+	"github.com/flashsale/seckill/internal/stock"
 )
 
 // config is the service configuration. Every setting is a flag, and an environment variable
@@ -85,6 +86,8 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&sc.GroupCommit, "group-commit", d.GroupCommit, "place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
+	rowLock := fs.String("row-lock", d.RowLock.String(),
+		"pessimistic: nowait (SELECT ... FOR UPDATE NOWAIT, a held row tried again until the lock wait runs out) or wait (in the row's lock queue); SQLite: no difference")
 	fs.DurationVar(&sc.InstanceTTL, "instance-ttl", d.InstanceTTL,
 		"hybrid: how long after an instance's last heartbeat (sent every quarter of this) the others return its Redis reservations, unless the database has their orders")
 	fs.DurationVar(&sc.SoldOutFlag, "sold-out-flag", d.SoldOutFlag,
@@ -134,6 +137,9 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	}
 	if sc.GroupCommit < 0 {
 		return nil, errors.New("group-commit must not be negative")
+	}
+	if sc.RowLock, err = stock.ParseRowWait(*rowLock); err != nil {
+		return nil, fmt.Errorf("%s: %w", envName("row-lock"), err)
 	}
 	if sc.SoldOutFlag < 0 {
 		return nil, errors.New("sold-out-flag must not be negative")

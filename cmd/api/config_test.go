@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/flashsale/seckill/internal/stock"
 )
 
 func env(vars map[string]string) func(string) string {
@@ -36,14 +38,17 @@ func TestConfigPrecedence(t *testing.T) {
 			assert.False(t, c.Service.AllowUnsafe)
 			assert.Equal(t, "./.seckill", c.DataDir)
 			assert.Equal(t, 64, c.Service.GroupCommit)
+			assert.Equal(t, stock.NoWait, c.Service.RowLock)
 			assert.Equal(t, time.Second, c.Service.SoldOutFlag)
 			assert.Empty(t, c.PprofAddr)
 			assert.True(t, c.tokenGenerated)
 			assert.Len(t, c.AdminToken, 32)
 		}},
-		{"env", map[string]string{"SECKILL_ADDR": ":9", "SECKILL_ALLOW_UNSAFE": "true", "SECKILL_LOCK_WAIT": "3s", "SECKILL_ADMIN_TOKEN": "tok"}, nil,
+		{"env", map[string]string{"SECKILL_ADDR": ":9", "SECKILL_ALLOW_UNSAFE": "true", "SECKILL_LOCK_WAIT": "3s", "SECKILL_ADMIN_TOKEN": "tok",
+			"SECKILL_ROW_LOCK": "wait"}, nil,
 			func(t *testing.T, c *config) {
 				assert.Equal(t, ":9", c.Addr)
+				assert.Equal(t, stock.WaitForRow, c.Service.RowLock)
 				assert.True(t, c.Service.AllowUnsafe)
 				assert.Equal(t, 3*time.Second, c.Service.LockWait)
 				assert.Equal(t, "tok", c.AdminToken)
@@ -88,12 +93,15 @@ func TestConfigRejects(t *testing.T) {
 		"sentinel, no name":  {env: map[string]string{"SECKILL_REDIS_ADDRS": "127.0.0.1:26379", "SECKILL_REDIS_MODE": "sentinel"}},
 		"name, not sentinel": {env: map[string]string{"SECKILL_REDIS_ADDRS": "127.0.0.1:6379", "SECKILL_REDIS_MASTER": "m1"}},
 		"mode, embedded":     {env: map[string]string{"SECKILL_REDIS_MODE": "cluster"}},
+		"unknown row lock":   {args: []string{"-row-lock", "NOWAIT"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadConfig(tc.args, env(tc.env))
 			assert.Error(t, err)
 		})
 	}
+	_, err := loadConfig(nil, env(map[string]string{"SECKILL_ROW_LOCK": "skip-locked"}))
+	assert.EqualError(t, err, `SECKILL_ROW_LOCK: row lock "skip-locked": want nowait or wait`, "refused at start, saying what it takes")
 }
 
 func TestConfigPrintMasksSecrets(t *testing.T) {

@@ -271,8 +271,8 @@ func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy 
 // is held — by that process, the only one that sold until then: the Redis lock key, the etcd
 // mutex key, the ZooKeeper lock node, the lock-table row, or (pessimistic) the product's row
 // lock, probed with NOWAIT — which takes the row for a moment when it is free: the process's
-// next transaction waits that moment in the row's queue, so the probe may be asked again and
-// again like the others, which take nothing.
+// next transaction finds it taken that moment and tries again, so the probe may be asked again
+// and again like the others, which take nothing.
 type lockProbe struct {
 	held func() bool
 }

@@ -203,6 +203,34 @@ func SQL(t testing.TB) *sql.DB {
 	return db
 }
 
+// NeedMySQL skips the test, saying why, on the embedded store — or fails it when backends are
+// required.
+func NeedMySQL(t testing.TB, why string) {
+	t.Helper()
+	if Dialect(t) != stock.MySQL {
+		if Required() {
+			t.Fatal("this test needs MariaDB")
+		}
+		t.Skip(why)
+	}
+}
+
+// HoldRow takes sku's product row (SELECT ... FOR UPDATE) in a transaction of another client —
+// a plain connection of SQL, outside every store — and returns that client's connection, closed
+// at cleanup: ROLLBACK on it frees the row. MySQL/MariaDB only (NeedMySQL).
+func HoldRow(t testing.TB, sku string) *sql.Conn {
+	t.Helper()
+	ctx := context.Background()
+	other, err := SQL(t).Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	_, err = other.ExecContext(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", sku)
+	require.NoError(t, err)
+	return other
+}
+
 // Env returns the environment that points a service process at the test backends:
 // SECKILL_MYSQL_DSN (or SECKILL_DATA_DIR of the embedded SQLite file), SECKILL_REDIS_ADDRS and
 // SECKILL_ETCD_ENDPOINTS.

@@ -11,10 +11,13 @@ import (
 )
 
 // Pessimistic serialises orders with the database's own row lock: one transaction takes the
-// product row with SELECT ... FOR UPDATE, decides, decrements and inserts. It needs no extra
-// component, and it cannot pile up connections behind the hot row: at most one section per
-// product and instance waits for the row (the batcher), for at most the lock wait, and a row it
-// could not have answers busy (429 with Retry-After).
+// product row with SELECT ... FOR UPDATE NOWAIT, decides, decrements and inserts. It needs no
+// extra component, and it cannot pile up connections behind the hot row: a row another
+// transaction holds fails at once and gives its connection back, the section tries again after a
+// jittered pause, and a row it could not have within the wait answers busy (429 with
+// Retry-After). With RowLock stock.WaitForRow it waits in the row's lock queue instead — at most
+// one section per product and instance (the batcher), for at most the lock wait, on a small pool
+// of its own.
 type Pessimistic struct {
 	store   *stock.Store
 	opts    PessimisticOptions
@@ -27,8 +30,12 @@ type PessimisticOptions struct {
 	// Batch is how many queued orders of a SKU one transaction may place (group commit); 1 or
 	// less: one order per transaction.
 	Batch int
-	// Wait bounds the wait for the row: on MySQL the row's lock queue (stock.Options.LockWait),
-	// then tries again, jittered, until Wait runs out (SQLite, which cannot queue, relies on that).
+	// RowLock is what a section does when another transaction holds the row: stock.NoWait (the
+	// zero value) fails at once and tries again, stock.WaitForRow waits in the row's lock queue
+	// (stock.Options.LockWait) and then tries again. On SQLite, which has no row locks, both
+	// take the database's write lock without waiting.
+	RowLock stock.RowWait
+	// Wait bounds the wait for the row: the section tries again, jittered, until Wait runs out.
 	Wait  time.Duration
 	Hooks Hooks
 }
@@ -49,8 +56,8 @@ func (p *Pessimistic) PlaceOrder(ctx context.Context, req stock.OrderRequest) (s
 }
 
 // section is the critical section: the orders are taken once the row is held, inside the
-// transaction, so the orders that arrived while it waited in the row's lock queue come too. A
-// row it could not have is tried again with capped, jittered backoff until the wait runs out.
+// transaction, so the orders that arrived while it tried for the row come too. A row it could
+// not have is tried again with capped, jittered backoff until the wait runs out.
 func (p *Pessimistic) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
 	start := time.Now()
 	deadline := start.Add(p.opts.Wait)
@@ -61,7 +68,7 @@ func (p *Pessimistic) section(ctx context.Context, sku string, take func() []sto
 		return reqs
 	}
 	for {
-		placed, err := p.store.PlaceLocked(ctx, sku, held)
+		placed, err := p.store.PlaceLocked(ctx, sku, p.opts.RowLock, held)
 		if !lockLost(err) {
 			if err != nil {
 				return failAll(len(take()), err)

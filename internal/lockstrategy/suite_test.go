@@ -36,13 +36,16 @@ type variant struct {
 	cfg  service.Config
 }
 
-// safeVariants is every safe strategy, both ways; each must pass the shared suite.
+// safeVariants is every safe strategy, both ways, and pessimistic's waiting form; each must pass
+// the shared suite.
 func safeVariants() []variant {
 	var out []variant
 	for _, strategy := range []string{"hybrid", "etcd", "zookeeper", "pessimistic", "dblock"} {
 		out = append(out, bothWays(strategy)...)
 	}
-	return out
+	wait := config("pessimistic")
+	wait.RowLock = stock.WaitForRow
+	return append(out, variant{"pessimistic/wait", wait})
 }
 
 // bothWays is strategy in the default configuration and with one order per critical section.

@@ -31,6 +31,7 @@ type Config struct {
 	LockExtend       time.Duration // how often a watchdog extends a held lock (Redis, lock table); 0: a third of LockTTL
 	LockPoll         time.Duration // how often a waiter tries a taken Redis lock between release messages; 0: 1-5 ms, jittered
 	GroupCommit      int           // orders of a SKU one critical section may place; 1 (or 0): one per section
+	RowLock          stock.RowWait // pessimistic: NOWAIT and try again (stock.NoWait), or wait in the row's lock queue (stock.WaitForRow)
 	InstanceTTL      time.Duration // how long after this instance's last heartbeat the others return its Redis reservations; it beats every quarter of it
 	SoldOutFlag      time.Duration // local sold-out flags, rechecked at least this often; 0: off
 	NaivePause       time.Duration // naive: the pause between read and write (the race window)
@@ -160,7 +161,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		s.checks = append(s.checks, Check{Name: "zookeeper", Ping: pingZooKeeper(b.ZooKeeper)})
 	}
 	s.register(lockstrategy.NewPessimistic(b.Store, lockstrategy.PessimisticOptions{
-		Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
+		Wait: cfg.LockWait, Batch: cfg.GroupCommit, RowLock: cfg.RowLock, Hooks: cfg.Hooks,
 	}, metrics), false)
 	s.register(lockstrategy.NewDBLock(b.Store, lockstrategy.DBLockOptions{
 		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Wait: cfg.LockWait, Attempts: versionAttempts, Instance: cfg.Instance,

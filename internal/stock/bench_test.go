@@ -25,7 +25,7 @@ func BenchmarkCriticalSection(b *testing.B) {
 	ctx := context.Background()
 	sections := map[string]section{
 		"rowlock": func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-			return s.PlaceLocked(ctx, reqs[0].SKU, func() []stock.OrderRequest { return reqs })
+			return s.PlaceLocked(ctx, reqs[0].SKU, stock.WaitForRow, func() []stock.OrderRequest { return reqs })
 		},
 		"version": func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
 			p, err := s.Product(ctx, reqs[0].SKU)

@@ -18,7 +18,7 @@ import (
 // MySQL/MariaDB server error numbers the store acts on.
 const (
 	mysqlDuplicateKey     = 1062
-	mysqlLockWaitTimeout  = 1205 // MariaDB's answer to FOR UPDATE NOWAIT on a locked row
+	mysqlLockWaitTimeout  = 1205 // a lock wait ran out; also MariaDB's answer to FOR UPDATE NOWAIT on a locked row
 	mysqlDeadlock         = 1213
 	mysqlLockNowait       = 3572 // MySQL 8's answer to FOR UPDATE NOWAIT on a locked row
 	mysqlTooManyConns     = 1040

@@ -11,39 +11,24 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// RowWait is what PlaceOneForUpdate does when another transaction holds the product row.
-type RowWait int
-
-const (
-	// WaitForRow waits in the row's lock queue (SELECT ... FOR UPDATE) for as long as the
-	// server's lock wait on the main pool allows — 50 s by default, so in practice until the
-	// request gives up — holding its connection all the while.
-	WaitForRow RowWait = iota
-	// NoWait does not wait (SELECT ... FOR UPDATE NOWAIT): a row held by another transaction
-	// answers ErrBusy at once, and the connection goes back to the pool.
-	NoWait
-)
-
 // PlaceOneForUpdate is the database lock as the documents write it, kept — deliberately — so
 // that the lab can measure it beside PlaceLocked: one order per transaction, on the store's main
 // pool (the one every request of the service shares), the product row taken with SELECT ... FOR
 // UPDATE and held for hold — the handler's own few milliseconds of work — before the order is
 // decided and written. Under WaitForRow every concurrent order for a hot product parks a
-// connection in the row's queue, the orders behind them wait for a connection, and when the pool
+// connection in the row's queue — for the server's lock wait, 50 s by default, so in practice
+// until the request gives up — the orders behind them wait for a connection, and when the pool
 // is spent, so does every other request of the service, whatever product it is for. NoWait gives
-// the connection back at once, with ErrBusy. The service never calls it: PlaceLocked waits on a
-// small pool of its own, a bounded time, one section per product and instance (the batcher).
+// the connection back at once, with ErrBusy. The service never calls it: PlaceLocked runs one
+// section per product and instance (the batcher), with NOWAIT, or waiting a bounded time on a
+// small pool of its own.
 //
 // It is for MySQL and MariaDB, whose row locks it measures.
 func (s *Store) PlaceOneForUpdate(ctx context.Context, req OrderRequest, wait RowWait, hold time.Duration) (Order, error) {
 	if s.dialect != MySQL {
 		return Order{}, errors.New("PlaceOneForUpdate measures MySQL/MariaDB row locks; this store is " + string(s.dialect))
 	}
-	lock := clause.Locking{Strength: clause.LockingStrengthUpdate}
-	if wait == NoWait {
-		lock.Options = clause.LockingOptionsNoWait
-	}
-	placed, err := s.placeLocked(ctx, s.db, lock, req.SKU, func() []OrderRequest {
+	placed, err := s.placeLocked(ctx, s.db, rowLock(wait), req.SKU, func() []OrderRequest {
 		select { // the row is locked now: the handler's work holds it
 		case <-time.After(hold):
 		case <-ctx.Done():
@@ -57,7 +42,7 @@ func (s *Store) PlaceOneForUpdate(ctx context.Context, req OrderRequest, wait Ro
 }
 
 // PoolStats are the statistics of the store's main connection pool — the one PlaceOneForUpdate
-// spends — as database/sql keeps them: WaitCount and WaitDuration count the requests that found
+// spends, and PlaceLocked with NoWait — as database/sql keeps them: WaitCount and WaitDuration count the requests that found
 // every connection in use. Collector exports the same figures as metrics.
 func (s *Store) PoolStats() sql.DBStats {
 	sqlDB, err := s.db.DB()

@@ -2,7 +2,6 @@ package stock_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 	"time"
 
@@ -17,11 +16,11 @@ import (
 // it, a connection of the pool held all the while, until the request gives up; NOWAIT answers
 // busy at once. Once the row is free, either places the order, holding the row for hold first.
 func TestPlaceOneForUpdate(t *testing.T) {
-	needMySQL(t, "the embedded store has no row locks")
+	backendtest.NeedMySQL(t, "the embedded store has no row locks")
 	ctx := context.Background()
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 5, 1)
-	other := holdRow(t, sku)
+	other := backendtest.HoldRow(t, sku)
 
 	start := time.Now()
 	_, err := s.PlaceOneForUpdate(ctx, order(sku, "u1"), stock.NoWait, 0)
@@ -57,11 +56,11 @@ func TestPlaceOneForUpdate(t *testing.T) {
 // its request gives up; once the row is free it takes and releases it, and the row is free
 // again for the other client at once. A missing product is ErrNotFound.
 func TestLockRow(t *testing.T) {
-	needMySQL(t, "the embedded store has no row locks")
+	backendtest.NeedMySQL(t, "the embedded store has no row locks")
 	ctx := context.Background()
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 5, 1)
-	other := holdRow(t, sku)
+	other := backendtest.HoldRow(t, sku)
 
 	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
@@ -81,31 +80,4 @@ func TestLockRow(t *testing.T) {
 	require.NoError(t, err)
 
 	assert.ErrorIs(t, s.LockRow(ctx, sku+"-missing"), stock.ErrNotFound)
-}
-
-// needMySQL skips the test, saying why, on the embedded store — or fails it when backends are
-// required.
-func needMySQL(t *testing.T, why string) {
-	t.Helper()
-	if backendtest.Dialect(t) != stock.MySQL {
-		if backendtest.Required() {
-			t.Fatal("this test needs MariaDB")
-		}
-		t.Skip(why)
-	}
-}
-
-// holdRow takes sku's product row in a transaction of another client, and returns that
-// client's connection, closed at cleanup: ROLLBACK on it frees the row.
-func holdRow(t *testing.T, sku string) *sql.Conn {
-	t.Helper()
-	ctx := context.Background()
-	other, err := backendtest.SQL(t).Conn(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = other.Close() })
-	_, err = other.ExecContext(ctx, "BEGIN")
-	require.NoError(t, err)
-	_, err = other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", sku)
-	require.NoError(t, err)
-	return other
 }

@@ -41,19 +41,20 @@ const (
 type Store struct {
 	db      *gorm.DB
 	dialect Dialect
-	// queue runs the pessimistic critical section (PlaceLocked), which waits in the row's lock
-	// queue for at most the lock wait. On MySQL it is a small pool of its own whose sessions
-	// carry that innodb_lock_wait_timeout, so no other statement inherits it. SQLite has no row
-	// locks: it is a second pool on the same file with busy_timeout 0, whose transactions begin
-	// IMMEDIATE, so "lock the product" becomes "take the database's single write lock without
-	// waiting" — the strategy retries within its wait (one writer for the whole file, not per row).
+	// queue runs the pessimistic critical section that waits in the row's lock queue for at most
+	// the lock wait (PlaceLocked with WaitForRow; with NoWait it needs no pool of its own). On
+	// MySQL it is a small pool of its own whose sessions carry that innodb_lock_wait_timeout, so
+	// no other statement inherits it. SQLite has no row locks: it is a second pool on the same
+	// file with busy_timeout 0, whose transactions begin IMMEDIATE, so "lock the product" becomes
+	// "take the database's single write lock without waiting", whichever the RowWait — the
+	// strategy retries within its wait (one writer for the whole file, not per row).
 	queue *gorm.DB
 }
 
 // Options tune a Store's connection pool.
 type Options struct {
 	MaxOpenConns int           // default 32
-	LockWait     time.Duration // how long the pessimistic section waits for the row lock (MySQL: whole seconds, at least 1); default 2s
+	LockWait     time.Duration // how long the pessimistic section waits for the row lock with WaitForRow (MySQL: whole seconds, at least 1); default 2s
 	// IdleTx bounds how long the server keeps a transaction of this store open while it waits
 	// for the client (MySQL: whole seconds, at least 1); default 2s. See boundIdleTransactions.
 	IdleTx time.Duration

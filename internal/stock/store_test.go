@@ -46,7 +46,7 @@ func placeAt(t *testing.T, s *stock.Store, req stock.OrderRequest) (stock.Order,
 
 // placeLocked places req under the product's row lock, as the pessimistic strategy does.
 func placeLocked(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
-	return one(s.PlaceLocked(context.Background(), req.SKU, func() []stock.OrderRequest { return []stock.OrderRequest{req} }))
+	return one(s.PlaceLocked(context.Background(), req.SKU, stock.NoWait, func() []stock.OrderRequest { return []stock.OrderRequest{req} }))
 }
 
 // placeFenced places req with an etcd fencing token, as the etcd strategy does.
@@ -208,14 +208,14 @@ func TestIdempotencyKeyIsUnique(t *testing.T) {
 // transaction after the store's bound, another store's write goes through, and the frozen
 // holder's write never lands.
 func TestIdleTransactionReleasesRow(t *testing.T) {
-	needMySQL(t, "the embedded store has no idle-transaction bound (one process, one writer)")
+	backendtest.NeedMySQL(t, "the embedded store has no idle-transaction bound (one process, one writer)")
 	ctx := context.Background()
 	holder, other := backendtest.Store(t), backendtest.Store(t)
 	sku := newProduct(t, holder, 5, 1)
 	frozen, wake := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := holder.PlaceLocked(ctx, sku, func() []stock.OrderRequest {
+		_, err := holder.PlaceLocked(ctx, sku, stock.NoWait, func() []stock.OrderRequest {
 			close(frozen)
 			<-wake
 			return []stock.OrderRequest{order(sku, "frozen")}
@@ -235,8 +235,9 @@ func TestIdleTransactionReleasesRow(t *testing.T) {
 }
 
 // TestRowLockWaitBounded holds the product row (or, on SQLite, the write lock) from another
-// client and checks that the pessimistic critical section answers busy once its lock wait has
-// run out (SQLite: at once) instead of waiting for the row without end, taking no orders.
+// client and checks that the pessimistic critical section answers busy, taking no orders: with
+// NoWait at once, and waiting for the row only once its lock wait has run out (SQLite: at once
+// too, it has no lock queue) instead of without end. Once the row is free, either places orders.
 func TestRowLockWaitBounded(t *testing.T) {
 	ctx := context.Background()
 	s := backendtest.Store(t)
@@ -253,22 +254,30 @@ func TestRowLockWaitBounded(t *testing.T) {
 	}
 	require.NoError(t, err)
 
-	start := time.Now()
-	taken := false
-	_, err = s.PlaceLocked(ctx, sku, func() []stock.OrderRequest {
-		taken = true
-		return []stock.OrderRequest{order(sku, "u1"), order(sku, "u2")}
-	})
-	assert.ErrorIs(t, err, stock.ErrBusy, "busy once the lock wait has run out")
-	assert.False(t, taken, "no orders are taken without the row")
-	t.Logf("busy answered after %s", time.Since(start))
-	assert.Less(t, time.Since(start), 10*time.Second, "the wait is bounded")
+	for _, wait := range []stock.RowWait{stock.NoWait, stock.WaitForRow} {
+		start := time.Now()
+		taken := false
+		_, err = s.PlaceLocked(ctx, sku, wait, func() []stock.OrderRequest {
+			taken = true
+			return []stock.OrderRequest{order(sku, "u1"), order(sku, "u2")}
+		})
+		took := time.Since(start)
+		assert.ErrorIs(t, err, stock.ErrBusy, "%s: busy while the row is held", wait)
+		assert.False(t, taken, "%s: no orders are taken without the row", wait)
+		t.Logf("%s: busy answered after %s", wait, took)
+		if wait == stock.NoWait || backendtest.Dialect(t) != stock.MySQL {
+			assert.Less(t, took, time.Second, "%s: at once", wait)
+		} else {
+			assert.GreaterOrEqual(t, took, time.Second, "wait: in the row's queue until the lock wait (2s) ran out")
+			assert.Less(t, took, 10*time.Second, "wait: the wait is bounded")
+		}
+	}
 
 	_, err = other.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
 	placed, err := placeLocked(s, order(sku, "u1"))
 	require.NoError(t, err)
-	batch, err := s.PlaceLocked(ctx, sku, func() []stock.OrderRequest {
+	batch, err := s.PlaceLocked(ctx, sku, stock.WaitForRow, func() []stock.OrderRequest {
 		return []stock.OrderRequest{order(sku, "u1"), order(sku, "u2"), order(sku, "u3")}
 	})
 	require.NoError(t, err)
