@@ -45,6 +45,16 @@ type faultSale struct {
 	ok, soldOut, replayed int
 	errs                  map[string]int // non-final answers, retried
 	acked                 []stock.Order
+	slowest               time.Duration // the longest attempt
+}
+
+// retried is how many attempts got a non-final answer.
+func (s faultSale) retried() int {
+	n := 0
+	for _, c := range s.errs {
+		n += c
+	}
+	return n
 }
 
 // sellThroughFaults runs buyers against units over the instances, every buyer with its own
@@ -76,9 +86,12 @@ func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, u
 				strategy, _ := inst.Resolve("") // the default: never an error
 				req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy, IdempotencyKey: sku + "/" + user}
 				ctx, cancelAttempt := context.WithTimeout(deadline, 3*time.Second)
+				sent := time.Now()
 				order, replayed, err := inst.PlaceOrder(ctx, req)
+				took := time.Since(sent)
 				cancelAttempt()
 				mu.Lock()
+				res.slowest = max(res.slowest, took)
 				switch {
 				case err == nil:
 					res.ok++
@@ -113,7 +126,8 @@ func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, u
 // TestNetworkFaults cuts, slows and resets the connections between the service and its backends
 // with a fault proxy, mid-sale. Whatever happens, the invariant holds, every acknowledged order is
 // stored exactly once, and requests whose outcome was unknown are settled by their
-// Idempotency-Key on retry.
+// Idempotency-Key on retry. Each fault must also be seen to bite, as its case says — a fault
+// that the proxy failed to inject would pass the rest.
 func TestNetworkFaults(t *testing.T) {
 	mysqlAddr := backendtest.MySQLAddr(t)
 	if mysqlAddr == "" {
@@ -126,44 +140,60 @@ func TestNetworkFaults(t *testing.T) {
 	hold := func(d time.Duration, during func(), after func()) func() {
 		return func() { during(); time.Sleep(d); after() }
 	}
+	// What each fault must be seen to do: orders slowed by it, or refused (retried), or placed
+	// on the database-guarded path.
+	slowed := func(d time.Duration) func(*testing.T, faultSale, []backendtest.Instance) {
+		return func(t *testing.T, res faultSale, _ []backendtest.Instance) {
+			assert.GreaterOrEqual(t, res.slowest, d, "no attempt was slowed by the fault")
+		}
+	}
+	refused := func(t *testing.T, res faultSale, _ []backendtest.Instance) {
+		assert.Positive(t, res.retried(), "no attempt was refused during the fault")
+	}
+	fellBack := func(t *testing.T, _ faultSale, insts []backendtest.Instance) {
+		assert.Positive(t, backendtest.Counter(t, "seckill_redis_fallbacks_total", nil, insts...),
+			"no order took the database-guarded path while Redis was cut off")
+	}
 	for _, tc := range []struct {
 		name, strategy string
 		fault          func(t *testing.T, p proxies) func()
+		felt           func(t *testing.T, res faultSale, insts []backendtest.Instance)
 	}{
 		{"db latency spike", "pessimistic", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
 				p.db.Add(`{"name":"lat","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":300,"jitter":100}}`)
 			}, func() { p.db.Remove("lat") })
-		}},
+		}, slowed(200 * time.Millisecond)},
 		{"db black hole", "hybrid", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
 				p.db.Add(`{"name":"hole","type":"timeout","stream":"upstream","toxicity":1,"attributes":{"timeout":0}}`)
 			}, func() { p.db.Remove("hole") })
-		}},
+		}, refused},
 		{"db connections reset mid-transaction", "pessimistic", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
 				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"upstream","toxicity":0.5,"attributes":{"timeout":5}}`)
 			}, func() { p.db.Remove("reset") })
-		}},
+		}, refused},
 		{"db connections reset mid-commit (hybrid)", "hybrid", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
 				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"downstream","toxicity":0.5,"attributes":{"timeout":1}}`)
 			}, func() { p.db.Remove("reset") })
-		}},
+		}, refused},
 		{"redis cut off", "hybrid", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, p.redis.Stop, func() { require.NoError(t, p.redis.Start()) })
-		}},
+		}, fellBack},
 		{"etcd cut off", "etcd", func(t *testing.T, p proxies) func() {
 			return hold(2*time.Second, p.etcd.Stop, func() { require.NoError(t, p.etcd.Start()) })
-		}},
-		// Within the session timeout (2 s) the sessions survive the cut; beyond it they expire,
-		// every lock node with them, and the instances sell on new sessions.
+		}, refused},
+		// Within the session timeout (2 s) the sessions survive the cut: orders wait and resume;
+		// beyond it they expire, every lock node with them, and the instances sell on new
+		// sessions after refusing what was in flight.
 		{"zookeeper cut off within the session", "zookeeper", func(t *testing.T, p proxies) func() {
 			return hold(time.Second, p.zk.Stop, func() { require.NoError(t, p.zk.Start()) })
-		}},
+		}, slowed(500 * time.Millisecond)},
 		{"zookeeper cut off past the session", "zookeeper", func(t *testing.T, p proxies) func() {
 			return hold(3*time.Second, p.zk.Stop, func() { require.NoError(t, p.zk.Start()) })
-		}},
+		}, refused},
 	} {
 		for _, mode := range modes {
 			t.Run(tc.name+"/"+mode.name, func(t *testing.T) {
@@ -186,8 +216,9 @@ func TestNetworkFaults(t *testing.T) {
 				}
 				sku := backendtest.SKU(t)
 				res := sellThroughFaults(t, insts, sku, units, buyers, units/3, tc.fault(t, p))
-				t.Logf("%s (%s) under %s: %d orders (%d settled by replaying their Idempotency-Key), %d sold out, retried answers %v",
-					tc.strategy, mode.name, tc.name, res.ok, res.replayed, res.soldOut, res.errs)
+				t.Logf("%s (%s) under %s: %d orders (%d settled by replaying their Idempotency-Key), %d sold out, retried answers %v, slowest attempt %s",
+					tc.strategy, mode.name, tc.name, res.ok, res.replayed, res.soldOut, res.errs, res.slowest.Round(time.Millisecond))
+				tc.felt(t, res, insts)
 				assert.Equal(t, units, res.ok)
 				assert.Equal(t, buyers-units, res.soldOut)
 				backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)

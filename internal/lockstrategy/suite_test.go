@@ -59,22 +59,64 @@ func bothWays(strategy string) []variant {
 // each on a fresh cluster of its lock service that start brings up — returning the wiring to it
 // and the fault that takes one member down (what it does, for the log) — injected mid-sale:
 // exactly the stock sells, the rest hear sold_out, and the history fits one product's stock.
-// What became of the locks is logged: lost by their holders, and orders that took the
-// database-guarded path while Redis was unreachable.
+// Then the instances must sell again through what is left of the cluster (soldAfterLoss): a
+// sale that ended on the database-guarded path, or before the member was gone, proves nothing
+// about the clients following the new master or the surviving members. What became of the locks
+// is logged: lost by their holders, and orders that took the database-guarded path while Redis
+// was unreachable.
 func sellThroughMemberLoss(t *testing.T, strategy, what string, start func(t *testing.T, sku string) (backendtest.Wiring, func())) {
 	for _, v := range bothWays(strategy) {
 		t.Run(v.name, func(t *testing.T) {
 			sku := backendtest.SKU(t)
 			w, inject := start(t, sku)
 			insts := newInstances(t, instances, v.cfg, w)
-			res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: inject})
+			var lost time.Time
+			res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: func() { inject(); lost = time.Now() }})
 			t.Logf("%s, %s mid-sale: outcomes %v after %d busy retries; locks lost by holders %.0f, Redis fallbacks %.0f",
 				v.name, what, res.outcome, res.retries, backendtest.Counter(t, "seckill_lock_lost_total", nil, insts...),
 				backendtest.Counter(t, "seckill_redis_fallbacks_total", nil, insts...))
 			assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 			backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 			assertLinearizable(t, units, res)
+			t.Logf("every instance sold through the rest of the cluster %s after the fault (its injection returned)",
+				soldAfterLoss(t, insts, strategy).Sub(lost).Round(10*time.Millisecond))
 		})
+	}
+}
+
+// soldAfterLoss has every instance buy one unit of a fresh product, round after round, until a
+// round sells on the lock service itself — under hybrid: every order admitted by Redis and none
+// on the database-guarded path — and returns when it did; it fails the test after 15 s.
+func soldAfterLoss(t *testing.T, insts []backendtest.Instance, strategy string) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	admitted := func() float64 {
+		return backendtest.Counter(t, "seckill_admission_total", map[string]string{"result": "admitted"}, insts...)
+	}
+	fallbacks := func() float64 { return backendtest.Counter(t, "seckill_redis_fallbacks_total", nil, insts...) }
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		require.True(t, time.Now().Before(deadline), "15 s after the loss the instances still did not sell through the cluster")
+		sku := backendtest.SKU(t)
+		_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: int64(len(insts)), MaxPerOrder: 1})
+		if err != nil { // a reset needs Redis: the Cluster or Sentinel may still be failing over
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		admittedBefore, fallbacksBefore := admitted(), fallbacks()
+		var acked []stock.Order
+		for i, inst := range insts {
+			order, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("after-%d", i), Quantity: 1, Strategy: strategy})
+			if err == nil {
+				acked = append(acked, order)
+			}
+		}
+		backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
+		viaRedis := strategy != "hybrid" || (admitted()-admittedBefore == float64(len(insts)) && fallbacks() == fallbacksBefore)
+		if len(acked) == len(insts) && viaRedis {
+			return time.Now()
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -30,7 +30,6 @@ func TestPlaceOneForUpdate(t *testing.T) {
 	waitCtx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
 	defer cancel()
 	waited := make(chan error, 1)
-	start = time.Now()
 	go func() {
 		_, err := s.PlaceOneForUpdate(waitCtx, order(sku, "u1"), stock.WaitForRow, 0)
 		waited <- err
@@ -38,7 +37,6 @@ func TestPlaceOneForUpdate(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	assert.Equal(t, 1, s.PoolStats().InUse, "the waiting order holds a connection of the pool")
 	assert.ErrorIs(t, <-waited, context.DeadlineExceeded, "it waits for the row until the request gives up")
-	assert.GreaterOrEqual(t, time.Since(start), 600*time.Millisecond)
 
 	_, err = other.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
@@ -64,9 +62,7 @@ func TestLockRow(t *testing.T) {
 
 	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	assert.ErrorIs(t, s.LockRow(waitCtx, sku), context.DeadlineExceeded, "it waits for the held row until the request gives up")
-	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 
 	_, err := other.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
