@@ -27,14 +27,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// buildService compiles cmd/api once for the test.
+// buildService compiles cmd/api once for the test — with the bugs this test binary can plant
+// (TestChecksCatchPlantedBugs), so that a planted bug runs in the processes too.
 func buildService(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "seckill")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	args := []string{"build", "-o", bin}
+	if planted.Built {
+		args = append(args, "-tags", "plantedbugs")
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	return bin
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -109,9 +110,10 @@ func clientOptions(addrs []string, master string) *redis.UniversalOptions {
 // sweepers within InstanceTTL and a sweep: the last units of a sale are never stuck behind a
 // process that stopped. A frozen instance may wake and write an order whose reservation was
 // swept: the database's guard decides that write as any other (the unit may be sold by then),
-// and the settle takes the swept units back, once, so the counter stays exact. A reservation its
-// own live instance has lost track of — a give-back or a settle that could not reach Redis, an
-// outcome in doubt — is swept by that instance once any commit in flight must have landed.
+// and the settle takes the swept units back, once, so the counter stays exact. A live instance
+// sweeps its own reservations too, those of no order it still has in flight: a give-back or a
+// settle that could not reach Redis, or one a failover lost (a replica promoted without the
+// write); one whose order's outcome is in doubt only once any commit in flight must have landed.
 //
 // When Redis fails, Admission trips a breaker for a cooldown and reports errRedisDown without
 // I/O, so an outage costs one timeout per cooldown, not one per order; after the cooldown the
@@ -126,8 +128,8 @@ type Admission struct {
 	downUntil atomic.Int64  // unix nanoseconds; Redis is not asked before then
 	recent    sync.Map      // sku -> time.Time of its last admission here: the products this instance sweeps
 
-	mu     sync.Mutex
-	doubts map[string]map[string]doubt // sku -> user -> a reservation this instance no longer tracks: its outcome is unknown here
+	mu      sync.Mutex
+	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
 
 	results   *prometheus.CounterVec
 	givebacks prometheus.Counter
@@ -136,8 +138,12 @@ type Admission struct {
 }
 
 // sweepGrace is how long a reservation in doubt is left alone: a commit sent before its section
-// gave up has long reached the database by then.
-const sweepGrace = time.Second
+// gave up has long reached the database by then. Doubts older than forgetDoubts are dropped:
+// swept, or gone from Redis.
+const (
+	sweepGrace   = time.Second
+	forgetDoubts = time.Minute
+)
 
 // instancesKey is the heartbeats of every instance on this Redis (beat.lua).
 const instancesKey = "seckill:instances"
@@ -156,7 +162,7 @@ func NewAdmission(client redis.UniversalClient, store *stock.Store, instance str
 		cooldown: time.Second,
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
-		doubts:   map[string]map[string]doubt{},
+		tracked:  map[string]time.Time{},
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
@@ -206,9 +212,12 @@ func (a *Admission) Beat(ctx context.Context) {
 }
 
 // Live returns the instances alive now (lua/live.lua), this one among them whatever its last
-// beat: it knows its own reservations, and sweeps those it lost track of itself (doubts).
+// beat: it knows its own reservations, and sweeps those it no longer has in flight itself.
 func (a *Admission) Live(ctx context.Context) ([]string, error) {
 	ids, err := liveScript.Run(ctx, a.client, []string{instancesKey}).StringSlice()
+	if planted.On(planted.EveryoneAlive) {
+		ids, err = a.client.ZRange(ctx, instancesKey, 0, -1).Result()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -237,8 +246,14 @@ func (a *Admission) Admit(ctx context.Context, req stock.OrderRequest) (stock.Re
 	a.touch(req.SKU)
 	for warmed := false; ; warmed = true {
 		res := stock.Reservation{ID: reservationID()}
+		// Tracked before Redis has it, so that this instance's sweeper never takes a
+		// reservation of an order in flight here for one it lost track of.
+		a.track(res.ID, time.Time{})
 		code, err := admitScript.Run(ctx, a.client, keys(req.SKU), req.UserID, req.Quantity, res.ID, a.instance,
 			req.IdempotencyKey).Int()
+		if code != 0 || err != nil {
+			a.Done(res)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return stock.Reservation{}, ctx.Err()
@@ -314,18 +329,39 @@ func (a *Admission) warm(ctx context.Context, sku, mode string) error {
 	return nil
 }
 
+// Done ends the tracking of a reservation whose order is no longer in flight here: it was
+// settled (or, if the settle was lost, will be, by this instance's sweeper), or given back.
+func (a *Admission) Done(res stock.Reservation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.tracked, res.ID)
+}
+
+// track records a reservation of an order in flight here (zero until), or in doubt until until.
+func (a *Admission) track(id string, until time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.tracked[id] = until
+}
+
 // GiveBack returns an admitted order's reservation after its database step failed — for
 // certain. It runs even when the request was cancelled. dbErr is the failure: when the database
 // said sold out, the counter is also capped at what the database holds. An error that leaves
 // the outcome open (a lost connection mid-commit, a deadline mid-write) gives nothing back: the
 // reservation is put in doubt instead, and this instance's sweeper asks the database about it
-// as soon as any commit in flight must have landed. So is one whose give-back cannot reach
-// Redis.
+// as soon as any commit in flight must have landed. A give-back that cannot reach Redis leaves
+// the reservation to the sweeper too.
 func (a *Admission) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr error) {
-	if !definite(dbErr) {
-		a.doubt(req)
+	if planted.On(planted.LostGiveBack) {
+		a.Done(req.Reservation)
 		return
 	}
+	if !definite(dbErr) {
+		a.track(req.Reservation.ID, time.Now().Add(sweepGrace))
+		a.touch(req.SKU)
+		return
+	}
+	defer a.Done(req.Reservation)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	args := []any{req.UserID, req.Reservation.ID}
@@ -336,56 +372,34 @@ func (a *Admission) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr 
 	if err := giveBackScript.Run(ctx, a.client, withSwept(req.SKU, []string{req.Reservation.ID}), args...).Err(); err != nil {
 		a.down("give-back", err)
 		a.log.Warn("admission give-back failed; the sweeper returns the units", "sku", req.SKU, "err", err)
-		a.doubt(req)
 		return
 	}
 	a.givebacks.Inc()
 }
 
-// doubt is a reservation this instance no longer tracks and Redis still holds: its order may or
-// may not have been written (its section ended with an error that leaves the commit's outcome
-// open), or its give-back or settle could not reach Redis.
-type doubt struct {
-	held     string    // the reservation as admit.lua stored it
-	notUntil time.Time // ask the database only after any commit in flight has landed
-}
-
-func (a *Admission) doubt(req stock.OrderRequest) {
+// sweepable reports whether this instance's sweeper may resolve its own reservation id: not in
+// flight here, and not in doubt within the grace.
+func (a *Admission) sweepable(id string, now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.doubts[req.SKU] == nil {
-		a.doubts[req.SKU] = map[string]doubt{}
-	}
-	a.doubts[req.SKU][req.UserID] = doubt{
-		held:     req.Reservation.ID + "|" + strconv.Itoa(req.Quantity) + "|" + a.instance + "|" + req.IdempotencyKey,
-		notUntil: time.Now().Add(sweepGrace),
-	}
-	a.touch(req.SKU)
+	until, tracked := a.tracked[id]
+	return !tracked || !until.IsZero() && now.After(until)
 }
 
-// doubted takes sku's doubts that are ready to be asked about (user -> reservation as stored).
-func (a *Admission) doubted(sku string) map[string]string {
+// forget drops doubts past the grace of the reservations ids (swept now) and those older than
+// forgetDoubts (gone from Redis: settled, given back or swept elsewhere).
+func (a *Admission) forget(ids []string, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := map[string]string{}
-	now := time.Now()
-	for user, d := range a.doubts[sku] {
-		if now.After(d.notUntil) {
-			out[user] = d.held
+	for _, id := range ids {
+		if until, ok := a.tracked[id]; ok && !until.IsZero() && now.After(until) {
+			delete(a.tracked, id)
 		}
 	}
-	return out
-}
-
-// resolved forgets doubts the sweeper has settled with the database.
-func (a *Admission) resolved(sku string, users map[string]string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for user := range users {
-		delete(a.doubts[sku], user)
-	}
-	if len(a.doubts[sku]) == 0 {
-		delete(a.doubts, sku)
+	for id, until := range a.tracked {
+		if !until.IsZero() && now.Sub(until) > forgetDoubts {
+			delete(a.tracked, id)
+		}
 	}
 }
 
@@ -404,8 +418,8 @@ func definite(err error) bool {
 
 // Settle ends the reservations of orders the database has written: their units stay sold. One
 // the sweeper returned meanwhile (this instance was frozen past its heartbeat) is taken again
-// (lua/settle.lua). A lost settle costs nothing but time: this instance's sweeper finds the
-// order and settles it.
+// (lua/settle.lua). A lost settle costs nothing but time: once the order is Done here, this
+// instance's sweeper finds it and settles the reservation.
 func (a *Admission) Settle(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed) {
 	var (
 		settled []stock.OrderRequest
@@ -427,9 +441,6 @@ func (a *Admission) Settle(ctx context.Context, sku string, reqs []stock.OrderRe
 	out, err := settleScript.Run(ctx, a.client, withSwept(sku, ids), args...).Int64Slice()
 	if err != nil {
 		a.log.Debug("settle failed; the sweeper settles", "sku", sku, "err", err)
-		for _, r := range settled {
-			a.doubt(r)
-		}
 		return
 	}
 	if out[1] > 0 {
@@ -439,16 +450,19 @@ func (a *Admission) Settle(ctx context.Context, sku string, reqs []stock.OrderRe
 	}
 }
 
-// Sweep resolves sku's reservations whose instance is not alive (live), and those this
-// instance has in doubt, as the database decides: an order was placed under it (whatever its
+// Sweep resolves sku's reservations whose instance is not alive (live), and this instance's own
+// of no order in flight here (sweepable), as the database decides: an order was placed under it (whatever its
 // state now: one cancelled since gave its units back itself) — the reservation is settled; none —
 // its units and its buyer go back to admission. It returns the units returned. Any
 // instance may sweep any product at any time: each reservation is resolved once (lua/sweep.lua).
 // live is the instances alive now (Live), read once for every product of a sweep.
 func (a *Admission) Sweep(ctx context.Context, sku string, live []string) (int64, error) {
+	if planted.On(planted.NoSweep) {
+		return 0, nil
+	}
 	const batch = 500
-	args := make([]any, 0, len(live)+1)
-	args = append(args, batch)
+	args := make([]any, 0, len(live)+2)
+	args = append(args, batch, a.instance)
 	for _, id := range live {
 		args = append(args, id)
 	}
@@ -456,9 +470,12 @@ func (a *Admission) Sweep(ctx context.Context, sku string, live []string) (int64
 	if err != nil {
 		return 0, err
 	}
-	candidates := a.doubted(sku)
+	now := time.Now()
+	candidates := map[string]string{}
 	for i := 0; i+1 < len(raw); i += 2 {
-		candidates[raw[i]] = raw[i+1]
+		if instanceOf(raw[i+1]) != a.instance || a.sweepable(reservationOf(raw[i+1]), now) {
+			candidates[raw[i]] = raw[i+1]
+		}
 	}
 	if len(candidates) == 0 {
 		return 0, nil
@@ -484,7 +501,7 @@ func (a *Admission) Sweep(ctx context.Context, sku string, live []string) (int64
 	if err != nil {
 		return 0, err
 	}
-	a.resolved(sku, candidates)
+	a.forget(ids, now)
 	units := out[0]
 	a.swept.WithLabelValues("returned").Add(float64(out[1]))
 	a.swept.WithLabelValues("placed").Add(float64(out[2]))
@@ -517,6 +534,14 @@ func (a *Admission) Restock(ctx context.Context, sku string, ended []stock.Order
 func reservationOf(held string) string {
 	id, _, _ := strings.Cut(held, "|")
 	return id
+}
+
+// instanceOf is the instance of a reservation as admit.lua stores it.
+func instanceOf(held string) string {
+	if f := strings.SplitN(held, "|", 4); len(f) == 4 {
+		return f[2]
+	}
+	return ""
 }
 
 // Recent lists the products this instance admitted orders for within the window: the ones its

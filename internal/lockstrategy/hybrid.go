@@ -115,6 +115,8 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	order, err := h.batch.place(ctx, req)
 	if err != nil {
 		h.admission.GiveBack(ctx, req, err)
+	} else {
+		h.admission.Done(res)
 	}
 	return order, err
 }

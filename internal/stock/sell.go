@@ -8,6 +8,8 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/flashsale/seckill/internal/planted"
 )
 
 // The critical sections of the strategies. Each places "the orders to place" — the orders of one
@@ -56,8 +58,13 @@ func (s *Store) placeAt(ctx context.Context, reqs []OrderRequest, read Product, 
 		return a.out, err
 	}
 	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
-		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, a.total).
-			Updates(sale(a.total, Token{}))
+		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, a.total)
+		update := sale(a.total, Token{})
+		if planted.On(planted.BlindWrite) {
+			q = tx.Model(&productRow{}).Where("sku = ?", read.SKU)
+			update["stock"] = read.Stock - a.total
+		}
+		res := q.Updates(update)
 		if res.Error != nil {
 			return res.Error
 		}
@@ -81,8 +88,11 @@ func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, token Toke
 		return a.out, err
 	}
 	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
-		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", read.SKU, read.Version, token.Value).
-			Updates(sale(a.total, token))
+		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", read.SKU, read.Version, token.Value)
+		if planted.On(planted.NoFence) {
+			q = tx.Model(&productRow{}).Where("sku = ? AND version = ?", read.SKU, read.Version)
+		}
+		res := q.Updates(sale(a.total, token))
 		if res.Error != nil {
 			return res.Error
 		}

@@ -1,24 +1,28 @@
--- Lists the reservations whose instance is not alive: it died or froze before their order was
--- written or given back. The live instances come from the heartbeats (live.lua), read just
--- before; an instance that beats again in between only finds its reservations swept, which the
--- database's guard and the sweeper's marker make safe (sweep.lua).
+-- Lists the reservations a sweeper may have to resolve: those whose instance is not alive (it
+-- died or froze before their order was written or given back), and the sweeping instance's
+-- own, which it checks against the orders it has in flight. The live instances come from the
+-- heartbeats (live.lua), read just before; an instance that beats again in between only finds
+-- its reservations swept, which the database's guard and the sweeper's marker make safe
+-- (sweep.lua).
 -- KEYS[1] = reserved (see admit.lua)
--- ARGV[1] = at most this many, ARGV[2..] = the live instances
+-- ARGV[1] = at most this many of other instances, ARGV[2] = the sweeping instance,
+-- ARGV[3..] = the live instances
 -- Returns user id, reservation, user id, reservation, ... (the reservation as stored).
 local live = {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   live[ARGV[i]] = true
 end
-local limit = tonumber(ARGV[1])
+local limit, others = tonumber(ARGV[1]), 0
 local out = {}
 local held = redis.call('HGETALL', KEYS[1])
 for i = 1, #held, 2 do
   local instance = string.match(held[i + 1], '^[^|]*|[^|]*|([^|]*)|')
-  if not live[instance] then
+  local own = instance == ARGV[2]
+  if own or (not live[instance] and others < limit) then
     out[#out + 1] = held[i]
     out[#out + 1] = held[i + 1]
-    if #out >= 2 * limit then
-      break
+    if not own then
+      others = others + 1
     end
   end
 end
