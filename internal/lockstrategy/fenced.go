@@ -22,6 +22,7 @@ func fencedWrite(ctx context.Context, store *stock.Store, reqs []stock.OrderRequ
 	}
 	for attempt := 1; ; attempt++ {
 		if !held(ctx) {
+			metrics.lostAt(strategy, key)
 			return failAll(len(reqs), fmt.Errorf("lock %s lost before the write, section abandoned: %w", key, stock.ErrBusy))
 		}
 		hooks.inSection(ctx, reqs)

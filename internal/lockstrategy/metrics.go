@@ -37,7 +37,7 @@ func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog
 			Name: "seckill_lock_held_too_long_total", Help: "Locks held longer than the slow-hold threshold, by strategy.",
 		}, []string{"strategy"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_lock_lost_total", Help: "Locks found already expired or taken over at release, by strategy.",
+			Name: "seckill_lock_lost_total", Help: "Locks found already expired or taken over by their holder, at release or before the write (a lost etcd or ZooKeeper session), by strategy.",
 		}, []string{"strategy"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_optimistic_retries_total", Help: "Version-guarded writes retried after a concurrent change, by strategy.",
@@ -79,7 +79,7 @@ func (m *LockMetrics) held(strategy, key string, d time.Duration) {
 
 func (m *LockMetrics) lostAt(strategy, key string) {
 	m.lost.WithLabelValues(strategy).Inc()
-	m.log.Warn("lock was lost before release; the version guard kept the write safe", "strategy", strategy, "key", key)
+	m.log.Warn("lock was lost while held; the version guard or the fence kept the write safe", "strategy", strategy, "key", key)
 }
 
 func (m *LockMetrics) retried(strategy string) { m.retries.WithLabelValues(strategy).Inc() }

@@ -2,6 +2,7 @@ package lockstrategy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -125,6 +126,8 @@ func (z *ZooKeeper) unlock(ctx context.Context, m *ZKMutex, dir string, locked t
 	defer cancel()
 	ok, err := m.Unlock(unlockCtx)
 	switch {
+	case errors.Is(err, zk.ErrSessionExpired):
+		z.metrics.lostAt(z.Name(), dir) // the node went with the session
 	case err != nil:
 		z.log.Warn("zookeeper unlock failed; the lock ends with the session", "dir", dir, "err", err)
 	case !ok:

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/redisserver"
 )
 
@@ -16,6 +17,9 @@ import (
 // not hold up the other, and killing one leaves the other answering.
 func TestServersAreIndependent(t *testing.T) {
 	if err := redisserver.Available(); err != nil {
+		if backendtest.Required() {
+			t.Fatalf("redis-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
+		}
 		t.Skip(err)
 	}
 	servers, err := redisserver.Start(t.TempDir(), 2)
