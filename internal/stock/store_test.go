@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -338,30 +339,49 @@ func TestLockTable(t *testing.T) {
 	assert.True(t, released)
 }
 
-// TestLockTableExclusive races many instances for one lock, fresh and after expiry: exactly one
-// wins each time.
+// TestLockTableExclusive: 30 clients on three stores race for one lock-table lock. Two holders
+// never overlap: a second winner is possible only once the first one's lock has expired (round
+// 0's lock lives 50 ms, and a client delayed that long by a loaded machine may reclaim it —
+// fairly), so every winner must come a whole TTL after the one before. Round 1's lock (a
+// minute) has exactly one winner, which reclaimed round 0's expired lock.
 func TestLockTableExclusive(t *testing.T) {
 	ctx := context.Background()
 	name := "lock/" + backendtest.SKU(t)
 	stores := []*stock.Store{backendtest.Store(t), backendtest.Store(t), backendtest.Store(t)}
+	type win struct{ called, returned time.Time }
 	for round, ttl := range []time.Duration{50 * time.Millisecond, time.Minute} {
-		var winners atomic.Int32
-		var wg sync.WaitGroup
+		var (
+			mu   sync.Mutex
+			wins []win
+			wg   sync.WaitGroup
+		)
 		start := make(chan struct{})
 		for i := range 30 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
+				called := time.Now()
 				took, err := stores[i%len(stores)].TryLock(ctx, name, fmt.Sprintf("r%d-h%d", round, i), ttl)
 				if err == nil && took {
-					winners.Add(1)
+					mu.Lock()
+					wins = append(wins, win{called, time.Now()})
+					mu.Unlock()
 				}
 			}()
 		}
 		close(start)
 		wg.Wait()
-		assert.EqualValues(t, 1, winners.Load(), "round %d", round)
+		require.NotEmpty(t, wins, "round %d: nobody took the lock", round)
+		slices.SortFunc(wins, func(a, b win) int { return a.returned.Compare(b.returned) })
+		for i := 1; i < len(wins); i++ {
+			// The earlier winner held the lock from no sooner than its call, for ttl; the later
+			// one took it no later than its return.
+			assert.GreaterOrEqual(t, wins[i].returned.Sub(wins[i-1].called), ttl, "round %d: two holders at once", round)
+		}
+		if round == 1 {
+			assert.Len(t, wins, 1, "a lock that lives a minute has one winner")
+		}
 		time.Sleep(100 * time.Millisecond) // let round 0's lock expire: round 1 reclaims it
 	}
 }
