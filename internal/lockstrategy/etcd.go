@@ -52,8 +52,8 @@ type EtcdOptions struct {
 	// Batch is how many queued orders of a SKU one section may place under one mutex
 	// acquisition and one fenced write (group commit); 1 or less: one order per section.
 	Batch int
-	// Hooks.InSection runs after the lease was last checked, right before the fenced write — the
-	// window no check can close.
+	// Hooks.InSection runs after the lease was last checked and the product read, right before
+	// the fenced write — the window no check can close.
 	Hooks Hooks
 	// Unguarded makes this the unguarded-etcd strategy: the same lock, and a write with no fence
 	// (unguarded.go). Unsafe on purpose.

@@ -25,8 +25,10 @@ func fencedWrite(ctx context.Context, store *stock.Store, reqs []stock.OrderRequ
 			metrics.lostAt(strategy, key)
 			return failAll(len(reqs), fmt.Errorf("lock %s lost before the write, section abandoned: %w", key, stock.ErrBusy))
 		}
-		hooks.inSection(ctx, reqs)
-		placed, err := store.PlaceFenced(ctx, reqs, token)
+		placed, err := store.PlaceFenced(ctx, reqs, token, func(ctx context.Context) error {
+			hooks.inSection(ctx, reqs)
+			return nil
+		})
 		var fenced *stock.FenceError
 		if errors.As(err, &fenced) && attempt == 1 && recover(ctx, fenced) {
 			continue

@@ -17,14 +17,16 @@ import (
 type Naive struct {
 	store *stock.Store
 	pause time.Duration
+	hooks Hooks
 	batch *batcher
 }
 
 // NewNaive returns the naive strategy. pause is slept between the read and the write, standing
 // in for the network and application latency that opens the race window in production; batch
-// is how many queued orders one section places.
-func NewNaive(store *stock.Store, pause time.Duration, batch int, metrics *LockMetrics) *Naive {
-	n := &Naive{store: store, pause: pause}
+// is how many queued orders one section places; hooks run after the pause, right before the
+// write, as in every strategy.
+func NewNaive(store *stock.Store, pause time.Duration, batch int, hooks Hooks, metrics *LockMetrics) *Naive {
+	n := &Naive{store: store, pause: pause, hooks: hooks}
 	n.batch = newBatcher(n.Name(), batch, pause, metrics, n.section)
 	n.batch.overlap = true
 	return n
@@ -40,12 +42,14 @@ func (n *Naive) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.O
 
 // section reads, decides, pauses and writes the stock it computed (unguardedWrite).
 func (n *Naive) section(ctx context.Context, _ string, take func() []stock.OrderRequest) []stock.Placed {
-	return unguardedWrite(ctx, n.store, take(), func(ctx context.Context) error {
+	reqs := take()
+	return unguardedWrite(ctx, n.store, reqs, func(ctx context.Context) error {
 		select {
 		case <-time.After(n.pause):
-			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		n.hooks.inSection(ctx, reqs)
+		return ctx.Err()
 	})
 }

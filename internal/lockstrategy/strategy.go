@@ -24,8 +24,10 @@ type Strategy interface {
 // section open as a paused holder would (GC, a frozen VM, SIGSTOP) or act at its most delicate
 // moment. The zero value, which production uses, does nothing.
 type Hooks struct {
-	// InSection runs inside the critical section, with the lock held and the product read (the
-	// row locked, for pessimistic), right before the orders are written.
+	// InSection runs inside the critical section of every strategy at one moment: the lock held
+	// (the row locked, for pessimistic; naive has no lock) and the product read, right before the
+	// orders are written — the window between a read and its write that every guard is for
+	// (TestHookMoment).
 	InSection func(ctx context.Context, orders []stock.OrderRequest)
 }
 

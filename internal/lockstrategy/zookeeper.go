@@ -44,7 +44,8 @@ type ZooKeeperOptions struct {
 	// Batch is how many queued orders of a SKU one section may place (group commit); 1 or less:
 	// one order per section.
 	Batch int
-	// Hooks.InSection runs after the lock was last checked, right before the fenced write.
+	// Hooks.InSection runs after the lock was last checked and the product read, right before the
+	// fenced write.
 	Hooks Hooks
 	// Unguarded makes this the unguarded-zookeeper strategy: the same lock, and a write with no
 	// fence (unguarded.go). Unsafe on purpose.

@@ -167,7 +167,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Wait: cfg.LockWait, Attempts: versionAttempts, Instance: cfg.Instance,
 		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
 	}, metrics), false)
-	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, cfg.GroupCommit, metrics), true)
+	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, cfg.GroupCommit, cfg.Hooks, metrics), true)
 
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop

@@ -35,7 +35,7 @@ func BenchmarkCriticalSection(b *testing.B) {
 			return s.PlaceAt(ctx, reqs, p)
 		},
 		"fenced": func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-			return s.PlaceFenced(ctx, reqs, stock.Token{Fence: stock.EtcdFence, Value: 1})
+			return s.PlaceFenced(ctx, reqs, stock.Token{Fence: stock.EtcdFence, Value: 1}, noPause)
 		},
 	}
 	for _, name := range []string{"rowlock", "version", "fenced"} {

@@ -81,11 +81,15 @@ func (s *Store) placeAt(ctx context.Context, reqs []OrderRequest, read Product, 
 // the version read), and the token becomes that fence. A holder whose lease or session expired
 // while it was paused carries an older token than its successor and gets a *FenceError, having
 // written nothing; a product that moved under the batch some other way answers
-// ErrVersionConflict: read again and retry.
-func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, token Token) ([]Placed, error) {
+// ErrVersionConflict: read again and retry. beforeWrite runs between the read and the write (the
+// strategies' fault hooks); an error from it writes nothing.
+func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, token Token, beforeWrite func(context.Context) error) ([]Placed, error) {
 	read, a, write, err := s.readAndAllocate(ctx, reqs)
 	if !write {
 		return a.out, err
+	}
+	if err := beforeWrite(ctx); err != nil {
+		return nil, err
 	}
 	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
 		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", read.SKU, read.Version, token.Value)

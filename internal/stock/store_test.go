@@ -27,6 +27,9 @@ func newProduct(t *testing.T, s *stock.Store, units int64, maxPerOrder int) stri
 	return sku
 }
 
+// noPause is a fenced write's beforeWrite that does nothing.
+func noPause(context.Context) error { return nil }
+
 // one places a batch of one order through a critical section and returns its answer.
 func one(placed []stock.Placed, err error) (stock.Order, error) {
 	if err != nil {
@@ -52,7 +55,7 @@ func placeLocked(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
 
 // placeFenced places req with an etcd fencing token, as the etcd strategy does.
 func placeFenced(s *stock.Store, req stock.OrderRequest, fence int64) (stock.Order, error) {
-	return one(s.PlaceFenced(context.Background(), []stock.OrderRequest{req}, stock.Token{Fence: stock.EtcdFence, Value: fence}))
+	return one(s.PlaceFenced(context.Background(), []stock.OrderRequest{req}, stock.Token{Fence: stock.EtcdFence, Value: fence}, noPause))
 }
 
 func order(sku, user string) stock.OrderRequest {
@@ -167,7 +170,7 @@ func TestFencesOfTwoServices(t *testing.T) {
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 4, 1)
 	zk := func(user string, zxid int64) (stock.Order, error) {
-		return one(s.PlaceFenced(ctx, []stock.OrderRequest{order(sku, user)}, stock.Token{Fence: stock.ZooKeeperFence, Value: zxid}))
+		return one(s.PlaceFenced(ctx, []stock.OrderRequest{order(sku, user)}, stock.Token{Fence: stock.ZooKeeperFence, Value: zxid}, noPause))
 	}
 	a, err := placeFenced(s, order(sku, "a"), 1_000_000) // a long-lived etcd cluster: large revisions
 	require.NoError(t, err)
