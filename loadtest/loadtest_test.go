@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -280,6 +281,85 @@ func TestJudge(t *testing.T) {
 	assert.False(t, newReport("etcd", "etcd", "lt-1", sale{}, faultLockLoss).ExpectOversell, "the guarded one keeps the invariant")
 }
 
+// TestFaultBite: a guarded row under the fault passes only if the fault bit — the thief took a
+// lock from a holder, the strategy locked (its lock wait count grew on /metrics), and its guard
+// acted (its guard's counter or its lost locks grew) — or its invariant held trivially. The
+// counts come from /metrics as the instances serve it, scraped before and after the sale.
+func TestFaultBite(t *testing.T) {
+	serve := func(text string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			assert.Equal(t, "/metrics", r.URL.Path)
+			_, _ = io.WriteString(w, text)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	scrape := func(text string) []sample {
+		s, err := sampleMetrics(context.Background(), http.DefaultClient, serve(text))
+		require.NoError(t, err)
+		return []sample{s}
+	}
+	metrics := func(hybridWaits, etcdWaits, retries, etcdFenced, lost int) string {
+		return fmt.Sprintf(`# TYPE seckill_lock_wait_seconds histogram
+seckill_lock_wait_seconds_bucket{strategy="hybrid",le="+Inf"} %[1]d
+seckill_lock_wait_seconds_sum{strategy="hybrid"} 0.5
+seckill_lock_wait_seconds_count{strategy="hybrid"} %[1]d
+seckill_lock_wait_seconds_bucket{strategy="etcd",le="+Inf"} %[2]d
+seckill_lock_wait_seconds_sum{strategy="etcd"} 0.5
+seckill_lock_wait_seconds_count{strategy="etcd"} %[2]d
+seckill_optimistic_retries_total{strategy="hybrid"} %[3]d
+seckill_optimistic_retries_total{strategy="etcd"} 100
+seckill_fenced_out_total{strategy="etcd"} %[4]d
+seckill_lock_lost_total{strategy="hybrid"} %[5]d
+seckill_lock_lost_total{strategy="unguarded-redis"} 100
+`, hybridWaits, etcdWaits, retries, etcdFenced, lost)
+	}
+	before := scrape(metrics(10, 10, 1, 0, 2))
+	judged := func(strategy string, taken int, after []sample, unread error) report {
+		r := newReport(strategy, strategy, "lt-1", sale{}, faultLockLoss)
+		r.Name, r.LocksTaken = strategy, &taken
+		r.Bite = newBite(strategy, taken, before, after, unread)
+		r.judge()
+		return r
+	}
+
+	bitten := judged("hybrid", 7, scrape(metrics(50, 10, 4, 0, 4)), nil)
+	assert.Empty(t, bitten.Failed)
+	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 40 lock acquisitions, 3 optimistic retries, 2 locks lost)",
+		bitten.verdictText(), "the verdict shows the counts")
+	fenced := judged("etcd", 7, scrape(metrics(10, 30, 1, 5, 2)), nil)
+	assert.Empty(t, fenced.Failed, "etcd's guard is its fence; hybrid's series are not etcd's")
+	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 20 lock acquisitions, 5 writes fenced out, 0 locks lost)",
+		fenced.verdictText())
+
+	for _, tc := range []struct {
+		name     string
+		strategy string
+		taken    int
+		after    []sample
+		unread   error
+		why      string
+	}{
+		{"the thief found nothing to take", "hybrid", 0, scrape(metrics(50, 10, 4, 0, 4)), nil,
+			"the thief took no lock from a holder"},
+		{"hybrid on the database path", "hybrid", 7, scrape(metrics(10, 10, 4, 0, 2)), nil,
+			`hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow)`},
+		{"a guard that never acted", "etcd", 7, scrape(metrics(50, 30, 9, 0, 9)), nil,
+			`its guard never acted (neither seckill_fenced_out_total nor seckill_lock_lost_total{strategy="etcd"} grew)`},
+		{"nothing at all", "hybrid", 0, before, nil,
+			`the thief took no lock from a holder; hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow); ` +
+				`its guard never acted (neither seckill_optimistic_retries_total nor seckill_lock_lost_total{strategy="hybrid"} grew)`},
+		{"metrics unread", "hybrid", 7, nil, errors.New("metrics: connection refused"),
+			"/metrics could not be read around the sale: metrics: connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := judged(tc.strategy, tc.taken, tc.after, tc.unread)
+			assert.Equal(t, []string{"the fault did not bite: " + tc.why}, r.Failed)
+			assert.True(t, strings.HasPrefix(r.verdictText(), "FAIL: the fault did not bite: "), r.verdictText())
+		})
+	}
+}
+
 // TestParseFault: -fault lock-loss runs only where the tool can reach the locks — processes it
 // starts, on a Redis it knows — and compares each lock with its unguarded twin, naive last.
 func TestParseFault(t *testing.T) {
@@ -434,12 +514,28 @@ func TestSmokeLockLoss(t *testing.T) {
 		t.Skip("-fault lock-loss needs a real Redis")
 	}
 	out := smoke(t, args...)
+	// A guarded row shows that the fault bit: locks taken from a holder, lock acquisitions, and its
+	// guard at work (the guard's counter and the locks lost), each counted over its sale.
+	bit := regexp.MustCompile(`invariant holds under lock-loss \((\d+) locks taken from a holder; (\d+) lock acquisitions, (\d+) (?:optimistic retries|writes fenced out), (\d+) locks lost\)`)
 	for _, s := range o.strategies() {
-		verdict := "invariant holds under lock-loss"
 		if mustOversell(s, faultLockLoss) {
-			verdict = "caught as expected"
+			assert.Regexp(t, "(?m)^\\| `"+s+"` \\|.*caught as expected", out, s)
+			continue
 		}
-		assert.Regexp(t, "(?m)^\\| `"+s+"` \\|.*"+verdict, out, s)
+		row := regexp.MustCompile("(?m)^\\| `" + s + "` \\|.*$").FindString(out)
+		m := bit.FindStringSubmatch(row)
+		if !assert.NotNil(t, m, "%s's row says what the fault did to it: %s", s, row) {
+			continue
+		}
+		t.Logf("%s: %s", s, m[0])
+		n := func(i int) int {
+			v, err := strconv.Atoi(m[i])
+			require.NoError(t, err)
+			return v
+		}
+		assert.Positive(t, n(1), "%s: the thief took its lock from a holder", s)
+		assert.Positive(t, n(2), "%s locked", s)
+		assert.Positive(t, n(3)+n(4), "%s's guard acted", s)
 	}
 }
 

@@ -696,6 +696,13 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		s, err := l.run(ctx, row)
 		cpu.stop()
 		taken, faultErr := fault.stop()
+		var (
+			sold    []sample // after the selling phase: what the fault did to a guarded strategy
+			soldErr error
+		)
+		if fault != nil {
+			sold, soldErr = rr.samples(ctx)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -744,6 +751,9 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 				fmt.Fprintf(rr.log, "loadtest: %s: %v\n", row, err)
 			}
 			r.PeakRSSSinceStart = rr.peaks.sinceStart
+		}
+		if fault != nil && !r.ExpectOversell {
+			r.Bite = newBite(strategy, taken, before, sold, errors.Join(beforeErr, soldErr))
 		}
 		r.judge()
 		reports = append(reports, r)
