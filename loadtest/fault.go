@@ -67,6 +67,9 @@ const faultMaxTakes = 20000
 // and that strategy's unguarded twin (the same lock, no version check or fence).
 type lockService struct {
 	guarded, unguarded string
+	// guard is the counter of /metrics that grows when the guarded strategy's guard refuses a
+	// write the lost lock let through: the version check's retry, or the fence's refusal.
+	guard string
 	// interval is how often the fault looks at the lock and takes it: a Redis DEL is one cheap
 	// round trip; a ZooKeeper take is a listing and then a consensus write; etcd looks every
 	// millisecond but takes only a holder seen at two looks (takeEtcd).
@@ -76,9 +79,97 @@ type lockService struct {
 
 // lockServices are the services the fault knows, in the order they are compared.
 var lockServices = []lockService{
-	{guarded: "hybrid", unguarded: "unguarded-redis", interval: time.Millisecond, take: (*lockThief).takeRedis},
-	{guarded: "etcd", unguarded: "unguarded-etcd", interval: time.Millisecond, take: (*lockThief).takeEtcd},
-	{guarded: "zookeeper", unguarded: "unguarded-zookeeper", interval: 2 * time.Millisecond, take: (*lockThief).takeZooKeeper},
+	{guarded: "hybrid", unguarded: "unguarded-redis", guard: retriesMetric,
+		interval: time.Millisecond, take: (*lockThief).takeRedis},
+	{guarded: "etcd", unguarded: "unguarded-etcd", guard: fencedOutMetric,
+		interval: time.Millisecond, take: (*lockThief).takeEtcd},
+	{guarded: "zookeeper", unguarded: "unguarded-zookeeper", guard: fencedOutMetric,
+		interval: 2 * time.Millisecond, take: (*lockThief).takeZooKeeper},
+}
+
+// The counters of /metrics (by strategy) that show a guarded strategy's guard at work under the
+// fault (README, Metrics).
+const (
+	retriesMetric   = "seckill_optimistic_retries_total" // a version-guarded write retried after a concurrent change
+	fencedOutMetric = "seckill_fenced_out_total"         // a write refused because a newer holder had written
+	lockLostMetric  = "seckill_lock_lost_total"          // a lock its holder found expired or taken over at release
+)
+
+// guardCounters are the counters sampleMetrics keeps by strategy.
+var guardCounters = []string{retriesMetric, fencedOutMetric, lockLostMetric}
+
+// guardTexts name what a guard's counter counts, in the verdicts.
+var guardTexts = map[string]string{retriesMetric: "optimistic retries", fencedOutMetric: "writes fenced out"}
+
+// bite is what the fault did to one sale of a guarded strategy: the locks the thief took from a
+// holder, and what the strategy's series on /metrics grew by over the selling phase, summed over
+// the instances. A guarded row's invariant proves something only if all three happened: a lock
+// taken, a strategy that locked (hybrid that fell back to the database path, say, takes no
+// lock), and a guard that had to act — else it held trivially, and the row says the fault did
+// not bite. The guard acted when its counter grew, or when a holder found its lock gone at
+// release: zookeeper's section looks for its node just before it writes and abandons without
+// one, which leaves no refused write to count, only the lost lock.
+type bite struct {
+	Taken     int    `json:"taken"`            // locks the thief took from a holder
+	Locked    int    `json:"locked"`           // seckill_lock_wait_seconds_count{strategy}: the sections that took the lock
+	Guard     string `json:"guard"`            // the guard's counter
+	Guarded   int    `json:"guarded"`          // its growth: writes the guard refused
+	LocksLost int    `json:"locks_lost"`       // seckill_lock_lost_total{strategy}: holders that found their lock gone at release
+	Unread    string `json:"unread,omitempty"` // why /metrics could not be read around the sale; then nothing above but Taken is known
+}
+
+// newBite is the bite of a sale of strategy, a guarded one, from the thief's count and one
+// sample per instance before and after the selling phase (in the same order); unread is why the
+// samples could not be had.
+func newBite(strategy string, taken int, before, after []sample, unread error) *bite {
+	s, _ := lockServiceOf(strategy)
+	b := &bite{Taken: taken, Guard: s.guard}
+	switch {
+	case unread != nil:
+		b.Unread = unread.Error()
+		return b
+	case len(before) != len(after):
+		b.Unread = fmt.Sprintf("%d instances sampled before the sale, %d after", len(before), len(after))
+		return b
+	}
+	for i := range after {
+		grew := func(metric string) int {
+			return int(after[i].Counters[seriesKey{metric, strategy}] - before[i].Counters[seriesKey{metric, strategy}])
+		}
+		key := seriesKey{lockWaitMetric, strategy}
+		if h := after[i].Locks[key]; h != nil {
+			b.Locked += int(h.minus(before[i].Locks[key]).Count)
+		}
+		b.Guarded += grew(s.guard)
+		b.LocksLost += grew(lockLostMetric)
+	}
+	return b
+}
+
+// missed says why the fault did not bite strategy's sale; "" when it did.
+func (b *bite) missed(strategy string) string {
+	if b.Unread != "" {
+		return "/metrics could not be read around the sale: " + b.Unread
+	}
+	var why []string
+	if b.Taken == 0 {
+		why = append(why, "the thief took no lock from a holder")
+	}
+	if b.Locked == 0 {
+		why = append(why, fmt.Sprintf("%s took no lock (%s_count{strategy=%q} did not grow)", strategy, lockWaitMetric, strategy))
+	}
+	if b.Guarded+b.LocksLost == 0 {
+		why = append(why, fmt.Sprintf("its guard never acted (neither %s nor %s{strategy=%q} grew)", b.Guard, lockLostMetric, strategy))
+	}
+	return strings.Join(why, "; ")
+}
+
+// String is the bite as the verdict gives it.
+func (b *bite) String() string {
+	if b.Unread != "" {
+		return fmt.Sprintf("%d locks taken from a holder; /metrics unread", b.Taken)
+	}
+	return fmt.Sprintf("%d locks taken from a holder; %d lock acquisitions, %d %s, %d locks lost", b.Taken, b.Locked, b.Guarded, guardTexts[b.Guard], b.LocksLost)
 }
 
 // lockServiceOf is the lock service strategy locks with; ok is false for a strategy whose lock

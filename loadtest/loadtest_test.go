@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -147,6 +148,110 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCrossCheck: the service's audit is what is under test, so an audit that says other than the
+// tables fails the verdict, field by field, even when it says the sale is consistent.
+func TestCrossCheck(t *testing.T) {
+	tables := audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2, Consistent: true}
+	assert.Empty(t, disagreements(tables, tables), "an audit that agrees")
+	for _, tc := range []struct {
+		name    string
+		served  func(a *audit)
+		problem string
+	}{
+		{"initial stock", func(a *audit) { a.InitialStock = 6 }, "initial_stock 6, the tables 5"},
+		{"stock", func(a *audit) { a.Stock = 4 }, "stock 4, the tables 3"},
+		{"ordered", func(a *audit) { a.OrderedQuantity = 1 }, "ordered_quantity 1, the tables 2"},
+		{"orders", func(a *audit) { a.Orders = 3 }, "orders 3, the tables 2"},
+		{"buyers", func(a *audit) { a.DistinctBuyers = 1 }, "distinct_buyers 1, the tables 2"},
+		{"oversold", func(a *audit) { a.Oversold = 1 }, "oversold 1, the tables 0"},
+		{"consistent", func(a *audit) { a.Consistent = false }, "consistent false, the tables true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			served := tables
+			tc.served(&served)
+			assert.Equal(t, []string{"the service's audit says " + tc.problem}, disagreements(tables, served))
+		})
+	}
+}
+
+// TestVerifyInTheStore: the verifier reads the tables of a SQLite store itself — read-only, while
+// a writer holds the database's write lock — and fails a sale whose audit hides the oversell the
+// tables show; with an honest audit the same sale fails on the oversell alone.
+func TestVerifyInTheStore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "seckill.db")
+	writer, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = writer.Close() })
+	for _, stmt := range []string{
+		"CREATE TABLE products (sku TEXT PRIMARY KEY, initial_stock INTEGER NOT NULL, stock INTEGER NOT NULL)",
+		"CREATE TABLE orders (order_id TEXT PRIMARY KEY, sku TEXT NOT NULL, user_id TEXT NOT NULL, quantity INTEGER NOT NULL, status TEXT NOT NULL)",
+		// A lost update: three units sold of two, the stock at 0.
+		"INSERT INTO products VALUES ('lt-x', 2, 0)",
+		"INSERT INTO orders VALUES ('o1', 'lt-x', 'u1', 1, 'confirmed'), ('o2', 'lt-x', 'u2', 1, 'confirmed'), ('o3', 'lt-x', 'u3', 1, 'pending'), ('o4', 'lt-x', 'u4', 1, 'cancelled')",
+	} {
+		_, err := writer.Exec(stmt)
+		require.NoError(t, err, stmt)
+	}
+	store, err := openSQLiteStore(ctx, path)
+	require.NoError(t, err)
+	t.Cleanup(store.close)
+	_, err = store.db.Exec("UPDATE products SET stock = 9")
+	require.Error(t, err, "the tool's reader cannot write the store it checks")
+
+	// The service is writing meanwhile: a transaction holds the write lock, uncommitted.
+	busy, err := writer.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = busy.Exec("UPDATE products SET stock = 7 WHERE sku = 'lt-x'")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = busy.Rollback() })
+
+	acked := []ackedOrder{{OrderID: "o1", UserID: "u1"}, {OrderID: "o2", UserID: "u2"}, {OrderID: "o3", UserID: "u3"}}
+	honest := audit{InitialStock: 2, Stock: 0, OrderedQuantity: 3, Orders: 3, DistinctBuyers: 3, Oversold: 1}
+	lying := audit{InitialStock: 2, Stock: 0, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2, Consistent: true}
+	for _, tc := range []struct {
+		name   string
+		served audit
+		want   []string
+	}{
+		{"an audit that hides the oversell", lying, []string{
+			"stock 0 + ordered 3 != initial 2", "oversold by 1",
+			"the service's audit says ordered_quantity 2, the tables 3", "the service's audit says orders 2, the tables 3",
+			"the service's audit says distinct_buyers 2, the tables 3", "the service's audit says oversold 0, the tables 1",
+			"the service's audit says consistent true, the tables false",
+			"api: 3 acknowledged orders active, 2 active in the store",
+		}},
+		{"an honest audit", honest, []string{"stock 0 + ordered 3 != initial 2", "oversold by 1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/api/v1/products/lt-x/audit" {
+					_ = json.NewEncoder(w).Encode(tc.served)
+					return
+				}
+				id := strings.TrimPrefix(r.URL.Path, "/api/v1/orders/")
+				status := map[string]string{"o3": "pending"}[id]
+				if status == "" {
+					status = "confirmed"
+				}
+				_ = json.NewEncoder(w).Encode(ackedOrder{OrderID: id, UserID: "u" + strings.TrimPrefix(id, "o"), Status: status})
+			}))
+			defer srv.Close()
+			vf := verifier{client: srv.Client(), base: srv.URL, token: "t", store: store}
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			v, err := vf.verify(ctx, "lt-x", acked)
+			require.NoError(t, err, "read beside a writer holding the write lock")
+			assert.Equal(t, tc.want, v.Problems)
+			assert.Equal(t, int64(1), v.Oversold, "the oversell as the tables have it")
+			require.NotNil(t, v.Store)
+			assert.Equal(t, audit{InitialStock: 2, Stock: 0, OrderedQuantity: 3, Orders: 3, DistinctBuyers: 3, Oversold: 1, Pending: 1, Cancelled: 1}, *v.Store,
+				"the committed tables, not the writer's uncommitted stock")
+			assert.Equal(t, tc.served, v.Audit)
+		})
+	}
+}
+
 // TestJudge: a safe strategy fails on any problem or 5xx; naive fails when it did NOT oversell.
 func TestJudge(t *testing.T) {
 	safe := report{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5}}
@@ -174,6 +279,85 @@ func TestJudge(t *testing.T) {
 	assert.Equal(t, "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)", free.verdictText(),
 		"the verdict says what it judged, and why no oversell was asked for")
 	assert.False(t, newReport("etcd", "etcd", "lt-1", sale{}, faultLockLoss).ExpectOversell, "the guarded one keeps the invariant")
+}
+
+// TestFaultBite: a guarded row under the fault passes only if the fault bit — the thief took a
+// lock from a holder, the strategy locked (its lock wait count grew on /metrics), and its guard
+// acted (its guard's counter or its lost locks grew) — or its invariant held trivially. The
+// counts come from /metrics as the instances serve it, scraped before and after the sale.
+func TestFaultBite(t *testing.T) {
+	serve := func(text string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			assert.Equal(t, "/metrics", r.URL.Path)
+			_, _ = io.WriteString(w, text)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	scrape := func(text string) []sample {
+		s, err := sampleMetrics(context.Background(), http.DefaultClient, serve(text))
+		require.NoError(t, err)
+		return []sample{s}
+	}
+	metrics := func(hybridWaits, etcdWaits, retries, etcdFenced, lost int) string {
+		return fmt.Sprintf(`# TYPE seckill_lock_wait_seconds histogram
+seckill_lock_wait_seconds_bucket{strategy="hybrid",le="+Inf"} %[1]d
+seckill_lock_wait_seconds_sum{strategy="hybrid"} 0.5
+seckill_lock_wait_seconds_count{strategy="hybrid"} %[1]d
+seckill_lock_wait_seconds_bucket{strategy="etcd",le="+Inf"} %[2]d
+seckill_lock_wait_seconds_sum{strategy="etcd"} 0.5
+seckill_lock_wait_seconds_count{strategy="etcd"} %[2]d
+seckill_optimistic_retries_total{strategy="hybrid"} %[3]d
+seckill_optimistic_retries_total{strategy="etcd"} 100
+seckill_fenced_out_total{strategy="etcd"} %[4]d
+seckill_lock_lost_total{strategy="hybrid"} %[5]d
+seckill_lock_lost_total{strategy="unguarded-redis"} 100
+`, hybridWaits, etcdWaits, retries, etcdFenced, lost)
+	}
+	before := scrape(metrics(10, 10, 1, 0, 2))
+	judged := func(strategy string, taken int, after []sample, unread error) report {
+		r := newReport(strategy, strategy, "lt-1", sale{}, faultLockLoss)
+		r.Name, r.LocksTaken = strategy, &taken
+		r.Bite = newBite(strategy, taken, before, after, unread)
+		r.judge()
+		return r
+	}
+
+	bitten := judged("hybrid", 7, scrape(metrics(50, 10, 4, 0, 4)), nil)
+	assert.Empty(t, bitten.Failed)
+	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 40 lock acquisitions, 3 optimistic retries, 2 locks lost)",
+		bitten.verdictText(), "the verdict shows the counts")
+	fenced := judged("etcd", 7, scrape(metrics(10, 30, 1, 5, 2)), nil)
+	assert.Empty(t, fenced.Failed, "etcd's guard is its fence; hybrid's series are not etcd's")
+	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 20 lock acquisitions, 5 writes fenced out, 0 locks lost)",
+		fenced.verdictText())
+
+	for _, tc := range []struct {
+		name     string
+		strategy string
+		taken    int
+		after    []sample
+		unread   error
+		why      string
+	}{
+		{"the thief found nothing to take", "hybrid", 0, scrape(metrics(50, 10, 4, 0, 4)), nil,
+			"the thief took no lock from a holder"},
+		{"hybrid on the database path", "hybrid", 7, scrape(metrics(10, 10, 4, 0, 2)), nil,
+			`hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow)`},
+		{"a guard that never acted", "etcd", 7, scrape(metrics(50, 30, 9, 0, 9)), nil,
+			`its guard never acted (neither seckill_fenced_out_total nor seckill_lock_lost_total{strategy="etcd"} grew)`},
+		{"nothing at all", "hybrid", 0, before, nil,
+			`the thief took no lock from a holder; hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow); ` +
+				`its guard never acted (neither seckill_optimistic_retries_total nor seckill_lock_lost_total{strategy="hybrid"} grew)`},
+		{"metrics unread", "hybrid", 7, nil, errors.New("metrics: connection refused"),
+			"/metrics could not be read around the sale: metrics: connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := judged(tc.strategy, tc.taken, tc.after, tc.unread)
+			assert.Equal(t, []string{"the fault did not bite: " + tc.why}, r.Failed)
+			assert.True(t, strings.HasPrefix(r.verdictText(), "FAIL: the fault did not bite: "), r.verdictText())
+		})
+	}
 }
 
 // TestParseFault: -fault lock-loss runs only where the tool can reach the locks — processes it
@@ -314,6 +498,7 @@ func TestSmokeCompare(t *testing.T) {
 	if strings.Contains(out, "MySQL/MariaDB") {
 		assert.Contains(t, out, "`pessimistic (wait)`", "on MySQL: pessimistic's waiting form beside its default")
 	}
+	assert.Contains(t, out, "Every sale verified in the store itself", "the tool read the tables, and held every audit against them")
 }
 
 // TestSmokeLockLoss: the tool on three processes with -fault lock-loss, taking each sale's lock
@@ -332,12 +517,28 @@ func TestSmokeLockLoss(t *testing.T) {
 		t.Skip("-fault lock-loss needs a real Redis")
 	}
 	out := smoke(t, args...)
+	// A guarded row shows that the fault bit: locks taken from a holder, lock acquisitions, and its
+	// guard at work (the guard's counter and the locks lost), each counted over its sale.
+	bit := regexp.MustCompile(`invariant holds under lock-loss \((\d+) locks taken from a holder; (\d+) lock acquisitions, (\d+) (?:optimistic retries|writes fenced out), (\d+) locks lost\)`)
 	for _, s := range o.strategies() {
-		verdict := "invariant holds under lock-loss"
 		if mustOversell(s, faultLockLoss) {
-			verdict = "caught as expected"
+			assert.Regexp(t, "(?m)^\\| `"+s+"` \\|.*caught as expected", out, s)
+			continue
 		}
-		assert.Regexp(t, "(?m)^\\| `"+s+"` \\|.*"+verdict, out, s)
+		row := regexp.MustCompile("(?m)^\\| `" + s + "` \\|.*$").FindString(out)
+		m := bit.FindStringSubmatch(row)
+		if !assert.NotNil(t, m, "%s's row says what the fault did to it: %s", s, row) {
+			continue
+		}
+		t.Logf("%s: %s", s, m[0])
+		n := func(i int) int {
+			v, err := strconv.Atoi(m[i])
+			require.NoError(t, err)
+			return v
+		}
+		assert.Positive(t, n(1), "%s: the thief took its lock from a holder", s)
+		assert.Positive(t, n(2), "%s locked", s)
+		assert.Positive(t, n(3)+n(4), "%s's guard acted", s)
 	}
 }
 
@@ -406,6 +607,9 @@ func TestDefaultRun(t *testing.T) {
 		assert.Regexp(t, "^"+want+"$", verdicts[s], "%s's verdict", s)
 		assert.Regexp(t, "(?m)^\\| `"+s+"` \\|.*\\| "+want+" \\|$", stdout.String(), "%s's row", s)
 	}
+	assert.Contains(t, stdout.String(), "the tool reads products and orders in the SQLite file of the processes it starts (read-only)")
+	assert.Regexp(t, `(?m)^loadtest: verifying every sale in the SQLite file \S+/seckill\.db, read-only`, stderr.String(),
+		"the store the process said it opened")
 	if t.Failed() || err != nil {
 		t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}

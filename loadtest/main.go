@@ -1,8 +1,10 @@
 // Command loadtest runs a flash sale against seckill over HTTP and proves what happened: it
 // drives the API with vegeta (one buyer and one Idempotency-Key per request), classifies every
 // answer by status and error code, splits the selling phase from the sold-out phase, and then
-// verifies the invariant through the audit endpoint and every acknowledged order — and, given a
-// MySQL DSN, straight in SQL. With -compare it runs every strategy in turn on a fresh product and
+// verifies the invariant in the store itself — the tables of the -mysql database, or the SQLite
+// file of the processes it starts — holding the service's audit endpoint and every acknowledged
+// order against them (against -target without -mysql it cannot read the store, and verifies
+// through the API alone). With -compare it runs every strategy in turn on a fresh product and
 // writes the comparison as Markdown, HTML with latency plots, and JSON. With -soldout it keeps
 // ordering each sold-out product and holds the rejections against a bare net/http handler
 // measured in the same run; with -group-commit it repeats the comparison once per service
@@ -136,7 +138,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.retryRounds, "retry-busy", 3, "rounds retrying 429 busy answers after their Retry-After (0: no retries)")
 	fs.StringVar(&o.strategy, "strategy", "", "strategy to run (default: the server's); see -compare")
 	fs.BoolVar(&o.compare, "compare", false, "run every strategy in turn (default when the tool starts the service)")
-	fs.StringVar(&o.mysql, "mysql", "", "MySQL DSN: verify in SQL too, and with -compare measure the per-order FOR UPDATE baseline (when the tool starts the service, it uses this database)")
+	fs.StringVar(&o.mysql, "mysql", "", "MySQL DSN: the tool reads its tables to verify every sale (without it, against -target, only the service's audit is left), and with -compare measure the per-order FOR UPDATE baseline (when the tool starts the service, it uses this database)")
 	fs.StringVar(&o.redis, "redis", "", "when the tool starts the service: Redis addresses for it (default: embedded)")
 	fs.StringVar(&o.zk, "zk", "", "compare the zookeeper strategy too: the ZooKeeper host:port list for the service processes the tool starts "+
 		"(with -target: any value, the targets have theirs); \"start\": start a standalone ZooKeeper here for them (Debian's zookeeper package, java)")
@@ -287,6 +289,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s)%s%s.",
 			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o), faultText(o))
 	}
+	description += " " + storeText(o)
 	var thief *lockThief
 	if o.fault != "" {
 		if thief, err = newLockThief(o, stderr); err != nil {
@@ -335,7 +338,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return err
 				}
 				defer p.stop()
-				vf := verifier{client: client, base: targets[0], token: o.token, db: db}
+				store, err := p.store(ctx, db, stderr)
+				if err != nil {
+					return err
+				}
+				defer store.close()
+				vf := verifier{client: client, base: targets[0], token: o.token, store: store}
 				rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: peaks{pids: pids},
 					bare: bare, fault: thief, progress: progress, log: stderr, db: budget,
 					cpu: &cpuMeter{groups: append([]cpuGroup{cpuServices(o, targets, pids)}, backends...)}}
@@ -531,6 +539,29 @@ func (p *pass) start(ctx context.Context, o options, bin, dir string, logs io.Wr
 	return targets, pids, nil
 }
 
+// store is what the verifier of the pass reads: the -mysql database, or the SQLite file that the
+// pass's processes said at start they keep their store in. With -target and no -mysql it is
+// nil: the tool does not know the targets' store.
+func (p *pass) store(ctx context.Context, db *sql.DB, logs io.Writer) (*storeReader, error) {
+	var s *storeReader
+	switch {
+	case db != nil:
+		s = mysqlStore(db)
+	case len(p.instances) == 0:
+		return nil, nil
+	case p.instances[0].sqlite == "":
+		return nil, errors.New("the service processes did not say at start where their SQLite store is, and there is no -mysql: " +
+			"the tool reads the store of the processes it starts itself (if SECKILL_MYSQL_DSN is set in its environment, give it as -mysql)")
+	default:
+		var err error
+		if s, err = openSQLiteStore(ctx, p.instances[0].sqlite); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintf(logs, "loadtest: verifying every sale in %s, and the service's audit against it\n", s.what)
+	return s, nil
+}
+
 // stop stops the processes of the pass, if it started any.
 func (p *pass) stop() {
 	stop(p.instances)
@@ -709,6 +740,13 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		s, err := l.run(ctx, row)
 		cpu.stop()
 		taken, faultErr := fault.stop()
+		var (
+			sold    []sample // after the selling phase: what the fault did to a guarded strategy
+			soldErr error
+		)
+		if fault != nil {
+			sold, soldErr = rr.samples(ctx)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -760,6 +798,9 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 				fmt.Fprintf(rr.log, "loadtest: %s: %v\n", row, err)
 			}
 			r.PeakRSSSinceStart = rr.peaks.sinceStart
+		}
+		if fault != nil && !r.ExpectOversell {
+			r.Bite = newBite(strategy, taken, before, sold, errors.Join(beforeErr, soldErr))
 		}
 		r.judge()
 		reports = append(reports, r)

@@ -55,6 +55,7 @@ type report struct {
 	Verdict           verdict          `json:"verdict"`
 	Fault             string           `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
 	LocksTaken        *int             `json:"locks_taken,omitempty"` // by the fault, from their holders
+	Bite              *bite            `json:"fault_bite,omitempty"`  // a guarded strategy under the fault: what the fault did to it
 	ExpectOversell    bool             `json:"expect_oversell"`
 	Skipped           string           `json:"skipped,omitempty"`
 	Failed            []string         `json:"failed,omitempty"` // why this run fails the tool
@@ -86,7 +87,9 @@ func newReport(row, strategy, sku string, s sale, fault string) report {
 // 5xx while selling, and never answer 201 once sold out (that unit does not exist), and the
 // invariant must still hold after the sold-out phase; an unsafe one (naive; an unguarded one
 // under a fault that took its lock) must be caught overselling, or the checks are blind. An
-// unguarded one with no fault is judged as a safe one: its lock alone holds (mustOversell).
+// unguarded one with no fault is judged as a safe one: its lock alone holds (mustOversell). A
+// guarded one under the fault must also show that the fault bit — its lock taken, its guard at
+// work — or its invariant held trivially and proves nothing of the guard.
 func (r *report) judge() {
 	if r.Skipped != "" {
 		return
@@ -104,6 +107,11 @@ func (r *report) judge() {
 			r.Failed = append(r.Failed, r.Strategy+" did not oversell: the load did not race, or the checks are blind")
 		}
 		return
+	}
+	if r.Bite != nil {
+		if why := r.Bite.missed(r.Name); why != "" {
+			r.Failed = append(r.Failed, fmt.Sprintf("the fault did not bite: %s", why))
+		}
 	}
 	r.Failed = append(r.Failed, r.Verdict.Problems...)
 	if r.Lifecycle != nil {
@@ -138,10 +146,14 @@ func (r report) verdictText() string {
 	return "invariant holds" + r.faultText()
 }
 
-// faultText says which fault ran on the row's lock, and how many locks it took.
+// faultText says which fault ran on the row's lock, how many locks it took, and, on a guarded
+// row, what it did to the strategy.
 func (r report) faultText() string {
 	if r.Fault == "" {
 		return ""
+	}
+	if r.Bite != nil {
+		return fmt.Sprintf(" under %s (%s)", r.Fault, r.Bite)
 	}
 	if r.LocksTaken == nil {
 		return " under " + r.Fault

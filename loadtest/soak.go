@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,8 @@ type sample struct {
 	LocksLost   float64 // seckill_lock_lost_total, all strategies
 	HeldTooLong float64 // seckill_lock_held_too_long_total, all strategies
 
-	Locks map[seriesKey]*histogram // the lock wait and hold histograms, by strategy: read at each row's start and end
+	Locks    map[seriesKey]*histogram // the lock wait and hold histograms, by strategy: read at each row's start and end
+	Counters map[seriesKey]float64    // the counters of a guard at work (guardCounters), by strategy: read around each sale under a fault
 }
 
 // sampleMetrics scrapes base's /metrics.
@@ -54,6 +56,12 @@ func sampleMetrics(ctx context.Context, client *http.Client, base string) (sampl
 		metric, _, _ := strings.Cut(name, "{")
 		if s.addLockSeries(metric, name, v) {
 			continue
+		}
+		if slices.Contains(guardCounters, metric) {
+			if s.Counters == nil {
+				s.Counters = map[seriesKey]float64{}
+			}
+			s.Counters[seriesKey{metric, labelValue(name, "strategy")}] += v
 		}
 		switch metric {
 		case "go_goroutines":

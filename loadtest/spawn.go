@@ -20,6 +20,7 @@ import (
 type instance struct {
 	url    string
 	redis  string // the address of its embedded Redis, if it started one
+	sqlite string // the file of its embedded SQL store, if it opened one
 	cmd    *exec.Cmd
 	exited chan error
 }
@@ -87,6 +88,11 @@ func start(ctx context.Context, bin string, env []string, logPath string) (*inst
 			fmt.Fprintln(logFile, line)
 			if v, ok := strings.CutPrefix(line, "redis: embedded (miniredis) at "); ok {
 				inst.redis, _, _ = strings.Cut(v, " ")
+			}
+			if v, ok := strings.CutPrefix(line, "database: embedded SQLite at "); ok {
+				if i := strings.LastIndex(v, " ("); i > 0 {
+					inst.sqlite = v[:i] // the path, before the hint in parentheses
+				}
 			}
 			if v, ok := strings.CutPrefix(line, "listening on "); ok {
 				inst.url = v

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 
+	_ "github.com/glebarez/go-sqlite" // database/sql driver "sqlite", the service's own (pure Go)
 	_ "github.com/go-sql-driver/mysql"
 )
 
@@ -28,9 +31,16 @@ type audit struct {
 	RedisStock      *int64 `json:"redis_stock,omitempty"`
 }
 
+// holds reports whether the counts of a say consistent, as API.md defines it: no negative stock,
+// every unit in stock or in an active order, one active order per buyer.
+func (a audit) holds() bool {
+	return a.Stock >= 0 && a.Stock+a.OrderedQuantity == a.InitialStock && a.Orders == a.DistinctBuyers
+}
+
 // verdict is what the verifier found after a sale.
 type verdict struct {
-	Audit    audit    `json:"audit"`
+	Audit    audit    `json:"audit"`           // the service's GET /audit
+	Store    *audit   `json:"store,omitempty"` // the tool's own reading of the tables; nil when it cannot read them
 	Oversold int64    `json:"oversold"`
 	Problems []string `json:"problems,omitempty"`
 }
@@ -90,38 +100,83 @@ func check(a audit, acked []ackedOrder, present map[string]stored) verdict {
 	return v
 }
 
-// verifier checks a sale through the HTTP API and, with a DSN, straight in SQL.
+// verifier checks a sale in the store itself — the tables the service writes — and through the
+// HTTP API. The service's audit and stored orders are what is under test: they are held against
+// the tool's own reading of the tables, never taken as the verdict when the tables can be read.
 type verifier struct {
 	client *http.Client
 	base   string // any one instance
 	token  string
-	db     *sql.DB // nil without -mysql
+	store  *storeReader // nil when the tool cannot read the store (-target without -mysql)
 }
 
-// verify runs check on the server's audit and stored orders; with SQL, on the tables too.
+// verify checks the invariant on the tables, cross-checks the service's audit and stored orders
+// against them, and checks the audit's own arithmetic. Without a store it checks the service's
+// audit and stored orders alone.
 func (vf verifier) verify(ctx context.Context, sku string, acked []ackedOrder) (verdict, error) {
-	var a audit
-	if err := vf.get(ctx, "/api/v1/products/"+sku+"/audit", &a); err != nil {
+	var served audit
+	if err := vf.get(ctx, "/api/v1/products/"+sku+"/audit", &served); err != nil {
 		return verdict{}, err
+	}
+	// The tables are read right after the audit, before the orders are fetched one by one, so
+	// that the two readings are as close in time as the tool can make them.
+	var (
+		own       audit
+		ownOrders map[string]stored
+	)
+	if vf.store != nil {
+		var err error
+		if own, ownOrders, err = vf.store.read(ctx, sku); err != nil {
+			return verdict{}, err
+		}
 	}
 	present, err := vf.storedOrders(ctx, acked)
 	if err != nil {
 		return verdict{}, err
 	}
-	v := check(a, acked, present)
-	if a.Consistent != (a.Stock >= 0 && a.Stock+a.OrderedQuantity == a.InitialStock && a.Orders == a.DistinctBuyers) {
-		v.Problems = append(v.Problems, "the server's audit computes consistent wrongly")
+	api := check(served, acked, present)
+	if served.Consistent != served.holds() {
+		api.Problems = append(api.Problems, "the server's audit computes consistent wrongly")
 	}
-	if vf.db != nil {
-		sqlAudit, sqlPresent, err := vf.fromSQL(ctx, sku, acked)
-		if err != nil {
-			return verdict{}, err
-		}
-		for _, p := range check(sqlAudit, acked, sqlPresent).Problems {
-			v.Problems = append(v.Problems, "sql: "+p)
+	if vf.store == nil {
+		return api, nil
+	}
+	v := check(own, acked, ownOrders)
+	v.Audit, v.Store = served, &own
+	v.Problems = append(v.Problems, disagreements(own, served)...)
+	for _, p := range api.Problems {
+		if !slices.Contains(v.Problems, p) {
+			v.Problems = append(v.Problems, "api: "+p)
 		}
 	}
 	return v, nil
+}
+
+// disagreements are the differences between the tool's reading of the tables (own) and the
+// service's audit of the same product: every one fails the verdict, whichever side the invariant
+// holds on, because an audit that says other than the tables cannot be trusted to catch an
+// oversell.
+func disagreements(own, served audit) []string {
+	var out []string
+	for _, f := range []struct {
+		name          string
+		tables, audit int64
+	}{
+		{"initial_stock", own.InitialStock, served.InitialStock},
+		{"stock", own.Stock, served.Stock},
+		{"ordered_quantity", own.OrderedQuantity, served.OrderedQuantity},
+		{"orders", own.Orders, served.Orders},
+		{"distinct_buyers", own.DistinctBuyers, served.DistinctBuyers},
+		{"oversold", own.Oversold, served.Oversold},
+	} {
+		if f.tables != f.audit {
+			out = append(out, fmt.Sprintf("the service's audit says %s %d, the tables %d", f.name, f.audit, f.tables))
+		}
+	}
+	if served.Consistent != own.Consistent {
+		out = append(out, fmt.Sprintf("the service's audit says consistent %t, the tables %t", served.Consistent, own.Consistent))
+	}
+	return out
 }
 
 // storedOrders asks the API for every acknowledged order.
@@ -176,25 +231,80 @@ func (vf verifier) get(ctx context.Context, path string, out any) error {
 	return json.Unmarshal(raw, out)
 }
 
-// fromSQL reads the invariant's numbers and the acknowledged orders from the tables of the
-// contract (products, orders with their status) — the database's truth: a pending order past its
-// deadline is still pending (active) there until the service expires it, though the API already
-// reads it as expired. The tool verifies once no order is pending.
-func (vf verifier) fromSQL(ctx context.Context, sku string, acked []ackedOrder) (audit, map[string]stored, error) {
-	var a audit
-	err := vf.db.QueryRowContext(ctx, "SELECT initial_stock, stock FROM products WHERE sku = ?", sku).Scan(&a.InitialStock, &a.Stock)
-	if err != nil {
-		return a, nil, fmt.Errorf("sql products: %w", err)
+// storeReader reads the service's database as an outside check does: the tables of the contract
+// (API.md, "Database": products, orders with their status), straight, never through the service.
+type storeReader struct {
+	db    *sql.DB
+	what  string // which store, for the log
+	owned bool   // the reader opened db, and closes it; the -mysql pool is the run's
+}
+
+// mysqlStore reads the -mysql database; db is the run's pool, which the baseline shares.
+func mysqlStore(db *sql.DB) *storeReader {
+	return &storeReader{db: db, what: "the -mysql database"}
+}
+
+// close closes what the reader opened; a nil reader has nothing open.
+func (s *storeReader) close() {
+	if s != nil && s.owned {
+		_ = s.db.Close()
 	}
-	err = vf.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(quantity), 0), COUNT(*), COUNT(DISTINCT user_id) FROM orders WHERE sku = ? AND status IN ('pending', 'confirmed')", sku).
+}
+
+// storeText is the report's line on where the verdicts come from.
+func storeText(o options) string {
+	switch {
+	case o.mysql != "":
+		return "Every sale verified in the store itself: the tool reads products and orders in the -mysql database and holds the service's audit against them."
+	case o.targets == "":
+		return "Every sale verified in the store itself: the tool reads products and orders in the SQLite file of the processes it starts (read-only) and holds the service's audit against them."
+	}
+	return "The tool cannot read the targets' store (no -mysql): every sale verified from the service's own audit and orders alone."
+}
+
+// openSQLiteStore opens the embedded store of the processes the tool started — the SQLite file
+// they named at start — read-only, since the tool must never change what it checks. The
+// processes write it meanwhile: in WAL mode a reader does not block the writer, and a read that
+// meets the writer's lock or a checkpoint waits for it (the busy timeout) instead of failing.
+func openSQLiteStore(ctx context.Context, path string) (*storeReader, error) {
+	u := url.URL{Scheme: "file", Path: path, RawQuery: "mode=ro&_pragma=busy_timeout(5000)"}
+	db, err := sql.Open("sqlite", u.String())
+	if err != nil {
+		return nil, fmt.Errorf("open the service's SQLite store %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(2)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open the service's SQLite store %s: %w", path, err)
+	}
+	return &storeReader{db: db, what: "the SQLite file " + path + ", read-only", owned: true}, nil
+}
+
+// read is the invariant's numbers and every order of sku, from the tables, in one read-only
+// transaction: one snapshot (InnoDB's repeatable read, SQLite's read transaction), so that the
+// counts and the orders are of the same moment. It is the database's truth: a pending order past
+// its deadline is still pending (active) there until the service expires it, though the API
+// already reads it as expired. The tool verifies once no order is pending.
+func (s *storeReader) read(ctx context.Context, sku string) (audit, map[string]stored, error) {
+	var a audit
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return a, nil, fmt.Errorf("store %s: %w", s.what, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	err = tx.QueryRowContext(ctx, "SELECT initial_stock, stock FROM products WHERE sku = ?", sku).Scan(&a.InitialStock, &a.Stock)
+	if err != nil {
+		return a, nil, fmt.Errorf("store products: %w", err)
+	}
+	err = tx.QueryRowContext(ctx, "SELECT COALESCE(SUM(quantity), 0), COUNT(*), COUNT(DISTINCT user_id) FROM orders WHERE sku = ? AND status IN ('pending', 'confirmed')", sku).
 		Scan(&a.OrderedQuantity, &a.Orders, &a.DistinctBuyers)
 	if err != nil {
-		return a, nil, fmt.Errorf("sql orders: %w", err)
+		return a, nil, fmt.Errorf("store orders: %w", err)
 	}
 	present := map[string]stored{}
-	rows, err := vf.db.QueryContext(ctx, "SELECT order_id, user_id, status FROM orders WHERE sku = ?", sku)
+	rows, err := tx.QueryContext(ctx, "SELECT order_id, user_id, status FROM orders WHERE sku = ?", sku)
 	if err != nil {
-		return a, nil, fmt.Errorf("sql orders: %w", err)
+		return a, nil, fmt.Errorf("store orders: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -203,6 +313,17 @@ func (vf verifier) fromSQL(ctx context.Context, sku string, acked []ackedOrder) 
 			return a, nil, err
 		}
 		present[id] = stored{user, status}
+		// Counted for the report, not held against the audit's: the contract leaves how the
+		// audit counts an order pending past its deadline to the service.
+		switch status {
+		case "pending":
+			a.Pending++
+		case "cancelled":
+			a.Cancelled++
+		case "expired":
+			a.Expired++
+		}
 	}
+	a.Oversold, a.Consistent = max(0, a.OrderedQuantity-a.InitialStock), a.holds()
 	return a, present, rows.Err()
 }
