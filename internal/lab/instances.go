@@ -249,6 +249,19 @@ func startServices(dir string) *services {
 	return s
 }
 
+// zooKeeper waits for the ZooKeeper started in the background and returns its servers, or the
+// part of the experiment that cannot run without it and why: ZooKeeper is not installed here,
+// or it did not start.
+func (s *services) zooKeeper() ([]*zkserver.Server, *Part) {
+	if s.zkMissing != nil {
+		return nil, &Part{Name: "ZooKeeper", Why: s.zkMissing.Error()}
+	}
+	if z := s.zk(); z.err != nil {
+		return nil, &Part{Name: "ZooKeeper", Why: "it did not start: " + z.err.Error()}
+	}
+	return s.zk().servers, nil
+}
+
 func (s *services) stop() {
 	if e := s.etcd(); e.err == nil {
 		e.member.Close()
