@@ -55,8 +55,11 @@ func (e *Env) newInstanceOn(cfg service.Config, rdb redis.UniversalClient, zkSer
 }
 
 // counter is the sum of a counter family's series on the instance; 0 when it has none.
-func (i *instance) counter(name string) float64 {
-	families, err := i.metrics.Gather()
+func (i *instance) counter(name string) float64 { return counterOf(i.metrics, name) }
+
+// counterOf is the sum of a counter family's series in reg; 0 when it has none.
+func counterOf(reg *prometheus.Registry, name string) float64 {
+	families, err := reg.Gather()
 	if err != nil {
 		return 0
 	}
@@ -69,6 +72,15 @@ func (i *instance) counter(name string) float64 {
 		}
 	}
 	return sum
+}
+
+// via is the form that places orders through the instance under strategy.
+func (i *instance) via(strategy string) placer {
+	return func(ctx context.Context, req stock.OrderRequest) error {
+		req.Strategy = strategy
+		_, _, err := i.PlaceOrder(ctx, req)
+		return err
+	}
 }
 
 func (i *instance) close() error {
@@ -125,18 +137,18 @@ func (o *overlaps) max() int {
 	return o.most
 }
 
+// placer places one order: a form of an experiment, on one instance.
+type placer func(ctx context.Context, req stock.OrderRequest) error
+
 // sale is what a sale did: the answers, and the database's audit after it.
 type sale struct {
 	ok, soldOut, other int
 	audit              stock.Audit
 }
 
-// sell puts sku on sale with units on the first instance and has buyers buy one unit each,
-// spread over the instances, all at once; it then audits the product.
-func sell(ctx context.Context, insts []*instance, sku string, units int64, buyers int, strategy string) (sale, error) {
-	if _, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1}); err != nil {
-		return sale{}, err
-	}
+// sell has buyers buy one unit each of sku, already on sale, spread over the instances' forms,
+// all at once; it then audits the product in the database.
+func sell(ctx context.Context, env *Env, places []placer, sku string, buyers int) (sale, error) {
 	var (
 		mu  sync.Mutex
 		out sale
@@ -144,11 +156,9 @@ func sell(ctx context.Context, insts []*instance, sku string, units int64, buyer
 	)
 	start := make(chan struct{})
 	for b := range buyers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
-			_, _, err := insts[b%len(insts)].PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("buyer-%d", b), Quantity: 1, Strategy: strategy})
+			err := places[b%len(places)](ctx, stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("buyer-%d", b), Quantity: 1})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -159,13 +169,35 @@ func sell(ctx context.Context, insts []*instance, sku string, units int64, buyer
 			default:
 				out.other++
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()
-	a, err := insts[0].Audit(ctx, sku)
-	out.audit = a.Audit
+	a, err := env.Store.Audit(ctx, sku)
+	out.audit = a
 	return out, err
+}
+
+// column is what the audit found in the stock column, held against the invariant: stock >= 0,
+// and stock + active ordered quantity == initial stock.
+func column(a stock.Audit) string {
+	s := fmt.Sprintf("the stock column: %d left + %d ordered = %d, of %d initial", a.Stock, a.OrderedQuantity, a.Stock+a.OrderedQuantity, a.InitialStock)
+	switch lost := a.Stock + a.OrderedQuantity - a.InitialStock; {
+	case a.Stock < 0:
+		s += ": below zero"
+	case lost > 0:
+		s += fmt.Sprintf(": %d units sold without leaving the stock (a decrement written over)", lost)
+	case lost < 0:
+		s += fmt.Sprintf(": %d units gone from the stock with no order", -lost)
+	case a.Orders != a.DistinctBuyers:
+		s += ": a buyer with two orders"
+	default:
+		s += ": the invariant holds"
+	}
+	if o := a.Oversold(); o > 0 {
+		s += fmt.Sprintf("; oversold %d", o)
+	}
+	return s
 }
 
 // holdOpen is a section hook that keeps the section placing buyer "slow" open — its lock held,
@@ -185,11 +217,11 @@ func (h *holdOpen) hook(_ context.Context, orders []stock.OrderRequest) {
 	}
 }
 
-// enter has buyer "slow" buy through inst and returns once its section is held open; the
-// answer comes on the channel after release.
-func (h *holdOpen) enter(ctx context.Context, inst *instance, buy func(*instance, string) error) (<-chan error, error) {
+// enter has buyer "slow" buy a unit of sku through place and returns once its section is held
+// open; the answer comes on the channel after release.
+func (h *holdOpen) enter(ctx context.Context, place placer, sku string) (<-chan error, error) {
 	slow := make(chan error, 1)
-	go func() { slow <- buy(inst, "slow") }()
+	go func() { slow <- place(ctx, stock.OrderRequest{SKU: sku, UserID: "slow", Quantity: 1}) }()
 	select {
 	case <-h.reached:
 		return slow, nil
@@ -200,12 +232,9 @@ func (h *holdOpen) enter(ctx context.Context, inst *instance, buy func(*instance
 
 func (h *holdOpen) release() { close(h.resume) }
 
-// buyer buys one unit of sku under strategy, for a user, through an instance.
-func buyer(ctx context.Context, sku, strategy string) func(*instance, string) error {
-	return func(inst *instance, user string) error {
-		_, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy})
-		return err
-	}
+// buy has user buy one unit of sku through place.
+func buy(ctx context.Context, place placer, sku, user string) error {
+	return place(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1})
 }
 
 // services are an etcd and, where it is installed, a ZooKeeper, started in dir in the
