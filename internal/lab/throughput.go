@@ -587,7 +587,7 @@ func judgeThroughput(families []lockFamily, table map[string][]throughputCell, c
 	}
 	return Result{
 		Measured: &Measurement{
-			Method: fmt.Sprintf("clients loop lock -> unlock for %s a cell, a wait bounded at %s, at %s clients, a key each and one shared key; %d CPUs, every server on this machine",
+			Method: fmt.Sprintf("clients loop lock -> unlock for %s a cell, a wait bounded at %s, at %s clients, a key each and one shared key; %d CPUs here, the Redis nodes, etcd and ZooKeeper started on them",
 				cellTime, bound, joinInts(clientCounts), runtime.NumCPU()),
 			Figures: fmt.Sprintf("%s. Ranking, 8 clients a key each: %s; %d clients one key: %s",
 				strings.Join(rows, "; "), ranking(families, table, 8, false), most, ranking(families, table, most, true)),
