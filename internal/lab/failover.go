@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/redisserver"
 	"github.com/flashsale/seckill/internal/stock"
@@ -134,6 +136,15 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku string, guarded bool,
 		return failedOver{}, err
 	}
 	out := failedOver{promotedIn: time.Since(killed)}
+	// The Sentinels name the new master a moment after the replica takes the role, and until
+	// then a client dials the dead one. A service instance's heartbeats find the new master
+	// before its buyers do; these locks have no background traffic, so the sale waits for each
+	// client to reach it, or the first buyers would trip admission's breaker instead.
+	for _, l := range locks {
+		if err := reachMaster(ctx, l.rdb, 10*time.Second); err != nil {
+			return failedOver{}, err
+		}
+	}
 	out.answers = buyAll(ctx, others, sku, "during", int(units/2))
 	during, err := env.Store.Audit(ctx, sku)
 	if err != nil {
@@ -160,6 +171,17 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku string, guarded bool,
 		return failedOver{}, err
 	}
 	return out, nil
+}
+
+// reachMaster pings rdb until it answers, every 50 ms, for at most bound.
+func reachMaster(ctx context.Context, rdb redis.UniversalClient, bound time.Duration) error {
+	_, ok, err := waitFor(ctx, bound, 50*time.Millisecond, func() (bool, error) {
+		return rdb.Ping(ctx).Err() == nil, nil
+	})
+	if err == nil && !ok {
+		err = fmt.Errorf("no Redis master reached through the Sentinels in %s", bound)
+	}
+	return err
 }
 
 // buyAll has n buyers named prefix-i buy a unit of sku at once, spread over the forms, and
