@@ -55,8 +55,7 @@ func runFailover(ctx context.Context, env *Env) (Result, error) {
 		broken[i] = !s.audit.Consistent()
 		said[i] = fmt.Sprintf("the replica was promoted %.1f s after the master died; %d units sold by the others on the new master while the old holder slept (answers %v); then the old holder's write: %s; after the sale, %d orders: %s",
 			s.promotedIn.Seconds(), s.duringPause, s.answers, s.late, s.audit.OrderedQuantity, column(s.audit))
-		lost := max(0, s.audit.Stock+s.audit.OrderedQuantity-s.audit.InitialStock)
-		chart.Bars = append(chart.Bars, Bar{Label: form, Value: float64(lost), Failed: broken[i]})
+		chart.Bars = append(chart.Bars, Bar{Label: form, Value: float64(unrecorded(s.audit)), Failed: broken[i]})
 	}
 	return Result{
 		Failing: Outcome{Form: "admission, then unguarded-redis's write (SET NX with a fixed expiry, no watchdog)", Happened: said[0], Failed: broken[0]},

@@ -28,11 +28,7 @@ type instance struct {
 }
 
 func (e *Env) newInstance(cfg service.Config, zkServers []string, zkSession time.Duration) (*instance, error) {
-	return e.newInstanceOn(cfg, lockstrategy.NewRedisClient(e.Redis.Options().Addr), zkServers, zkSession)
-}
-
-// newInstanceOn is newInstance on the Redis rdb (which it closes).
-func (e *Env) newInstanceOn(cfg service.Config, rdb redis.UniversalClient, zkServers []string, zkSession time.Duration) (*instance, error) {
+	rdb := lockstrategy.NewRedisClient(e.Redis.Options().Addr)
 	inst := &instance{metrics: prometheus.NewRegistry()}
 	inst.closers = append(inst.closers, rdb.Close)
 	b := service.Backends{Store: e.Store, Redis: []redis.UniversalClient{rdb}}
@@ -53,9 +49,6 @@ func (e *Env) newInstanceOn(cfg service.Config, rdb redis.UniversalClient, zkSer
 	inst.Service = svc
 	return inst, nil
 }
-
-// counter is the sum of a counter family's series on the instance; 0 when it has none.
-func (i *instance) counter(name string) float64 { return counterOf(i.metrics, name) }
 
 // counterOf is the sum of a counter family's series in reg; 0 when it has none.
 func counterOf(reg *prometheus.Registry, name string) float64 {
@@ -182,13 +175,13 @@ func sell(ctx context.Context, env *Env, places []placer, sku string, buyers int
 // and stock + active ordered quantity == initial stock.
 func column(a stock.Audit) string {
 	s := fmt.Sprintf("the stock column: %d left + %d ordered = %d, of %d initial", a.Stock, a.OrderedQuantity, a.Stock+a.OrderedQuantity, a.InitialStock)
-	switch lost := a.Stock + a.OrderedQuantity - a.InitialStock; {
+	switch d := a.Stock + a.OrderedQuantity - a.InitialStock; {
 	case a.Stock < 0:
 		s += ": below zero"
-	case lost > 0:
-		s += fmt.Sprintf(": %d units sold without leaving the stock (a decrement written over)", lost)
-	case lost < 0:
-		s += fmt.Sprintf(": %d units gone from the stock with no order", -lost)
+	case d > 0:
+		s += fmt.Sprintf(": %d units sold without leaving the stock (a decrement written over)", d)
+	case d < 0:
+		s += fmt.Sprintf(": %d units gone from the stock with no order", -d)
 	case a.Orders != a.DistinctBuyers:
 		s += ": a buyer with two orders"
 	default:
@@ -199,6 +192,10 @@ func column(a stock.Audit) string {
 	}
 	return s
 }
+
+// unrecorded is how many units the audit found sold without leaving the stock column: a
+// decrement written over by another writer's.
+func unrecorded(a stock.Audit) int64 { return max(0, a.Stock+a.OrderedQuantity-a.InitialStock) }
 
 // holdOpen is a section hook that keeps the section placing buyer "slow" open — its lock held,
 // the product read — until release: a holder paused inside its critical section.

@@ -82,7 +82,7 @@ func runPause(ctx context.Context, env *Env) (Result, error) {
 		}
 		runs[i] = r
 		chart.Bars = append(chart.Bars,
-			Bar{Label: f.name + ": units sold that never left the stock column", Value: float64(r.lost()), Failed: !r.audit.Consistent()},
+			Bar{Label: f.name + ": units sold that never left the stock column", Value: float64(unrecorded(r.audit)), Failed: !r.audit.Consistent()},
 			Bar{Label: f.name + ": s without a sale", Value: r.stall.Seconds()})
 	}
 	describe := func(r pausedSale) string {
@@ -103,11 +103,6 @@ type pausedSale struct {
 	audit stock.Audit   // after the sale
 	stall time.Duration // from the pause to the others' first sale
 	late  string        // what the paused holder's write did
-}
-
-// lost is how many units were sold without leaving the stock column.
-func (p pausedSale) lost() int64 {
-	return max(0, p.audit.Stock+p.audit.OrderedQuantity-p.audit.InitialStock)
 }
 
 // sellAroundPause puts 2 units on sale; the holder instance's section for buyer "slow" reads

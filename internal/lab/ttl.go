@@ -81,10 +81,9 @@ func runTTL(ctx context.Context, env *Env) (Result, error) {
 			conflicts += l.counter("seckill_optimistic_retries_total")
 		}
 		broken[i] = !s.audit.Consistent()
-		said[i] = fmt.Sprintf("%d orders of %d units; %s; up to %d sections at once, %.0f version conflicts, %d answered busy or failed",
-			s.ok, units, column(s.audit), o.max(), conflicts, s.other)
-		lost := max(0, s.audit.Stock+s.audit.OrderedQuantity-s.audit.InitialStock)
-		chart.Bars = append(chart.Bars, Bar{Label: f.name, Value: float64(lost), Failed: broken[i]})
+		said[i] = fmt.Sprintf("%d orders of %d units, %d answered sold out, %d busy or failed; %s; up to %d sections at once, %.0f version conflicts",
+			s.ok, units, s.soldOut, s.other, column(s.audit), o.max(), conflicts)
+		chart.Bars = append(chart.Bars, Bar{Label: f.name, Value: float64(unrecorded(s.audit)), Failed: broken[i]})
 	}
 	return Result{
 		Failing: Outcome{Form: forms[0].name, Happened: said[0], Failed: broken[0]},
