@@ -8,7 +8,6 @@ import (
 	"log"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -143,41 +142,26 @@ func runHerd(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
-	// ZooKeeper's JVM takes seconds to start: it starts while etcd does.
-	zkMissing := zkserver.Available()
-	var (
-		zkServers []*zkserver.Server
-		zkErr     error
-		starting  sync.WaitGroup
-	)
-	if zkMissing == nil {
-		if zkServers, err = zkserver.New(filepath.Join(dir, "zk"), 1); err != nil {
-			return Result{}, err
-		}
-		starting.Go(func() { zkErr = zkserver.StartAll(zkServers) })
-		defer func() { starting.Wait(); zkserver.Kill(zkServers...) }()
+	// ZooKeeper's JVM takes seconds to start: it starts while etcd does, and is waited for once
+	// etcd's part is done.
+	started := startServices(dir)
+	defer started.stop()
+	e := started.etcd()
+	if e.err != nil {
+		return Result{}, fmt.Errorf("embedded etcd: %w", e.err)
 	}
-	member, err := embeddedetcd.Start(filepath.Join(dir, "etcd"))
-	if err != nil {
-		return Result{}, err
-	}
-	defer member.Close()
 
 	var runs [2][]herdRun // by form: etcd, then ZooKeeper
 	for i, f := range forms {
-		r, err := herdEtcd(ctx, embeddedetcd.Endpoints(member), env.key("herd", fmt.Sprint(i)), n, f.etcd)
+		r, err := herdEtcd(ctx, embeddedetcd.Endpoints(e.member), env.key("herd", fmt.Sprint(i)), n, f.etcd)
 		if err != nil {
 			return Result{}, fmt.Errorf("%s: %w", f.etcdName, err)
 		}
 		r.label = f.etcdName
 		runs[i] = append(runs[i], r)
 	}
-	zkSaid := ""
-	if zkMissing == nil {
-		starting.Wait()
-		if zkErr != nil {
-			return Result{}, zkErr
-		}
+	zkServers, zkNotRun := started.zooKeeper()
+	if zkNotRun == nil {
 		for i, f := range forms {
 			r, err := herdZK(ctx, zkserver.Addrs(zkServers...), "/"+env.key("herd", fmt.Sprint(i)), n, f.zk)
 			if err != nil {
@@ -186,8 +170,6 @@ func runHerd(ctx context.Context, env *Env) (Result, error) {
 			r.label = f.zkName
 			runs[i] = append(runs[i], r)
 		}
-	} else {
-		zkSaid = fmt.Sprintf("; ZooKeeper not run: %v", zkMissing)
 	}
 
 	// A herd's release wakes a share of the queue, growing with it; the fix's wakes the successor.
@@ -213,11 +195,19 @@ func runHerd(ctx context.Context, env *Env) (Result, error) {
 		if f.herds {
 			failed = everywhere
 		}
-		out[i] = Outcome{Form: f.etcdName + "; " + f.zkName, Happened: strings.Join(said, "; ") + zkSaid, Failed: failed}
+		form := f.etcdName
+		if zkNotRun == nil {
+			form += "; " + f.zkName
+		}
+		out[i] = Outcome{Form: form, Happened: strings.Join(said, "; "), Failed: failed}
 	}
 	out[0].Form = "every waiter watches the lock: " + out[0].Form
 	out[1].Form = "every waiter watches only its predecessor: " + out[1].Form
-	return Result{Failing: out[0], Fixed: out[1], Chart: chart}, nil
+	res := Result{Failing: out[0], Fixed: out[1], Chart: chart}
+	if zkNotRun != nil {
+		res.NotRun = []Part{*zkNotRun}
+	}
+	return res, nil
 }
 
 // herdEtcd runs n hand-offs of the lock at pfx among n+1 sessions of one client, each waiter's

@@ -28,11 +28,7 @@ type instance struct {
 }
 
 func (e *Env) newInstance(cfg service.Config, zkServers []string, zkSession time.Duration) (*instance, error) {
-	return e.newInstanceOn(cfg, lockstrategy.NewRedisClient(e.Redis.Options().Addr), zkServers, zkSession)
-}
-
-// newInstanceOn is newInstance on the Redis rdb (which it closes).
-func (e *Env) newInstanceOn(cfg service.Config, rdb redis.UniversalClient, zkServers []string, zkSession time.Duration) (*instance, error) {
+	rdb := lockstrategy.NewRedisClient(e.Redis.Options().Addr)
 	inst := &instance{metrics: prometheus.NewRegistry()}
 	inst.closers = append(inst.closers, rdb.Close)
 	b := service.Backends{Store: e.Store, Redis: []redis.UniversalClient{rdb}}
@@ -54,9 +50,9 @@ func (e *Env) newInstanceOn(cfg service.Config, rdb redis.UniversalClient, zkSer
 	return inst, nil
 }
 
-// counter is the sum of a counter family's series on the instance; 0 when it has none.
-func (i *instance) counter(name string) float64 {
-	families, err := i.metrics.Gather()
+// counterOf is the sum of a counter family's series in reg; 0 when it has none.
+func counterOf(reg *prometheus.Registry, name string) float64 {
+	families, err := reg.Gather()
 	if err != nil {
 		return 0
 	}
@@ -69,6 +65,15 @@ func (i *instance) counter(name string) float64 {
 		}
 	}
 	return sum
+}
+
+// via is the form that places orders through the instance under strategy.
+func (i *instance) via(strategy string) placer {
+	return func(ctx context.Context, req stock.OrderRequest) error {
+		req.Strategy = strategy
+		_, _, err := i.PlaceOrder(ctx, req)
+		return err
+	}
 }
 
 func (i *instance) close() error {
@@ -125,18 +130,18 @@ func (o *overlaps) max() int {
 	return o.most
 }
 
+// placer places one order: a form of an experiment, on one instance.
+type placer func(ctx context.Context, req stock.OrderRequest) error
+
 // sale is what a sale did: the answers, and the database's audit after it.
 type sale struct {
 	ok, soldOut, other int
 	audit              stock.Audit
 }
 
-// sell puts sku on sale with units on the first instance and has buyers buy one unit each,
-// spread over the instances, all at once; it then audits the product.
-func sell(ctx context.Context, insts []*instance, sku string, units int64, buyers int, strategy string) (sale, error) {
-	if _, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1}); err != nil {
-		return sale{}, err
-	}
+// sell has buyers buy one unit each of sku, already on sale, spread over the instances' forms,
+// all at once; it then audits the product in the database.
+func sell(ctx context.Context, env *Env, places []placer, sku string, buyers int) (sale, error) {
 	var (
 		mu  sync.Mutex
 		out sale
@@ -144,11 +149,9 @@ func sell(ctx context.Context, insts []*instance, sku string, units int64, buyer
 	)
 	start := make(chan struct{})
 	for b := range buyers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
-			_, _, err := insts[b%len(insts)].PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("buyer-%d", b), Quantity: 1, Strategy: strategy})
+			err := places[b%len(places)](ctx, stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("buyer-%d", b), Quantity: 1})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -159,14 +162,40 @@ func sell(ctx context.Context, insts []*instance, sku string, units int64, buyer
 			default:
 				out.other++
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()
-	a, err := insts[0].Audit(ctx, sku)
-	out.audit = a.Audit
+	a, err := env.Store.Audit(ctx, sku)
+	out.audit = a
 	return out, err
 }
+
+// column is what the audit found in the stock column, held against the invariant: stock >= 0,
+// and stock + active ordered quantity == initial stock.
+func column(a stock.Audit) string {
+	s := fmt.Sprintf("the stock column: %d left + %d ordered = %d, of %d initial", a.Stock, a.OrderedQuantity, a.Stock+a.OrderedQuantity, a.InitialStock)
+	switch d := a.Stock + a.OrderedQuantity - a.InitialStock; {
+	case a.Stock < 0:
+		s += ": below zero"
+	case d > 0:
+		s += fmt.Sprintf(": %d units sold without leaving the stock (a decrement written over)", d)
+	case d < 0:
+		s += fmt.Sprintf(": %d units gone from the stock with no order", -d)
+	case a.Orders != a.DistinctBuyers:
+		s += ": a buyer with two orders"
+	default:
+		s += ": the invariant holds"
+	}
+	if o := a.Oversold(); o > 0 {
+		s += fmt.Sprintf("; oversold %d", o)
+	}
+	return s
+}
+
+// unrecorded is how many units the audit found sold without leaving the stock column: a
+// decrement written over by another writer's.
+func unrecorded(a stock.Audit) int64 { return max(0, a.Stock+a.OrderedQuantity-a.InitialStock) }
 
 // holdOpen is a section hook that keeps the section placing buyer "slow" open — its lock held,
 // the product read — until release: a holder paused inside its critical section.
@@ -185,11 +214,11 @@ func (h *holdOpen) hook(_ context.Context, orders []stock.OrderRequest) {
 	}
 }
 
-// enter has buyer "slow" buy through inst and returns once its section is held open; the
-// answer comes on the channel after release.
-func (h *holdOpen) enter(ctx context.Context, inst *instance, buy func(*instance, string) error) (<-chan error, error) {
+// enter has buyer "slow" buy a unit of sku through place and returns once its section is held
+// open; the answer comes on the channel after release.
+func (h *holdOpen) enter(ctx context.Context, place placer, sku string) (<-chan error, error) {
 	slow := make(chan error, 1)
-	go func() { slow <- buy(inst, "slow") }()
+	go func() { slow <- place(ctx, stock.OrderRequest{SKU: sku, UserID: "slow", Quantity: 1}) }()
 	select {
 	case <-h.reached:
 		return slow, nil
@@ -200,12 +229,9 @@ func (h *holdOpen) enter(ctx context.Context, inst *instance, buy func(*instance
 
 func (h *holdOpen) release() { close(h.resume) }
 
-// buyer buys one unit of sku under strategy, for a user, through an instance.
-func buyer(ctx context.Context, sku, strategy string) func(*instance, string) error {
-	return func(inst *instance, user string) error {
-		_, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy})
-		return err
-	}
+// buy has user buy one unit of sku through place.
+func buy(ctx context.Context, place placer, sku, user string) error {
+	return place(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1})
 }
 
 // services are an etcd and, where it is installed, a ZooKeeper, started in dir in the
@@ -247,6 +273,19 @@ func startServices(dir string) *services {
 		}()
 	}
 	return s
+}
+
+// zooKeeper waits for the ZooKeeper started in the background and returns its servers, or the
+// part of the experiment that cannot run without it and why: ZooKeeper is not installed here,
+// or it did not start.
+func (s *services) zooKeeper() ([]*zkserver.Server, *Part) {
+	if s.zkMissing != nil {
+		return nil, &Part{Name: "ZooKeeper", Why: s.zkMissing.Error()}
+	}
+	if z := s.zk(); z.err != nil {
+		return nil, &Part{Name: "ZooKeeper", Why: "it did not start: " + z.err.Error()}
+	}
+	return s.zk().servers, nil
 }
 
 func (s *services) stop() {

@@ -21,8 +21,12 @@ type Experiment struct {
 	Name  string
 	Seed  string // where the claim is made: the document and its section
 	Claim string // the claim, in a sentence
-	// Fix is the line of code that makes the difference, for the README and the report.
+	// Fix is the line of code that makes the difference, for the README and the report; for a
+	// measurement, how the figures are taken.
 	Fix string
+	// Measures marks a measurement (throughput): Run returns Result.Measured — figures, and the
+	// documents' claims judged against them one by one — not a failing form and a fix.
+	Measures bool
 	// Run runs both forms on env, within ctx, at env.Size.
 	Run func(ctx context.Context, env *Env) (Result, error)
 }
@@ -31,17 +35,56 @@ type Experiment struct {
 type Result struct {
 	Failing Outcome
 	Fixed   Outcome
-	Chart   Chart
+	// Measured is a measurement's result instead of Failing and Fixed (throughput): figures and
+	// the claims judged against them, each on its own. A measurement reproduces nothing.
+	Measured *Measurement `json:",omitempty"`
+	// NotRun are the parts of the experiment that could not run here (a backend missing); the
+	// rest ran and was judged without them.
+	NotRun []Part `json:",omitempty"`
+	Chart  Chart
 }
 
 // Reproduced reports whether the claim held: the failure happened, and the fix stopped it.
-func (r Result) Reproduced() bool { return r.Failing.Failed && !r.Fixed.Failed }
+func (r Result) Reproduced() bool { return r.Measured == nil && r.Failing.Failed && !r.Fixed.Failed }
 
 // Outcome is what one form did.
 type Outcome struct {
 	Form     string // what ran, e.g. "GET, then DEL"
 	Happened string // what happened, with its figures
 	Failed   bool   // the failure the experiment is about happened
+}
+
+// Measurement is what a measurement took and how the documents' claims fared against it.
+type Measurement struct {
+	Method   string // how the figures were taken
+	Figures  string // the figures
+	Complete bool   // every figure was taken: a claim judged on a missing one would mean nothing
+	Claims   []Judgement
+}
+
+// Held is how many of the claims the figures bear out.
+func (m Measurement) Held() int {
+	n := 0
+	for _, j := range m.Claims {
+		if j.Held {
+			n++
+		}
+	}
+	return n
+}
+
+// Judgement is one claim held against one measured figure.
+type Judgement struct {
+	Claim    string // the claim and where it is made, e.g. "002: Redis (Redisson) 10万+/s"
+	Subject  string // what was measured for it, e.g. "one Redis (redsync)"
+	Measured string // the figure it was judged on
+	Held     bool   // the figure is what the claim says; false: the figure contradicts it
+}
+
+// Part is a part of an experiment that did not run, and why.
+type Part struct {
+	Name string // e.g. "ZooKeeper"
+	Why  string
 }
 
 // Chart is one bar chart: a value per form or variant, in one unit.

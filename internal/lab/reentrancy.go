@@ -104,7 +104,6 @@ func runReentrancy(ctx context.Context, env *Env) (Result, error) {
 	// still stops what was started.
 	started := startServices(dir)
 	defer started.stop()
-	zkMissing, etcdStarted, zkStarted := started.zkMissing, started.etcd, started.zk
 
 	failing, err := reenterRedsync(ctx, env, bound)
 	if err != nil {
@@ -115,15 +114,20 @@ func runReentrancy(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, err
 	}
 	tests := []reentryTest{failing.reentryTest, fixed.reentryTest}
-	table, err := reenterLockTable(ctx, env)
-	if err != nil {
-		return Result{}, err
-	}
-	if env.Store != nil {
+	var others []string // what the project's other locks did
+	var notRun []Part
+	if env.Store == nil {
+		notRun = append(notRun, Part{Name: "lock table", Why: env.StoreErr.Error()})
+	} else {
+		table, err := reenterLockTable(ctx, env)
+		if err != nil {
+			return Result{}, err
+		}
 		tests = append(tests, table)
+		others = append(others, table.said)
 	}
 
-	e := etcdStarted()
+	e := started.etcd()
 	if e.err != nil {
 		return Result{}, fmt.Errorf("embedded etcd: %w", e.err)
 	}
@@ -132,27 +136,26 @@ func runReentrancy(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, err
 	}
 	tests = append(tests, etcd)
+	others = append(others, etcd.said)
 
-	zkSaid := fmt.Sprintf("ZKMutex not run: %v", zkMissing)
-	if zkMissing == nil {
-		z := zkStarted()
-		if z.err != nil {
-			return Result{}, fmt.Errorf("zookeeper: %w", z.err)
-		}
-		zt, err := reenterZK(ctx, env, zkserver.Addrs(z.servers...), bound)
+	zkServers, zkNotRun := started.zooKeeper()
+	if zkNotRun != nil {
+		notRun = append(notRun, *zkNotRun)
+	} else {
+		zt, err := reenterZK(ctx, env, zkserver.Addrs(zkServers...), bound)
 		if err != nil {
 			return Result{}, err
 		}
 		tests = append(tests, zt)
-		zkSaid = zt.said
+		others = append(others, zt.said)
 	}
 
 	chart := Chart{Title: fmt.Sprintf("The holder's second acquisition of a lock it holds (wait bound %s)", bound), Unit: "ms"}
 	for _, t := range tests {
 		chart.Bars = append(chart.Bars, Bar{Label: t.label, Value: float64(t.took.Microseconds()) / 1000, Failed: !t.passed})
 	}
-	failing.Happened += fmt.Sprintf(". The project's other locks: %s; %s; %s", table.said, etcd.said, zkSaid)
-	return Result{Failing: failing.Outcome, Fixed: fixed.Outcome, Chart: chart}, nil
+	failing.Happened += ". The project's other locks: " + strings.Join(others, "; ")
+	return Result{Failing: failing.Outcome, Fixed: fixed.Outcome, Chart: chart, NotRun: notRun}, nil
 }
 
 // reentryForm is one form's Outcome with its bar.
@@ -181,7 +184,7 @@ func reenterRedsync(ctx context.Context, env *Env, bound time.Duration) (reentry
 	if err == nil {
 		_, _ = second.UnlockContext(context.WithoutCancel(ctx))
 		return reentryForm{Outcome{Form: "redsync mutex (not reentrant)", Happened: fmt.Sprintf("the second acquisition passed in %s", took.Round(time.Millisecond))},
-			reentryTest{"redsync", took, true, ""}}, nil
+			reentryTest{"redsync: passed", took, true, ""}}, nil
 	}
 	if !errors.Is(err, redsync.ErrFailed) {
 		return reentryForm{}, fmt.Errorf("second lock %s: %w", name, err)
@@ -219,21 +222,20 @@ func reenterCounted(ctx context.Context, env *Env, bound time.Duration) (reentry
 	held := again && !steps[0] && steps[1]
 	said := fmt.Sprintf("the second acquisition passed in %s; after one release another owner was refused (%t), after the second it got the lock (%t)",
 		took.Round(100*time.Microsecond), !steps[0], steps[1])
+	label := "hash with hold count: passed"
 	if !again {
 		said = fmt.Sprintf("the second acquisition waited until the %s bound and failed", bound)
+		label = "hash with hold count: blocked by its own lock"
 	}
 	return reentryForm{
 		Outcome{Form: "hold count per owner (Redis hash, HINCRBY in Lua)", Happened: said, Failed: !held},
-		reentryTest{"hash with hold count: passed", took, again, ""}}, nil
+		reentryTest{label, took, again, ""}}, nil
 }
 
 // reenterLockTable: stock.Store.TryLock by the holder of the row. Its INSERT hits the row's
 // unique key, and its reclaim UPDATE takes only expired rows: the same holder is refused at once,
 // as anyone would be — no wait (TryLock does not wait), but no entry either.
 func reenterLockTable(ctx context.Context, env *Env) (reentryTest, error) {
-	if env.Store == nil {
-		return reentryTest{label: "lock table: not run", said: "lock table not run: " + env.StoreErr.Error()}, nil
-	}
 	name := env.key("reentrancy", "table")
 	ok, err := env.Store.TryLock(ctx, name, "holder", 10*time.Second)
 	if err != nil || !ok {
@@ -246,11 +248,12 @@ func reenterLockTable(ctx context.Context, env *Env) (reentryTest, error) {
 	if err != nil {
 		return reentryTest{}, err
 	}
-	said := fmt.Sprintf("the lock table's TryLock by the same holder returned %t in %s (refused at once: the row's holder is not asked)", again, took.Round(time.Millisecond))
 	if again {
-		said = fmt.Sprintf("the lock table's TryLock by the same holder passed in %s", took.Round(time.Millisecond))
+		return reentryTest{"lock table TryLock, same holder: passed", took, true,
+			fmt.Sprintf("the lock table's TryLock by the same holder passed in %s", took.Round(time.Millisecond))}, nil
 	}
-	return reentryTest{"lock table TryLock, same holder: refused", took, again, said}, nil
+	return reentryTest{"lock table TryLock, same holder: refused", took, false,
+		fmt.Sprintf("the lock table's TryLock by the same holder returned false in %s (refused at once: the row's holder is not asked)", took.Round(time.Millisecond))}, nil
 }
 
 // reenterEtcd: two EtcdMutex on one session. The key is prefix + lease, the same for both, so the

@@ -21,18 +21,45 @@ type Report struct {
 	Fix        string        `json:"fix"`
 	Result     Result        `json:"result"`
 	Reproduced bool          `json:"reproduced"`
-	NotRun     string        `json:"not_run,omitempty"` // why it could not run here
+	Measures   bool          `json:"measurement,omitempty"` // a measurement: its claims are judged, nothing reproduced
+	NotRun     string        `json:"not_run,omitempty"`     // why it could not run here
 	Error      string        `json:"error,omitempty"`
 	Took       time.Duration `json:"took_ns"`
 }
 
-// Verdict is the report's one word.
+// Verdict is the report's one word, and the parts of it that did not run.
 func (r Report) Verdict() string {
+	v := r.word()
+	for _, p := range r.Result.NotRun {
+		v += fmt.Sprintf("; its %s part not run (%s)", p.Name, p.Why)
+	}
+	return v
+}
+
+// Passed reports whether the report is what the lab is for: the failure reproduced beside its
+// fix, or every figure of a measurement taken — and every part of it run.
+func (r Report) Passed() bool {
 	switch {
+	case r.NotRun != "" || r.Error != "" || len(r.Result.NotRun) > 0:
+		return false
+	case r.Measures:
+		return r.Result.Measured != nil && r.Result.Measured.Complete
+	default:
+		return r.Reproduced
+	}
+}
+
+// word is the verdict of what ran.
+func (r Report) word() string {
+	switch m := r.Result.Measured; {
 	case r.NotRun != "":
 		return "not run"
 	case r.Error != "":
 		return "error"
+	case r.Measures && (m == nil || !m.Complete):
+		return "not measured: a figure is missing"
+	case r.Measures:
+		return fmt.Sprintf("measured: %d of %d claims held here", m.Held(), len(m.Claims))
 	case r.Reproduced:
 		return "reproduced"
 	case !r.Result.Failing.Failed:
@@ -47,7 +74,7 @@ func Run(ctx context.Context, env *Env, exps []Experiment, bound time.Duration, 
 	var out []Report
 	for i, e := range exps {
 		fmt.Fprintf(progress, "lab: [%d/%d] %s ...\n", i+1, len(exps), e.Name)
-		r := Report{Name: e.Name, Seed: e.Seed, Claim: e.Claim, Fix: e.Fix}
+		r := Report{Name: e.Name, Seed: e.Seed, Claim: e.Claim, Fix: e.Fix, Measures: e.Measures}
 		runCtx, cancel := context.WithTimeout(ctx, bound)
 		start := time.Now()
 		res, err := e.Run(runCtx, env)
@@ -68,13 +95,17 @@ func Run(ctx context.Context, env *Env, exps []Experiment, bound time.Duration, 
 	return out
 }
 
-// Markdown is the table of the reports.
+// Markdown is the table of the reproductions, and one of the claims of each measurement.
 func Markdown(reports []Report) string {
 	var b strings.Builder
 	b.WriteString("| experiment | seed and claim | failing form: what happened | fix: what happened | verdict |\n")
 	b.WriteString("| --- | --- | --- | --- | --- |\n")
-	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	var measurements []Report
 	for _, r := range reports {
+		if r.Measures {
+			measurements = append(measurements, r)
+			continue
+		}
 		failing, fixed := "", ""
 		switch {
 		case r.NotRun != "":
@@ -85,24 +116,91 @@ func Markdown(reports []Report) string {
 			failing = fmt.Sprintf("**%s**: %s", r.Result.Failing.Form, r.Result.Failing.Happened)
 			fixed = fmt.Sprintf("**%s**: %s", r.Result.Fixed.Form, r.Result.Fixed.Happened)
 		}
-		fmt.Fprintf(&b, "| `%s` | %s: %s | %s | %s | %s |\n", r.Name, cell(r.Seed), cell(r.Claim), cell(failing), cell(fixed), r.Verdict())
+		fmt.Fprintf(&b, "| `%s` | %s: %s | %s | %s | %s |\n", r.Name, cell(r.Seed), cell(r.Claim), cell(failing), cell(fixed), cell(r.Verdict()))
+	}
+	// A measurement has no failing form and no fix: its figures, then each claim on a line.
+	for _, r := range measurements {
+		fmt.Fprintf(&b, "\n`%s` — %s: %s\n\n", r.Name, r.Seed, r.Claim)
+		switch m := r.Result.Measured; {
+		case r.NotRun != "":
+			fmt.Fprintf(&b, "Not run: %s\n\n", r.NotRun)
+		case r.Error != "":
+			fmt.Fprintf(&b, "Error: %s\n\n", r.Error)
+		case m != nil:
+			fmt.Fprintf(&b, "Measured, %s: %s\n\n", m.Method, m.Figures)
+			b.WriteString("| claim | measured | figure | verdict |\n| --- | --- | --- | --- |\n")
+			for _, j := range m.Claims {
+				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(j.Claim), cell(j.Subject), cell(j.Measured), j.Verdict())
+			}
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "`%s`: %s\n", r.Name, r.Verdict())
 	}
 	return b.String()
 }
 
-// Summary is the last line: how many reproduced, and which did not.
+func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// Verdict is the judgement's word.
+func (j Judgement) Verdict() string {
+	if j.Held {
+		return "held"
+	}
+	return "contradicted"
+}
+
+// Summary is the last line: how many experiments reproduced and which did not, how many claims
+// each measurement bore out, and the parts that did not run.
 func Summary(reports []Report) string {
-	var not []string
+	var not, measured, parts []string
+	n := 0
 	for _, r := range reports {
+		for _, p := range r.Result.NotRun {
+			parts = append(parts, fmt.Sprintf("%s (%s)", r.Name, p.Name))
+		}
+		if r.Measures {
+			measured = append(measured, r.Name+": "+strings.TrimPrefix(r.word(), "measured: "))
+			continue
+		}
+		n++
 		if !r.Reproduced {
 			not = append(not, r.Name)
 		}
 	}
-	n := len(reports)
-	if len(not) == 0 {
-		return fmt.Sprintf("lab: %d/%d experiments reproduced", n, n)
+	out := fmt.Sprintf("lab: %d/%d experiments reproduced", n-len(not), n)
+	if len(not) > 0 {
+		out += "; not: " + strings.Join(not, ", ")
 	}
-	return fmt.Sprintf("lab: %d/%d experiments reproduced; not: %s", n-len(not), n, strings.Join(not, ", "))
+	for _, m := range measured {
+		out += "; " + m
+	}
+	if len(parts) > 0 {
+		out += "; parts not run: " + strings.Join(parts, ", ")
+	}
+	return out
+}
+
+// Check is nil when every report passed; else an error that names the rest and why. A part
+// that could not run here is a failure too: what the lab did not run, it did not show.
+func Check(reports []Report) error {
+	var problems []string
+	for _, r := range reports {
+		if r.Passed() {
+			continue
+		}
+		switch {
+		case r.NotRun != "":
+			problems = append(problems, r.Name+" not run: "+r.NotRun)
+		case r.Error != "":
+			problems = append(problems, r.Name+": error: "+r.Error)
+		default:
+			problems = append(problems, r.Name+": "+r.Verdict())
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(problems, "; "))
 }
 
 // Write writes report.md, report.html and summary.json into dir.
@@ -114,11 +212,34 @@ func Write(dir string, reports []Report) error {
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(struct {
-		Reports    []Report `json:"experiments"`
-		Reproduced int      `json:"reproduced"`
-		Total      int      `json:"total"`
-	}{reports, countReproduced(reports), len(reports)}, "", "  ")
+	sum := struct {
+		Reports     []Report `json:"experiments"`
+		Reproduced  int      `json:"reproduced"`   // of the experiments that reproduce a failure
+		Total       int      `json:"total"`        // experiments that reproduce a failure, measurements aside
+		ClaimsHeld  int      `json:"claims_held"`  // of the measurements' claims
+		ClaimsTotal int      `json:"claims_total"` // claims judged
+		NotRun      []string `json:"not_run"`      // experiments, and parts of them, that did not run
+	}{Reports: reports, NotRun: []string{}}
+	for _, r := range reports {
+		if r.NotRun != "" {
+			sum.NotRun = append(sum.NotRun, r.Name)
+		}
+		for _, p := range r.Result.NotRun {
+			sum.NotRun = append(sum.NotRun, r.Name+" ("+p.Name+")")
+		}
+		if m := r.Result.Measured; m != nil {
+			sum.ClaimsHeld += m.Held()
+			sum.ClaimsTotal += len(m.Claims)
+		}
+		if r.Measures {
+			continue
+		}
+		sum.Total++
+		if r.Reproduced {
+			sum.Reproduced++
+		}
+	}
+	js, err := json.MarshalIndent(sum, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -131,16 +252,6 @@ func Write(dir string, reports []Report) error {
 	}
 	defer f.Close()
 	return page.Execute(f, reports)
-}
-
-func countReproduced(reports []Report) int {
-	n := 0
-	for _, r := range reports {
-		if r.Reproduced {
-			n++
-		}
-	}
-	return n
 }
 
 // barRow is one bar of a chart laid out in SVG: its label above it, its width scaled to the
@@ -182,12 +293,17 @@ svg text{font-size:12px}
 </style></head><body>
 <h1>seckill lab: the failures locks exist for, each beside its fix</h1>
 {{range .}}<section id="{{.Name}}">
-<h2>{{.Name}} <span class="verdict {{if .Reproduced}}ok{{else}}bad{{end}}">{{.Verdict}}</span></h2>
+<h2>{{.Name}} <span class="verdict {{if .Passed}}ok{{else}}bad{{end}}">{{.Verdict}}</span></h2>
 <p><b>{{.Seed}}</b>: {{.Claim}}</p>
 {{if .NotRun}}<p>Not run here: {{.NotRun}}</p>{{else if .Error}}<p>Error: {{.Error}}</p>{{else}}
+{{with .Result.Measured}}<p>Measured, <b>{{.Method}}</b>: {{.Figures}}</p>
+<ul>{{range .Claims}}<li><span class="verdict {{if .Held}}ok{{else}}bad{{end}}">{{.Verdict}}</span>: {{.Claim}} — {{.Subject}}, {{.Measured}}</li>
+{{end}}</ul>{{else}}
 <p>Failing form, <b>{{.Result.Failing.Form}}</b>: {{.Result.Failing.Happened}}</p>
 <p>Fix, <b>{{.Result.Fixed.Form}}</b>: {{.Result.Fixed.Happened}}</p>
-<p>The line that makes the difference: <code>{{.Fix}}</code></p>
+<p>The line that makes the difference: <code>{{.Fix}}</code></p>{{end}}
+{{range .Result.NotRun}}<p class="verdict bad">Its {{.Name}} part did not run: {{.Why}}</p>
+{{end}}
 <figure><figcaption>{{.Result.Chart.Title}}</figcaption>
 <svg class="chart" width="760" height="{{.Result.Chart.Height}}" role="img" aria-label="{{.Result.Chart.Title}}">
 {{range .Result.Chart.Rows}}<text x="0" y="{{.Y}}" dy="12">{{.Label}}</text>

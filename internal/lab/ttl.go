@@ -4,21 +4,27 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/flashsale/seckill/internal/lockstrategy"
 )
 
 // ttl is 坑一 of the post-mortem: a Redis lock whose TTL is shorter than the critical section
 // (the database slowed down). The lock expires under its holder, a second holder comes in, both
-// read the same stock and both sell it. The documents' fix is the watchdog, which extends the
-// lock while its holder lives; this project's answer is also the version check, which holds
-// with or without it. All three run the same sale: two instances, the section slowed past the
-// TTL by injected latency.
+// read the same stock and both sell it: the first write is written over. The documents' fix is
+// the watchdog, which extends the lock while its holder lives; this project's answer is also the
+// version check, which holds with or without it. All three forms run the same sale — two
+// instances, the section slowed past the TTL by injected latency — behind the same Redis
+// admission (redisLock): each fix differs from the failing form in one mechanism, the watchdog
+// or the version check. With admission in front the orders never outnumber the stock, so the
+// failure is judged where it lands, in the database's stock column (stock.Store.Audit).
 func ttl() Experiment {
 	return Experiment{
-		Name:  "ttl",
-		Seed:  "002, 坑一: a 5 s Redis lock, a database slower than that, two holders, oversold",
-		Claim: "A lock TTL shorter than the critical section lets two holders in and the lock alone oversells; a watchdog that extends the lock prevents it, and the version check holds either way.",
-		Fix:   `section, stop := h.metrics.watchdog(ctx, h.Name(), key, h.opts.Extend, extend) // and UPDATE ... WHERE version = ?`,
-		Run:   runTTL,
+		Name: "ttl",
+		Seed: "002, 坑一: a 5 s Redis lock, a database slower than that, two holders, oversold",
+		Claim: "A lock TTL shorter than the critical section lets two holders in, and the lock alone writes one's sale over the other's; " +
+			"a watchdog that extends the lock prevents it, and the version check holds either way. Every form here is behind hybrid's Redis admission.",
+		Fix: `section, stop := h.metrics.watchdog(ctx, h.Name(), key, h.opts.Extend, extend) // and UPDATE ... WHERE version = ?`,
+		Run: runTTL,
 	}
 }
 
@@ -30,55 +36,60 @@ func runTTL(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, err
 	}
 	lockTTL := pick(env.Size, 200*time.Millisecond, 300*time.Millisecond)
-	latency := pick(env.Size, 300*time.Millisecond, 500*time.Millisecond)
+	latency := pick(env.Size, 400*time.Millisecond, 500*time.Millisecond)
 	units := pick(env.Size, int64(8), int64(20))
 	buyers := 3 * int(units)
 	forms := []struct {
-		name, strategy string
-		watchdog       bool
+		name              string
+		guarded, watchdog bool
 	}{
-		{"unguarded-redis, no watchdog", "unguarded-redis", false},
-		{"unguarded-redis, watchdog", "unguarded-redis", true},
-		{"hybrid (version check), no watchdog", "hybrid", false},
+		{"admission, then unguarded-redis's write; no watchdog", false, false},
+		{"admission, then unguarded-redis's write; the watchdog", false, true},
+		{"hybrid: admission, then the version check; no watchdog", true, false},
 	}
-	chart := Chart{Title: fmt.Sprintf("Units oversold: lock TTL %s, critical section %s", lockTTL, latency), Unit: "units"}
-	var said []string
-	oversold := make([]int64, len(forms))
+	chart := Chart{Title: fmt.Sprintf("Units sold that never left the stock column: lock TTL %s, critical section %s", lockTTL, latency), Unit: "units"}
+	said := make([]string, len(forms))
+	broken := make([]bool, len(forms))
 	for i, f := range forms {
 		var o overlaps
-		cfg := labConfig(f.strategy)
+		cfg := labConfig("hybrid")
 		cfg.LockTTL, cfg.LockWait = lockTTL, 5*time.Second
 		if !f.watchdog {
 			cfg.LockExtend = time.Hour // never extended: the TTL is all the holder has
 		}
 		cfg.Hooks.InSection = o.hold(latency)
-		var insts []*instance
+		var (
+			locks  []*redisLock
+			places []placer
+		)
 		for range 2 {
-			inst, err := env.newInstance(cfg, nil, 0)
-			if err != nil {
-				return Result{}, err
-			}
-			defer inst.close()
-			insts = append(insts, inst)
+			l := env.newRedisLock(cfg, lockstrategy.NewRedisClient(env.Redis.Options().Addr))
+			defer l.close()
+			locks = append(locks, l)
+			places = append(places, l.place(f.guarded))
 		}
-		s, err := sell(ctx, insts, env.key("ttl", fmt.Sprint(i)), units, buyers, f.strategy)
+		sku := env.key("ttl", fmt.Sprint(i))
+		if err := locks[0].putProduct(ctx, env, sku, units); err != nil {
+			return Result{}, err
+		}
+		s, err := sell(ctx, env, places, sku, buyers)
 		if err != nil {
 			return Result{}, err
 		}
-		oversold[i] = s.audit.Oversold()
 		var conflicts float64
-		for _, inst := range insts {
-			conflicts += inst.counter("seckill_optimistic_retries_total")
+		for _, l := range locks {
+			conflicts += l.counter("seckill_optimistic_retries_total")
 		}
-		said = append(said, fmt.Sprintf("%d sold of %d (oversold %d), up to %d sections at once, %.0f version conflicts, %d answered busy",
-			s.ok, units, oversold[i], o.max(), conflicts, s.other))
-		chart.Bars = append(chart.Bars, Bar{Label: f.name, Value: float64(oversold[i]), Failed: oversold[i] > 0})
+		broken[i] = !s.audit.Consistent()
+		said[i] = fmt.Sprintf("%d orders of %d units, %d answered sold out, %d busy or failed; %s; up to %d sections at once, %.0f version conflicts",
+			s.ok, units, s.soldOut, s.other, column(s.audit), o.max(), conflicts)
+		chart.Bars = append(chart.Bars, Bar{Label: f.name, Value: float64(unrecorded(s.audit)), Failed: broken[i]})
 	}
 	return Result{
-		Failing: Outcome{Form: forms[0].name, Happened: said[0], Failed: oversold[0] > 0},
+		Failing: Outcome{Form: forms[0].name, Happened: said[0], Failed: broken[0]},
 		Fixed: Outcome{Form: "the watchdog; the version check",
-			Happened: "with the watchdog: " + said[1] + "; with the version check and no watchdog: " + said[2],
-			Failed:   oversold[1] > 0 || oversold[2] > 0},
+			Happened: "with the watchdog: " + said[1] + ". With the version check and no watchdog: " + said[2],
+			Failed:   broken[1] || broken[2]},
 		Chart: chart,
 	}, nil
 }

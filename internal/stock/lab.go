@@ -73,3 +73,26 @@ func (s *Store) LockRow(ctx context.Context, sku string) error {
 	}
 	return nil
 }
+
+// InsertLock is the lock table as the documents first write it, kept — deliberately — so that
+// the lab can show what its expiry is for: a lock is taken by INSERTing its row (a duplicate key
+// means it is taken) and released by DELETEing it (Unlock), and nothing else — no expiry anyone
+// checks, no reclaim. A holder that dies before its DELETE leaves the row, and the lock, for
+// good. The row's expire_at is the column's largest value, so that TryLock, should it meet the
+// row, sees a lock that never expires either. It reports whether the lock was taken.
+func (s *Store) InsertLock(ctx context.Context, name, holder string) (bool, error) {
+	never := "9999-12-31 23:59:59.999999"
+	if s.dialect != MySQL {
+		never = "9999-12-31 23:59:59.999" // lockClock's format
+	}
+	err := classify(s.db.WithContext(ctx).Exec("INSERT INTO distributed_locks (lock_name, holder, expire_at) VALUES (?, ?, ?)",
+		name, holder, never).Error)
+	switch {
+	case err == nil:
+		return true, nil
+	case isDuplicate(err, ""):
+		return false, nil
+	default:
+		return false, fmt.Errorf("lock %s: insert: %w", name, err)
+	}
+}

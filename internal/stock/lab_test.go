@@ -77,3 +77,36 @@ func TestLockRow(t *testing.T) {
 
 	assert.ErrorIs(t, s.LockRow(ctx, sku+"-missing"), stock.ErrNotFound)
 }
+
+// TestInsertLock: the lock without expiry is taken by one INSERT and refused to everyone after —
+// its holder too — however long they wait and whatever TryLock would reclaim; only the holder's
+// DELETE frees it.
+func TestInsertLock(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	name := t.Name()
+	t.Cleanup(func() { _, _ = s.Unlock(context.Background(), name, "holder-1") })
+
+	ok, err := s.InsertLock(ctx, name, "holder-1")
+	require.NoError(t, err)
+	require.True(t, ok, "the first INSERT takes the lock")
+	for _, holder := range []string{"holder-2", "holder-1"} {
+		ok, err = s.InsertLock(ctx, name, holder)
+		require.NoError(t, err)
+		assert.False(t, ok, "%s: a duplicate key", holder)
+	}
+	ok, err = s.TryLock(ctx, name, "holder-2", time.Millisecond)
+	require.NoError(t, err)
+	assert.False(t, ok, "TryLock finds a lock that never expires, and reclaims nothing")
+	taken, err := s.LockTaken(ctx, name)
+	require.NoError(t, err)
+	assert.True(t, taken)
+
+	released, err := s.Unlock(ctx, name, "holder-1")
+	require.NoError(t, err)
+	require.True(t, released, "the holder's DELETE")
+	ok, err = s.InsertLock(ctx, name, "holder-2")
+	require.NoError(t, err)
+	assert.True(t, ok, "free once deleted")
+	_, _ = s.Unlock(ctx, name, "holder-2")
+}
