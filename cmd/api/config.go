@@ -97,6 +97,11 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.IntVar(&c.RateBurst, "rate-burst", 0, "per-client burst; default: twice the rate")
 	fs.Var((*list)(&c.TrustedProxies), "trusted-proxies", "proxies (CIDRs or addresses) whose X-Forwarded-For names the client; empty: none")
 
+	if getenv("SECKILL_RESERVATION_LEASE") != "" {
+		// A fixed lease per reservation is gone: it froze the end of a sale behind a stopped
+		// instance (README, No frozen sale). Saying so beats ignoring the setting.
+		return nil, errors.New("SECKILL_RESERVATION_LEASE is gone: a Redis reservation now lives as long as its instance's heartbeat; set SECKILL_INSTANCE_TTL instead")
+	}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if v := getenv(envName(f.Name)); v != "" && err == nil {

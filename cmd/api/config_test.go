@@ -94,6 +94,7 @@ func TestConfigRejects(t *testing.T) {
 		"name, not sentinel": {env: map[string]string{"SECKILL_REDIS_ADDRS": "127.0.0.1:6379", "SECKILL_REDIS_MASTER": "m1"}},
 		"mode, embedded":     {env: map[string]string{"SECKILL_REDIS_MODE": "cluster"}},
 		"unknown row lock":   {args: []string{"-row-lock", "NOWAIT"}},
+		"reservation lease":  {env: map[string]string{"SECKILL_RESERVATION_LEASE": "10s"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadConfig(tc.args, env(tc.env))
