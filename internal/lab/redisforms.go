@@ -84,6 +84,7 @@ func (l *redisLock) place(guarded bool) placer {
 			}
 			return err
 		}
+		l.admission.Done(res)
 		return nil
 	}
 }
