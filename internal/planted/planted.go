@@ -13,8 +13,9 @@ const (
 	// BlindWrite: the version-guarded write (hybrid, dblock) writes the stock it computed from
 	// its read, with no version and no stock condition: the lost update of the incident.
 	BlindWrite Bug = "blind-write"
-	// NoFence: the fenced write (etcd, zookeeper) drops its fencing condition, so a holder whose
-	// lease or session expired writes after its successor.
+	// NoFence: the fenced write (etcd, zookeeper) drops its fencing condition and never reads
+	// the fence, so a holder whose lease or session expired takes a refused write for a version
+	// conflict, reads again, and writes after its successor.
 	NoFence Bug = "no-fence"
 	// NoWatchdog: a held lock is never extended, so a long section loses it at its TTL.
 	NoWatchdog Bug = "no-watchdog"

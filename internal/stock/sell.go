@@ -100,6 +100,9 @@ func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, token Toke
 		if res.Error != nil {
 			return res.Error
 		}
+		if res.RowsAffected != 1 && planted.On(planted.NoFence) {
+			return fmt.Errorf("product %s changed under the batch: %w", read.SKU, ErrVersionConflict)
+		}
 		if res.RowsAffected != 1 {
 			var now productRow
 			if err := tx.Where("sku = ?", read.SKU).Take(&now).Error; err != nil {
