@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -60,16 +61,16 @@ func openRedis(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Log
 	} else {
 		fmt.Fprintf(stdout, "redis: %s (SECKILL_REDIS_ADDRS, SECKILL_REDIS_MODE)\n", redisText(cfg))
 	}
-	clients, err := lockstrategy.NewRedisClients(cfg.RedisMode, addrs, cfg.RedisMaster)
+	clients, err := redisclient.New(cfg.RedisMode, addrs, cfg.RedisMaster)
 	if err != nil {
 		b.Close()
 		return nil, err
 	}
 	b.clients = clients
 	for _, c := range clients {
-		if err := lockstrategy.PingRedis(c)(ctx); err != nil {
+		if err := redisclient.Ping(c)(ctx); err != nil {
 			log.Warn("redis does not answer at start; hybrid orders take the database-guarded path until it does",
-				"redis", lockstrategy.RedisCheckName(c), "err", err)
+				"redis", redisclient.CheckName(c), "err", err)
 		}
 	}
 	return b, nil
@@ -88,12 +89,12 @@ func (b *redisBackend) Close() {
 func redisText(cfg *config) string {
 	addrs := strings.Join(cfg.RedisAddrs, ",")
 	switch cfg.RedisMode {
-	case lockstrategy.RedisRedlock:
+	case redisclient.Redlock:
 		return fmt.Sprintf("%d independent instances %s, locks by quorum of %d (Redlock); admission on %s",
 			len(cfg.RedisAddrs), addrs, len(cfg.RedisAddrs)/2+1, cfg.RedisAddrs[0])
-	case lockstrategy.RedisCluster:
+	case redisclient.Cluster:
 		return "Redis Cluster, seed nodes " + addrs + "; each SKU's keys on the master of its hash tag's slot"
-	case lockstrategy.RedisSentinel:
+	case redisclient.Sentinel:
 		return fmt.Sprintf("the master Sentinels %s name for %q", addrs, cfg.RedisMaster)
 	}
 	return addrs

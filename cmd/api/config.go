@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -26,7 +26,7 @@ type config struct {
 	DBMaxConns      int
 	DBIdleTx        time.Duration
 	RedisAddrs      []string
-	RedisMode       lockstrategy.RedisMode // "" until validated: then the mode the addresses default to
+	RedisMode       redisclient.Mode // "" until validated: then the mode the addresses default to
 	RedisMaster     string
 	EtcdEndpoints   []string
 	ZKServers       []string
@@ -132,7 +132,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	if len(c.RedisAddrs) == 0 && (*redisMode != "" || c.RedisMaster != "") {
 		return nil, errors.New("redis-mode and redis-master need redis-addrs: the embedded Redis is a single one")
 	}
-	if c.RedisMode, err = lockstrategy.ParseRedisMode(*redisMode, len(c.RedisAddrs)); err != nil {
+	if c.RedisMode, err = redisclient.ParseMode(*redisMode, len(c.RedisAddrs)); err != nil {
 		return nil, err
 	}
 	if len(c.RedisAddrs) > 0 {

@@ -24,7 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/flashsale/seckill/internal/backendtest"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/service"
 )
 
@@ -458,7 +458,7 @@ func registeredNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := &describedNames{Registerer: prometheus.NewRegistry(), names: map[string]bool{}}
 	b := service.Backends{Store: backendtest.Store(t), Etcd: backendtest.Etcd(t)}
-	client := lockstrategy.NewRedisClient(backendtest.RedisAddr(t))
+	client := redisclient.NewSingle(backendtest.RedisAddr(t))
 	t.Cleanup(func() { _ = client.Close() })
 	b.Redis = append(b.Redis, client)
 	svc, err := service.New(service.Defaults(), b, slog.New(slog.DiscardHandler), reg)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -21,9 +22,9 @@ import (
 type Wiring struct {
 	Store      *stock.Store // default: Store(t)
 	RedisAddrs []string     // default: the shared test Redis; several: Redlock
-	// RedisMode says what RedisAddrs are (lockstrategy.RedisMode); default: single for one
+	// RedisMode says what RedisAddrs are (redisclient.Mode); default: single for one
 	// address, redlock for several. RedisMaster is the master name of mode sentinel.
-	RedisMode     lockstrategy.RedisMode
+	RedisMode     redisclient.Mode
 	RedisMaster   string
 	EtcdEndpoints []string // default: the process's etcd
 	// ZKServers is the ZooKeeper ensemble of the zookeeper strategy; default: none, as in
@@ -56,9 +57,9 @@ func NewInstance(t testing.TB, cfg service.Config, w Wiring) Instance {
 		cfg.Instance = t.Name()
 	}
 	if w.RedisMode == "" {
-		w.RedisMode, _ = lockstrategy.ParseRedisMode("", len(w.RedisAddrs))
+		w.RedisMode, _ = redisclient.ParseMode("", len(w.RedisAddrs))
 	}
-	clients, err := lockstrategy.NewRedisClients(w.RedisMode, w.RedisAddrs, w.RedisMaster)
+	clients, err := redisclient.New(w.RedisMode, w.RedisAddrs, w.RedisMaster)
 	require.NoError(t, err)
 	for _, c := range clients {
 		t.Cleanup(func() { _ = c.Close() })

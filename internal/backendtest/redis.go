@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/redisserver"
 )
 
@@ -29,7 +29,7 @@ func connectRedis() {
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
-	c := lockstrategy.NewRedisClient(addr)
+	c := redisclient.NewSingle(addr)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -61,7 +61,7 @@ func RedisAddr(t testing.TB) string {
 // test Redis, closed in t.Cleanup.
 func Redis(t testing.TB) *redis.Client {
 	t.Helper()
-	c := lockstrategy.NewRedisClient(RedisAddr(t))
+	c := redisclient.NewSingle(RedisAddr(t))
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -71,7 +71,7 @@ func deleteRedisKeys(sku string) {
 	if redisAddr == "" {
 		return
 	}
-	c := lockstrategy.NewRedisClient(redisAddr)
+	c := redisclient.NewSingle(redisAddr)
 	defer c.Close()
 	prefix := "seckill:{" + sku + "}:"
 	_ = c.Del(context.Background(), prefix+"stock", prefix+"buyers", prefix+"lock", prefix+"reservations", prefix+"reserved").Err()

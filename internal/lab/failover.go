@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/redisserver"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -102,7 +102,7 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku string, guarded bool,
 		// A client in Sentinel mode, as a service instance configured with SECKILL_REDIS_MODE
 		// sentinel has: it finds the master through the Sentinels, and the new one after the
 		// failover.
-		clients, err := lockstrategy.NewRedisClients(lockstrategy.RedisSentinel, set.SentinelAddrs(), set.Name)
+		clients, err := redisclient.New(redisclient.Sentinel, set.SentinelAddrs(), set.Name)
 		if err != nil {
 			return failedOver{}, err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 	"github.com/flashsale/seckill/internal/zkserver"
@@ -28,7 +29,7 @@ type instance struct {
 }
 
 func (e *Env) newInstance(cfg service.Config, zkServers []string, zkSession time.Duration) (*instance, error) {
-	rdb := lockstrategy.NewRedisClient(e.Redis.Options().Addr)
+	rdb := redisclient.NewSingle(e.Redis.Options().Addr)
 	inst := &instance{metrics: prometheus.NewRegistry()}
 	inst.closers = append(inst.closers, rdb.Close)
 	b := service.Backends{Store: e.Store, Redis: []redis.UniversalClient{rdb}}

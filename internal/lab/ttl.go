@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 )
 
 // ttl is 坑一 of the post-mortem: a Redis lock whose TTL is shorter than the critical section
@@ -63,7 +63,7 @@ func runTTL(ctx context.Context, env *Env) (Result, error) {
 			places []placer
 		)
 		for range 2 {
-			l := env.newRedisLock(cfg, lockstrategy.NewRedisClient(env.Redis.Options().Addr))
+			l := env.newRedisLock(cfg, redisclient.NewSingle(env.Redis.Options().Addr))
 			defer l.close()
 			locks = append(locks, l)
 			places = append(places, l.place(f.guarded))

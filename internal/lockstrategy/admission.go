@@ -61,38 +61,6 @@ var (
 // order on the database-guarded path alone: slower, still correct.
 var errRedisDown = errors.New("redis unavailable")
 
-// NewRedisClient returns a go-redis client configured the way the strategies need it: context
-// deadlines bound socket I/O (go-redis ignores them otherwise), short timeouts, one dial
-// attempt (go-redis would retry a refused dial five times, 100 ms apart, and a Redlock try waits
-// for its slowest node), and no command retries — a retried admission script after a lost answer
-// would see its own first run and call the buyer a repeat buyer.
-func NewRedisClient(addr string) *redis.Client {
-	return redis.NewClient(clientOptions([]string{addr}, "").Simple())
-}
-
-// clientOptions are the options of every Redis client (NewRedisClient, NewRedisClients) over
-// addrs — Sentinels when master is set — as NewRedisClient explains them. RESP2, not go-redis's
-// default RESP3: nothing here uses RESP3's push notifications, and with RESP3 the client looks
-// for pending ones around every command, one of the larger costs of an order's admission in a
-// CPU profile of the service (README, Performance).
-func clientOptions(addrs []string, master string) *redis.UniversalOptions {
-	return &redis.UniversalOptions{
-		Addrs:                 addrs,
-		MasterName:            master,
-		Protocol:              2,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           500 * time.Millisecond,
-		DialerRetries:         1,
-		DialerRetryTimeout:    10 * time.Millisecond,
-		ReadTimeout:           500 * time.Millisecond,
-		WriteTimeout:          500 * time.Millisecond,
-		// No retries of a command that failed; on a Cluster a MOVED or ASK answer is still
-		// followed (MaxRedirects), since the command did not run.
-		MaxRetries: -1,
-		PoolSize:   64,
-	}
-}
-
 // Admission is the Redis fast path of a sale: a counter pre-deducted atomically with the set of
 // admitted buyers (one Lua script), so that sold-out and repeat buyers are answered without
 // touching a lock or the database. It is an optimisation only: the counter may run above the

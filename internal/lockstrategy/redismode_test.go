@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/backendtest"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -27,11 +27,11 @@ func redisModes() []struct {
 	}{
 		{"cluster", func(t *testing.T) backendtest.Wiring {
 			c := backendtest.StartRedisCluster(t)
-			return backendtest.Wiring{RedisMode: lockstrategy.RedisCluster, RedisAddrs: c.Addrs()}
+			return backendtest.Wiring{RedisMode: redisclient.Cluster, RedisAddrs: c.Addrs()}
 		}},
 		{"sentinel", func(t *testing.T) backendtest.Wiring {
 			s := backendtest.StartRedisSentinel(t)
-			return backendtest.Wiring{RedisMode: lockstrategy.RedisSentinel, RedisAddrs: s.SentinelAddrs(), RedisMaster: s.Name}
+			return backendtest.Wiring{RedisMode: redisclient.Sentinel, RedisAddrs: s.SentinelAddrs(), RedisMaster: s.Name}
 		}},
 	}
 }
@@ -110,7 +110,7 @@ func TestRedisClusterPubSub(t *testing.T) {
 func TestRedisClusterMasterKilled(t *testing.T) {
 	sellThroughMemberLoss(t, "hybrid", "the master of the sale's slot SIGKILLed", func(t *testing.T, sku string) (backendtest.Wiring, func()) {
 		c := backendtest.StartRedisCluster(t)
-		return backendtest.Wiring{RedisMode: lockstrategy.RedisCluster, RedisAddrs: c.Addrs()}, func() {
+		return backendtest.Wiring{RedisMode: redisclient.Cluster, RedisAddrs: c.Addrs()}, func() {
 			ctx := context.Background()
 			m, err := c.MasterOf(ctx, "{"+sku+"}")
 			if !assert.NoError(t, err) {
@@ -133,7 +133,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 func TestRedisSentinelMasterKilled(t *testing.T) {
 	sellThroughMemberLoss(t, "hybrid", "the master SIGKILLed", func(t *testing.T, _ string) (backendtest.Wiring, func()) {
 		s := backendtest.StartRedisSentinel(t)
-		return backendtest.Wiring{RedisMode: lockstrategy.RedisSentinel, RedisAddrs: s.SentinelAddrs(), RedisMaster: s.Name}, func() {
+		return backendtest.Wiring{RedisMode: redisclient.Sentinel, RedisAddrs: s.SentinelAddrs(), RedisMaster: s.Name}, func() {
 			killed := time.Now()
 			s.Master.Kill()
 			assert.NoError(t, s.WaitPromoted(context.Background(), 30*time.Second))
@@ -154,7 +154,7 @@ func TestRedisClusterManySKUs(t *testing.T) {
 		name string
 		w    backendtest.Wiring
 	}{
-		{"cluster", backendtest.Wiring{RedisMode: lockstrategy.RedisCluster, RedisAddrs: c.Addrs()}},
+		{"cluster", backendtest.Wiring{RedisMode: redisclient.Cluster, RedisAddrs: c.Addrs()}},
 		{"single", backendtest.Wiring{RedisAddrs: []string{single.Addr}}},
 	} {
 		t.Run(m.name, func(t *testing.T) {

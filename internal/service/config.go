@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -61,7 +62,7 @@ type Backends struct {
 	Store *stock.Store
 	// Redis holds admission state, release messages and sold-out resets on the first client;
 	// locks are taken on all of them (more than one: independent instances, a quorum — Redlock).
-	// One client may be a Cluster or a Sentinel-managed master (lockstrategy.NewRedisClients).
+	// One client may be a Cluster or a Sentinel-managed master (redisclient.New).
 	Redis []redis.UniversalClient
 	// Etcd serves the etcd strategy; nil: the strategy is not offered.
 	Etcd *clientv3.Client
@@ -130,7 +131,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	pools := make([]redsyncredis.Pool, len(b.Redis))
 	for i, c := range b.Redis {
 		pools[i] = goredis.NewPool(c)
-		s.checks = append(s.checks, Check{Name: lockstrategy.RedisCheckName(c), Ping: lockstrategy.PingRedis(c)})
+		s.checks = append(s.checks, Check{Name: redisclient.CheckName(c), Ping: redisclient.Ping(c)})
 	}
 
 	// Each lock strategy is registered twice: guarded, and unguarded — the same lock with the
