@@ -12,10 +12,10 @@ import (
 	"github.com/flashsale/seckill/internal/freeport"
 )
 
-// StartReplica starts one server in dir that replicates master (host:port — which may be a
+// startReplica starts one server in dir that replicates master (host:port — which may be a
 // fault proxy in front of the real master, to hold or cut the replication link), and waits
 // until it answers PING.
-func StartReplica(dir, master string) (*Server, error) {
+func startReplica(dir, master string) (*Server, error) {
 	host, port, err := net.SplitHostPort(master)
 	if err != nil {
 		return nil, err
@@ -31,11 +31,11 @@ func StartReplica(dir, master string) (*Server, error) {
 	return s, nil
 }
 
-// StartSentinels starts n Sentinels in dir that watch master under name, with a quorum of a
+// startSentinels starts n Sentinels in dir that watch master under name, with a quorum of a
 // majority of them; a master that has not answered for downAfter is down for a Sentinel, and a
 // failover that has not finished within twice the failover timeout may be tried again. Each
 // Sentinel rewrites its configuration file as it learns the replicas and the other Sentinels.
-func StartSentinels(dir string, n int, name, master string, downAfter time.Duration) ([]*Server, error) {
+func startSentinels(dir string, n int, name, master string, downAfter time.Duration) ([]*Server, error) {
 	host, port, err := net.SplitHostPort(master)
 	if err != nil {
 		return nil, err
@@ -84,11 +84,11 @@ func StartSentinelSet(dir, name string, downAfter time.Duration) (*SentinelSet, 
 		return nil, err
 	}
 	s := &SentinelSet{Name: name, Master: servers[0]}
-	if s.Replica, err = StartReplica(dir, s.Master.Addr()); err != nil {
+	if s.Replica, err = startReplica(dir, s.Master.Addr()); err != nil {
 		s.Kill()
 		return nil, err
 	}
-	if s.Sentinels, err = StartSentinels(dir, 3, name, s.Master.Addr(), downAfter); err != nil {
+	if s.Sentinels, err = startSentinels(dir, 3, name, s.Master.Addr(), downAfter); err != nil {
 		s.Kill()
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func (s *SentinelSet) WaitReplicated(ctx context.Context, bound time.Duration) e
 			return false
 		}
 		ri, err := r.Info(ctx, "replication").Result()
-		if err != nil || InfoField(ri, "master_link_status") != "up" || InfoField(mi, "master_repl_offset") != InfoField(ri, "slave_repl_offset") {
+		if err != nil || infoField(ri, "master_link_status") != "up" || infoField(mi, "master_repl_offset") != infoField(ri, "slave_repl_offset") {
 			return false
 		}
 		for _, sn := range s.Sentinels {
@@ -161,12 +161,12 @@ func (s *SentinelSet) CutReplication(ctx context.Context) error {
 	}
 	return poll(ctx, 5*time.Second, "the replica's link to its master did not go down", func() bool {
 		info, err := r.Info(ctx, "replication").Result()
-		return err == nil && InfoField(info, "master_link_status") == "down"
+		return err == nil && infoField(info, "master_link_status") == "down"
 	})
 }
 
-// InfoField is one field of an INFO answer, "" when absent.
-func InfoField(info, name string) string {
+// infoField is one field of an INFO answer, "" when absent.
+func infoField(info, name string) string {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
 			return v

@@ -125,7 +125,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	reg.MustRegister(newStranded(s.admission, b.Store, log))
 	s.catalog = newCatalog(b.Store, time.Second)
 	if cfg.SoldOutFlag > 0 {
-		s.soldOut = NewSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)
+		s.soldOut = newSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)
 	}
 	s.checks = append(s.checks, Check{Name: "database", Ping: b.Store.Ping})
 	pools := make([]redsyncredis.Pool, len(b.Redis))

@@ -63,10 +63,10 @@ type soldOutFlag struct {
 	checked     time.Time
 }
 
-// NewSoldOut starts the flags of one instance: it subscribes to product resets on rdb (the
+// newSoldOut starts the flags of one instance: it subscribes to product resets on rdb (the
 // Redis that holds admission state). ttl bounds how long a flag is trusted without a database
 // check; onReset, when set, is told of every reset heard. Close stops it.
-func NewSoldOut(rdb redis.UniversalClient, store *stock.Store, ttl time.Duration, onReset func(sku string), log *slog.Logger,
+func newSoldOut(rdb redis.UniversalClient, store *stock.Store, ttl time.Duration, onReset func(sku string), log *slog.Logger,
 	reg prometheus.Registerer) *SoldOut {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &SoldOut{

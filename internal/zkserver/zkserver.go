@@ -23,9 +23,9 @@ import (
 const (
 	jar       = "/usr/share/java/zookeeper.jar"
 	classpath = "/usr/share/zookeeper/*:/usr/share/java/*"
-	// Tick is the servers' tick. Sessions last between 2 and 20 ticks: with 500 ms, the service's
+	// tick is the servers' tick. Sessions last between 2 and 20 ticks: with 500 ms, the service's
 	// 2 s session timeout is granted as asked (ZooKeeper's default tick, 2 s, would make it 4 s).
-	Tick = 500 * time.Millisecond
+	tick = 500 * time.Millisecond
 )
 
 // Available says why no server can be started here, or nil.
@@ -69,7 +69,7 @@ func New(dir string, n int) ([]*Server, error) {
 			return nil, err
 		}
 		cfg := append([]string{
-			"tickTime=" + strconv.FormatInt(Tick.Milliseconds(), 10),
+			"tickTime=" + strconv.FormatInt(tick.Milliseconds(), 10),
 			"initLimit=20", "syncLimit=4",
 			"dataDir=" + d,
 			"clientPortAddress=127.0.0.1",
