@@ -58,7 +58,10 @@ func (s faultSale) retried() int {
 }
 
 // sellThroughFaults runs buyers against units over the instances, every buyer with its own
-// Idempotency-Key and a per-attempt deadline. Any answer but an order or sold_out — busy,
+// Idempotency-Key and a per-attempt deadline. The buyers arrive one every arrival, not all at
+// once: released together, a batched sale of 30 units is over in a few sections, before a fault
+// injected after its tenth sale has bitten; arriving over seconds, they keep buying while it
+// holds. Any answer but an order or sold_out — busy,
 // unavailable, a timeout, an error whose commit outcome is unknown — is retried with the same key,
 // as a careful client does: if the first attempt did commit, the retry gets that order back
 // (replayed) instead of a second one. inject runs once, after `at` sales.
@@ -74,6 +77,7 @@ func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, u
 		wg       sync.WaitGroup
 		injected sync.WaitGroup
 	)
+	const arrival = 25 * time.Millisecond
 	start := make(chan struct{})
 	for i := range buyers {
 		wg.Add(1)
@@ -81,6 +85,7 @@ func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, u
 			defer wg.Done()
 			user := fmt.Sprintf("user-%03d", i)
 			<-start
+			time.Sleep(time.Duration(i) * arrival)
 			for attempt := 0; deadline.Err() == nil; attempt++ {
 				inst := insts[(i+attempt)%len(insts)]
 				strategy, _ := inst.Resolve("") // the default: never an error
@@ -171,12 +176,12 @@ func TestNetworkFaults(t *testing.T) {
 		}, refused},
 		{"db connections reset mid-transaction", "pessimistic", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
-				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"upstream","toxicity":0.5,"attributes":{"timeout":5}}`)
+				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"upstream","toxicity":1,"attributes":{"timeout":5}}`)
 			}, func() { p.db.Remove("reset") })
 		}, refused},
 		{"db connections reset mid-commit (hybrid)", "hybrid", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
-				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"downstream","toxicity":0.5,"attributes":{"timeout":1}}`)
+				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"downstream","toxicity":1,"attributes":{"timeout":1}}`)
 			}, func() { p.db.Remove("reset") })
 		}, refused},
 		{"redis cut off", "hybrid", func(t *testing.T, p proxies) func() {
