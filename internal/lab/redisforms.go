@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
@@ -27,7 +28,7 @@ import (
 // No sweeper runs beside it, as no service does: a reservation is settled or given back by its
 // own order, and the experiments judge the database, not the admission counter.
 type redisLock struct {
-	admission *lockstrategy.Admission
+	admission *admission.Ledger
 	hybrid    *lockstrategy.Hybrid
 	twin      *lockstrategy.Hybrid
 	metrics   *prometheus.Registry
@@ -41,12 +42,12 @@ const labVersionAttempts = 5
 // newRedisLock builds the lock on rdb (which it closes) with cfg's lock settings and hooks.
 func (e *Env) newRedisLock(cfg service.Config, rdb redis.UniversalClient) *redisLock {
 	reg := prometheus.NewRegistry()
-	admission := lockstrategy.NewAdmission(rdb, e.Store, "lab", cfg.InstanceTTL, e.Log, reg)
-	hybrid := lockstrategy.NewHybrid(e.Store, admission, redsync.New(goredis.NewPool(rdb)), lockstrategy.HybridOptions{
+	ledger := admission.New(rdb, e.Store, "lab", cfg.InstanceTTL, e.Log, reg)
+	hybrid := lockstrategy.NewHybrid(e.Store, ledger, rdb, redsync.New(goredis.NewPool(rdb)), lockstrategy.HybridOptions{
 		TTL: cfg.LockTTL, Wait: cfg.LockWait, Extend: cfg.LockExtend, Poll: cfg.LockPoll, Attempts: labVersionAttempts,
 		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
 	}, lockstrategy.NewLockMetrics(reg, cfg.SlowHold, e.Log))
-	return &redisLock{admission: admission, hybrid: hybrid, twin: hybrid.UnguardedTwin(), metrics: reg, rdb: rdb}
+	return &redisLock{admission: ledger, hybrid: hybrid, twin: hybrid.UnguardedTwin(), metrics: reg, rdb: rdb}
 }
 
 // putProduct starts a sale of sku as the service's PutProduct does: admission's state deleted,

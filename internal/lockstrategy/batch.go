@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -135,7 +136,7 @@ func (b *batcher) drain(sku string) {
 // errSectionTimeout is the cause of a section's end that is not the lock's: its time is up.
 // errAbandoned marks a request that gave up before any section took it: certainly not placed.
 var (
-	errAbandoned      = errors.New("request gave up before its section")
+	errAbandoned      = fmt.Errorf("request gave up before its section: %w", admission.ErrNotPlaced)
 	errSectionTimeout = errors.New("section took too long")
 )
 

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -30,7 +32,7 @@ import (
 //  4. The reservation of each written order is settled; a failed one is given back. One whose
 //     outcome is unknown here is resolved by this instance's sweeper after a grace, and one
 //     whose instance died or froze by the others' once its heartbeat has lapsed, as the
-//     database says (Admission).
+//     database says (package admission).
 //
 // With Redis unreachable, orders skip 1 and the lock and take 3 alone (still one section per SKU
 // and instance): slower under contention, still correct.
@@ -39,7 +41,7 @@ type Hybrid struct {
 	unguarded bool // unguarded-redis (UnguardedTwin)
 	twin      bool // shares the releases of the Hybrid it was made from
 	store     *stock.Store
-	admission *Admission
+	admission *admission.Ledger
 	rs        *redsync.Redsync
 	opts      HybridOptions
 	batch     *batcher
@@ -63,14 +65,19 @@ type HybridOptions struct {
 	Hooks Hooks
 }
 
-// NewHybrid returns the hybrid strategy. rs locks over one Redis (a single pool) or several
+// lockKey is the redsync lock of sku, in the same Redis Cluster slot as its admission keys.
+func lockKey(sku string) string { return "seckill:{" + sku + "}:lock" }
+
+// NewHybrid returns the hybrid strategy: admission through ledger, release messages on rdb (the
+// Redis that holds admission), and locks by rs, over one Redis (a single pool) or several
 // independent ones (Redlock: a quorum of them).
-func NewHybrid(store *stock.Store, admission *Admission, rs *redsync.Redsync, opts HybridOptions, metrics *LockMetrics) *Hybrid {
+func NewHybrid(store *stock.Store, ledger *admission.Ledger, rdb redis.UniversalClient, rs *redsync.Redsync, opts HybridOptions,
+	metrics *LockMetrics) *Hybrid {
 	if opts.Extend <= 0 {
 		opts.Extend = opts.TTL / 3
 	}
-	h := &Hybrid{name: "hybrid", store: store, admission: admission, rs: rs, opts: opts, metrics: metrics,
-		releases: newReleases(admission.client), turns: newTurns()}
+	h := &Hybrid{name: "hybrid", store: store, admission: ledger, rs: rs, opts: opts, metrics: metrics,
+		releases: newReleases(rdb), turns: newTurns()}
 	h.batch = newBatcher(h.Name(), opts.Batch, opts.Wait, metrics, h.section)
 	return h
 }
@@ -104,8 +111,8 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		return h.batch.place(ctx, req)
 	}
 	res, err := h.admission.Admit(ctx, req)
-	if errors.Is(err, errRedisDown) {
-		h.admission.fellBack("admission")
+	if errors.Is(err, admission.ErrRedisDown) {
+		h.admission.FellBack("admission")
 		return h.batch.place(ctx, req)
 	}
 	if err != nil {
@@ -124,7 +131,7 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 // section is the critical section: one lock acquisition, one version-guarded write for all the
 // orders it takes, each answered on its own.
 func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
-	if !h.admission.available() {
+	if !h.admission.Available() {
 		// Redis is known to be down: no lock can be had, and the database decides on its own.
 		// Reservations of admitted orders in the batch are settled by the sweeper.
 		return h.withoutLock(ctx, take())
@@ -139,7 +146,7 @@ func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.Or
 	if errors.Is(err, errLockUnreachable) {
 		// Redis failed between admission and lock: the orders are admitted, and the database can
 		// still decide them safely on its own.
-		h.admission.down("lock", err)
+		h.admission.Down("lock", err)
 		return h.withoutLock(ctx, take())
 	}
 	if err != nil {
@@ -178,7 +185,7 @@ func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []s
 	if h.unguarded {
 		return failAll(len(reqs), fmt.Errorf("redis lock unreachable: %w", stock.ErrUnavailable))
 	}
-	h.admission.fellBack("lock")
+	h.admission.FellBack("lock")
 	placed, _ := placeVersioned(ctx, h.store, reqs, h.opts.Attempts, h.metrics, h.Name(), h.opts.Hooks, nil)
 	return placed
 }

@@ -1,6 +1,6 @@
 // Package lockstrategy holds the ways an order can be serialised against concurrent orders for
-// the same product — a Redis lock with fast admission (and the admission ledger itself), an etcd
-// lock and a ZooKeeper lock with fencing tokens, a database row lock, a lock table, the unguarded
+// the same product — a Redis lock behind fast admission (package admission), an etcd lock and a
+// ZooKeeper lock with fencing tokens, a database row lock, a lock table, the unguarded
 // twins of the lock services (the lock alone, unsafe on purpose) and no lock at all (naive) —
 // behind one interface, and the lock primitives they need. Each strategy has one critical
 // section, a function of "the orders to place" (batcher), and every guarded one ends in a

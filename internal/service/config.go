@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
@@ -95,7 +96,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
 	s := &Service{
 		store:         b.Store,
-		admission:     lockstrategy.NewAdmission(b.Redis[0], b.Store, cfg.Instance, cfg.InstanceTTL, log, reg),
+		admission:     admission.New(b.Redis[0], b.Store, cfg.Instance, cfg.InstanceTTL, log, reg),
 		strategies:    map[string]lockstrategy.Strategy{},
 		unsafe:        map[string]bool{},
 		defaultName:   cfg.Strategy,
@@ -136,7 +137,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 
 	// Each lock strategy is registered twice: guarded, and unguarded — the same lock with the
 	// guard of its write taken away, unsafe on purpose.
-	hybrid := lockstrategy.NewHybrid(b.Store, s.admission, redsync.New(pools...), lockstrategy.HybridOptions{
+	hybrid := lockstrategy.NewHybrid(b.Store, s.admission, b.Redis[0], redsync.New(pools...), lockstrategy.HybridOptions{
 		TTL: cfg.LockTTL, Wait: cfg.LockWait, Extend: cfg.LockExtend, Poll: cfg.LockPoll, Attempts: versionAttempts,
 		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
 	}, metrics)

@@ -52,7 +52,7 @@ func (s *Service) expire(ctx context.Context) {
 // relay gives Redis admission the units of the orders the database has ended but admission has
 // not heard of (restock_pending), marks them heard, and drops every instance's sold-out flag for
 // their products: units are back. A failure leaves them pending for the next relay, here or on
-// another instance; each order's units are returned once (lockstrategy.Admission.Restock).
+// another instance; each order's units are returned once (admission.Ledger.Restock).
 func (s *Service) relay(ctx context.Context) {
 	ended, err := s.store.Restocks(ctx, 500)
 	if err != nil || len(ended) == 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -25,7 +26,7 @@ import (
 // Service places orders and runs sale rounds for one instance. It is safe for concurrent use.
 type Service struct {
 	store         *stock.Store
-	admission     *lockstrategy.Admission
+	admission     *admission.Ledger
 	soldOut       *SoldOut // nil: no local sold-out flags
 	strategies    map[string]lockstrategy.Strategy
 	unsafe        map[string]bool // registered but refused unless allowed
@@ -238,7 +239,7 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 const recentWindow = time.Minute
 
 // sweep returns to sale the units of reservations whose order never reached the database
-// (lockstrategy.Admission.Sweep) — their instance stopped, or this one lost track of them — for
+// (admission.Ledger.Sweep) — their instance stopped, or this one lost track of them — for
 // every product this instance admitted orders for lately. It runs every eighth of the instance
 // TTL: with the TTL it bounds how long units of a stopped instance stay off sale. Other
 // instances sweep too; each reservation is resolved once.
@@ -284,7 +285,7 @@ func (s *Service) every(ctx context.Context, period time.Duration, step func(ctx
 // when Redis answered.
 type Audit struct {
 	stock.Audit
-	Redis *lockstrategy.State
+	Redis *admission.State
 }
 
 // HeldBack is how many units the database still has that admission does not offer: those of

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -32,7 +32,7 @@ const strandedTimeout = 2 * time.Second
 // label stays as small as the set of live sales. Every instance on the same backends reports
 // the same value for a product it watches: aggregate with max by (sku), not sum.
 type stranded struct {
-	admission *lockstrategy.Admission
+	admission *admission.Ledger
 	store     *stock.Store
 	window    time.Duration
 	log       *slog.Logger
@@ -40,9 +40,9 @@ type stranded struct {
 	stranded  *prometheus.Desc
 }
 
-func newStranded(admission *lockstrategy.Admission, store *stock.Store, log *slog.Logger) *stranded {
+func newStranded(ledger *admission.Ledger, store *stock.Store, log *slog.Logger) *stranded {
 	return &stranded{
-		admission: admission,
+		admission: ledger,
 		store:     store,
 		window:    recentWindow, // the sweeper's: Recent prunes older products, so both must ask alike
 		log:       log,

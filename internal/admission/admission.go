@@ -1,4 +1,10 @@
-package lockstrategy
+// Package admission is the Redis reservation ledger in front of a sale: admit (a counter
+// pre-deducted atomically with the set of buyers, one Lua script), give back, settle, sweep the
+// reservations of instances that stopped, restock the units of orders that ended — so that
+// sold-out and repeat buyers are answered at memory speed, and no unit the database still has
+// stays off sale. It is an optimisation only: the database is the source of truth, and every
+// decision here can be rebuilt from it.
+package admission
 
 import (
 	"context"
@@ -57,11 +63,16 @@ var (
 	liveScript     = redis.NewScript(liveLua)
 )
 
-// errRedisDown marks an admission that could not ask Redis. The hybrid strategy then places the
+// ErrRedisDown marks an admission that could not ask Redis. The hybrid strategy then places the
 // order on the database-guarded path alone: slower, still correct.
-var errRedisDown = errors.New("redis unavailable")
+var ErrRedisDown = errors.New("redis unavailable")
 
-// Admission is the Redis fast path of a sale: a counter pre-deducted atomically with the set of
+// ErrNotPlaced marks a failure that certainly wrote nothing, beside the domain's refusals
+// (definite): a strategy wraps it into such an error of its own (a request that gave up before
+// any section took it), so that its give-back returns the units at once.
+var ErrNotPlaced = errors.New("certainly not placed")
+
+// Ledger is the Redis fast path of a sale: a counter pre-deducted atomically with the set of
 // admitted buyers (one Lua script), so that sold-out and repeat buyers are answered without
 // touching a lock or the database. It is an optimisation only: the counter may run above the
 // database (over-admission: harmless, the database decides) and is rebuilt from the database
@@ -83,10 +94,10 @@ var errRedisDown = errors.New("redis unavailable")
 // settle that could not reach Redis, or one a failover lost (a replica promoted without the
 // write); one whose order's outcome is in doubt only once any commit in flight must have landed.
 //
-// When Redis fails, Admission trips a breaker for a cooldown and reports errRedisDown without
+// When Redis fails, Ledger trips a breaker for a cooldown and reports ErrRedisDown without
 // I/O, so an outage costs one timeout per cooldown, not one per order; after the cooldown the
 // next order probes Redis again, and admission resumes by itself.
-type Admission struct {
+type Ledger struct {
 	client    redis.UniversalClient
 	store     *stock.Store
 	log       *slog.Logger
@@ -116,14 +127,14 @@ const (
 // instancesKey is the heartbeats of every instance on this Redis (beat.lua).
 const instancesKey = "seckill:instances"
 
-// NewAdmission returns the admission over client, warming from store. Its reservations name
+// New returns the admission over client, warming from store. Its reservations name
 // instance with a random suffix, new at every start: a restarted process must not take over the
 // reservations of the one that died, whose orders only the database can decide. ttl is how long
 // after this instance's last heartbeat the others may sweep its reservations; Beat must be called
 // every ttl/4 or so, from before the first order.
-func NewAdmission(client redis.UniversalClient, store *stock.Store, instance string, ttl time.Duration, log *slog.Logger,
-	reg prometheus.Registerer) *Admission {
-	a := &Admission{
+func New(client redis.UniversalClient, store *stock.Store, instance string, ttl time.Duration, log *slog.Logger,
+	reg prometheus.Registerer) *Ledger {
+	a := &Ledger{
 		client:   client,
 		store:    store,
 		log:      log,
@@ -168,12 +179,9 @@ func withSwept(sku string, reservations []string) []string {
 	return ks
 }
 
-// lockKey is the redsync lock of sku, in the same slot as its admission keys.
-func lockKey(sku string) string { return "seckill:{" + sku + "}:lock" }
-
 // Beat records that this instance is alive for another TTL (lua/beat.lua): its reservations
 // keep their units while its beats are at most the TTL apart.
-func (a *Admission) Beat(ctx context.Context) {
+func (a *Ledger) Beat(ctx context.Context) {
 	if err := beatScript.Run(ctx, a.client, []string{instancesKey}, a.instance, a.ttl.Milliseconds()).Err(); err != nil && ctx.Err() == nil {
 		a.log.Debug("heartbeat not written; past the instance TTL the others sweep this instance's reservations", "err", err)
 	}
@@ -181,7 +189,7 @@ func (a *Admission) Beat(ctx context.Context) {
 
 // Live returns the instances alive now (lua/live.lua), this one among them whatever its last
 // beat: it knows its own reservations, and sweeps those it no longer has in flight itself.
-func (a *Admission) Live(ctx context.Context) ([]string, error) {
+func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 	ids, err := liveScript.Run(ctx, a.client, []string{instancesKey}).StringSlice()
 	if planted.On(planted.EveryoneAlive) {
 		ids, err = a.client.ZRange(ctx, instancesKey, 0, -1).Result()
@@ -192,12 +200,12 @@ func (a *Admission) Live(ctx context.Context) ([]string, error) {
 	return append(ids, a.instance), nil
 }
 
-// available reports whether the breaker lets requests reach Redis.
-func (a *Admission) available() bool { return time.Now().UnixNano() >= a.downUntil.Load() }
+// Available reports whether the breaker lets requests reach Redis.
+func (a *Ledger) Available() bool { return time.Now().UnixNano() >= a.downUntil.Load() }
 
-// down trips the breaker after a Redis error.
-func (a *Admission) down(step string, err error) {
-	if a.available() {
+// Down trips the breaker after a Redis error at step (the strategy's lock, too).
+func (a *Ledger) Down(step string, err error) {
+	if a.Available() {
 		a.log.Warn("redis unavailable: orders take the database-guarded path", "step", step, "cooldown", a.cooldown, "err", err)
 	}
 	a.downUntil.Store(time.Now().Add(a.cooldown).UnixNano())
@@ -206,10 +214,10 @@ func (a *Admission) down(step string, err error) {
 // Admit asks Redis whether req may go on to the lock and the database, reserving its units. It
 // returns the reservation (the caller must Settle or GiveBack it), or stock.ErrSoldOut,
 // stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest (a request with the same Idempotency-Key
-// holds the buyer's reservation: it is in flight), stock.ErrNotFound, or errRedisDown.
-func (a *Admission) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reservation, error) {
-	if !a.available() {
-		return stock.Reservation{}, errRedisDown
+// holds the buyer's reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown.
+func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reservation, error) {
+	if !a.Available() {
+		return stock.Reservation{}, ErrRedisDown
 	}
 	a.touch(req.SKU)
 	for warmed := false; ; warmed = true {
@@ -226,8 +234,8 @@ func (a *Admission) Admit(ctx context.Context, req stock.OrderRequest) (stock.Re
 			if ctx.Err() != nil {
 				return stock.Reservation{}, ctx.Err()
 			}
-			a.down("admission", err)
-			return stock.Reservation{}, fmt.Errorf("%w: %w", errRedisDown, err)
+			a.Down("admission", err)
+			return stock.Reservation{}, fmt.Errorf("%w: %w", ErrRedisDown, err)
 		}
 		switch code {
 		case 0:
@@ -245,7 +253,7 @@ func (a *Admission) Admit(ctx context.Context, req stock.OrderRequest) (stock.Re
 				stock.ErrDuplicateRequest)
 		}
 		if warmed {
-			return stock.Reservation{}, fmt.Errorf("admission %s: counter vanished right after warming: %w", req.SKU, errRedisDown)
+			return stock.Reservation{}, fmt.Errorf("admission %s: counter vanished right after warming: %w", req.SKU, ErrRedisDown)
 		}
 		if err := a.warm(ctx, req.SKU, "nx"); err != nil {
 			return stock.Reservation{}, err
@@ -262,7 +270,7 @@ func reservationID() string {
 
 // touch records that this instance admits orders for sku, so that its sweeper watches it.
 // Written at most once a second per SKU: the hot path only reads.
-func (a *Admission) touch(sku string) {
+func (a *Ledger) touch(sku string) {
 	now := time.Now()
 	if last, ok := a.recent.Load(sku); ok && now.Sub(last.(time.Time)) < time.Second {
 		return
@@ -272,7 +280,7 @@ func (a *Admission) touch(sku string) {
 
 // warm writes the admission state of sku from the database: mode "nx" only where no counter
 // exists (never overwrite a live one), "force" to replace it.
-func (a *Admission) warm(ctx context.Context, sku, mode string) error {
+func (a *Ledger) warm(ctx context.Context, sku, mode string) error {
 	p, err := a.store.Product(ctx, sku)
 	if err != nil {
 		return err
@@ -288,8 +296,8 @@ func (a *Admission) warm(ctx context.Context, sku, mode string) error {
 	}
 	wrote, err := warmScript.Run(ctx, a.client, keys(sku), args...).Int()
 	if err != nil {
-		a.down("warm", err)
-		return fmt.Errorf("warm %s: %w: %w", sku, errRedisDown, err)
+		a.Down("warm", err)
+		return fmt.Errorf("warm %s: %w: %w", sku, ErrRedisDown, err)
 	}
 	if wrote == 1 {
 		a.results.WithLabelValues("warmed").Inc()
@@ -299,14 +307,14 @@ func (a *Admission) warm(ctx context.Context, sku, mode string) error {
 
 // Done ends the tracking of a reservation whose order is no longer in flight here: it was
 // settled (or, if the settle was lost, will be, by this instance's sweeper), or given back.
-func (a *Admission) Done(res stock.Reservation) {
+func (a *Ledger) Done(res stock.Reservation) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.tracked, res.ID)
 }
 
 // track records a reservation of an order in flight here (zero until), or in doubt until until.
-func (a *Admission) track(id string, until time.Time) {
+func (a *Ledger) track(id string, until time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.tracked[id] = until
@@ -319,7 +327,7 @@ func (a *Admission) track(id string, until time.Time) {
 // reservation is put in doubt instead, and this instance's sweeper asks the database about it
 // as soon as any commit in flight must have landed. A give-back that cannot reach Redis leaves
 // the reservation to the sweeper too.
-func (a *Admission) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr error) {
+func (a *Ledger) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr error) {
 	if planted.On(planted.LostGiveBack) {
 		a.Done(req.Reservation)
 		return
@@ -338,7 +346,7 @@ func (a *Admission) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr 
 		args = append(args, soldOut.Left)
 	}
 	if err := giveBackScript.Run(ctx, a.client, withSwept(req.SKU, []string{req.Reservation.ID}), args...).Err(); err != nil {
-		a.down("give-back", err)
+		a.Down("give-back", err)
 		a.log.Warn("admission give-back failed; the sweeper returns the units", "sku", req.SKU, "err", err)
 		return
 	}
@@ -347,7 +355,7 @@ func (a *Admission) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr 
 
 // sweepable reports whether this instance's sweeper may resolve its own reservation id: not in
 // flight here, and not in doubt within the grace.
-func (a *Admission) sweepable(id string, now time.Time) bool {
+func (a *Ledger) sweepable(id string, now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until, tracked := a.tracked[id]
@@ -356,7 +364,7 @@ func (a *Admission) sweepable(id string, now time.Time) bool {
 
 // forget drops doubts past the grace of the reservations ids (swept now) and those older than
 // forgetDoubts (gone from Redis: settled, given back or swept elsewhere).
-func (a *Admission) forget(ids []string, now time.Time) {
+func (a *Ledger) forget(ids []string, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, id := range ids {
@@ -372,11 +380,11 @@ func (a *Admission) forget(ids []string, now time.Time) {
 }
 
 // definite reports whether a failed order was certainly not written: the database or the lock
-// refused it. Anything else — a lost connection, a deadline, an internal error — may have come
+// refused it, or the strategy says so (ErrNotPlaced). Anything else — a lost connection, a deadline, an internal error — may have come
 // after a COMMIT the database executed.
 func definite(err error) bool {
 	for _, e := range []error{stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest, stock.ErrBusy,
-		stock.ErrInvalid, stock.ErrNotFound, errAbandoned} {
+		stock.ErrInvalid, stock.ErrNotFound, ErrNotPlaced} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -388,7 +396,7 @@ func definite(err error) bool {
 // the sweeper returned meanwhile (this instance was frozen past its heartbeat) is taken again
 // (lua/settle.lua). A lost settle costs nothing but time: once the order is Done here, this
 // instance's sweeper finds it and settles the reservation.
-func (a *Admission) Settle(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed) {
+func (a *Ledger) Settle(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed) {
 	var (
 		settled []stock.OrderRequest
 		ids     []string
@@ -424,7 +432,7 @@ func (a *Admission) Settle(ctx context.Context, sku string, reqs []stock.OrderRe
 // its units and its buyer go back to admission. It returns the units returned. Any
 // instance may sweep any product at any time: each reservation is resolved once (lua/sweep.lua).
 // live is the instances alive now (Live), read once for every product of a sweep.
-func (a *Admission) Sweep(ctx context.Context, sku string, live []string) (int64, error) {
+func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, error) {
 	if planted.On(planted.NoSweep) {
 		return 0, nil
 	}
@@ -483,7 +491,7 @@ func (a *Admission) Sweep(ctx context.Context, sku string, live []string) (int64
 // Restock gives admission the units of sku's orders that the database has ended (cancelled,
 // expired) and their buyers back, once per order however often it is called (lua/restock.lua),
 // and returns the units returned.
-func (a *Admission) Restock(ctx context.Context, sku string, ended []stock.Order) (int64, error) {
+func (a *Ledger) Restock(ctx context.Context, sku string, ended []stock.Order) (int64, error) {
 	k := keys(sku)
 	ks := append([]string{k[0], k[1]}, make([]string, 0, len(ended))...)
 	args := make([]any, 0, 2*len(ended))
@@ -514,7 +522,7 @@ func instanceOf(held string) string {
 
 // Recent lists the products this instance admitted orders for within the window: the ones its
 // sweeper watches. Older entries are forgotten.
-func (a *Admission) Recent(window time.Duration) []string {
+func (a *Ledger) Recent(window time.Duration) []string {
 	var out []string
 	a.recent.Range(func(k, v any) bool {
 		if time.Since(v.(time.Time)) > window {
@@ -536,7 +544,7 @@ type State struct {
 }
 
 // State reads sku's admission state in one step, after the live instances.
-func (a *Admission) State(ctx context.Context, sku string) (State, error) {
+func (a *Ledger) State(ctx context.Context, sku string) (State, error) {
 	live, err := a.Live(ctx)
 	if err != nil {
 		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
@@ -567,7 +575,7 @@ func (a *Admission) State(ctx context.Context, sku string) (State, error) {
 // Invalidate deletes sku's admission state — counter, buyers, reservations — before a reset, so
 // that no order is admitted against the old round's counter. It fails when Redis cannot be reached: the reset must not go on, or
 // the old counter would outlive it.
-func (a *Admission) Invalidate(ctx context.Context, sku string) error {
+func (a *Ledger) Invalidate(ctx context.Context, sku string) error {
 	if err := a.client.Del(ctx, keys(sku)...).Err(); err != nil {
 		return fmt.Errorf("invalidate admission of %s: %w: %w", sku, stock.ErrUnavailable, err)
 	}
@@ -577,9 +585,9 @@ func (a *Admission) Invalidate(ctx context.Context, sku string) error {
 // Reconcile replaces sku's admission state with the database's: the counter becomes the stock,
 // the buyer set the users holding orders. Safe at any time: orders in flight can only leave the
 // counter above the database afterwards, which the database then corrects.
-func (a *Admission) Reconcile(ctx context.Context, sku string) error {
+func (a *Ledger) Reconcile(ctx context.Context, sku string) error {
 	if err := a.warm(ctx, sku, "force"); err != nil {
-		if errors.Is(err, errRedisDown) {
+		if errors.Is(err, ErrRedisDown) {
 			return fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 		}
 		return err
@@ -587,5 +595,5 @@ func (a *Admission) Reconcile(ctx context.Context, sku string) error {
 	return nil
 }
 
-// fellBack counts an order placed without Redis.
-func (a *Admission) fellBack(step string) { a.fallbacks.WithLabelValues(step).Inc() }
+// FellBack counts an order placed without Redis, by the step that found it down.
+func (a *Ledger) FellBack(step string) { a.fallbacks.WithLabelValues(step).Inc() }
