@@ -286,7 +286,7 @@ func (t *lockThief) takeRedis(ctx context.Context, sku string) (bool, error) {
 // the holder is the key with the lowest create revision under the mutex's prefix, and the next
 // waiter, watching that key, is granted the lock at once. Only a holder that the previous look
 // saw holding too, one interval ago: a waiter granted the lock a moment ago still reads its own
-// key to confirm it (EtcdMutex.Lock), and one whose key is gone by then fails its attempt — an
+// key to confirm it (etcdlock.Mutex.Lock), and one whose key is gone by then fails its attempt — an
 // error, not two holders. A lease expires under a holder that is inside its section. And only
 // that key while it is still the one read (same create revision), never a waiter's.
 func (t *lockThief) takeEtcd(ctx context.Context, sku string) (bool, error) {

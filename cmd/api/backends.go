@@ -14,7 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flashsale/seckill/internal/embeddedetcd"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/lock/etcdlock"
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -127,7 +128,7 @@ func openEtcd(cfg *config, stdout io.Writer) (*etcdBackend, error) {
 	} else {
 		fmt.Fprintf(stdout, "etcd: %s (SECKILL_ETCD_ENDPOINTS)\n", strings.Join(endpoints, ","))
 	}
-	c, err := lockstrategy.NewEtcdClient(endpoints)
+	c, err := etcdlock.NewClient(endpoints)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("etcd client: %w", err)
@@ -152,7 +153,7 @@ func openZooKeeper(cfg *config, stdout io.Writer, log *slog.Logger) (*zk.Conn, e
 	if len(cfg.ZKServers) == 0 {
 		return nil, nil
 	}
-	conn, err := lockstrategy.NewZooKeeperConn(cfg.ZKServers, cfg.Service.LockTTL, log)
+	conn, err := zklock.Dial(cfg.ZKServers, cfg.Service.LockTTL, log)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flashsale/seckill/internal/embeddedetcd"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/lock/etcdlock"
 )
 
 var (
@@ -56,7 +56,7 @@ func Etcd(t testing.TB) *clientv3.Client {
 // EtcdClient returns a new client on endpoints, closed in t.Cleanup.
 func EtcdClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()
-	c, err := lockstrategy.NewEtcdClient(endpoints)
+	c, err := etcdlock.NewClient(endpoints)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

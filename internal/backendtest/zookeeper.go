@@ -11,7 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/zkserver"
 )
 
@@ -96,7 +96,7 @@ func ZooKeeperEnv(t testing.TB) []string {
 // the given session timeout; closed in t.Cleanup.
 func ZooKeeper(t testing.TB, servers []string, sessionTimeout time.Duration) *zk.Conn {
 	t.Helper()
-	c, err := lockstrategy.NewZooKeeperConn(servers, sessionTimeout, slog.New(slog.DiscardHandler))
+	c, err := zklock.Dial(servers, sessionTimeout, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	require.Equal(t, zk.StateHasSession, c.State(), "no ZooKeeper session within %s", sessionTimeout)

@@ -19,7 +19,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/flashsale/seckill/internal/embeddedetcd"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/lock/etcdlock"
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/zkserver"
 )
 
@@ -28,13 +29,13 @@ import (
 // at the queue, find they are not next, and go back to sleep. N waiters and N hand-offs cost about
 // N²/2 wake-ups, each a read on the lock service, and the one waiter that matters queues its read
 // behind everyone else's. Watching only the key or node just below one's own wakes one waiter per
-// release: the documents' recipe, and what EtcdMutex and ZKMutex do.
+// release: the documents' recipe, and what etcdlock.Mutex and zklock.Mutex do.
 func herd() Experiment {
 	return Experiment{
 		Name:  "herd",
 		Seed:  "000, 002 and 003: watch only the next-lower node, not the lock (the herd effect)",
 		Claim: "Waiters that watch the whole lock are all woken by every release, so a hand-off costs a wake-up per waiter; a waiter that watches only its predecessor is woken once, when its turn comes.",
-		Fix:   "conn.ExistsW(path.Join(dir, predecessor)) // ZKMutex; EtcdMutex: client.Watch(ctx, predecessorKey, clientv3.WithFilterPut())",
+		Fix:   "conn.ExistsW(path.Join(dir, predecessor)) // zklock.Mutex; etcdlock.Mutex: client.Watch(ctx, predecessorKey, clientv3.WithFilterPut())",
 		Run:   runHerd,
 	}
 }
@@ -46,7 +47,7 @@ const herdHold = 5 * time.Millisecond
 // herdLockEtcd is the herd in etcd, the wrong form on purpose. The waiter puts its key under the
 // lock's prefix, as concurrency.Mutex does, but then watches the whole prefix and, at every
 // delete under it, asks again whether its key is now the oldest. Every release wakes every
-// waiter. EtcdMutex watches the one key created just before its own instead. A waiter that fails
+// waiter. etcdlock.Mutex watches the one key created just before its own instead. A waiter that fails
 // leaves its key to its session, whose end deletes it.
 func herdLockEtcd(ctx context.Context, s *concurrency.Session, pfx string) (func(context.Context) error, error) {
 	client := s.Client()
@@ -78,7 +79,7 @@ func herdLockEtcd(ctx context.Context, s *concurrency.Session, pfx string) (func
 // herdLockZK is the herd in ZooKeeper, the wrong form on purpose: the waiter makes its
 // sequential node, then sets a children watch on the lock's directory and lists it again
 // whenever the watch fires — which every release (and every arrival) does for every waiter, and
-// for the holder too, whose last watch is still set when it releases. ZKMutex watches only the
+// for the holder too, whose last watch is still set when it releases. zklock.Mutex watches only the
 // node just below its own (ExistsW). A waiter that fails leaves its ephemeral node to its
 // session, whose end deletes it.
 func herdLockZK(ctx context.Context, conn *zk.Conn, dir string) (func(context.Context) error, error) {
@@ -117,14 +118,14 @@ func runHerd(ctx context.Context, env *Env) (Result, error) {
 		{"etcd, Watch(prefix)", "ZooKeeper, ChildrenW(dir)", true, herdLockEtcd, herdLockZK},
 		{"etcd, Watch(predecessor): EtcdMutex", "ZooKeeper, ExistsW(predecessor): ZKMutex", false,
 			func(ctx context.Context, s *concurrency.Session, pfx string) (func(context.Context) error, error) {
-				m := lockstrategy.NewEtcdMutex(s, pfx)
+				m := etcdlock.New(s, pfx)
 				if err := m.Lock(ctx); err != nil {
 					return nil, err
 				}
 				return m.Unlock, nil
 			},
 			func(ctx context.Context, conn *zk.Conn, dir string) (func(context.Context) error, error) {
-				m := lockstrategy.NewZKMutex(conn, dir)
+				m := zklock.New(conn, dir)
 				if err := m.Lock(ctx); err != nil {
 					return nil, err
 				}
@@ -214,7 +215,7 @@ func runHerd(ctx context.Context, env *Env) (Result, error) {
 // lock taken by lock, and counts what the client's watches delivered to them.
 func herdEtcd(ctx context.Context, endpoints []string, pfx string, n int,
 	lock func(context.Context, *concurrency.Session, string) (func(context.Context) error, error)) (herdRun, error) {
-	client, err := lockstrategy.NewEtcdClient(endpoints)
+	client, err := etcdlock.NewClient(endpoints)
 	if err != nil {
 		return herdRun{}, err
 	}
@@ -304,7 +305,7 @@ type acquire func(ctx context.Context) (release func(context.Context) error, err
 type watchCount struct{ events, wakes atomic.Int64 }
 
 // countedWatcher is an etcd client's Watcher with what it delivers counted: every watch of the
-// client — the herd waiter's, EtcdMutex's — goes through it.
+// client — the herd waiter's, etcdlock.Mutex's — goes through it.
 type countedWatcher struct {
 	clientv3.Watcher
 	seen *watchCount

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/seckill/internal/embeddedetcd"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
@@ -34,7 +34,7 @@ func (e *Env) newInstance(cfg service.Config, zkServers []string, zkSession time
 	inst.closers = append(inst.closers, rdb.Close)
 	b := service.Backends{Store: e.Store, Redis: []redis.UniversalClient{rdb}}
 	if len(zkServers) > 0 {
-		conn, err := lockstrategy.NewZooKeeperConn(zkServers, zkSession, e.Log)
+		conn, err := zklock.Dial(zkServers, zkSession, e.Log)
 		if err != nil {
 			_ = inst.close()
 			return nil, err

@@ -15,7 +15,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/flashsale/seckill/internal/embeddedetcd"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/lock/etcdlock"
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/zkserver"
 )
 
@@ -256,12 +257,12 @@ func reenterLockTable(ctx context.Context, env *Env) (reentryTest, error) {
 		fmt.Sprintf("the lock table's TryLock by the same holder returned false in %s (refused at once: the row's holder is not asked)", took.Round(time.Millisecond))}, nil
 }
 
-// reenterEtcd: two EtcdMutex on one session. The key is prefix + lease, the same for both, so the
+// reenterEtcd: two etcdlock.Mutex on one session. The key is prefix + lease, the same for both, so the
 // second finds its key already there and the oldest: it "holds" at once. Reentrant by accident —
 // without a count: the first Unlock deletes the one key, and the outer holder, still inside its
 // section, holds nothing. Another session's Lock shows it.
 func reenterEtcd(ctx context.Context, m *embeddedetcd.Member, pfx string, bound time.Duration) (reentryTest, error) {
-	client, err := lockstrategy.NewEtcdClient(embeddedetcd.Endpoints(m))
+	client, err := etcdlock.NewClient(embeddedetcd.Endpoints(m))
 	if err != nil {
 		return reentryTest{}, err
 	}
@@ -273,13 +274,13 @@ func reenterEtcd(ctx context.Context, m *embeddedetcd.Member, pfx string, bound 
 		}
 		defer sessions[i].Close()
 	}
-	outer := lockstrategy.NewEtcdMutex(sessions[0], pfx)
+	outer := etcdlock.New(sessions[0], pfx)
 	if err := outer.Lock(ctx); err != nil {
 		return reentryTest{}, fmt.Errorf("etcd lock %s: %w", pfx, err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	inner := lockstrategy.NewEtcdMutex(sessions[0], pfx)
+	inner := etcdlock.New(sessions[0], pfx)
 	start := time.Now()
 	err = inner.Lock(waitCtx)
 	took := time.Since(start)
@@ -296,7 +297,7 @@ func reenterEtcd(ctx context.Context, m *embeddedetcd.Member, pfx string, bound 
 	// The outer holder has not released; a lock with a count would still be its own.
 	otherCtx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	other := lockstrategy.NewEtcdMutex(sessions[1], pfx)
+	other := etcdlock.New(sessions[1], pfx)
 	otherStart := time.Now()
 	otherErr := other.Lock(otherCtx)
 	otherTook := time.Since(otherStart)
@@ -314,18 +315,18 @@ func reenterEtcd(ctx context.Context, m *embeddedetcd.Member, pfx string, bound 
 		fmt.Sprintf("EtcdMutex on the same session returned at once (%s), reentrant by accident — two mutexes on one session share one key; %s", took.Round(time.Millisecond), freed)}, nil
 }
 
-// reenterZK: two ZKMutex handles on one connection (one session). Each makes its own sequential
+// reenterZK: two zklock.Mutex handles on one connection (one session). Each makes its own sequential
 // node, so the second is a waiter behind the first: the holder waits for itself. Curator's
 // InterProcessMutex is reentrant only because it counts holds per thread in the process, in
 // front of the nodes.
 func reenterZK(ctx context.Context, env *Env, addrs []string, bound time.Duration) (reentryTest, error) {
-	conn, err := lockstrategy.NewZooKeeperConn(addrs, 2*time.Second, env.Log)
+	conn, err := zklock.Dial(addrs, 2*time.Second, env.Log)
 	if err != nil {
 		return reentryTest{}, err
 	}
 	defer conn.Close()
 	dir := "/seckill-lab/" + strings.ReplaceAll(env.key("reentrancy", "zk"), ":", "-")
-	outer := lockstrategy.NewZKMutex(conn, dir)
+	outer := zklock.New(conn, dir)
 	if err := outer.Lock(ctx); err != nil {
 		return reentryTest{}, fmt.Errorf("zookeeper lock %s: %w", dir, err)
 	}
@@ -333,15 +334,15 @@ func reenterZK(ctx context.Context, env *Env, addrs []string, bound time.Duratio
 	waitCtx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	start := time.Now()
-	err = lockstrategy.NewZKMutex(conn, dir).Lock(waitCtx)
+	err = zklock.New(conn, dir).Lock(waitCtx)
 	took := time.Since(start)
 	if err == nil {
 		return reentryTest{"ZKMutex, same session: passed", took, true,
-			fmt.Sprintf("a second ZKMutex on the same session passed in %s", took.Round(time.Millisecond))}, nil
+			fmt.Sprintf("a second zklock.Mutex on the same session passed in %s", took.Round(time.Millisecond))}, nil
 	}
 	if waitCtx.Err() == nil {
 		return reentryTest{}, fmt.Errorf("zookeeper second lock %s: %w", dir, err)
 	}
 	return reentryTest{"ZKMutex, same session: blocked", took, false,
-		fmt.Sprintf("a second ZKMutex on the same session queued behind the holder's own node and waited until the %s bound", bound)}, nil
+		fmt.Sprintf("a second zklock.Mutex on the same session queued behind the holder's own node and waited until the %s bound", bound)}, nil
 }

@@ -20,7 +20,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/flashsale/seckill/internal/embeddedetcd"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/lock/etcdlock"
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/redisserver"
 	"github.com/flashsale/seckill/internal/stock"
 	"github.com/flashsale/seckill/internal/zkserver"
@@ -344,11 +345,11 @@ func rowLockFamily(env *Env) lockFamily {
 	}}
 }
 
-// etcdFamily is EtcdMutex with a session per client: two mutexes on one session do not exclude
+// etcdFamily is etcdlock.Mutex with a session per client: two mutexes on one session do not exclude
 // each other, so a shared session would measure no lock at all.
 func etcdFamily(m *embeddedetcd.Member) lockFamily {
-	return lockFamily{slug: "etcd", name: "etcd (EtcdMutex)", open: func(ctx context.Context, n int) ([]lockCycle, func(), error) {
-		client, err := lockstrategy.NewEtcdClient(embeddedetcd.Endpoints(m))
+	return lockFamily{slug: "etcd", name: "etcd (etcdlock.Mutex)", open: func(ctx context.Context, n int) ([]lockCycle, func(), error) {
+		client, err := etcdlock.NewClient(embeddedetcd.Endpoints(m))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -371,7 +372,7 @@ func etcdFamily(m *embeddedetcd.Member) lockFamily {
 				// A deadline is safe: Lock removes its key when it gives up.
 				wctx, cancel := context.WithTimeout(ctx, bound)
 				defer cancel()
-				m := lockstrategy.NewEtcdMutex(s, "/seckill-lab/"+key)
+				m := etcdlock.New(s, "/seckill-lab/"+key)
 				if err := m.Lock(wctx); err != nil {
 					if wctx.Err() != nil {
 						return false, nil
@@ -385,11 +386,11 @@ func etcdFamily(m *embeddedetcd.Member) lockFamily {
 	}}
 }
 
-// zkFamily is ZKMutex with a connection, so a session, per client, as that many processes would
+// zkFamily is zklock.Mutex with a connection, so a session, per client, as that many processes would
 // have — up to zkConns of them, which the clients beyond share. Sharing is safe (each handle has
 // its own node, so two on one session still exclude each other), but not needed below 50.
 func zkFamily(env *Env, servers []*zkserver.Server) lockFamily {
-	return lockFamily{slug: "zk", name: "ZooKeeper (ZKMutex)", open: func(_ context.Context, n int) ([]lockCycle, func(), error) {
+	return lockFamily{slug: "zk", name: "ZooKeeper (zklock.Mutex)", open: func(_ context.Context, n int) ([]lockCycle, func(), error) {
 		var conns []*zk.Conn // the first min(n, zkConns); client i uses conns[i % zkConns]
 		closeAll := func() {
 			for _, c := range conns {
@@ -399,7 +400,7 @@ func zkFamily(env *Env, servers []*zkserver.Server) lockFamily {
 		clients := make([]lockCycle, n)
 		for i := range clients {
 			if i < zkConns {
-				conn, err := lockstrategy.NewZooKeeperConn(zkserver.Addrs(servers...), 4*time.Second, env.Log)
+				conn, err := zklock.Dial(zkserver.Addrs(servers...), 4*time.Second, env.Log)
 				if err != nil {
 					closeAll()
 					return nil, nil, err
@@ -411,7 +412,7 @@ func zkFamily(env *Env, servers []*zkserver.Server) lockFamily {
 				// A deadline is safe: a waiter that gives up deletes its node, or its orphan.
 				wctx, cancel := context.WithTimeout(ctx, bound)
 				defer cancel()
-				m := lockstrategy.NewZKMutex(conn, "/seckill-lab/"+strings.ReplaceAll(key, ":", "-"))
+				m := zklock.New(conn, "/seckill-lab/"+strings.ReplaceAll(key, ":", "-"))
 				if err := m.Lock(wctx); err != nil {
 					if wctx.Err() != nil {
 						return false, nil

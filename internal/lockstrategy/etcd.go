@@ -12,8 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
+	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -170,13 +170,13 @@ func (e *Etcd) section(ctx context.Context, sku string, take func() []stock.Orde
 // lock takes the mutex of key on the instance's session. A lease that etcd no longer knows
 // (revoked, or expired before the keep-alive noticed) fails the attempt at once; the session is
 // then dropped and the attempt made once more on a new one.
-func (e *Etcd) lock(ctx context.Context, key string) (*concurrency.Session, *EtcdMutex, error) {
+func (e *Etcd) lock(ctx context.Context, key string) (*concurrency.Session, *etcdlock.Mutex, error) {
 	for attempt := 0; ; attempt++ {
 		session, err := e.currentSession(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		m := NewEtcdMutex(session, key)
+		m := etcdlock.New(session, key)
 		err = m.Lock(ctx)
 		if err == nil {
 			return session, m, nil
@@ -217,7 +217,7 @@ func (e *Etcd) recover(ctx context.Context, fenced *stock.FenceError) bool {
 
 // unlock releases the mutex even when the request was cancelled. etcd's Unlock answers nil even
 // when the lease had already expired, so a lost lock is read from the session instead.
-func (e *Etcd) unlock(ctx context.Context, session *concurrency.Session, m *EtcdMutex, key string, locked time.Time) {
+func (e *Etcd) unlock(ctx context.Context, session *concurrency.Session, m *etcdlock.Mutex, key string, locked time.Time) {
 	e.metrics.held(e.Name(), key, time.Since(locked))
 	select {
 	case <-session.Done():
@@ -230,14 +230,4 @@ func (e *Etcd) unlock(ctx context.Context, session *concurrency.Session, m *Etcd
 	if err := m.Unlock(unlockCtx); err != nil {
 		e.log.Warn("etcd unlock failed; the lock ends with the lease", "key", key, "err", err)
 	}
-}
-
-// NewEtcdClient returns an etcd client configured for the strategy: a bounded dial and no client
-// logging of its own (errors come back to the caller, who logs them).
-func NewEtcdClient(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(),
-	})
 }

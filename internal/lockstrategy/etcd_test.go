@@ -15,7 +15,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/embeddedetcd"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -124,13 +124,13 @@ type etcdLocker interface {
 // BenchmarkEtcdMutexHandoff measures what a contended etcd mutex costs on the embedded server
 // the service ships: two sessions take turns on one key, each acquisition waiting for the other's
 // release. ns/op is the time per lock hand-off (lock, empty section, unlock), for etcd's
-// concurrency.Mutex and for the strategy's EtcdMutex, whose wait is heard at once:
+// concurrency.Mutex and for the strategy's etcdlock.Mutex, whose wait is heard at once:
 //
 //	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$' -bench EtcdMutexHandoff -benchtime 200x ./internal/lockstrategy
 func BenchmarkEtcdMutexHandoff(b *testing.B) {
 	for name, newMutex := range map[string]func(*concurrency.Session, string) etcdLocker{
 		"concurrency.Mutex": func(s *concurrency.Session, key string) etcdLocker { return concurrency.NewMutex(s, key) },
-		"EtcdMutex":         func(s *concurrency.Session, key string) etcdLocker { return lockstrategy.NewEtcdMutex(s, key) },
+		"EtcdMutex":         func(s *concurrency.Session, key string) etcdLocker { return etcdlock.New(s, key) },
 	} {
 		b.Run(name, func(b *testing.B) { benchHandoff(b, newMutex) })
 	}
@@ -177,7 +177,7 @@ func benchHandoff(b *testing.B, newMutex func(*concurrency.Session, string) etcd
 	wg.Wait()
 }
 
-// TestEtcdMutexExcludes: sessions taking one key in turns — half with EtcdMutex, half with etcd's
+// TestEtcdMutexExcludes: sessions taking one key in turns — half with etcdlock.Mutex, half with etcd's
 // own concurrency.Mutex, since they share a protocol — never hold it at once, and the fencing
 // tokens of successive holders only grow.
 func TestEtcdMutexExcludes(t *testing.T) {
@@ -204,7 +204,7 @@ func TestEtcdMutexExcludes(t *testing.T) {
 				var m etcdLocker
 				var fence func() int64
 				if i%2 == 0 {
-					em := lockstrategy.NewEtcdMutex(s, key)
+					em := etcdlock.New(s, key)
 					m, fence = em, func() int64 { return em.Header().Revision }
 				} else {
 					cm := concurrency.NewMutex(s, key)

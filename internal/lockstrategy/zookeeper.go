@@ -3,24 +3,24 @@ package lockstrategy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
 // ZooKeeper is the coordination-service lock of the seeds, on a real ZooKeeper: the recipe of
-// ephemeral sequential nodes (ZKMutex) per SKU, on one session per instance, with the lock
+// ephemeral sequential nodes (zklock.Mutex) per SKU, on one session per instance, with the lock
 // node's creation zxid as the fencing token that the database checks (stock.ZooKeeperFence, a
 // fence of its own: zxids and etcd revisions are different sequences).
 //
 // Order of events for one batch:
 //  1. The batcher runs one section per SKU in this instance, so at most one of its waiters
 //     queues in ZooKeeper per SKU.
-//  2. ZKMutex.Lock: a node under /seckill/locks/<sku>, a watch on the predecessor only, within
+//  2. zklock.Mutex.Lock: a node under /seckill/locks/<sku>, a watch on the predecessor only, within
 //     the wait budget (then busy).
 //  3. Still held? (the session that made the node is the current one, and the node is there) —
 //     else the section is abandoned before it writes; a lost session is replaced by the client,
@@ -80,7 +80,7 @@ func (z *ZooKeeper) section(ctx context.Context, sku string, take func() []stock
 	waitCtx, cancel := context.WithTimeout(ctx, z.opts.Wait)
 	defer cancel()
 	start := time.Now()
-	m := NewZKMutex(z.conn, dir)
+	m := zklock.New(z.conn, dir)
 	if err := m.Lock(waitCtx); err != nil {
 		return failAll(len(take()), waitFailed(ctx, dir, z.opts.Wait, err))
 	}
@@ -107,10 +107,10 @@ func (z *ZooKeeper) section(ctx context.Context, sku string, take func() []stock
 func (z *ZooKeeper) recover(ctx context.Context, dir string, fenced *stock.FenceError) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if _, err := zkCall(ctx, func() (string, error) { return z.conn.Sync(dir) }); err != nil {
+	if _, err := zklock.Call(ctx, func() (string, error) { return z.conn.Sync(dir) }); err != nil {
 		return false
 	}
-	_, stat, err := zkCall2(ctx, func() (bool, *zk.Stat, error) { return z.conn.Exists(dir) })
+	_, stat, err := zklock.Call2(ctx, func() (bool, *zk.Stat, error) { return z.conn.Exists(dir) })
 	if err != nil || stat == nil || fenced.Fence <= stat.Pzxid {
 		return false
 	}
@@ -121,7 +121,7 @@ func (z *ZooKeeper) recover(ctx context.Context, dir string, fenced *stock.Fence
 
 // unlock deletes the lock node even when the request was cancelled. A node already gone means
 // the session that held it expired: the fence kept the write safe, but it is worth a warning.
-func (z *ZooKeeper) unlock(ctx context.Context, m *ZKMutex, dir string, locked time.Time) {
+func (z *ZooKeeper) unlock(ctx context.Context, m *zklock.Mutex, dir string, locked time.Time) {
 	z.metrics.held(z.Name(), dir, time.Since(locked))
 	unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
@@ -134,50 +134,4 @@ func (z *ZooKeeper) unlock(ctx context.Context, m *ZKMutex, dir string, locked t
 	case !ok:
 		z.metrics.lostAt(z.Name(), dir)
 	}
-}
-
-// NewZooKeeperConn connects to a ZooKeeper ensemble for the strategy: one session of
-// sessionTimeout (the server bounds it to its own min and max: 2 and 20 ticks by default), its
-// events logged, the client's own logging sent to slog at debug level. It waits up to
-// sessionTimeout for the first session; the client then keeps reconnecting by itself, and after
-// an expiry makes a new session.
-func NewZooKeeperConn(servers []string, sessionTimeout time.Duration, log *slog.Logger) (*zk.Conn, error) {
-	conn, events, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(zkLogger{log}), zk.WithLogInfo(false))
-	if err != nil {
-		return nil, fmt.Errorf("zookeeper %v: %w", servers, err)
-	}
-	deadline := time.After(max(sessionTimeout, 2*time.Second))
-	for {
-		select {
-		case ev := <-events:
-			if ev.State == zk.StateHasSession {
-				go watchSession(events, log)
-				return conn, nil
-			}
-		case <-deadline:
-			go watchSession(events, log)
-			log.Warn("zookeeper has no session yet; the zookeeper strategy answers busy until it has one", "servers", servers)
-			return conn, nil
-		}
-	}
-}
-
-// watchSession logs the session's changes: an expiry means every lock node of the old session
-// is gone.
-func watchSession(events <-chan zk.Event, log *slog.Logger) {
-	for ev := range events {
-		switch ev.State {
-		case zk.StateExpired:
-			log.Warn("zookeeper session expired; its lock nodes are gone, a new session follows")
-		case zk.StateDisconnected:
-			log.Debug("zookeeper disconnected; reconnecting", "server", ev.Server)
-		}
-	}
-}
-
-// zkLogger sends the ZooKeeper client's own messages to slog.
-type zkLogger struct{ log *slog.Logger }
-
-func (l zkLogger) Printf(format string, args ...any) {
-	l.log.Debug(fmt.Sprintf(format, args...), "component", "zookeeper")
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/backendtest"
-	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/stock"
 	"github.com/flashsale/seckill/internal/zkserver"
 )
@@ -51,7 +51,7 @@ func TestZKMutexExcludes(t *testing.T) {
 			defer wg.Done()
 			<-start
 			for range 20 {
-				m := lockstrategy.NewZKMutex(conn, dir)
+				m := zklock.New(conn, dir)
 				if err := m.Lock(ctx); err != nil {
 					t.Error(err)
 					return
@@ -86,16 +86,16 @@ func TestZKMutexWaiterGivesUp(t *testing.T) {
 	ctx := context.Background()
 	dir := "/test/gives-up/" + backendtest.SKU(t)
 	conn := zkSession(t)
-	holder := lockstrategy.NewZKMutex(conn, dir)
+	holder := zklock.New(conn, dir)
 	require.NoError(t, holder.Lock(ctx))
 
 	impatient, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	err := lockstrategy.NewZKMutex(conn, dir).Lock(impatient)
+	err := zklock.New(conn, dir).Lock(impatient)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the lock is held: the waiter's wait ran out")
 
 	granted := make(chan error, 1)
-	patient := lockstrategy.NewZKMutex(conn, dir)
+	patient := zklock.New(conn, dir)
 	go func() { granted <- patient.Lock(ctx) }()
 	require.Eventually(t, func() bool {
 		children, _, err := conn.Children(dir)
@@ -126,14 +126,14 @@ func TestZKMutexAbandonedCreate(t *testing.T) {
 	dir := "/test/abandoned/" + backendtest.SKU(t)
 	conn := zkSession(t)
 	ctx := context.Background()
-	require.NoError(t, lockstrategy.NewZKMutex(conn, dir).Lock(ctx)) // the directory exists: creates go straight to the node
+	require.NoError(t, zklock.New(conn, dir).Lock(ctx)) // the directory exists: creates go straight to the node
 	children, _, err := conn.Children(dir)
 	require.NoError(t, err)
 	require.NoError(t, conn.Delete(path.Join(dir, children[0]), -1))
 	var gaveUp int
 	for i := range 20 {
 		attempt, cancel := context.WithTimeout(ctx, time.Duration(i)*200*time.Microsecond)
-		m := lockstrategy.NewZKMutex(conn, dir)
+		m := zklock.New(conn, dir)
 		if m.Lock(attempt) != nil {
 			gaveUp++
 		} else {
@@ -149,7 +149,7 @@ func TestZKMutexAbandonedCreate(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond, "abandoned nodes were removed")
 	fresh, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	require.NoError(t, lockstrategy.NewZKMutex(conn, dir).Lock(fresh), "the lock is free again: no orphan holds it")
+	require.NoError(t, zklock.New(conn, dir).Lock(fresh), "the lock is free again: no orphan holds it")
 	t.Logf("%d of 20 attempts gave up mid-create or mid-wait", gaveUp)
 }
 

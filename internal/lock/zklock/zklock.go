@@ -1,10 +1,14 @@
-package lockstrategy
+// Package zklock is the ZooKeeper lock primitive: the recipe of ephemeral sequential nodes, each
+// waiter watching its predecessor, whose node's creation zxid serves as a fencing token, and the
+// session the service opens ZooKeeper with.
+package zklock
 
 import (
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path"
 	"slices"
 	"strings"
@@ -13,7 +17,7 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// ZKMutex is the ZooKeeper lock recipe, as the seeds give it and as Curator's InterProcessMutex
+// Mutex is the ZooKeeper lock recipe, as the seeds give it and as Curator's InterProcessMutex
 // does it, to be read top to bottom:
 //
 //  1. Every waiter creates an EPHEMERAL|SEQUENTIAL node under the lock's directory,
@@ -40,9 +44,9 @@ import (
 // seeds' 坑二: an 8 s GC pause, a 5 s session) — so the database refuses a write whose zxid is
 // older than the last one written.
 //
-// A ZKMutex is one acquisition's handle, on a connection that may be shared; two handles on
+// A Mutex is one acquisition's handle, on a connection that may be shared; two handles on
 // the same directory exclude each other even on one connection (each has its own node).
-type ZKMutex struct {
+type Mutex struct {
 	conn    *zk.Conn
 	dir     string
 	guid    string // names this waiter's node
@@ -51,9 +55,9 @@ type ZKMutex struct {
 	zxid    int64  // its creation zxid: the fencing token
 }
 
-// NewZKMutex returns the mutex whose waiters queue under dir.
-func NewZKMutex(conn *zk.Conn, dir string) *ZKMutex {
-	return &ZKMutex{conn: conn, dir: dir, guid: rand.Text()}
+// New returns the mutex whose waiters queue under dir.
+func New(conn *zk.Conn, dir string) *Mutex {
+	return &Mutex{conn: conn, dir: dir, guid: rand.Text()}
 }
 
 // seqDigits is the width of the number ZooKeeper appends to a sequential node's name.
@@ -62,12 +66,12 @@ const seqDigits = 10
 // Lock waits until this handle holds the lock or ctx ends; on failure it removes its node, so
 // that it does not hold up the waiters behind it. A dropped connection on the same session is
 // waited out (the client reconnects by itself); a lost session ends the wait.
-func (m *ZKMutex) Lock(ctx context.Context) error {
+func (m *Mutex) Lock(ctx context.Context) error {
 	if err := m.create(ctx); err != nil {
 		return err
 	}
 	for {
-		children, err := zkCall(ctx, func() ([]string, error) {
+		children, err := Call(ctx, func() ([]string, error) {
 			c, _, err := m.conn.Children(m.dir)
 			return c, err
 		})
@@ -89,7 +93,7 @@ func (m *ZKMutex) Lock(ctx context.Context) error {
 			exists bool
 			events <-chan zk.Event
 		}
-		w, err := zkCall(ctx, func() (watched, error) {
+		w, err := Call(ctx, func() (watched, error) {
 			exists, _, events, err := m.conn.ExistsW(path.Join(m.dir, predecessor))
 			return watched{exists, events}, err
 		})
@@ -112,7 +116,7 @@ func (m *ZKMutex) Lock(ctx context.Context) error {
 
 // reconnecting reports whether err is a dropped connection while the session that made the node
 // lives on, and then pauses briefly before the caller tries again.
-func (m *ZKMutex) reconnecting(ctx context.Context, err error) bool {
+func (m *Mutex) reconnecting(ctx context.Context, err error) bool {
 	if !errors.Is(err, zk.ErrConnectionClosed) || m.conn.SessionID() != m.session || ctx.Err() != nil {
 		return false
 	}
@@ -126,7 +130,7 @@ func (m *ZKMutex) reconnecting(ctx context.Context, err error) bool {
 // create makes this waiter's node, and the directory if it is missing (a container node, which
 // ZooKeeper removes once its last child has gone, so finished sales leave nothing behind). A
 // create whose answer was lost is looked for by its guid before it is tried again.
-func (m *ZKMutex) create(ctx context.Context) error {
+func (m *Mutex) create(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
 		session := m.conn.SessionID()
 		created := make(chan createResult, 1)
@@ -161,7 +165,7 @@ func (m *ZKMutex) create(ctx context.Context) error {
 			return fmt.Errorf("create lock node under %s: %w", m.dir, r.err)
 		}
 		m.node = r.node
-		_, stat, err := zkCall2(ctx, func() (bool, *zk.Stat, error) { return m.conn.Exists(r.node) })
+		_, stat, err := Call2(ctx, func() (bool, *zk.Stat, error) { return m.conn.Exists(r.node) })
 		if err != nil || stat == nil || m.conn.SessionID() != session {
 			return m.abandon(fmt.Errorf("lock node %s: %w", r.node, errors.Join(err, zk.ErrSessionExpired)))
 		}
@@ -177,8 +181,8 @@ type createResult struct {
 }
 
 // find looks for this waiter's node among the directory's children, by its guid ("" if none).
-func (m *ZKMutex) find(ctx context.Context) (string, error) {
-	children, err := zkCall(ctx, func() ([]string, error) {
+func (m *Mutex) find(ctx context.Context) (string, error) {
+	children, err := Call(ctx, func() ([]string, error) {
 		c, _, err := m.conn.Children(m.dir)
 		return c, err
 	})
@@ -199,7 +203,7 @@ const orphanTimeout = 30 * time.Second
 // removeOrphan deletes the node of a create that was abandoned: once the create call has
 // returned (created; nil when it has), whatever it made is found by the guid and deleted —
 // retried while the session that may own it lives. When that session ends, so does the node.
-func (m *ZKMutex) removeOrphan(created <-chan createResult) {
+func (m *Mutex) removeOrphan(created <-chan createResult) {
 	deadline := time.After(orphanTimeout)
 	session := m.conn.SessionID()
 	if created != nil {
@@ -213,7 +217,7 @@ func (m *ZKMutex) removeOrphan(created <-chan createResult) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		node, err := m.find(ctx)
 		if err == nil && node != "" {
-			err = zkErr(ctx, func() error { return m.conn.Delete(node, -1) })
+			err = callErr(ctx, func() error { return m.conn.Delete(node, -1) })
 		}
 		cancel()
 		if err == nil || errors.Is(err, zk.ErrNoNode) {
@@ -228,11 +232,11 @@ func (m *ZKMutex) removeOrphan(created <-chan createResult) {
 }
 
 // createDir creates the lock's directory and its parents.
-func (m *ZKMutex) createDir(ctx context.Context) error {
+func (m *Mutex) createDir(ctx context.Context) error {
 	parts := strings.Split(strings.Trim(m.dir, "/"), "/")
 	for i := range parts {
 		p := "/" + strings.Join(parts[:i+1], "/")
-		_, err := zkCall(ctx, func() (string, error) {
+		_, err := Call(ctx, func() (string, error) {
 			if i == len(parts)-1 {
 				return m.conn.CreateContainer(p, nil, zk.FlagContainer, zk.WorldACL(zk.PermAll))
 			}
@@ -265,10 +269,10 @@ func predecessorOf(children []string, mine string) (predecessor string, found bo
 // abandon removes this waiter's node after a failed wait and returns err. Left there, the node
 // would hold up every waiter behind it until its session ends; if the delete does not get
 // through at once, it is retried in the background.
-func (m *ZKMutex) abandon(err error) error {
+func (m *Mutex) abandon(err error) error {
 	if m.node != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		derr := zkErr(ctx, func() error { return m.conn.Delete(m.node, -1) })
+		derr := callErr(ctx, func() error { return m.conn.Delete(m.node, -1) })
 		cancel()
 		if derr != nil && !errors.Is(derr, zk.ErrNoNode) {
 			go m.removeOrphan(nil)
@@ -280,8 +284,8 @@ func (m *ZKMutex) abandon(err error) error {
 // Unlock deletes the node. It reports false when the node was already gone: the session that
 // held it expired, and the lock may have passed to another. A delete that does not get through
 // is retried in the background: until the node goes, it holds the lock.
-func (m *ZKMutex) Unlock(ctx context.Context) (bool, error) {
-	err := zkErr(ctx, func() error { return m.conn.Delete(m.node, -1) })
+func (m *Mutex) Unlock(ctx context.Context) (bool, error) {
+	err := callErr(ctx, func() error { return m.conn.Delete(m.node, -1) })
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
 		return false, nil
@@ -295,20 +299,20 @@ func (m *ZKMutex) Unlock(ctx context.Context) (bool, error) {
 // Held reports whether the lock is still this handle's: its session is the current one and its
 // node is there. Between this check and a write, the fencing token is what stops a holder whose
 // session expires.
-func (m *ZKMutex) Held(ctx context.Context) bool {
+func (m *Mutex) Held(ctx context.Context) bool {
 	if m.conn.SessionID() != m.session || m.conn.State() != zk.StateHasSession {
 		return false
 	}
-	exists, _, err := zkCall2(ctx, func() (bool, *zk.Stat, error) { return m.conn.Exists(m.node) })
+	exists, _, err := Call2(ctx, func() (bool, *zk.Stat, error) { return m.conn.Exists(m.node) })
 	return err == nil && exists
 }
 
 // Token is the fencing token: the creation zxid of the node that holds the lock.
-func (m *ZKMutex) Token() int64 { return m.zxid }
+func (m *Mutex) Token() int64 { return m.zxid }
 
-// zkCall runs a ZooKeeper call, which takes no context, and gives up waiting for it when ctx
+// Call runs a ZooKeeper call, which takes no context, and gives up waiting for it when ctx
 // ends (the call itself ends with the connection's own timeouts).
-func zkCall[T any](ctx context.Context, call func() (T, error)) (T, error) {
+func Call[T any](ctx context.Context, call func() (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
@@ -327,21 +331,67 @@ func zkCall[T any](ctx context.Context, call func() (T, error)) (T, error) {
 	}
 }
 
-// zkCall2 is zkCall for calls with two results and an error.
-func zkCall2[A, B any](ctx context.Context, call func() (A, B, error)) (A, B, error) {
+// Call2 is Call for calls with two results and an error.
+func Call2[A, B any](ctx context.Context, call func() (A, B, error)) (A, B, error) {
 	type pair struct {
 		a A
 		b B
 	}
-	p, err := zkCall(ctx, func() (pair, error) {
+	p, err := Call(ctx, func() (pair, error) {
 		a, b, err := call()
 		return pair{a, b}, err
 	})
 	return p.a, p.b, err
 }
 
-// zkErr is zkCall for calls that return only an error.
-func zkErr(ctx context.Context, call func() error) error {
-	_, err := zkCall(ctx, func() (struct{}, error) { return struct{}{}, call() })
+// callErr is Call for calls that return only an error.
+func callErr(ctx context.Context, call func() error) error {
+	_, err := Call(ctx, func() (struct{}, error) { return struct{}{}, call() })
 	return err
+}
+
+// Dial connects to a ZooKeeper ensemble for the strategy: one session of
+// sessionTimeout (the server bounds it to its own min and max: 2 and 20 ticks by default), its
+// events logged, the client's own logging sent to slog at debug level. It waits up to
+// sessionTimeout for the first session; the client then keeps reconnecting by itself, and after
+// an expiry makes a new session.
+func Dial(servers []string, sessionTimeout time.Duration, log *slog.Logger) (*zk.Conn, error) {
+	conn, events, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(logger{log}), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper %v: %w", servers, err)
+	}
+	deadline := time.After(max(sessionTimeout, 2*time.Second))
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				go watchSession(events, log)
+				return conn, nil
+			}
+		case <-deadline:
+			go watchSession(events, log)
+			log.Warn("zookeeper has no session yet; the zookeeper strategy answers busy until it has one", "servers", servers)
+			return conn, nil
+		}
+	}
+}
+
+// watchSession logs the session's changes: an expiry means every lock node of the old session
+// is gone.
+func watchSession(events <-chan zk.Event, log *slog.Logger) {
+	for ev := range events {
+		switch ev.State {
+		case zk.StateExpired:
+			log.Warn("zookeeper session expired; its lock nodes are gone, a new session follows")
+		case zk.StateDisconnected:
+			log.Debug("zookeeper disconnected; reconnecting", "server", ev.Server)
+		}
+	}
+}
+
+// logger sends the ZooKeeper client's own messages to slog.
+type logger struct{ log *slog.Logger }
+
+func (l logger) Printf(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "zookeeper")
 }

@@ -1,17 +1,22 @@
-package lockstrategy
+// Package etcdlock is the etcd lock primitive: a mutex on a concurrency session, interoperable
+// with etcd's own concurrency.Mutex, whose grant revision serves as a fencing token, and the
+// client the service opens etcd with.
+package etcdlock
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
 )
 
-// EtcdMutex is etcd's concurrency.Mutex — the same keys, the same protocol, interoperable with
+// Mutex is etcd's concurrency.Mutex — the same keys, the same protocol, interoperable with
 // it: each waiter puts prefix/<lease> with its session's lease, the oldest key holds the lock,
 // each waiter waits for the deletion of the key just before its own — with two changes, each
 // for a measured reason:
@@ -27,7 +32,7 @@ import (
 //   - Unlock deletes the key only if it is still the one this mutex created (same create
 //     revision), so an unlock retried after its answer was lost cannot delete a later
 //     acquisition of the same session (etcd-io/etcd#22082).
-type EtcdMutex struct {
+type Mutex struct {
 	s     *concurrency.Session
 	pfx   string
 	myKey string
@@ -35,16 +40,16 @@ type EtcdMutex struct {
 	hdr   *pb.ResponseHeader
 }
 
-// NewEtcdMutex returns the mutex of pfx on session s. Like concurrency.Mutex, it is one
+// New returns the mutex of pfx on session s. Like concurrency.Mutex, it is one
 // acquisition's handle: make one per Lock, and serialise an instance's lockers of one key in
 // memory first, since two mutexes on one session do not exclude each other.
-func NewEtcdMutex(s *concurrency.Session, pfx string) *EtcdMutex {
-	return &EtcdMutex{s: s, pfx: pfx + "/"}
+func New(s *concurrency.Session, pfx string) *Mutex {
+	return &Mutex{s: s, pfx: pfx + "/"}
 }
 
 // Lock waits until this session holds the lock or ctx ends. On failure it removes its key, so
 // it does not hold up the waiters behind it.
-func (m *EtcdMutex) Lock(ctx context.Context) error {
+func (m *Mutex) Lock(ctx context.Context) error {
 	client := m.s.Client()
 	m.myKey = fmt.Sprintf("%s%x", m.pfx, m.s.Lease())
 	resp, err := client.Txn(ctx).
@@ -82,7 +87,7 @@ func (m *EtcdMutex) Lock(ctx context.Context) error {
 }
 
 // waitPredecessors waits until no key older than this mutex's is left under the prefix.
-func (m *EtcdMutex) waitPredecessors(ctx context.Context) error {
+func (m *Mutex) waitPredecessors(ctx context.Context) error {
 	client := m.s.Client()
 	for {
 		prev, err := client.Get(ctx, m.pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(m.myRev-1))...)
@@ -140,7 +145,7 @@ func watchEnded(ctx context.Context, last clientv3.WatchResponse) error {
 }
 
 // Unlock deletes this mutex's key if it is still the one it created.
-func (m *EtcdMutex) Unlock(ctx context.Context) error {
+func (m *Mutex) Unlock(ctx context.Context) error {
 	_, err := m.s.Client().Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(m.myKey), "=", m.myRev)).
 		Then(clientv3.OpDelete(m.myKey)).
@@ -154,4 +159,14 @@ func (m *EtcdMutex) Unlock(ctx context.Context) error {
 
 // Header is the response header of the moment the lock was had: its revision is the fencing
 // token, strictly increasing in grant order.
-func (m *EtcdMutex) Header() *pb.ResponseHeader { return m.hdr }
+func (m *Mutex) Header() *pb.ResponseHeader { return m.hdr }
+
+// NewClient returns an etcd client configured for the locks: a bounded dial and no client
+// logging of its own (errors come back to the caller, who logs them).
+func NewClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+}
