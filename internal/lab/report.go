@@ -62,6 +62,8 @@ func (r Report) word() string {
 		return fmt.Sprintf("measured: %d of %d claims held here", m.Held(), len(m.Claims))
 	case r.Reproduced:
 		return "reproduced"
+	case !r.Result.Failing.Failed && r.Result.Fixed.Failed:
+		return "not reproduced: the failure did not happen, and the fix did not hold"
 	case !r.Result.Failing.Failed:
 		return "not reproduced: the failure did not happen"
 	default:
