@@ -63,6 +63,11 @@ func newBatcher(strategy string, most int, lockWait time.Duration, metrics *Lock
 // up (ctx) before a section took it is taken out of the queue and never placed; once taken, it
 // waits for the section's answer, so that what it returns is what happened.
 func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	if err := ctx.Err(); err != nil {
+		// Gone before it queued: never placed. Queued, a section fast enough to answer before
+		// the select below would race the cancellation for it.
+		return stock.Order{}, fmt.Errorf("%w: %w", errAbandoned, err)
+	}
 	w := &waiter{req: req, done: make(chan stock.Placed, 1)}
 	b.mu.Lock()
 	q, running := b.queues[req.SKU]
