@@ -186,9 +186,12 @@ type frozenSale struct {
 }
 
 // stall is the longest time in [from, to] without a sale on the other processes.
-func (f frozenSale) stall(from, to time.Time) time.Duration {
+func (f frozenSale) stall(from, to time.Time) time.Duration { return longestGap(f.elsewhere, from, to) }
+
+// longestGap is the longest time in [from, to] with none of sales in it.
+func longestGap(sales []time.Time, from, to time.Time) time.Duration {
 	last, longest := from, time.Duration(0)
-	for _, at := range slices.SortedFunc(slices.Values(f.elsewhere), time.Time.Compare) {
+	for _, at := range slices.SortedFunc(slices.Values(sales), time.Time.Compare) {
 		if at.Before(from) || at.After(to) {
 			continue
 		}
@@ -505,7 +508,7 @@ func TestProcessesFrozenAtSaleEnd(t *testing.T) {
 			if n := len(res.elsewhere); n > 0 {
 				last = slices.MaxFunc(res.elsewhere, time.Time.Compare)
 			}
-			stall := frozenSale{elsewhere: res.elsewhere}.stall(frozen, last)
+			stall := longestGap(res.elsewhere, frozen, last)
 			t.Logf("round %d, try %d: SIGSTOP for %s holding %d reservations, %v returned by the others' sweepers; longest gap between the others' sales %s; stock left when it woke %d; its buyers in flight then heard %v; %d orders",
 				round, try, pause, res.reserved, swept, stall.Round(10*time.Millisecond), res.stockLeft, res.late, len(res.acked))
 			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)

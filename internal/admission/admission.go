@@ -14,8 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -397,19 +395,15 @@ func definite(err error) bool {
 // (lua/settle.lua). A lost settle costs nothing but time: once the order is Done here, this
 // instance's sweeper finds it and settles the reservation.
 func (a *Ledger) Settle(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed) {
-	var (
-		settled []stock.OrderRequest
-		ids     []string
-	)
+	var ids []string
 	args := make([]any, 0, 3*len(reqs))
 	for i, r := range reqs {
 		if r.Reservation.ID != "" && placed[i].Err == nil {
-			settled = append(settled, r)
 			ids = append(ids, r.Reservation.ID)
 			args = append(args, r.UserID, r.Reservation.ID, r.Quantity)
 		}
 	}
-	if len(settled) == 0 {
+	if len(ids) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -446,20 +440,16 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 	if err != nil {
 		return 0, err
 	}
+	// raw holds each user once (a hash's fields): user, reservation as stored, ...
 	now := time.Now()
-	candidates := map[string]string{}
+	var users, helds, ids []string
 	for i := 0; i+1 < len(raw); i += 2 {
-		if instanceOf(raw[i+1]) != a.instance || a.sweepable(reservationOf(raw[i+1]), now) {
-			candidates[raw[i]] = raw[i+1]
+		if id := reservationOf(raw[i+1]); instanceOf(raw[i+1]) != a.instance || a.sweepable(id, now) {
+			users, helds, ids = append(users, raw[i]), append(helds, raw[i+1]), append(ids, id)
 		}
 	}
-	if len(candidates) == 0 {
+	if len(ids) == 0 {
 		return 0, nil
-	}
-	users := slices.Collect(maps.Keys(candidates))
-	ids := make([]string, len(users))
-	for i, user := range users {
-		ids[i] = reservationOf(candidates[user])
 	}
 	placed, err := a.store.Placed(ctx, ids)
 	if err != nil {
@@ -471,7 +461,7 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 		if placed[ids[i]] {
 			flag = "1"
 		}
-		args = append(args, user, candidates[user], flag)
+		args = append(args, user, helds[i], flag)
 	}
 	out, err := sweepScript.Run(ctx, a.client, withSwept(sku, ids), args...).Int64Slice()
 	if err != nil {
@@ -543,12 +533,9 @@ type State struct {
 	Live         int64  // the units of those whose instance is alive
 }
 
-// State reads sku's admission state in one step, after the live instances.
-func (a *Ledger) State(ctx context.Context, sku string) (State, error) {
-	live, err := a.Live(ctx)
-	if err != nil {
-		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
-	}
+// State reads sku's admission state in one step; live is the instances alive now (Live), read
+// once for every product a caller asks about.
+func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, error) {
 	args := make([]any, len(live))
 	for i, id := range live {
 		args[i] = id

@@ -305,8 +305,10 @@ func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 		return Audit{}, err
 	}
 	out := Audit{Audit: a}
-	if st, err := s.admission.State(ctx, sku); err == nil {
-		out.Redis = &st
+	if live, err := s.admission.Live(ctx); err == nil {
+		if st, err := s.admission.State(ctx, sku, live); err == nil {
+			out.Redis = &st
+		}
 	}
 	return out, nil
 }

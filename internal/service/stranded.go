@@ -67,8 +67,17 @@ func (c *stranded) Describe(ch chan<- *prometheus.Desc) {
 func (c *stranded) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), strandedTimeout)
 	defer cancel()
-	for _, sku := range c.admission.Recent(c.window) {
-		held, stranded, err := c.read(ctx, sku)
+	skus := c.admission.Recent(c.window)
+	if len(skus) == 0 {
+		return
+	}
+	live, err := c.admission.Live(ctx) // once for the scrape, not once per product
+	if err != nil {
+		c.log.Debug("live instances not read; held-back units left out of this scrape", "err", err)
+		return
+	}
+	for _, sku := range skus {
+		held, stranded, err := c.read(ctx, sku, live)
 		if err != nil {
 			c.log.Debug("held-back units not read; left out of this scrape", "sku", sku, "err", err)
 			continue
@@ -82,8 +91,8 @@ func (c *stranded) Collect(ch chan<- prometheus.Metric) {
 // written in between makes them smaller, never larger: its reservation was read as live and its
 // units are gone from the stock. The other order would count an order's units twice, held by
 // its reservation and then settled, and report stock stranded that is not.
-func (c *stranded) read(ctx context.Context, sku string) (held, stranded int64, err error) {
-	st, err := c.admission.State(ctx, sku)
+func (c *stranded) read(ctx context.Context, sku string, live []string) (held, stranded int64, err error) {
+	st, err := c.admission.State(ctx, sku, live)
 	if err != nil {
 		return 0, 0, err
 	}
