@@ -1,0 +1,164 @@
+package orderqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Delivery is one message handed to this writer: an order to place, then ack, nak or term.
+type Delivery struct {
+	Order Order
+	// Deliveries counts the times the message was handed to a writer, this one included: more
+	// than one means an earlier writer neither acked nor naked it (it was killed, froze or gave
+	// up), and may have placed it.
+	Deliveries uint64
+	// Queued is when the queue stored the message.
+	Queued time.Time
+	msg    jetstream.Msg
+}
+
+// Ack removes the message from the queue: call it only once the order's outcome is in the
+// database and its record. A lost ack costs a redelivery, which finds the order placed.
+func (d *Delivery) Ack() error { return d.msg.Ack() }
+
+// Nak hands the message back for another delivery after delay: the order could not be decided
+// now (the database did not answer).
+func (d *Delivery) Nak(delay time.Duration) error { return d.msg.NakWithDelay(delay) }
+
+// InProgress tells the queue this writer is still at work on the message, restarting its
+// AckWait: a slow commit must not hand the order to a second writer meanwhile.
+func (d *Delivery) InProgress() error { return d.msg.InProgress() }
+
+// Batch is the deliveries of one product, in the order the queue took them.
+type Batch struct {
+	SKU        string
+	Deliveries []*Delivery
+}
+
+// Fetch takes up to max messages for this writer: those waiting now, or, when none is, the
+// first to come within wait and those behind it — so a busy queue is taken in large batches and
+// an idle one answers its first order at once. It returns them grouped by product, in the order
+// each product's messages were queued; none when wait passes idle. A message that is not an
+// order (it did not decode) is terminated: no writer could ever place it.
+func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Batch, error) {
+	msgs, err := q.take(max, 0)
+	if err == nil && len(msgs) == 0 {
+		if msgs, err = q.take(1, wait); err == nil && len(msgs) == 1 {
+			var more []jetstream.Msg
+			more, err = q.take(max-1, 0)
+			msgs = append(msgs, more...)
+		}
+	}
+	if err != nil && len(msgs) == 0 {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("fetch: %w", classify(err))
+	}
+	var batches []Batch
+	index := map[string]int{}
+	for _, m := range msgs {
+		d, err := delivery(m)
+		if err != nil {
+			q.log.Error("order queue: a message that is not an order, terminated", "subject", m.Subject(), "err", err)
+			_ = m.Term()
+			continue
+		}
+		i, ok := index[d.Order.SKU]
+		if !ok {
+			i = len(batches)
+			index[d.Order.SKU] = i
+			batches = append(batches, Batch{SKU: d.Order.SKU})
+		}
+		batches[i].Deliveries = append(batches[i].Deliveries, d)
+	}
+	return batches, nil
+}
+
+// take pulls up to n messages: those waiting now (wait 0), or as many as arrive within wait.
+func (q *Queue) take(n int, wait time.Duration) ([]jetstream.Msg, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	var (
+		b   jetstream.MessageBatch
+		err error
+	)
+	if wait == 0 {
+		b, err = q.consumer.FetchNoWait(n)
+	} else {
+		b, err = q.consumer.Fetch(n, jetstream.FetchMaxWait(wait))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var msgs []jetstream.Msg
+	for m := range b.Messages() {
+		msgs = append(msgs, m)
+	}
+	if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		return msgs, err
+	}
+	return msgs, nil
+}
+
+func delivery(m jetstream.Msg) (*Delivery, error) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	d := &Delivery{Deliveries: meta.NumDelivered, Queued: meta.Timestamp, msg: m}
+	if err := json.Unmarshal(m.Data(), &d.Order); err != nil {
+		return nil, err
+	}
+	if d.Order.OrderID == "" || d.Order.SKU != skuOf(m.Subject()) {
+		return nil, fmt.Errorf("order %q for %q on subject %s", d.Order.OrderID, d.Order.SKU, m.Subject())
+	}
+	return d, nil
+}
+
+// Backlog is one product's orders waiting in the queue, as the metrics and the audit read it.
+type Backlog struct {
+	SKU    string
+	Depth  uint64    // messages not yet acked: queued, or with a writer
+	Oldest time.Time // when the oldest of them was queued
+}
+
+// Backlogs reads every product's backlog (the oldest message of each is one request: a product
+// whose backlog is gone by then is left out).
+func (q *Queue) Backlogs(ctx context.Context) ([]Backlog, error) {
+	return q.backlogs(ctx, SubjectPrefix+"*")
+}
+
+// BacklogOf reads sku's backlog; the zero Backlog when it has none.
+func (q *Queue) BacklogOf(ctx context.Context, sku string) (Backlog, error) {
+	b, err := q.backlogs(ctx, Subject(sku))
+	if err != nil || len(b) == 0 {
+		return Backlog{SKU: sku}, err
+	}
+	return b[0], nil
+}
+
+func (q *Queue) backlogs(ctx context.Context, filter string) ([]Backlog, error) {
+	info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("queue backlog: %w", classify(err))
+	}
+	var out []Backlog
+	for subject, n := range info.State.Subjects {
+		first, err := q.stream.GetMsg(ctx, info.State.FirstSeq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("queue backlog of %s: %w", subject, classify(err))
+		}
+		out = append(out, Backlog{SKU: skuOf(subject), Depth: n, Oldest: first.Time})
+	}
+	return out, nil
+}

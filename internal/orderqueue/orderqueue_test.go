@@ -1,0 +1,455 @@
+package orderqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/natsserver"
+)
+
+// realURL is the NATS server the tests use: SECKILL_TEST_NATS_URL, or the machine's at
+// 127.0.0.1:4222. Unreachable, the test is skipped — or fails with
+// SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI).
+func realURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("SECKILL_TEST_NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
+	if err == nil {
+		nc.Close()
+		return url
+	}
+	if os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
+		t.Fatalf("NATS is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %s: %v", url, err)
+	}
+	t.Skipf("this test needs a NATS server with JetStream at %s: %v", url, err)
+	return ""
+}
+
+// unique returns a name no other test uses, for streams, buckets and consumers.
+func unique(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + "_" + strings.ToUpper(hex.EncodeToString(b))
+}
+
+// testConfig is cfg with unique names, short bounds and a quick AckWait.
+func testConfig(cfg Config) Config {
+	id := unique("T")
+	cfg.Stream, cfg.Bucket, cfg.Consumer = "ORDERS_"+id, "RECORDS_"+id, "writers_"+id
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = 1 << 20
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = time.Second
+	}
+	return cfg
+}
+
+// open opens a queue on cfg and removes its stream and bucket at the end of the test (on a
+// shared server) and closes it.
+func open(t *testing.T, cfg Config) *Queue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := Open(ctx, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if q.embedded == nil {
+			_ = q.js.DeleteStream(ctx, cfg.Stream)
+			_ = q.js.DeleteKeyValue(ctx, cfg.Bucket)
+		}
+		q.Close()
+	})
+	return q
+}
+
+// backends runs test against the machine's NATS server and an embedded one.
+func backends(t *testing.T, cfg Config, test func(t *testing.T, q *Queue)) {
+	t.Run("server", func(t *testing.T) {
+		c := testConfig(cfg)
+		c.URLs = []string{realURL(t)}
+		test(t, open(t, c))
+	})
+	t.Run("embedded", func(t *testing.T) {
+		c := testConfig(cfg)
+		c.DataDir = t.TempDir()
+		test(t, open(t, c))
+	})
+}
+
+func order(sku, id string) Order {
+	return Order{OrderID: id, SKU: sku, UserID: "u-" + id, Quantity: 1, Reservation: id, AcceptedAt: time.Now().UTC()}
+}
+
+func ids(b Batch) []string {
+	var out []string
+	for _, d := range b.Deliveries {
+		out = append(out, d.Order.OrderID)
+	}
+	return out
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestPublishFetchAck: orders come back grouped by product in the order they were queued, and an
+// acked order leaves the queue (a work queue: the backlog is what is not yet written).
+func TestPublishFetchAck(t *testing.T) {
+	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		for _, o := range []Order{order("a", "1"), order("b.x", "2"), order("a", "3"), order("b.x", "4"), order("a", "5")} {
+			dup, err := q.Publish(ctx, o)
+			require.NoError(t, err)
+			assert.False(t, dup)
+		}
+		a, err := q.BacklogOf(ctx, "a")
+		require.NoError(t, err)
+		assert.EqualValues(t, 3, a.Depth)
+		assert.WithinDuration(t, time.Now(), a.Oldest, 5*time.Second)
+		all, err := q.Backlogs(ctx)
+		require.NoError(t, err)
+		assert.Len(t, all, 2)
+
+		batches, err := q.Fetch(ctx, 10, time.Second)
+		require.NoError(t, err)
+		require.Len(t, batches, 2)
+		assert.Equal(t, "a", batches[0].SKU)
+		assert.Equal(t, []string{"1", "3", "5"}, ids(batches[0]))
+		assert.Equal(t, "b.x", batches[1].SKU, "a dotted SKU travels as one subject token")
+		assert.Equal(t, []string{"2", "4"}, ids(batches[1]))
+		for _, b := range batches {
+			for _, d := range b.Deliveries {
+				assert.EqualValues(t, 1, d.Deliveries)
+				require.NoError(t, d.Ack())
+			}
+		}
+		require.Eventually(t, func() bool {
+			a, err := q.BacklogOf(ctx, "a")
+			return err == nil && a.Depth == 0
+		}, 5*time.Second, 20*time.Millisecond, "acked orders leave the queue")
+		none, err := q.Fetch(ctx, 10, 200*time.Millisecond)
+		require.NoError(t, err)
+		assert.Empty(t, none)
+	})
+}
+
+// TestFetchTakesWhatWaits: a fetch answers at once with what is queued (no waiting for a full
+// batch), and an idle fetch returns the first order to come without waiting for its wait.
+func TestFetchTakesWhatWaits(t *testing.T) {
+	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		_, err := q.Publish(ctx, order("a", "1"))
+		require.NoError(t, err)
+		start := time.Now()
+		b, err := q.Fetch(ctx, 100, 5*time.Second)
+		require.NoError(t, err)
+		require.Len(t, b, 1)
+		assert.Less(t, time.Since(start), time.Second, "one waiting order, taken without waiting for 99 more")
+		require.NoError(t, b[0].Deliveries[0].Ack())
+
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			_, _ = q.Publish(context.Background(), order("a", "2"))
+		}()
+		start = time.Now()
+		b, err = q.Fetch(ctx, 100, 5*time.Second)
+		require.NoError(t, err)
+		require.Len(t, b, 1)
+		assert.Equal(t, []string{"2"}, ids(b[0]))
+		assert.Less(t, time.Since(start), 2*time.Second, "an idle fetch returns when the first order comes")
+		require.NoError(t, b[0].Deliveries[0].Ack())
+	})
+}
+
+// TestDuplicateDropped: a message re-sent with the same order id is dropped and reported as a
+// duplicate: one order, however often its publish is retried.
+func TestDuplicateDropped(t *testing.T) {
+	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		dup, err := q.Publish(ctx, order("a", "1"))
+		require.NoError(t, err)
+		assert.False(t, dup)
+		dup, err = q.Publish(ctx, order("a", "1"))
+		require.NoError(t, err)
+		assert.True(t, dup)
+		b, err := q.BacklogOf(ctx, "a")
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, b.Depth)
+	})
+}
+
+// TestFullQueueRefuses: past its bound the queue refuses the next order with ErrFull and keeps
+// every order it took (DiscardNew: an order answered 202 is never the one dropped).
+func TestFullQueueRefuses(t *testing.T) {
+	backends(t, Config{MaxMsgs: 2}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		for _, id := range []string{"1", "2"} {
+			_, err := q.Publish(ctx, order("a", id))
+			require.NoError(t, err)
+		}
+		_, err := q.Publish(ctx, order("a", "3"))
+		require.ErrorIs(t, err, ErrFull)
+		b, err := q.Fetch(ctx, 10, time.Second)
+		require.NoError(t, err)
+		require.Len(t, b, 1)
+		assert.Equal(t, []string{"1", "2"}, ids(b[0]))
+		for _, d := range b[0].Deliveries {
+			require.NoError(t, d.Ack())
+		}
+		require.Eventually(t, func() bool {
+			_, err := q.Publish(ctx, order("a", "3"))
+			return err == nil
+		}, 5*time.Second, 50*time.Millisecond, "room again once orders are written")
+	})
+}
+
+// TestRedelivery: an order its writer neither acks nor naks within AckWait (the writer was
+// killed) goes to the next fetch, counted as delivered twice; a nak hands it back at once.
+func TestRedelivery(t *testing.T) {
+	backends(t, Config{AckWait: 500 * time.Millisecond}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		_, err := q.Publish(ctx, order("a", "1"))
+		require.NoError(t, err)
+		b, err := q.Fetch(ctx, 10, time.Second)
+		require.NoError(t, err)
+		require.Len(t, b, 1)
+		abandoned := time.Now()
+
+		b, err = q.Fetch(ctx, 10, 3*time.Second)
+		require.NoError(t, err)
+		require.Len(t, b, 1, "redelivered after AckWait")
+		assert.GreaterOrEqual(t, time.Since(abandoned), 400*time.Millisecond, "not before AckWait")
+		d := b[0].Deliveries[0]
+		assert.EqualValues(t, 2, d.Deliveries)
+		require.NoError(t, d.Nak(0))
+
+		b, err = q.Fetch(ctx, 10, 3*time.Second)
+		require.NoError(t, err)
+		require.Len(t, b, 1, "a naked order comes back")
+		assert.EqualValues(t, 3, b[0].Deliveries[0].Deliveries)
+		require.NoError(t, b[0].Deliveries[0].Ack())
+	})
+}
+
+// TestFirstRecordDecides: the first record of an order stands — a sweeper's rejected record
+// after the publisher's queued one changes nothing, and the publisher's queued record after a
+// sweeper's rejected one learns it was rejected — also when both race.
+func TestFirstRecordDecides(t *testing.T) {
+	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		queued := Record{Order: order("a", "1"), State: Queued}
+		got, err := q.Record(ctx, queued)
+		require.NoError(t, err)
+		assert.Equal(t, Queued, got.State)
+		got, err = q.Record(ctx, Record{Order: order("a", "1"), State: Rejected, Reason: "unavailable"})
+		require.NoError(t, err)
+		assert.Equal(t, Queued, got.State, "a rejection after the queued record does not stand")
+
+		got, err = q.Record(ctx, Record{Order: order("a", "2"), State: Rejected, Reason: "unavailable"})
+		require.NoError(t, err)
+		assert.Equal(t, Rejected, got.State)
+		got, err = q.Record(ctx, Record{Order: order("a", "2"), State: Queued})
+		require.NoError(t, err)
+		assert.Equal(t, Rejected, got.State, "a queued record after the rejection learns it")
+
+		for i := range 20 {
+			id := fmt.Sprintf("race-%d", i)
+			var (
+				wg     sync.WaitGroup
+				mu     sync.Mutex
+				states = map[State]int{}
+				start  = make(chan struct{})
+			)
+			for j := range 4 {
+				wg.Go(func() {
+					state := Queued
+					if j%2 == 1 {
+						state = Rejected
+					}
+					<-start
+					r, err := q.Record(ctx, Record{Order: order("a", id), State: state})
+					assert.NoError(t, err)
+					mu.Lock()
+					states[r.State]++
+					mu.Unlock()
+				})
+			}
+			close(start)
+			wg.Wait()
+			assert.Len(t, states, 1, "every racer sees the one record that stands: %v", states)
+		}
+	})
+}
+
+// TestFinishOnce: a queued record ends once; the first final record stands against any later
+// one, so an order answered rejected is never placed in its record, nor the reverse.
+func TestFinishOnce(t *testing.T) {
+	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		_, err := q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
+		require.NoError(t, err)
+		got, err := q.Finish(ctx, Record{Order: order("a", "1"), State: Placed})
+		require.NoError(t, err)
+		assert.Equal(t, Placed, got.State)
+		got, err = q.Finish(ctx, Record{Order: order("a", "1"), State: Rejected, Reason: "sold_out"})
+		require.NoError(t, err)
+		assert.Equal(t, Placed, got.State, "placed stands")
+
+		got, err = q.Finish(ctx, Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
+		require.NoError(t, err)
+		assert.Equal(t, Rejected, got.State, "a final record with no queued one before it")
+		got, err = q.Get(ctx, "2")
+		require.NoError(t, err)
+		assert.Equal(t, "sold_out", got.Reason)
+		assert.Equal(t, "u-2", got.UserID, "the record carries the order")
+
+		_, err = q.Finish(ctx, Record{Order: order("a", "3"), State: Queued})
+		require.Error(t, err, "queued is not an ending")
+		_, err = q.Get(ctx, "nobody")
+		require.ErrorIs(t, err, ErrNotFound)
+	})
+}
+
+// TestWaitEndsOnFinish: a wait ends as soon as the record is final (a watch, not a poll), and
+// otherwise answers the record as it stands when the wait passes.
+func TestWaitEndsOnFinish(t *testing.T) {
+	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		_, err := q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
+		require.NoError(t, err)
+		start := time.Now()
+		r, err := q.Wait(ctx, "1", 300*time.Millisecond)
+		require.NoError(t, err)
+		assert.Equal(t, Queued, r.State)
+		assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
+
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			_, _ = q.Finish(context.Background(), Record{Order: order("a", "1"), State: Placed})
+		}()
+		start = time.Now()
+		r, err = q.Wait(ctx, "1", 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, Placed, r.State)
+		assert.Less(t, time.Since(start), 2*time.Second)
+
+		r, err = q.Wait(ctx, "1", time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, Placed, r.State, "a final record answers at once")
+
+		_, err = q.Wait(ctx, "nobody", 200*time.Millisecond)
+		require.ErrorIs(t, err, ErrNotFound)
+	})
+}
+
+// TestEmbeddedKeepsOrders: the embedded server keeps its queue in the data directory: orders
+// queued before a restart are there after it.
+func TestEmbeddedKeepsOrders(t *testing.T) {
+	cfg := testConfig(Config{DataDir: t.TempDir()})
+	ctx := ctxT(t)
+	q, err := Open(ctx, cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	_, err = q.Publish(ctx, order("a", "1"))
+	require.NoError(t, err)
+	_, err = q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
+	require.NoError(t, err)
+	q.Close()
+
+	q = open(t, cfg)
+	b, err := q.Fetch(ctx, 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, b, 1)
+	assert.Equal(t, []string{"1"}, ids(b[0]))
+	r, err := q.Get(ctx, "1")
+	require.NoError(t, err)
+	assert.Equal(t, Queued, r.State)
+}
+
+// TestClusterLosesANode: on a three-node JetStream cluster the stream and the records are kept
+// on three replicas, and a node SIGKILLed mid-sale loses no order: publishes go on (a retry with
+// the same id while the stream elects a new leader), and every order is delivered exactly once.
+func TestClusterLosesANode(t *testing.T) {
+	if err := natsserver.Available(); err != nil {
+		if os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
+			t.Fatalf("nats-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
+		}
+		t.Skip(err)
+	}
+	servers, err := natsserver.New(t.TempDir(), 3)
+	require.NoError(t, err)
+	require.NoError(t, natsserver.StartAll(servers))
+	t.Cleanup(func() { natsserver.Kill(servers...) })
+
+	cfg := testConfig(Config{URLs: natsserver.URLs(servers...)})
+	q := open(t, cfg)
+	ctx := ctxT(t)
+	info, err := q.stream.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, info.Config.Replicas, "replicas follow the cluster's size")
+
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := q.Publish(pctx, order("a", fmt.Sprint(i)))
+			cancel()
+			require.NoError(t, err, "order %d", i)
+		}
+	}
+	publish(0, 20)
+	leader := info.Cluster.Leader
+	for _, s := range servers {
+		if s.Name == leader {
+			s.Kill()
+		}
+	}
+	publish(20, 40)
+
+	seen := map[string]int{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(seen) < 40 && time.Now().Before(deadline) {
+		b, err := q.Fetch(ctx, 50, time.Second)
+		if err != nil {
+			continue // the consumer's leader moving
+		}
+		for _, batch := range b {
+			for _, d := range batch.Deliveries {
+				seen[d.Order.OrderID]++
+				require.NoError(t, d.Ack())
+			}
+		}
+	}
+	assert.Len(t, seen, 40, "every order, after the stream leader %s was killed", leader)
+	for id, n := range seen {
+		assert.Equal(t, 1, n, "order %s delivered once", id)
+	}
+}
+
+// TestSubject: one token per SKU, dots and all.
+func TestSubject(t *testing.T) {
+	for _, sku := range []string{"iphone-17", "a.b", ".a", "a..b.", "A_9"} {
+		s := Subject(sku)
+		assert.Equal(t, 3, len(strings.Split(s, ".")), s)
+		assert.Equal(t, sku, skuOf(s))
+	}
+	assert.Equal(t, "seckill.orders.iphone-17", Subject("iphone-17"))
+}

@@ -1,0 +1,161 @@
+package orderqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// State is where an accepted order is.
+type State string
+
+// The states of an order record: queued until a writer placed it (its row is in the database)
+// or it was rejected (it never will be; its units are back on sale). Placed and rejected are
+// final.
+const (
+	Queued   State = "queued"
+	Placed   State = "placed"
+	Rejected State = "rejected"
+)
+
+// Final reports whether the state is an order's last.
+func (s State) Final() bool { return s == Placed || s == Rejected }
+
+// Record is what the queue knows of an order: the order, its state and, when rejected, why (an
+// error code of the HTTP contract, e.g. sold_out).
+type Record struct {
+	Order
+	State  State  `json:"state"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Record writes r as the order's first record, unless the order has one: it returns the record
+// that stands — r, or the one written before. Whoever writes first decides (see the package
+// comment): a queued record means the message went out, a rejected one that it will never be
+// placed.
+func (q *Queue) Record(ctx context.Context, r Record) (Record, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return Record{}, err
+	}
+	_, err = q.records.Create(ctx, r.OrderID, data)
+	if err == nil {
+		return r, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return Record{}, fmt.Errorf("record order %s: %w", r.OrderID, classify(err))
+	}
+	got, _, err := q.get(ctx, r.OrderID)
+	return got, err
+}
+
+// Finish moves the order's record to the final r (placed or rejected) from queued, or writes it
+// if there is none. A record that is final already stands: the first final answer is the one
+// every buyer sees, so a later writer cannot turn a rejected order into a placed one or back.
+// It returns the record that stands.
+func (q *Queue) Finish(ctx context.Context, r Record) (Record, error) {
+	if !r.State.Final() {
+		return Record{}, fmt.Errorf("finish order %s as %q: not a final state", r.OrderID, r.State)
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return Record{}, err
+	}
+	for {
+		got, rev, err := q.get(ctx, r.OrderID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			_, err = q.records.Create(ctx, r.OrderID, data)
+		case err != nil:
+			return Record{}, err
+		case got.State.Final():
+			return got, nil
+		default:
+			_, err = q.records.Update(ctx, r.OrderID, data, rev)
+		}
+		if err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return Record{}, fmt.Errorf("finish order %s: %w", r.OrderID, classify(err))
+		}
+		// Another writer or a sweeper wrote in between: read what stands now.
+	}
+}
+
+// Get reads the order's record; ErrNotFound when it has none.
+func (q *Queue) Get(ctx context.Context, orderID string) (Record, error) {
+	r, _, err := q.get(ctx, orderID)
+	return r, err
+}
+
+func (q *Queue) get(ctx context.Context, orderID string) (Record, uint64, error) {
+	e, err := q.records.Get(ctx, orderID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return Record{}, 0, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("order %s: %w", orderID, classify(err))
+	}
+	r, err := decode(e)
+	return r, e.Revision(), err
+}
+
+func decode(e jetstream.KeyValueEntry) (Record, error) {
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return Record{}, fmt.Errorf("order record %s: %w", e.Key(), err)
+	}
+	return r, nil
+}
+
+// Wait returns the order's record once it is final, or as it stands when wait passes (still
+// queued) — a watch on the record, so any instance's writer ends the wait at once. ErrNotFound
+// when the order has no record by then.
+func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	w, err := q.records.Watch(ctx, orderID)
+	if errors.Is(err, jetstream.ErrInvalidKey) {
+		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("watch order %s: %w", orderID, classify(err))
+	}
+	defer func() { _ = w.Stop() }()
+	var (
+		last  Record
+		found bool
+	)
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return q.standing(last, found, orderID)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // nil ends the current values; a delete or purge is the TTL at work
+			}
+			if last, err = decode(e); err != nil {
+				return Record{}, err
+			}
+			found = true
+			if last.State.Final() {
+				return last, nil
+			}
+		case <-ctx.Done():
+			return q.standing(last, found, orderID)
+		}
+	}
+}
+
+func (q *Queue) standing(last Record, found bool, orderID string) (Record, error) {
+	if !found {
+		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	}
+	return last, nil
+}
