@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,15 +21,24 @@ type Delivery struct {
 	// Queued is when the queue stored the message.
 	Queued time.Time
 	msg    jetstream.Msg
+	done   atomic.Bool // acked or naked: no longer reported in progress
 }
 
 // Ack removes the message from the queue: call it only once the order's outcome is in the
 // database and its record. A lost ack costs a redelivery, which finds the order placed.
-func (d *Delivery) Ack() error { return d.msg.Ack() }
+func (d *Delivery) Ack() error {
+	d.done.Store(true)
+	return d.msg.Ack()
+}
 
 // Nak hands the message back for another delivery after delay: the order could not be decided
 // now (the database did not answer).
-func (d *Delivery) Nak(delay time.Duration) error { return d.msg.NakWithDelay(delay) }
+func (d *Delivery) Nak(delay time.Duration) error {
+	d.done.Store(true)
+	return d.msg.NakWithDelay(delay)
+}
+
+func (d *Delivery) answered() bool { return d.done.Load() }
 
 // InProgress tells the queue this writer is still at work on the message, restarting its
 // AckWait: a slow commit must not hand the order to a second writer meanwhile.

@@ -72,6 +72,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The names the contract gives (shared/API.md, "Queued orders") and the defaults beside them.
@@ -168,14 +169,17 @@ type Queue struct {
 	stream   jetstream.Stream
 	consumer jetstream.Consumer
 	records  jetstream.KeyValue
+	orders   *prometheus.CounterVec
 }
 
 // Open connects to the queue (or starts the embedded server), and creates the stream, the
 // writers' consumer and the order records, or brings them to cfg if they exist — so every
-// instance may call it at start, in any order.
-func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Queue, error) {
+// instance may call it at start, in any order. The queue's metrics go to reg: the orders
+// accepted, placed, rejected and redelivered, and each product's backlog (its depth and the age
+// of its oldest order), read at every scrape.
+func Open(ctx context.Context, cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Queue, error) {
 	cfg.defaults()
-	q := &Queue{cfg: cfg, log: log}
+	q := &Queue{cfg: cfg, log: log, orders: newOrders()}
 	if err := q.connect(); err != nil {
 		return nil, err
 	}
@@ -183,6 +187,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Queue, error) {
 		q.Close()
 		return nil, err
 	}
+	q.register(reg)
 	return q, nil
 }
 
@@ -361,6 +366,9 @@ func (q *Queue) Publish(ctx context.Context, o Order) (duplicate bool, err error
 		ack, err := q.js.PublishMsg(actx, msg, jetstream.WithMsgID(o.OrderID), jetstream.WithExpectStream(q.cfg.Stream))
 		cancel()
 		if err == nil {
+			if !ack.Duplicate {
+				q.orders.WithLabelValues("accepted").Inc()
+			}
 			return ack.Duplicate, nil
 		}
 		err = classify(err)

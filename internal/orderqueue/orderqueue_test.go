@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -66,7 +69,7 @@ func open(t *testing.T, cfg Config) *Queue {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	q, err := Open(ctx, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})))
+	q, err := Open(ctx, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})), prometheus.NewRegistry())
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -367,7 +370,7 @@ func TestWaitEndsOnFinish(t *testing.T) {
 func TestEmbeddedKeepsOrders(t *testing.T) {
 	cfg := testConfig(Config{DataDir: t.TempDir()})
 	ctx := ctxT(t)
-	q, err := Open(ctx, cfg, slog.New(slog.DiscardHandler))
+	q, err := Open(ctx, cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	require.NoError(t, err)
 	_, err = q.Publish(ctx, order("a", "1"))
 	require.NoError(t, err)
@@ -452,4 +455,90 @@ func TestSubject(t *testing.T) {
 		assert.Equal(t, sku, skuOf(s))
 	}
 	assert.Equal(t, "seckill.orders.iphone-17", Subject("iphone-17"))
+}
+
+// TestWorkInProgress: a writer whose commit is slow keeps its orders (no second writer gets them
+// past AckWait), while the orders of a writer that stopped go to the other within AckWait and
+// are counted as redelivered.
+func TestWorkInProgress(t *testing.T) {
+	backends(t, Config{AckWait: 600 * time.Millisecond}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		_, err := q.Publish(ctx, order("a", "slow"))
+		require.NoError(t, err)
+
+		var (
+			mu   sync.Mutex
+			seen = map[string][]string{} // order -> the writers it reached
+		)
+		writer := func(name string, hold time.Duration, answer bool) func(ctx context.Context, b Batch) {
+			return func(ctx context.Context, b Batch) {
+				mu.Lock()
+				for _, d := range b.Deliveries {
+					seen[d.Order.OrderID] = append(seen[d.Order.OrderID], name)
+				}
+				mu.Unlock()
+				time.Sleep(hold)
+				for _, d := range b.Deliveries {
+					if answer {
+						assert.NoError(t, d.Ack())
+					}
+				}
+			}
+		}
+		wctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("slow", 2*time.Second, true)) })
+		time.Sleep(300 * time.Millisecond) // the slow writer takes the order first
+		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("other", 0, true)) })
+		time.Sleep(2500 * time.Millisecond)
+		stop()
+		wg.Wait()
+		assert.Equal(t, []string{"slow"}, seen["slow"], "held in progress for 2 s past an AckWait of 0.6 s")
+		assert.Zero(t, testutil.ToFloat64(q.orders.WithLabelValues("redelivered")))
+
+		_, err = q.Publish(ctx, order("a", "lost"))
+		require.NoError(t, err)
+		wctx, stop = context.WithCancel(ctx)
+		defer stop()
+		// A writer that takes the order and never answers it: as if it were killed — its handle
+		// returns and nothing reports the order in progress any more.
+		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("stopped", 0, false)) })
+		time.Sleep(300 * time.Millisecond)
+		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("other", 0, true)) })
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Contains(seen["lost"], "other")
+		}, 5*time.Second, 20*time.Millisecond, "the stopped writer's order reaches the other")
+		stop()
+		wg.Wait()
+		assert.GreaterOrEqual(t, testutil.ToFloat64(q.orders.WithLabelValues("redelivered")), 1.0)
+		assert.Equal(t, 1.0+1, testutil.ToFloat64(q.orders.WithLabelValues("accepted")))
+	})
+}
+
+// TestBacklogMetrics: the depth and the oldest order's age of each product, read at the scrape.
+func TestBacklogMetrics(t *testing.T) {
+	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		reg := prometheus.NewPedanticRegistry()
+		q.register(reg)
+		for _, id := range []string{"1", "2"} {
+			_, err := q.Publish(ctx, order("a", id))
+			require.NoError(t, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		values := map[string]float64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				if m.GetGauge() != nil {
+					values[f.GetName()+"/"+m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		assert.Equal(t, 2.0, values["seckill_queue_depth/a"])
+		assert.InDelta(t, 0.2, values["seckill_queue_oldest_age_seconds/a"], 0.15)
+	})
 }

@@ -78,6 +78,7 @@ func (q *Queue) Finish(ctx context.Context, r Record) (Record, error) {
 			_, err = q.records.Update(ctx, r.OrderID, data, rev)
 		}
 		if err == nil {
+			q.orders.WithLabelValues(string(r.State)).Inc()
 			return r, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {

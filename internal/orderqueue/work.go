@@ -1,0 +1,117 @@
+package orderqueue
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Work runs one writer until ctx ends: it fetches up to max orders at a time (an idle fetch waits
+// at most idle) and hands each product's batch to handle, the batches of a fetch side by side.
+// handle answers every delivery — Ack once the order's outcome is in the database and its
+// record, Nak when it could not be decided — within timeout; while it works, the deliveries it
+// has not answered yet are reported in progress every AckWait/3, so that a slow commit never
+// hands an order to a second writer, while a writer that stops (killed, frozen) loses its orders
+// to the others within AckWait. Deliveries handle leaves unanswered go back to the queue after
+// AckWait.
+func (q *Queue) Work(ctx context.Context, max int, idle, timeout time.Duration, handle func(ctx context.Context, b Batch)) {
+	for ctx.Err() == nil {
+		batches, err := q.Fetch(ctx, max, idle)
+		if err != nil {
+			if ctx.Err() == nil {
+				q.log.Debug("order queue: fetch failed; trying again", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+			continue
+		}
+		var wg sync.WaitGroup
+		for _, b := range batches {
+			for _, d := range b.Deliveries {
+				if d.Deliveries > 1 {
+					q.orders.WithLabelValues("redelivered").Inc()
+				}
+			}
+			wg.Go(func() { q.handle(ctx, b, timeout, handle) })
+		}
+		wg.Wait()
+	}
+}
+
+// handle runs handle over b, reporting its unanswered deliveries in progress meanwhile.
+func (q *Queue) handle(ctx context.Context, b Batch, timeout time.Duration, handle func(ctx context.Context, b Batch)) {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(q.cfg.AckWait / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-hctx.Done():
+				return
+			case <-tick.C:
+				for _, d := range b.Deliveries {
+					if !d.answered() {
+						_ = d.InProgress()
+					}
+				}
+			}
+		}
+	}()
+	handle(hctx, b)
+	close(done)
+}
+
+// metrics are the queue's counters, and its backlog read at every scrape.
+type metrics struct {
+	q      *Queue
+	depth  *prometheus.Desc
+	oldest *prometheus.Desc
+}
+
+func newOrders() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_queue_orders_total",
+		Help: "Queued orders by event: accepted (published, not a duplicate), placed and rejected (the final record written here), redelivered (handed to a writer again: the one before neither acked nor naked it).",
+	}, []string{"event"})
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.depth
+	ch <- m.oldest
+}
+
+// Collect implements prometheus.Collector: every product's backlog, read from the stream. A
+// queue that does not answer within two seconds leaves the gauges out of this scrape.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	backlogs, err := m.q.Backlogs(ctx)
+	if err != nil {
+		m.q.log.Debug("order queue: backlog not read for the metrics", "err", err)
+		return
+	}
+	now := time.Now()
+	for _, b := range backlogs {
+		ch <- prometheus.MustNewConstMetric(m.depth, prometheus.GaugeValue, float64(b.Depth), b.SKU)
+		ch <- prometheus.MustNewConstMetric(m.oldest, prometheus.GaugeValue, max(0, now.Sub(b.Oldest).Seconds()), b.SKU)
+	}
+}
+
+func (q *Queue) register(reg prometheus.Registerer) {
+	reg.MustRegister(q.orders, &metrics{
+		q: q,
+		depth: prometheus.NewDesc("seckill_queue_depth",
+			"Orders accepted and not yet written (queued, or with a writer), by product.", []string{"sku"}, nil),
+		oldest: prometheus.NewDesc("seckill_queue_oldest_age_seconds",
+			"Age of the oldest order waiting in the queue, by product: how far the writers are behind.", []string{"sku"}, nil),
+	})
+}
