@@ -73,7 +73,7 @@ func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Batch
 	var batches []Batch
 	index := map[string]int{}
 	for _, m := range msgs {
-		d, err := delivery(m)
+		d, err := q.delivery(m)
 		if err != nil {
 			q.log.Error("order queue: a message that is not an order, terminated", "subject", m.Subject(), "err", err)
 			_ = m.Term()
@@ -117,7 +117,7 @@ func (q *Queue) take(n int, wait time.Duration) ([]jetstream.Msg, error) {
 	return msgs, nil
 }
 
-func delivery(m jetstream.Msg) (*Delivery, error) {
+func (q *Queue) delivery(m jetstream.Msg) (*Delivery, error) {
 	meta, err := m.Metadata()
 	if err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func delivery(m jetstream.Msg) (*Delivery, error) {
 	if err := json.Unmarshal(m.Data(), &d.Order); err != nil {
 		return nil, err
 	}
-	if d.Order.OrderID == "" || d.Order.SKU != skuOf(m.Subject()) {
+	if d.Order.OrderID == "" || d.Order.SKU != q.skuOf(m.Subject()) {
 		return nil, fmt.Errorf("order %q for %q on subject %s", d.Order.OrderID, d.Order.SKU, m.Subject())
 	}
 	return d, nil
@@ -142,12 +142,12 @@ type Backlog struct {
 // Backlogs reads every product's backlog (the oldest message of each is one request: a product
 // whose backlog is gone by then is left out).
 func (q *Queue) Backlogs(ctx context.Context) ([]Backlog, error) {
-	return q.backlogs(ctx, SubjectPrefix+"*")
+	return q.backlogs(ctx, q.cfg.Subjects+".*")
 }
 
 // BacklogOf reads sku's backlog; the zero Backlog when it has none.
 func (q *Queue) BacklogOf(ctx context.Context, sku string) (Backlog, error) {
-	b, err := q.backlogs(ctx, Subject(sku))
+	b, err := q.backlogs(ctx, q.Subject(sku))
 	if err != nil || len(b) == 0 {
 		return Backlog{SKU: sku}, err
 	}
@@ -168,7 +168,7 @@ func (q *Queue) backlogs(ctx context.Context, filter string) ([]Backlog, error) 
 		if err != nil {
 			return nil, fmt.Errorf("queue backlog of %s: %w", subject, classify(err))
 		}
-		out = append(out, Backlog{SKU: skuOf(subject), Depth: n, Oldest: first.Time})
+		out = append(out, Backlog{SKU: q.skuOf(subject), Depth: n, Oldest: first.Time})
 	}
 	return out, nil
 }

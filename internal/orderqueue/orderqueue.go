@@ -80,8 +80,9 @@ const (
 	DefaultStream   = "SECKILL_ORDERS"
 	DefaultBucket   = "SECKILL_ORDER_RECORDS"
 	DefaultConsumer = "seckill-writers"
-	// SubjectPrefix is the subjects' prefix: an order for sku travels on SubjectPrefix + sku.
-	SubjectPrefix = "seckill.orders."
+	// DefaultSubjects is the subjects' prefix: an order for sku travels on
+	// seckill.orders.<sku> (Subject).
+	DefaultSubjects = "seckill.orders"
 )
 
 // ErrFull marks an order the queue refused because it holds its maximum of messages or bytes: it
@@ -103,8 +104,9 @@ type Config struct {
 	URLs    []string
 	DataDir string
 	// Stream, Bucket and Consumer name the stream, the order records and the writers' durable
-	// consumer (tests give unique ones).
-	Stream, Bucket, Consumer string
+	// consumer, and Subjects the prefix of the stream's subjects (tests give unique ones: two
+	// streams on one server may not share a subject).
+	Stream, Bucket, Consumer, Subjects string
 	// MaxMsgs and MaxBytes bound the queue (default 100,000 orders, 64 MiB): past them a publish
 	// is refused with ErrFull.
 	MaxMsgs  int64
@@ -137,6 +139,7 @@ func (c *Config) defaults() {
 	def(&c.Stream, DefaultStream)
 	def(&c.Bucket, DefaultBucket)
 	def(&c.Consumer, DefaultConsumer)
+	def(&c.Subjects, DefaultSubjects)
 	def(&c.Name, "seckill")
 	if c.MaxMsgs == 0 {
 		c.MaxMsgs = 100_000
@@ -263,7 +266,7 @@ func (q *Queue) declare(ctx context.Context) error {
 	q.stream, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        q.cfg.Stream,
 		Description: "seckill: accepted orders waiting for a writer",
-		Subjects:    []string{SubjectPrefix + "*"},
+		Subjects:    []string{q.cfg.Subjects + ".*"},
 		Retention:   jetstream.WorkQueuePolicy,
 		Discard:     jetstream.DiscardNew,
 		MaxMsgs:     q.cfg.MaxMsgs,
@@ -336,14 +339,17 @@ type Order struct {
 	AcceptedAt     time.Time `json:"accepted_at"`
 }
 
-// Subject is the subject an order for sku travels on: SubjectPrefix + sku, with each "." of the
-// SKU written %2E — a SKU may hold dots, which NATS reads as token separators, and one token per
-// SKU keeps "seckill.orders.*" matching every product and one product's subject naming only it.
-func Subject(sku string) string { return SubjectPrefix + strings.ReplaceAll(sku, ".", "%2E") }
+// Subject is the subject an order for sku travels on: the subjects' prefix, a dot and the SKU,
+// with each "." of the SKU written %2E — a SKU may hold dots, which NATS reads as token
+// separators, and one token per SKU keeps "seckill.orders.*" matching every product and one
+// product's subject naming only it.
+func (q *Queue) Subject(sku string) string {
+	return q.cfg.Subjects + "." + strings.ReplaceAll(sku, ".", "%2E")
+}
 
 // skuOf is the SKU a subject names (Subject's inverse).
-func skuOf(subject string) string {
-	return strings.ReplaceAll(strings.TrimPrefix(subject, SubjectPrefix), "%2E", ".")
+func (q *Queue) skuOf(subject string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(subject, q.cfg.Subjects+"."), "%2E", ".")
 }
 
 // publishAttempt bounds one attempt of a publish.
@@ -358,7 +364,7 @@ func (q *Queue) Publish(ctx context.Context, o Order) (duplicate bool, err error
 	if err != nil {
 		return false, err
 	}
-	msg := &nats.Msg{Subject: Subject(o.SKU), Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: q.Subject(o.SKU), Data: data, Header: nats.Header{}}
 	for {
 		// Each attempt waits at most publishAttempt: a stream electing a new leader answers
 		// nothing, and the retry is what reaches the new one.

@@ -53,7 +53,7 @@ func unique(prefix string) string {
 // testConfig is cfg with unique names, short bounds and a quick AckWait.
 func testConfig(cfg Config) Config {
 	id := unique("T")
-	cfg.Stream, cfg.Bucket, cfg.Consumer = "ORDERS_"+id, "RECORDS_"+id, "writers_"+id
+	cfg.Stream, cfg.Bucket, cfg.Consumer, cfg.Subjects = "ORDERS_"+id, "RECORDS_"+id, "writers_"+id, "test."+id+".orders"
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = 1 << 20
 	}
@@ -447,14 +447,17 @@ func TestClusterLosesANode(t *testing.T) {
 	}
 }
 
-// TestSubject: one token per SKU, dots and all.
+// TestSubject: one token per SKU, dots and all; the contract's subject by default.
 func TestSubject(t *testing.T) {
+	q := &Queue{}
+	q.cfg.defaults()
 	for _, sku := range []string{"iphone-17", "a.b", ".a", "a..b.", "A_9"} {
-		s := Subject(sku)
+		s := q.Subject(sku)
 		assert.Equal(t, 3, len(strings.Split(s, ".")), s)
-		assert.Equal(t, sku, skuOf(s))
+		assert.Equal(t, sku, q.skuOf(s))
 	}
-	assert.Equal(t, "seckill.orders.iphone-17", Subject("iphone-17"))
+	assert.Equal(t, "seckill.orders.iphone-17", q.Subject("iphone-17"))
+	assert.Equal(t, "SECKILL_ORDERS", q.cfg.Stream)
 }
 
 // TestWorkInProgress: a writer whose commit is slow keeps its orders (no second writer gets them
