@@ -48,6 +48,8 @@ var (
 	beatLua string
 	//go:embed lua/live.lua
 	liveLua string
+	//go:embed lua/handover.lua
+	handOverLua string
 
 	admitScript    = redis.NewScript(admitLua)
 	giveBackScript = redis.NewScript(giveBackLua)
@@ -59,6 +61,7 @@ var (
 	warmScript     = redis.NewScript(warmLua)
 	beatScript     = redis.NewScript(beatLua)
 	liveScript     = redis.NewScript(liveLua)
+	handOverScript = redis.NewScript(handOverLua)
 )
 
 // ErrRedisDown marks an admission that could not ask Redis. The hybrid strategy then places the
@@ -92,6 +95,11 @@ var ErrNotPlaced = errors.New("certainly not placed")
 // settle that could not reach Redis, or one a failover lost (a replica promoted without the
 // write); one whose order's outcome is in doubt only once any commit in flight must have landed.
 //
+// The queued strategy's orders are written by whichever instance's writer takes their message,
+// not by the instance that admitted them: once the message is out, a reservation is handed over
+// to the queue (HandOver), whose writers settle it or give it back, and the sweeper asks the
+// queue (Pending) before it returns the units of one its instance left behind.
+//
 // When Redis fails, Ledger trips a breaker for a cooldown and reports ErrRedisDown without
 // I/O, so an outage costs one timeout per cooldown, not one per order; after the cooldown the
 // next order probes Redis again, and admission resumes by itself.
@@ -107,6 +115,7 @@ type Ledger struct {
 
 	mu      sync.Mutex
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
+	pending Pending              // nil: no order is written by anyone but its admitting instance
 
 	results   *prometheus.CounterVec
 	givebacks prometheus.Counter
@@ -124,6 +133,29 @@ const (
 
 // instancesKey is the heartbeats of every instance on this Redis (beat.lua).
 const instancesKey = "seckill:instances"
+
+// QueueOwner owns the reservations handed over to the order queue (HandOver): alive as long as
+// the queue is, which no heartbeat shows — the writer that takes each order's message resolves
+// its reservation.
+const QueueOwner = "@queue"
+
+// Pending is asked by the sweeper about reservations it found orphaned whose orders the database
+// does not have, before it returns their units: it reports those whose orders someone else may
+// still write (the queued strategy: the order's message went out), and makes sure no one ever
+// writes the others. The sweeper leaves the first kind to their writers (handed over to the
+// queue) and returns the units of the rest.
+type Pending interface {
+	Pending(ctx context.Context, sku string, held []Held) (writable map[string]bool, err error)
+}
+
+// Held is a reservation as the sweeper read it.
+type Held struct {
+	ID, User, IdempotencyKey string
+	Units                    int
+}
+
+// Expect makes the sweeper ask p before it returns a reservation's units (Pending).
+func (a *Ledger) Expect(p Pending) { a.pending = p }
 
 // New returns the admission over client, warming from store. Its reservations name
 // instance with a random suffix, new at every start: a restarted process must not take over the
@@ -186,7 +218,8 @@ func (a *Ledger) Beat(ctx context.Context) {
 }
 
 // Live returns the instances alive now (lua/live.lua), this one among them whatever its last
-// beat: it knows its own reservations, and sweeps those it no longer has in flight itself.
+// beat: it knows its own reservations, and sweeps those it no longer has in flight itself — and
+// the order queue (QueueOwner), whose reservations its writers resolve.
 func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 	ids, err := liveScript.Run(ctx, a.client, []string{instancesKey}).StringSlice()
 	if planted.On(planted.EveryoneAlive) {
@@ -195,7 +228,7 @@ func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(ids, a.instance), nil
+	return append(ids, a.instance, QueueOwner), nil
 }
 
 // Available reports whether the breaker lets requests reach Redis.
@@ -209,7 +242,9 @@ func (a *Ledger) Down(step string, err error) {
 	a.downUntil.Store(time.Now().Add(a.cooldown).UnixNano())
 }
 
-// Admit asks Redis whether req may go on to the lock and the database, reserving its units. It
+// Admit asks Redis whether req may go on to the lock and the database, reserving its units
+// under req.Reservation.ID, or a random id when it has none (the queued strategy gives its order
+// id, which its message and its order record carry, so a sweeper can ask about the order). It
 // returns the reservation (the caller must Settle or GiveBack it), or stock.ErrSoldOut,
 // stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest (a request with the same Idempotency-Key
 // holds the buyer's reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown.
@@ -219,7 +254,10 @@ func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reser
 	}
 	a.touch(req.SKU)
 	for warmed := false; ; warmed = true {
-		res := stock.Reservation{ID: reservationID()}
+		res := req.Reservation
+		if res.ID == "" {
+			res.ID = reservationID()
+		}
 		// Tracked before Redis has it, so that this instance's sweeper never takes a
 		// reservation of an order in flight here for one it lost track of.
 		a.track(res.ID, time.Time{})
@@ -423,7 +461,8 @@ func (a *Ledger) Settle(ctx context.Context, sku string, reqs []stock.OrderReque
 // Sweep resolves sku's reservations whose instance is not alive (live), and this instance's own
 // of no order in flight here (sweepable), as the database decides: an order was placed under it (whatever its
 // state now: one cancelled since gave its units back itself) — the reservation is settled; none —
-// its units and its buyer go back to admission. It returns the units returned. Any
+// its units and its buyer go back to admission, unless another may still write the order
+// (Pending: the queued strategy's message went out), which then resolves it. It returns the units returned. Any
 // instance may sweep any product at any time: each reservation is resolved once (lua/sweep.lua).
 // live is the instances alive now (Live), read once for every product of a sweep.
 func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, error) {
@@ -455,6 +494,9 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 	if err != nil {
 		return 0, err
 	}
+	if users, helds, ids, err = a.leaveWritable(ctx, sku, users, helds, ids, placed); err != nil || len(ids) == 0 {
+		return 0, err
+	}
 	args = make([]any, 0, 3*len(users))
 	for i, user := range users {
 		flag := "0"
@@ -478,6 +520,72 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 	return units, nil
 }
 
+// leaveWritable takes out of a sweep the reservations without an order whose orders may still
+// be written by another (Pending), and hands them over to the queue, whose writers resolve them.
+// Without an answer from Pending, none of them is returned this time.
+func (a *Ledger) leaveWritable(ctx context.Context, sku string, users, helds, ids []string, placed map[string]bool) ([]string, []string, []string, error) {
+	if a.pending == nil {
+		return users, helds, ids, nil
+	}
+	var open []Held
+	for i, id := range ids {
+		if !placed[id] {
+			f := strings.SplitN(helds[i], "|", 4)
+			units, _ := strconv.Atoi(f[1])
+			open = append(open, Held{ID: id, User: users[i], Units: units, IdempotencyKey: f[3]})
+		}
+	}
+	if len(open) == 0 {
+		return users, helds, ids, nil
+	}
+	writable, err := a.pending.Pending(ctx, sku, open)
+	if err != nil {
+		a.log.Debug("orders of orphaned reservations not asked about; their units wait for the next sweep", "sku", sku, "err", err)
+		writable = map[string]bool{}
+		for _, h := range open {
+			writable[h.ID] = true
+		}
+	}
+	var keepU, keepH, keepI, handU, handI []string
+	for i, id := range ids {
+		if writable[id] {
+			handU, handI = append(handU, users[i]), append(handI, id)
+		} else {
+			keepU, keepH, keepI = append(keepU, users[i]), append(keepH, helds[i]), append(keepI, id)
+		}
+	}
+	if len(handI) > 0 && err == nil {
+		if err := a.handOver(ctx, sku, handU, handI); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return keepU, keepH, keepI, nil
+}
+
+// HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their orders'
+// messages went out, and the writer that takes each resolves it, whichever instance it runs on —
+// the sweeper never returns their units, even once this instance is gone. A hand-over that
+// fails is done by the sweeper instead, once Pending confirms the message went out.
+func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
+	users, ids := make([]string, len(reqs)), make([]string, len(reqs))
+	for i, r := range reqs {
+		users[i], ids[i] = r.UserID, r.Reservation.ID
+	}
+	return a.handOver(ctx, sku, users, ids)
+}
+
+func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) error {
+	args := make([]any, 0, 1+2*len(users))
+	args = append(args, QueueOwner)
+	for i := range users {
+		args = append(args, users[i], ids[i])
+	}
+	if err := handOverScript.Run(ctx, a.client, []string{keys(sku)[2]}, args...).Err(); err != nil {
+		return fmt.Errorf("hand over reservations of %s: %w: %w", sku, ErrRedisDown, err)
+	}
+	return nil
+}
+
 // Restock gives admission the units of sku's orders that the database has ended (cancelled,
 // expired) and their buyers back, once per order however often it is called (lua/restock.lua),
 // and returns the units returned.
@@ -494,6 +602,23 @@ func (a *Ledger) Restock(ctx context.Context, sku string, ended []stock.Order) (
 		return 0, fmt.Errorf("restock %s: %w: %w", sku, stock.ErrUnavailable, err)
 	}
 	return n, nil
+}
+
+// Held reads the reservation user holds for sku: stock.ErrNotFound when there is none.
+func (a *Ledger) Held(ctx context.Context, sku, user string) (Held, error) {
+	held, err := a.client.HGet(ctx, keys(sku)[2], user).Result()
+	if errors.Is(err, redis.Nil) {
+		return Held{}, fmt.Errorf("reservation of %s/%s: %w", sku, user, stock.ErrNotFound)
+	}
+	if err != nil {
+		return Held{}, fmt.Errorf("reservation of %s/%s: %w: %w", sku, user, stock.ErrUnavailable, err)
+	}
+	f := strings.SplitN(held, "|", 4)
+	if len(f) != 4 {
+		return Held{}, fmt.Errorf("reservation of %s/%s: %q: %w", sku, user, held, stock.ErrNotFound)
+	}
+	units, _ := strconv.Atoi(f[1])
+	return Held{ID: f[0], User: user, Units: units, IdempotencyKey: f[3]}, nil
 }
 
 // reservationOf is the reservation id of a reservation as admit.lua stores it.

@@ -65,6 +65,7 @@ func Main(m *testing.M) {
 	}
 	stopEtcd()
 	stopZooKeeper()
+	dropQueue()
 	os.Exit(code)
 }
 

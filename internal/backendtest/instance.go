@@ -30,6 +30,9 @@ type Wiring struct {
 	// ZKServers is the ZooKeeper ensemble of the zookeeper strategy; default: none, as in
 	// cmd/api, and the strategy is not offered (ZooKeeperServers gives the process's own).
 	ZKServers []string
+	// Queue gives the instance the test process's order queue (QueueConfig), and so the queued
+	// strategy; an instance whose default strategy is queued has it anyway.
+	Queue bool
 }
 
 // Instance is one service instance built as cmd/api builds it, with its own metrics registry.
@@ -69,6 +72,9 @@ func NewInstance(t testing.TB, cfg service.Config, w Wiring) Instance {
 		b.ZooKeeper = ZooKeeper(t, w.ZKServers, cfg.LockTTL)
 	}
 	reg := prometheus.NewRegistry()
+	if w.Queue || cfg.Strategy == "queued" {
+		b.Queue = OpenQueue(t, QueueConfig(t), reg)
+	}
 	svc, err := service.New(cfg, b, slog.New(slog.DiscardHandler), reg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Close() })

@@ -28,9 +28,12 @@ type Sales interface {
 	PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error)
 	// PutProduct starts a sale round, keeping state outside the database in step.
 	PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error)
-	// Product and Order read the database.
+	// Product and Order read the database (and, for an order of the queued strategy with no row
+	// yet, the order queue's record).
 	Product(ctx context.Context, sku string) (stock.Product, error)
 	Order(ctx context.Context, orderID string) (stock.Order, error)
+	// WaitOrder is Order, held while the order is queued, for at most wait.
+	WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
 	// PayOrder confirms the buyer's pending order; CancelOrder cancels the buyer's order, or any
 	// order for an empty userID (the admin).
 	PayOrder(ctx context.Context, orderID, userID string) (stock.Order, error)
@@ -219,6 +222,12 @@ func (h *handler) placeOrder(c *gin.Context) {
 		fail(c, err, "product "+sku)
 		return
 	}
+	if order.Status == stock.Queued {
+		// Accepted, not yet written: the buyer follows it at its Location.
+		c.Header("Location", "/api/v1/orders/"+order.OrderID)
+		c.JSON(http.StatusAccepted, orderJSON(order))
+		return
+	}
 	c.JSON(http.StatusCreated, orderJSON(order))
 }
 
@@ -227,7 +236,17 @@ func (h *handler) getOrder(c *gin.Context) {
 	if !ok {
 		return
 	}
-	o, err := h.Sales.Order(c.Request.Context(), id)
+	wait, err := waitParam(c)
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	var o stock.Order
+	if wait > 0 {
+		o, err = h.Sales.WaitOrder(c.Request.Context(), id, wait)
+	} else {
+		o, err = h.Sales.Order(c.Request.Context(), id)
+	}
 	if err != nil {
 		fail(c, err, "order "+id)
 		return

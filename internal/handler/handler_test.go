@@ -1048,7 +1048,7 @@ func TestKeyInFlight(t *testing.T) {
 // TestOpenAPIStrategies: the contract's strategy enum is every strategy an instance with every
 // backend (etcd and ZooKeeper too) offers, and no other.
 func TestOpenAPIStrategies(t *testing.T) {
-	inst := backendtest.NewInstance(t, service.Defaults(), backendtest.Wiring{ZKServers: backendtest.ZooKeeperServers(t)})
+	inst := backendtest.NewInstance(t, service.Defaults(), backendtest.Wiring{ZKServers: backendtest.ZooKeeperServers(t), Queue: true})
 	h, err := handler.New(handler.Config{Sales: inst.Service, AdminToken: adminToken, Log: slog.New(slog.DiscardHandler),
 		Registerer: inst.Metrics, Gatherer: inst.Metrics})
 	require.NoError(t, err)

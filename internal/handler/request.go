@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -275,13 +276,31 @@ type orderResponse struct {
 	Quantity  int        `json:"quantity"`
 	Strategy  string     `json:"strategy"`
 	Status    string     `json:"status"`
+	Reason    string     `json:"reason,omitempty"`     // why a rejected order was: an error code
 	ExpiresAt *time.Time `json:"expires_at,omitempty"` // while pending
 	CreatedAt time.Time  `json:"created_at"`
 }
 
 func orderJSON(o stock.Order) orderResponse {
 	return orderResponse{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
-		Status: string(o.Status), ExpiresAt: optionalTime(o.ExpiresAt), CreatedAt: o.CreatedAt}
+		Status: string(o.Status), Reason: o.Reason, ExpiresAt: optionalTime(o.ExpiresAt), CreatedAt: o.CreatedAt}
+}
+
+// maxWait bounds GET /orders/{id}?wait=: a held request holds a connection.
+const maxWait = 30 * time.Second
+
+// waitParam reads ?wait= (a Go duration, "5s"), capped at maxWait; absent, 0. A malformed or
+// negative one is an *stock.InvalidError.
+func waitParam(c *gin.Context) (time.Duration, error) {
+	raw, ok := c.GetQuery("wait")
+	if !ok {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d < 0 {
+		return 0, &stock.InvalidError{Msg: fmt.Sprintf("wait %q: want a duration such as 5s, at most %s", raw, maxWait)}
+	}
+	return min(d, maxWait), nil
 }
 
 type auditResponse struct {
@@ -304,12 +323,15 @@ type auditResponse struct {
 	RedisReservations *int64 `json:"redis_reservations,omitempty"`
 	RedisReserved     *int64 `json:"redis_reserved,omitempty"`
 	HeldBack          *int64 `json:"held_back,omitempty"`
+	// Orders the queued strategy accepted and has not yet written, absent without an order
+	// queue: active orders plus these never exceed the initial stock.
+	Queued *int64 `json:"queued,omitempty"`
 }
 
 func auditJSON(a service.Audit) auditResponse {
 	out := auditResponse{SKU: a.SKU, InitialStock: a.InitialStock, Stock: a.Stock, OrderedQuantity: a.OrderedQuantity,
 		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent(),
-		Pending: a.Pending, Cancelled: a.Cancelled, Expired: a.Expired}
+		Pending: a.Pending, Cancelled: a.Cancelled, Expired: a.Expired, Queued: a.Queued}
 	if r := a.Redis; r != nil {
 		held := a.HeldBack()
 		out.RedisStock, out.RedisReservations, out.RedisReserved, out.HeldBack = r.Stock, &r.Reservations, &r.Reserved, &held

@@ -18,6 +18,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -70,6 +71,9 @@ type Backends struct {
 	// ZooKeeper is this instance's session, for the zookeeper strategy; nil: the strategy is
 	// not offered and readiness does not mention ZooKeeper.
 	ZooKeeper *zk.Conn
+	// Queue is the order queue of the queued strategy (NATS JetStream); nil: the strategy is not
+	// offered and readiness does not mention NATS.
+	Queue *orderqueue.Queue
 }
 
 // New builds one instance from cfg on b: admission, sold-out flags, every strategy, the outcome
@@ -138,7 +142,14 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	redisLock := lockstrategy.NewRedisLock(redsync.New(pools...), b.Redis[0], lockstrategy.RedisLockOptions{
 		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Poll: cfg.LockPoll,
 	}, metrics)
-	s.register(lockstrategy.NewHybrid(b.Store, s.admission, redisLock, opts, metrics), false)
+	hybrid := lockstrategy.NewHybrid(b.Store, s.admission, redisLock, opts, metrics)
+	s.register(hybrid, false)
+	if b.Queue != nil {
+		// Hybrid's admission and section, with the order queue between them.
+		s.queued = lockstrategy.NewQueued(hybrid, b.Queue, lockstrategy.QueuedOptions{Batch: cfg.GroupCommit}, log)
+		s.register(s.queued, false)
+		s.checks = append(s.checks, Check{Name: "nats", Ping: b.Queue.Ping})
+	}
 	s.register(lockstrategy.New("unguarded-redis", b.Store, redisLock, lockstrategy.NoGuard, opts, metrics), true)
 	for _, g := range []struct {
 		prefix string

@@ -27,7 +27,8 @@ import (
 type Service struct {
 	store         *stock.Store
 	admission     *admission.Ledger
-	soldOut       *SoldOut // nil: no local sold-out flags
+	soldOut       *SoldOut             // nil: no local sold-out flags
+	queued        *lockstrategy.Queued // nil: no order queue, the queued strategy is not offered
 	strategies    map[string]lockstrategy.Strategy
 	unsafe        map[string]bool // registered but refused unless allowed
 	defaultName   string
@@ -189,9 +190,13 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 	}
 }
 
-// replay finds the order already placed under req's Idempotency-Key.
+// replay finds the order already placed under req's Idempotency-Key — or, for the queued
+// strategy, accepted and not yet written.
 func (s *Service) replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
+	if errors.Is(err, stock.ErrNotFound) && s.queued != nil {
+		return s.queued.Replay(ctx, req)
+	}
 	if err != nil {
 		return stock.Order{}, err
 	}
@@ -206,9 +211,24 @@ func (s *Service) Product(ctx context.Context, sku string) (stock.Product, error
 	return s.store.Product(ctx, sku)
 }
 
-// Order reads one order from the database.
+// Order reads one order from the database, or, while the queued strategy has not written it,
+// from the order queue's record: queued, or rejected with its reason.
 func (s *Service) Order(ctx context.Context, orderID string) (stock.Order, error) {
-	return s.store.Order(ctx, orderID)
+	o, err := s.store.Order(ctx, orderID)
+	if errors.Is(err, stock.ErrNotFound) && s.queued != nil {
+		return s.queued.Order(ctx, orderID)
+	}
+	return o, err
+}
+
+// WaitOrder is Order, held while the order is queued — until a writer on any instance places or
+// rejects it, or wait passes.
+func (s *Service) WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
+	o, err := s.store.Order(ctx, orderID)
+	if errors.Is(err, stock.ErrNotFound) && s.queued != nil {
+		return s.queued.WaitOrder(ctx, orderID, wait)
+	}
+	return o, err
 }
 
 // PutProduct starts a sale round (stock.Store.PutProduct) and keeps Redis admission in step: its
@@ -286,6 +306,9 @@ func (s *Service) every(ctx context.Context, period time.Duration, step func(ctx
 type Audit struct {
 	stock.Audit
 	Redis *admission.State
+	// Queued is how many of the product's orders the queued strategy accepted and has not yet
+	// written; nil without an order queue, or when it did not answer.
+	Queued *int64
 }
 
 // HeldBack is how many units the database still has that admission does not offer: those of
@@ -308,6 +331,11 @@ func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 	if live, err := s.admission.Live(ctx); err == nil {
 		if st, err := s.admission.State(ctx, sku, live); err == nil {
 			out.Redis = &st
+		}
+	}
+	if s.queued != nil {
+		if n, err := s.queued.Backlog(ctx, sku); err == nil {
+			out.Queued = &n
 		}
 	}
 	return out, nil

@@ -47,7 +47,7 @@ func (r orderRow) order(now time.Time) Order {
 	return o
 }
 
-// newOrderRow is the row of a new order: a fresh ULID, the request's fingerprint, now (the
+// newOrderRow is the row of a new order: its given id or a fresh ULID, the request's fingerprint, now (the
 // database's clock) — and, with a payment timeout, pending until now + timeout.
 func newOrderRow(req OrderRequest, now time.Time, paymentTimeout time.Duration) orderRow {
 	row := orderRow{
@@ -63,6 +63,9 @@ func newOrderRow(req OrderRequest, now time.Time, paymentTimeout time.Duration) 
 	if paymentTimeout > 0 {
 		until := now.Add(paymentTimeout)
 		row.Status, row.ExpiresAt = Pending, &until
+	}
+	if req.OrderID != "" {
+		row.OrderID = req.OrderID
 	}
 	if req.IdempotencyKey != "" {
 		row.IdempotencyKey = &req.IdempotencyKey

@@ -203,6 +203,9 @@ type OrderRequest struct {
 	Quantity       int
 	Strategy       string // the strategy that places it, recorded on the order
 	IdempotencyKey string // empty when the client sent none
+	// OrderID is the id the order is to have, given before it is written (the queued strategy
+	// answers 202 with it); empty, the write makes a new one.
+	OrderID string
 	// Reservation is the admission reservation the order holds (hybrid's Redis admission); the
 	// zero value when it holds none. It is not part of what the request asks for.
 	Reservation Reservation
@@ -227,17 +230,22 @@ func (r OrderRequest) Fingerprint() string {
 type Status string
 
 // The statuses of an order. Pending and confirmed orders are active: they hold their units.
+// Queued and rejected are the queued strategy's, for an order accepted and not yet written, and
+// one that never will be; neither has a row.
 const (
 	Pending   Status = "pending"
 	Confirmed Status = "confirmed"
 	Cancelled Status = "cancelled"
 	Expired   Status = "expired"
+	Queued    Status = "queued"
+	Rejected  Status = "rejected"
 )
 
 // Active reports whether an order in this status holds its units.
 func (s Status) Active() bool { return s == Pending || s == Confirmed }
 
-// Order is a placed order: one row in the orders table.
+// Order is an order: one row in the orders table — or, before its row exists, an order of the
+// queued strategy, queued or rejected.
 type Order struct {
 	OrderID        string
 	SKU            string
@@ -249,6 +257,7 @@ type Order struct {
 	CreatedAt      time.Time
 	Status         Status
 	ExpiresAt      time.Time // set while pending: the payment deadline
+	Reason         string    // why a rejected order was (an error code: sold_out, ...)
 }
 
 // Audit is the consistency report of one product, read from the database in one statement. The

@@ -1,0 +1,97 @@
+package backendtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/orderqueue"
+)
+
+// The order queue of the queued strategy is NATS JetStream: the machine's server
+// (127.0.0.1:4222, started by .ci/run), or SECKILL_TEST_NATS_URL. Each test process has a queue
+// of its own on it — its stream, records, consumer and subjects named for the process — shared by
+// the process's instances, as a deployment's instances share one, and removed by Main.
+var (
+	natsOnce  sync.Once
+	natsQueue orderqueue.Config
+)
+
+// NATSURL returns the test NATS server. Unreachable, the test is skipped — or fails with
+// SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI).
+func NATSURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("SECKILL_TEST_NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	nc, err := nats.Connect(url, nats.Timeout(2*time.Second), nats.NoReconnect())
+	if err == nil {
+		nc.Close()
+		return url
+	}
+	if Required() {
+		t.Fatalf("NATS is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %s: %v", url, err)
+	}
+	t.Skipf("this test needs a NATS server with JetStream at %s: %v", url, err)
+	return ""
+}
+
+// QueueConfig is the test process's order queue on the test NATS server, with a short AckWait,
+// so that a stopped writer's orders move on quickly.
+func QueueConfig(t testing.TB) orderqueue.Config {
+	t.Helper()
+	url := NATSURL(t)
+	natsOnce.Do(func() {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		id := fmt.Sprintf("T%d_%s", os.Getpid(), strings.ToUpper(hex.EncodeToString(b)))
+		natsQueue = orderqueue.Config{URLs: []string{url}, Stream: "ORDERS_" + id, Bucket: "RECORDS_" + id,
+			Consumer: "writers_" + id, Subjects: "test." + id + ".orders", MaxBytes: 16 << 20, AckWait: time.Second}
+	})
+	return natsQueue
+}
+
+// OpenQueue opens cfg's order queue for one instance, with a connection of its own and its
+// metrics in reg; it is closed in t.Cleanup.
+func OpenQueue(t testing.TB, cfg orderqueue.Config, reg prometheus.Registerer) *orderqueue.Queue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := orderqueue.Open(ctx, cfg, slog.New(slog.DiscardHandler), reg)
+	require.NoError(t, err)
+	t.Cleanup(q.Close)
+	return q
+}
+
+// dropQueue removes the test process's queue from the server.
+func dropQueue() {
+	if natsQueue.Stream == "" {
+		return
+	}
+	nc, err := nats.Connect(natsQueue.URLs[0], nats.Timeout(2*time.Second), nats.NoReconnect())
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = js.DeleteStream(ctx, natsQueue.Stream)
+	_ = js.DeleteKeyValue(ctx, natsQueue.Bucket)
+}

@@ -1,0 +1,357 @@
+package lockstrategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Queued is the architecture flash sales are known for — pre-deduct in Redis, queue the order,
+// answer at once, write later — with its classic bug closed: Redis decremented and the message
+// never sent. The buyer has 202 at Redis speed and follows the order by its id; writers on every
+// instance take the queue in batches per product and place them with hybrid's section (its lock
+// and its version-guarded write), so the database sees one write per batch.
+//
+// Order of events for one order:
+//  1. Admission (hybrid's Lua script) reserves the units under the order's id, on this
+//     instance's heartbeat lease: sold out / already purchased are answered here, never queued.
+//  2. The order is published (its id the message id: a retry is one message), then recorded
+//     queued, then its reservation is handed over to the queue, then 202. From the record on,
+//     whichever writer takes the message resolves the reservation; before it, a sweeper that
+//     finds the reservation orphaned records the order rejected and returns the units — the
+//     first record decides, so the order is placed or returned, never both (internal/orderqueue).
+//  3. A writer records the order queued if nobody has (the publisher may have died before it),
+//     drops it if a sweeper rejected it first, acks it at once if the database has it already (a
+//     writer committed it and died before its ack), and places the rest with hybrid's section,
+//     which settles the reservations of the orders written.
+//  4. Each order's record ends placed, or rejected with the database's reason and its
+//     reservation given back; then its message is acked. A failure that decided nothing (the
+//     database did not answer) naks it: it comes back, to this writer or another.
+//
+// With Redis unreachable there is no admission to keep queued orders within the stock, and the
+// order takes hybrid's database-guarded path instead: 201, slower, still correct.
+type Queued struct {
+	hybrid    *Hybrid
+	admission *admission.Ledger
+	queue     *orderqueue.Queue
+	store     *stock.Store
+	opts      QueuedOptions
+	log       *slog.Logger
+	stop      context.CancelFunc
+	writers   sync.WaitGroup
+}
+
+// QueuedOptions tune the queued strategy.
+type QueuedOptions struct {
+	Writers int           // writer loops on this instance (default 2)
+	Batch   int           // orders one writer takes at a time (default 64)
+	Idle    time.Duration // how long an idle writer waits for an order before asking again (default 1 s)
+	Retry   time.Duration // how long an order that could not be decided waits before it comes back (default 250 ms)
+	Publish time.Duration // budget of an order's publish and record (default 2 s)
+}
+
+// NewQueued returns the queued strategy over hybrid's admission and section, and starts its
+// writers on queue. Close stops them.
+func NewQueued(h *Hybrid, queue *orderqueue.Queue, opts QueuedOptions, log *slog.Logger) *Queued {
+	if opts.Writers <= 0 {
+		opts.Writers = 2
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 64
+	}
+	if opts.Idle <= 0 {
+		opts.Idle = time.Second
+	}
+	if opts.Retry <= 0 {
+		opts.Retry = 250 * time.Millisecond
+	}
+	if opts.Publish <= 0 {
+		opts.Publish = 2 * time.Second
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Queued{hybrid: h, admission: h.admission, queue: queue, store: h.run.store, opts: opts, log: log, stop: stop}
+	h.admission.Expect(s)
+	for range opts.Writers {
+		s.writers.Go(func() { queue.Work(ctx, opts.Batch, opts.Idle, 2*h.run.opts.Wait+10*time.Second, s.write) })
+	}
+	return s
+}
+
+// Name implements Strategy.
+func (s *Queued) Name() string { return "queued" }
+
+// Close stops the writers, after the batches in hand.
+func (s *Queued) Close() error {
+	s.stop()
+	s.writers.Wait()
+	return nil
+}
+
+// PlaceOrder implements Strategy: the order it returns is queued (stock.Queued), not placed.
+func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	req.OrderID = ulid.Make().String()
+	req.Reservation = stock.Reservation{ID: req.OrderID}
+	res, err := s.admission.Admit(ctx, req)
+	if errors.Is(err, admission.ErrRedisDown) {
+		req.OrderID, req.Reservation = "", stock.Reservation{}
+		return s.hybrid.PlaceOrder(ctx, req)
+	}
+	if err != nil {
+		return stock.Order{}, err
+	}
+	o := orderqueue.Order{OrderID: req.OrderID, SKU: req.SKU, UserID: req.UserID, Quantity: req.Quantity, Strategy: req.Strategy,
+		IdempotencyKey: req.IdempotencyKey, Reservation: res.ID, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	// Past admission the order's steps run to their end even if the client goes: a publish cut
+	// off halfway would leave the buyer's reservation in doubt for a sweeper to settle.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
+	defer cancel()
+	if _, err := s.queue.Publish(pctx, o); err != nil {
+		if errors.Is(err, orderqueue.ErrFull) {
+			err = fmt.Errorf("%w: %w", stock.ErrBusy, err)
+		} else {
+			// Perhaps published: the reservation waits in doubt, and the sweeper asks the queue.
+			err = fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
+		}
+		s.admission.GiveBack(pctx, req, err)
+		return stock.Order{}, err
+	}
+	defer s.admission.Done(res)
+	rec, err := s.queue.Record(pctx, orderqueue.Record{Order: o, State: orderqueue.Queued})
+	if err == nil && rec.State == orderqueue.Rejected {
+		// A sweeper recorded it rejected first (this instance had stopped beating, frozen
+		// between admission and here) and returned its units: it was never accepted.
+		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
+	}
+	if err != nil {
+		s.log.Debug("queued order not recorded; its writer records it", "order", o.OrderID, "err", err)
+	}
+	if err := s.admission.HandOver(pctx, req.SKU, []stock.OrderRequest{req}); err != nil {
+		s.log.Debug("reservation not handed over to the queue; the sweeper does it", "order", o.OrderID, "err", err)
+	}
+	return queuedOrder(o), nil
+}
+
+// queuedOrder is the order a queued record stands for.
+func queuedOrder(o orderqueue.Order) stock.Order {
+	return stock.Order{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
+		IdempotencyKey: o.IdempotencyKey, CreatedAt: o.AcceptedAt, Status: stock.Queued,
+		RequestHash: request(o).Fingerprint()}
+}
+
+// request is the order request a message carries.
+func request(o orderqueue.Order) stock.OrderRequest {
+	return stock.OrderRequest{SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
+		IdempotencyKey: o.IdempotencyKey, OrderID: o.OrderID, Reservation: stock.Reservation{ID: o.Reservation}}
+}
+
+// write is one writer's batch of one product (steps 3 and 4).
+func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
+	var todo []*orderqueue.Delivery
+	for _, d := range b.Deliveries {
+		rec, err := s.queue.Record(ctx, orderqueue.Record{Order: d.Order, State: orderqueue.Queued})
+		switch {
+		case err != nil:
+			s.retry(d, err)
+		case rec.State == orderqueue.Rejected:
+			// A sweeper was first, or a writer rejected it and stopped before its ack: the
+			// give-back is by reservation id, so a second one returns nothing.
+			s.admission.GiveBack(ctx, request(d.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))
+			_ = d.Ack()
+		default:
+			todo = append(todo, d)
+		}
+	}
+	todo = s.ackPlaced(ctx, b.SKU, todo)
+	if len(todo) == 0 {
+		return
+	}
+	reqs := make([]stock.OrderRequest, len(todo))
+	for i, d := range todo {
+		reqs[i] = request(d.Order)
+	}
+	placed := s.hybrid.section(ctx, b.SKU, func() []stock.OrderRequest { return reqs })
+	var refused []*orderqueue.Delivery
+	refusals := map[string]error{}
+	for i, p := range placed {
+		switch {
+		case p.Err == nil:
+			s.finish(ctx, todo[i], orderqueue.Placed, nil)
+		case refusal(p.Err):
+			refused = append(refused, todo[i])
+			refusals[todo[i].Order.OrderID] = p.Err
+		default:
+			s.retry(todo[i], p.Err)
+		}
+	}
+	// A refusal may be about the order itself: another writer placed it meanwhile (its
+	// AckWait passed while it committed), and this one found its buyer holding it.
+	for _, d := range s.ackPlaced(ctx, b.SKU, refused) {
+		s.finish(ctx, d, orderqueue.Rejected, refusals[d.Order.OrderID])
+	}
+}
+
+// ackPlaced finishes and acks the deliveries whose orders the database has (placed by a writer
+// that stopped before its ack, or by another one) and returns the others; all of them are
+// handed back when the database cannot say.
+func (s *Queued) ackPlaced(ctx context.Context, sku string, ds []*orderqueue.Delivery) []*orderqueue.Delivery {
+	if len(ds) == 0 {
+		return nil
+	}
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.Order.OrderID
+	}
+	written, err := s.store.Placed(ctx, ids)
+	if err != nil {
+		for _, d := range ds {
+			s.retry(d, err)
+		}
+		return nil
+	}
+	var rest []*orderqueue.Delivery
+	var done []stock.OrderRequest
+	for _, d := range ds {
+		if written[d.Order.OrderID] {
+			done = append(done, request(d.Order))
+			s.finish(ctx, d, orderqueue.Placed, nil)
+		} else {
+			rest = append(rest, d)
+		}
+	}
+	s.admission.Settle(ctx, sku, done, make([]stock.Placed, len(done)))
+	return rest
+}
+
+// finish writes the order's final record, gives a rejected order's units back, and acks it.
+// A record that stands otherwise (the other final state, written first) is what the buyer was
+// told: it is kept, and the reservation follows it.
+func (s *Queued) finish(ctx context.Context, d *orderqueue.Delivery, state orderqueue.State, why error) {
+	r := orderqueue.Record{Order: d.Order, State: state}
+	if why != nil {
+		r.Reason = stock.Code(why)
+	}
+	rec, err := s.queue.Finish(ctx, r)
+	if err != nil {
+		s.retry(d, err)
+		return
+	}
+	switch {
+	case state == orderqueue.Rejected && rec.State == orderqueue.Rejected:
+		s.admission.GiveBack(ctx, request(d.Order), why)
+	case rec.State != state:
+		// Cannot happen while every writer records an order queued before it places it and
+		// reads the database before it rejects it; said loudly, since the buyer's answer and the
+		// database now disagree.
+		s.log.Error("queued order: its record and the database disagree", "order", d.Order.OrderID,
+			"record", rec.State, "database", state)
+	}
+	_ = d.Ack()
+}
+
+// retry hands a delivery back to the queue: its order was not decided.
+func (s *Queued) retry(d *orderqueue.Delivery, err error) {
+	s.log.Debug("queued order not decided; it comes back", "order", d.Order.OrderID, "err", err)
+	_ = d.Nak(s.opts.Retry)
+}
+
+// refusal reports whether the database decided against the order — for good, whoever asks
+// again: sold out, a buyer who holds an order, outside the sale window, a product gone. Busy and
+// unavailable decide nothing: the order is tried again.
+func refusal(err error) bool {
+	switch stock.Code(err) {
+	case "busy", "unavailable", "internal", "canceled":
+		return false
+	}
+	return true
+}
+
+// Pending implements admission.Pending, for the sweeper: a reservation whose order was recorded
+// queued is left to its writer (its message went out); one with no record is recorded rejected
+// now, so that no writer ever places it, and its units may go back. Reservations that are not
+// the queued strategy's (not an order id) have no message: they are not asked about.
+func (s *Queued) Pending(ctx context.Context, sku string, held []admission.Held) (map[string]bool, error) {
+	writable := map[string]bool{}
+	for _, h := range held {
+		if _, err := ulid.ParseStrict(h.ID); err != nil {
+			continue
+		}
+		rec, err := s.queue.Record(ctx, orderqueue.Record{
+			Order: orderqueue.Order{OrderID: h.ID, SKU: sku, UserID: h.User, Quantity: h.Units, Strategy: s.Name(),
+				IdempotencyKey: h.IdempotencyKey, Reservation: h.ID, AcceptedAt: time.Now().UTC()},
+			State:  orderqueue.Rejected,
+			Reason: "unavailable",
+		})
+		if err != nil {
+			return nil, err
+		}
+		writable[h.ID] = rec.State != orderqueue.Rejected
+	}
+	return writable, nil
+}
+
+// Order reads the record of an order with no row: queued, rejected with its reason, or — placed
+// meanwhile — its row. stock.ErrNotFound when the queue has no record of it.
+func (s *Queued) Order(ctx context.Context, orderID string) (stock.Order, error) {
+	rec, err := s.queue.Get(ctx, orderID)
+	return s.order(ctx, rec, err)
+}
+
+// WaitOrder is Order once the order's record is final, or as it stands when wait passes.
+func (s *Queued) WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
+	rec, err := s.queue.Wait(ctx, orderID, wait)
+	return s.order(ctx, rec, err)
+}
+
+func (s *Queued) order(ctx context.Context, rec orderqueue.Record, err error) (stock.Order, error) {
+	if errors.Is(err, orderqueue.ErrNotFound) {
+		return stock.Order{}, fmt.Errorf("%w: %w", stock.ErrNotFound, err)
+	}
+	if err != nil {
+		return stock.Order{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
+	}
+	switch rec.State {
+	case orderqueue.Placed:
+		return s.store.Order(ctx, rec.OrderID)
+	case orderqueue.Rejected:
+		o := queuedOrder(rec.Order)
+		o.Status, o.Reason = stock.Rejected, rec.Reason
+		return o, nil
+	}
+	return queuedOrder(rec.Order), nil
+}
+
+// Replay finds the order of req's Idempotency-Key while it is queued: the buyer's reservation
+// names the key and the order (its id), and the order's record says where it is. A queued or
+// placed order is the answer; stock.ErrNotFound when the key holds no queued order.
+func (s *Queued) Replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	held, err := s.admission.Held(ctx, req.SKU, req.UserID)
+	if err != nil {
+		return stock.Order{}, err
+	}
+	if held.IdempotencyKey != req.IdempotencyKey {
+		return stock.Order{}, fmt.Errorf("key %q: no queued order: %w", req.IdempotencyKey, stock.ErrNotFound)
+	}
+	o, err := s.Order(ctx, held.ID)
+	if err == nil && o.Status == stock.Rejected {
+		return stock.Order{}, fmt.Errorf("key %q: order %s rejected: %w", req.IdempotencyKey, held.ID, stock.ErrNotFound)
+	}
+	if err == nil && o.RequestHash != req.Fingerprint() {
+		return stock.Order{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
+	}
+	return o, err
+}
+
+// Backlog is how many of sku's orders are queued: accepted, not yet written.
+func (s *Queued) Backlog(ctx context.Context, sku string) (int64, error) {
+	b, err := s.queue.BacklogOf(ctx, sku)
+	return int64(b.Depth), err
+}
