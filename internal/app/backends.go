@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -20,23 +20,30 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// openStore opens MySQL when a DSN is configured, else the embedded SQLite file, and says which.
-func openStore(ctx context.Context, cfg *config, stdout io.Writer) (*stock.Store, error) {
+// OpenStore opens the store cfg names — MySQL when a DSN is configured, else the embedded
+// SQLite file in the data dir — with the options every instance's store has, and says which on
+// out. It does not migrate. Open uses it; so does a tool that needs the database the way an
+// instance has it (the test fixtures' stores, the lab's own reads and writes).
+func OpenStore(ctx context.Context, cfg Config, out io.Writer) (*stock.Store, error) {
 	if cfg.MySQLDSN != "" {
-		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.Service.LockWait, IdleTx: cfg.DBIdleTx})
+		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, cfg.storeOptions())
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintln(stdout, "database: MySQL/MariaDB (SECKILL_MYSQL_DSN)")
+		fmt.Fprintln(out, "database: MySQL/MariaDB (SECKILL_MYSQL_DSN)")
 		return store, nil
 	}
-	store, err := stock.OpenSQLite(ctx, cfg.sqlitePath(), stock.Options{MaxOpenConns: cfg.DBMaxConns, LockWait: cfg.Service.LockWait, IdleTx: cfg.DBIdleTx})
+	path := SQLitePath(cfg.DataDir)
+	store, err := stock.OpenSQLite(ctx, path, cfg.storeOptions())
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stdout, "database: embedded SQLite at %s (set SECKILL_MYSQL_DSN for MySQL/MariaDB)\n", cfg.sqlitePath())
+	fmt.Fprintf(out, "database: embedded SQLite at %s (set SECKILL_MYSQL_DSN for MySQL/MariaDB)\n", path)
 	return store, nil
 }
+
+// SQLitePath is where the embedded store of the data dir keeps its database.
+func SQLitePath(dataDir string) string { return filepath.Join(dataDir, "seckill.db") }
 
 // redisBackend is the Redis side of an instance: the clients of the configured mode — the first
 // also holds the admission state, all of them vote on locks — or one embedded Redis.
@@ -48,7 +55,7 @@ type redisBackend struct {
 // openRedis connects to the configured Redis instances, or starts an embedded one (miniredis,
 // in-process, on a free loopback port) when none is configured. A Redis that does not answer at
 // start is not fatal: the hybrid strategy falls back to the database-guarded path until it does.
-func openRedis(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger) (*redisBackend, error) {
+func openRedis(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger) (*redisBackend, error) {
 	b := &redisBackend{}
 	addrs := cfg.RedisAddrs
 	if len(addrs) == 0 {
@@ -58,13 +65,18 @@ func openRedis(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Log
 			return nil, fmt.Errorf("start embedded redis: %w", err)
 		}
 		addrs = []string{b.embedded.Addr()}
-		fmt.Fprintf(stdout, "redis: embedded (miniredis) at %s (set SECKILL_REDIS_ADDRS for real Redis)\n", b.embedded.Addr())
-	} else {
-		fmt.Fprintf(stdout, "redis: %s (SECKILL_REDIS_ADDRS, SECKILL_REDIS_MODE)\n", redisText(cfg))
+		fmt.Fprintf(out, "redis: embedded (miniredis) at %s (set SECKILL_REDIS_ADDRS for real Redis)\n", b.embedded.Addr())
 	}
-	clients, err := redisclient.New(cfg.RedisMode, addrs, cfg.RedisMaster)
+	mode := cfg.RedisMode
+	if mode == "" {
+		mode, _ = redisclient.ParseMode("", len(addrs)) // the default of a count never fails
+	}
+	if len(cfg.RedisAddrs) > 0 {
+		fmt.Fprintf(out, "redis: %s (SECKILL_REDIS_ADDRS, SECKILL_REDIS_MODE)\n", redisText(mode, cfg.RedisAddrs, cfg.RedisMaster))
+	}
+	clients, err := redisclient.New(mode, addrs, cfg.RedisMaster)
 	if err != nil {
-		b.Close()
+		_ = b.Close()
 		return nil, err
 	}
 	b.clients = clients
@@ -77,28 +89,29 @@ func openRedis(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Log
 	return b, nil
 }
 
-func (b *redisBackend) Close() {
+func (b *redisBackend) Close() error {
 	for _, c := range b.clients {
 		_ = c.Close()
 	}
 	if b.embedded != nil {
 		b.embedded.Close()
 	}
+	return nil
 }
 
 // redisText says what the configured Redis is, and what a lock is on it.
-func redisText(cfg *config) string {
-	addrs := strings.Join(cfg.RedisAddrs, ",")
-	switch cfg.RedisMode {
+func redisText(mode redisclient.Mode, addrs []string, master string) string {
+	list := strings.Join(addrs, ",")
+	switch mode {
 	case redisclient.Redlock:
 		return fmt.Sprintf("%d independent instances %s, locks by quorum of %d (Redlock); admission on %s",
-			len(cfg.RedisAddrs), addrs, len(cfg.RedisAddrs)/2+1, cfg.RedisAddrs[0])
+			len(addrs), list, len(addrs)/2+1, addrs[0])
 	case redisclient.Cluster:
-		return "Redis Cluster, seed nodes " + addrs + "; each SKU's keys on the master of its hash tag's slot"
+		return "Redis Cluster, seed nodes " + list + "; each SKU's keys on the master of its hash tag's slot"
 	case redisclient.Sentinel:
-		return fmt.Sprintf("the master Sentinels %s name for %q", addrs, cfg.RedisMaster)
+		return fmt.Sprintf("the master Sentinels %s name for %q", list, master)
 	}
-	return addrs
+	return list
 }
 
 // etcdBackend is the etcd side of an instance: a client, and the in-process server when none
@@ -110,7 +123,7 @@ type etcdBackend struct {
 
 // openEtcd connects to the configured etcd cluster, or starts a real etcd server in-process
 // (server/v3/embed) in the data dir, on free loopback ports, fresh at every start.
-func openEtcd(cfg *config, stdout io.Writer) (*etcdBackend, error) {
+func openEtcd(cfg Config, out io.Writer) (*etcdBackend, error) {
 	b := &etcdBackend{}
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
@@ -124,32 +137,33 @@ func openEtcd(cfg *config, stdout io.Writer) (*etcdBackend, error) {
 		}
 		b.embedded = m
 		endpoints = []string{m.ClientURL}
-		fmt.Fprintf(stdout, "etcd: embedded at %s, data in %s (set SECKILL_ETCD_ENDPOINTS for an etcd cluster)\n", m.ClientURL, dir)
+		fmt.Fprintf(out, "etcd: embedded at %s, data in %s (set SECKILL_ETCD_ENDPOINTS for an etcd cluster)\n", m.ClientURL, dir)
 	} else {
-		fmt.Fprintf(stdout, "etcd: %s (SECKILL_ETCD_ENDPOINTS)\n", strings.Join(endpoints, ","))
+		fmt.Fprintf(out, "etcd: %s (SECKILL_ETCD_ENDPOINTS)\n", strings.Join(endpoints, ","))
 	}
 	c, err := etcdlock.NewClient(endpoints)
 	if err != nil {
-		b.Close()
+		_ = b.Close()
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	b.client = c
 	return b, nil
 }
 
-func (b *etcdBackend) Close() {
+func (b *etcdBackend) Close() error {
 	if b.client != nil {
 		_ = b.client.Close()
 	}
 	if b.embedded != nil {
 		b.embedded.Close()
 	}
+	return nil
 }
 
-// openZooKeeper connects to the configured ensemble, one session per instance; with none
-// configured it returns nil and the zookeeper strategy is not offered (there is no embedded
-// ZooKeeper: it is a Java server).
-func openZooKeeper(cfg *config, stdout io.Writer, log *slog.Logger) (*zk.Conn, error) {
+// openZooKeeper connects to the configured ensemble, one session per instance whose timeout is
+// the lock TTL; with none configured it returns nil and the zookeeper strategies are not offered
+// (there is no embedded ZooKeeper: it is a Java server).
+func openZooKeeper(cfg Config, out io.Writer, log *slog.Logger) (*zk.Conn, error) {
 	if len(cfg.ZKServers) == 0 {
 		return nil, nil
 	}
@@ -157,6 +171,6 @@ func openZooKeeper(cfg *config, stdout io.Writer, log *slog.Logger) (*zk.Conn, e
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stdout, "zookeeper: %s (SECKILL_ZK_SERVERS), session timeout %s\n", strings.Join(cfg.ZKServers, ","), cfg.Service.LockTTL)
+	fmt.Fprintf(out, "zookeeper: %s (SECKILL_ZK_SERVERS), session timeout %s\n", strings.Join(cfg.ZKServers, ","), cfg.Service.LockTTL)
 	return conn, nil
 }
