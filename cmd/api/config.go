@@ -8,37 +8,22 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/redisclient"
-	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// config is the service configuration. Every setting is a flag, and an environment variable
-// named after it (addr -> SECKILL_ADDR): the flag wins over the variable, the variable over the
-// default. How orders are placed is service.Config, whose defaults are the flags' defaults.
+// config is the service configuration: the instance's (app.Config) and what only the command
+// has, the log format and pprof. Every setting is a flag, and an environment variable named
+// after it (addr -> SECKILL_ADDR): the flag wins over the variable, the variable over the
+// default, and the defaults are app.Defaults().
 type config struct {
-	Addr            string
-	MySQLDSN        string
-	DBMaxConns      int
-	DBIdleTx        time.Duration
-	RedisAddrs      []string
-	RedisMode       redisclient.Mode // "" until validated: then the mode the addresses default to
-	RedisMaster     string
-	EtcdEndpoints   []string
-	ZKServers       []string
-	AdminToken      string
-	DataDir         string
-	ShutdownTimeout time.Duration
-	LogFormat       string
-	PprofAddr       string
-	RateLimit       float64
-	RateBurst       int
-	TrustedProxies  []string
-	Service         service.Config
+	app.Config
+	LogFormat string
+	PprofAddr string
 
 	flags          *flag.FlagSet
 	tokenGenerated bool // AdminToken was made up at start and must be printed once
@@ -57,12 +42,13 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	c := &config{flags: flag.NewFlagSet("seckill", flag.ContinueOnError)}
 	fs := c.flags
 	fs.SetOutput(io.Discard)
-	d, sc := service.Defaults(), &c.Service
-	fs.StringVar(&c.Addr, "addr", ":8080", "listen address")
+	ad := app.Defaults()
+	d, sc := ad.Service, &c.Service
+	fs.StringVar(&c.Addr, "addr", ad.Addr, "listen address")
 	fs.StringVar(&sc.Strategy, "strategy", d.Strategy, "default strategy")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "MySQL/MariaDB DSN; empty: the embedded SQLite store in the data dir")
-	fs.IntVar(&c.DBMaxConns, "db-max-conns", 32, "connection pool size of this instance (MySQL: mind max_connections across replicas)")
-	fs.DurationVar(&c.DBIdleTx, "db-idle-tx", 2*time.Second,
+	fs.IntVar(&c.DBMaxConns, "db-max-conns", ad.DBMaxConns, "connection pool size of this instance (MySQL: mind max_connections across replicas)")
+	fs.DurationVar(&c.DBIdleTx, "db-idle-tx", ad.DBIdleTx,
 		"MySQL/MariaDB: the server ends a transaction of this instance idle this long (a frozen holder's row lock); whole seconds")
 	fs.Var((*list)(&c.RedisAddrs), "redis-addrs",
 		"comma-separated Redis host:port; several = independent instances locked by quorum (Redlock); empty: an embedded Redis")
@@ -73,8 +59,10 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.Var((*list)(&c.EtcdEndpoints), "etcd-endpoints", "comma-separated etcd client URLs; empty: an etcd server embedded in the process")
 	fs.Var((*list)(&c.ZKServers), "zk-servers",
 		"comma-separated ZooKeeper host:port of one ensemble, for the zookeeper strategy (session timeout: the lock TTL); empty: not offered")
+	fs.Var((*list)(&c.Queue.URLs), "nats-urls",
+		"comma-separated NATS server URLs (a JetStream cluster), the order queue of the queued strategy; empty: a NATS server embedded in the process, in the data dir")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin bearer token; empty: a random one, printed once")
-	fs.StringVar(&c.DataDir, "data-dir", "./.seckill", "where embedded backends keep their files")
+	fs.StringVar(&c.DataDir, "data-dir", ad.DataDir, "where embedded backends keep their files")
 	fs.BoolVar(&sc.AllowUnsafe, "allow-unsafe", d.AllowUnsafe, "allow the unsafe strategies (naive, unguarded-*)")
 	fs.BoolVar(&sc.StrategyOverride, "strategy-override", d.StrategyOverride, "allow the per-request strategy field")
 	fs.DurationVar(&sc.LockTTL, "lock-ttl", d.LockTTL, "lock expiry, extended while held: how soon a stopped holder's lock is free again")
@@ -83,7 +71,7 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.DurationVar(&sc.LockPoll, "lock-poll", d.LockPoll, "how often a waiter tries a taken Redis lock between release messages; 0: every 1-5 ms, jittered")
 	fs.DurationVar(&sc.NaivePause, "naive-pause", d.NaivePause, "naive strategy: pause between read and write (the race window)")
 	fs.DurationVar(&sc.SlowHold, "slow-hold", d.SlowHold, "warn and count when a lock is held longer than this")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", ad.ShutdownTimeout, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&sc.GroupCommit, "group-commit", d.GroupCommit, "place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
 	rowLock := fs.String("row-lock", d.RowLock.String(),
@@ -194,9 +182,6 @@ func randomToken() string {
 	_, _ = rand.Read(b) // crypto/rand.Read never returns an error on supported platforms
 	return hex.EncodeToString(b)
 }
-
-// sqlitePath is where the embedded store keeps its database.
-func (c *config) sqlitePath() string { return filepath.Join(c.DataDir, "seckill.db") }
 
 // print writes the effective configuration with secrets masked.
 func (c *config) print(w io.Writer) {

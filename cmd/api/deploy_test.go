@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -23,9 +25,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/backendtest"
-	"github.com/flashsale/seckill/internal/redisclient"
-	"github.com/flashsale/seckill/internal/service"
 )
 
 const (
@@ -452,18 +453,15 @@ func (d *describedNames) MustRegister(cs ...prometheus.Collector) {
 	}
 }
 
-// registeredNames builds an instance with service.New, the composition root run uses, and
-// returns the names of the families it registers.
+// registeredNames builds an instance with app.Open, as run does, and returns the names of the
+// families it registers.
 func registeredNames(t *testing.T) map[string]bool {
 	t.Helper()
-	reg := &describedNames{Registerer: prometheus.NewRegistry(), names: map[string]bool{}}
-	b := service.Backends{Store: backendtest.Store(t), Etcd: backendtest.Etcd(t)}
-	client := redisclient.NewSingle(backendtest.RedisAddr(t))
-	t.Cleanup(func() { _ = client.Close() })
-	b.Redis = append(b.Redis, client)
-	svc, err := service.New(service.Defaults(), b, slog.New(slog.DiscardHandler), reg)
+	reg := &describedNames{names: map[string]bool{}}
+	a, err := app.Open(context.Background(), backendtest.AppConfig(t), slog.New(slog.DiscardHandler), io.Discard,
+		app.WrapRegisterer(func(r prometheus.Registerer) prometheus.Registerer { reg.Registerer = r; return reg }))
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = svc.Close() })
+	t.Cleanup(func() { _ = a.Close() })
 	require.Contains(t, reg.names, "seckill_orders_total", "the families' names are read from Desc.String(): has its format changed?")
 	return reg.names
 }

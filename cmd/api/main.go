@@ -1,27 +1,22 @@
-// Command api is the seckill service: it loads its configuration, opens the backends (real ones
-// when configured, embedded ones otherwise), builds the store, the strategies and the router,
-// and serves until SIGINT or SIGTERM, then drains in-flight orders before it exits.
+// Command api is the seckill service: it loads its configuration, has package app open the
+// backends (real ones when configured, embedded ones otherwise) and build the service and the
+// router on them, and serves until SIGINT or SIGTERM, then drains in-flight orders before it
+// exits.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/seckill/internal/handler"
-	"github.com/flashsale/seckill/internal/service"
+	"github.com/flashsale/seckill/internal/app"
 )
 
 func main() {
@@ -47,72 +42,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	slog.SetDefault(log) // libraries that log through slog's default (go-redis, above) follow the configured format
 	cfg.print(stdout)
 
-	store, err := openStore(ctx, cfg, stdout)
+	a, err := app.Open(ctx, cfg.Config, log, stdout)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if err := store.Migrate(ctx, log); err != nil {
-		return err
-	}
-
-	rdb, err := openRedis(ctx, cfg, stdout, log)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-
-	etcd, err := openEtcd(cfg, stdout)
-	if err != nil {
-		return err
-	}
-	defer etcd.Close()
-
-	zkConn, err := openZooKeeper(cfg, stdout, log)
-	if err != nil {
-		return err
-	}
-	if zkConn != nil {
-		defer zkConn.Close()
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := service.New(cfg.Service, service.Backends{Store: store, Redis: rdb.clients, Etcd: etcd.client, ZooKeeper: zkConn}, log, reg)
-	if err != nil {
-		return err
-	}
-	defer svc.Close()
-
-	h, err := handler.New(handler.Config{
-		Sales:          svc,
-		AdminToken:     cfg.AdminToken,
-		Log:            log,
-		Registerer:     reg,
-		Gatherer:       reg,
-		RateLimit:      handler.RateLimit{Rate: cfg.RateLimit, Burst: cfg.RateBurst},
-		TrustedProxies: cfg.TrustedProxies,
-	})
-	if err != nil {
-		return err
-	}
+	defer a.Close()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second, // longer than a proxy's keep-alive, so it closes first
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 	if cfg.tokenGenerated {
 		fmt.Fprintf(stdout, "admin token (generated, shown once): %s\n", cfg.AdminToken)
 	}
-	fmt.Fprintf(stdout, "strategies: %v (default %s)\n", svc.Names(), cfg.Service.Strategy)
+	fmt.Fprintf(stdout, "strategies: %v (default %s)\n", a.Service().Names(), cfg.Service.Strategy)
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, stdout, log)
@@ -122,25 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		defer stopPprof()
 	}
-
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
-	}
-	log.Info("stopped")
-	return nil
+	return a.Serve(ctx, ln)
 }
 
 // redisLogger adapts go-redis's logging to slog.

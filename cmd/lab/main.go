@@ -11,6 +11,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/lab"
 )
 
@@ -76,11 +78,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *small {
 		size = lab.Small
 	}
+	// The service instances of the experiments run as cmd/api with its defaults, on the lab's
+	// database and Redis.
+	cfg := app.Defaults()
+	cfg.MySQLDSN = cmp.Or(getenv("SECKILL_LAB_MYSQL_DSN"), "root:@tcp(127.0.0.1:3306)/seckill_lab?parseTime=true")
+	cfg.RedisAddrs = []string{cmp.Or(getenv("SECKILL_LAB_REDIS_ADDR"), "127.0.0.1:6379")}
 	env := lab.Open(ctx, lab.Options{
-		MySQLDSN:  getenv("SECKILL_LAB_MYSQL_DSN"),
-		RedisAddr: getenv("SECKILL_LAB_REDIS_ADDR"),
-		Size:      size,
-		Log:       slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})), // the experiments make the service warn on purpose
+		Config: cfg,
+		Size:   size,
+		Log:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})), // the experiments make the service warn on purpose
 	})
 	defer env.Close()
 

@@ -8,6 +8,8 @@
 // needing ZooKeeper where it is not installed is skipped, saying so — unless
 // SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI), where a missing backend fails the test instead.
 // Fault tests get throwaway servers of their own (StartRedis, StartZooKeeperEnsemble).
+// Service instances (NewInstance, Open) are built by package app, the composition root of
+// cmd/api, from cmd/api's configuration pointed at these backends (AppConfig).
 //
 // A test package using it calls Main from its TestMain, so the database is dropped at the end.
 package backendtest
@@ -19,6 +21,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,6 +34,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -152,14 +156,39 @@ func migrate() error {
 }
 
 // poolSize keeps each test store's pool small: the packages' tests run in parallel against one
-// MariaDB, whose default max_connections is 151.
+// MariaDB, whose default max_connections is 151. It is cmd/api's SECKILL_DB_MAX_CONNS.
 const poolSize = 8
 
-func open(ctx context.Context) (*stock.Store, error) {
+// storeConfig is cmd/api's default configuration on the process's test database.
+func storeConfig() app.Config {
+	c := app.Defaults()
+	c.DBMaxConns = poolSize
 	if setup.mysqlDSN != "" {
-		return stock.OpenMySQL(ctx, setup.mysqlDSN, stock.Options{MaxOpenConns: poolSize})
+		c.MySQLDSN = setup.mysqlDSN
+	} else {
+		c.DataDir = filepath.Dir(setup.sqlitePath)
 	}
-	return stock.OpenSQLite(ctx, setup.sqlitePath, stock.Options{MaxOpenConns: poolSize})
+	return c
+}
+
+// open opens a store on the test database as an instance of cmd/api's default configuration
+// opens its own.
+func open(ctx context.Context) (*stock.Store, error) {
+	return app.OpenStore(ctx, storeConfig(), io.Discard)
+}
+
+// AppConfig is cmd/api's default configuration (app.Defaults) pointed at the test backends —
+// the database, the shared Redis, the process's etcd, the process's order queue — with the
+// small pool every test store has. Tests change what they are about, as a user would change a
+// setting of cmd/api.
+func AppConfig(t testing.TB) app.Config {
+	t.Helper()
+	ready(t)
+	c := storeConfig()
+	c.RedisAddrs = []string{RedisAddr(t)}
+	c.EtcdEndpoints = EtcdEndpoints(t)
+	c.Queue = instanceQueue(t)
+	return c
 }
 
 func ready(t testing.TB) {

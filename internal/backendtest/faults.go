@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -54,7 +56,9 @@ func StoreVia(t testing.TB, network, addr string) *stock.Store {
 	cfg, err := mysql.ParseDSN(setup.mysqlDSN)
 	require.NoError(t, err)
 	cfg.Net, cfg.Addr = network, addr
-	s, err := stock.OpenMySQL(context.Background(), cfg.FormatDSN(), stock.Options{MaxOpenConns: poolSize})
+	c := storeConfig()
+	c.MySQLDSN = cfg.FormatDSN()
+	s, err := app.OpenStore(context.Background(), c, io.Discard)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s

@@ -2,7 +2,9 @@ package backendtest
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/service"
@@ -20,8 +23,11 @@ import (
 // Wiring says which backends an instance connects to; a zero field means the process's test
 // backend (with a pool or client of the instance's own, as a separate instance would have).
 type Wiring struct {
-	Store      *stock.Store // default: Store(t)
-	RedisAddrs []string     // default: the shared test Redis; several: Redlock
+	// Store is a store the test opened (StoreVia, Store) for the instance to run on; default:
+	// one the instance opens from its configuration, as cmd/api does, with that configuration's
+	// pool, lock wait and idle-transaction bound.
+	Store      *stock.Store
+	RedisAddrs []string // default: the shared test Redis; several: Redlock
 	// RedisMode says what RedisAddrs are (redisclient.Mode); default: single for one
 	// address, redlock for several. RedisMaster is the master name of mode sentinel.
 	RedisMode     redisclient.Mode
@@ -30,9 +36,27 @@ type Wiring struct {
 	// ZKServers is the ZooKeeper ensemble of the zookeeper strategy; default: none, as in
 	// cmd/api, and the strategy is not offered (ZooKeeperServers gives the process's own).
 	ZKServers []string
-	// Queue gives the instance the test process's order queue (QueueConfig), and so the queued
-	// strategy; an instance whose default strategy is queued has it anyway.
-	Queue bool
+}
+
+// Config is the configuration of an instance of cfg on the backends w names: cmd/api's
+// (app.Config), on the test backends (AppConfig) where w names none. Its Instance is the
+// test's name unless cfg names one.
+func (w Wiring) Config(t testing.TB, cfg service.Config) app.Config {
+	t.Helper()
+	c := AppConfig(t)
+	if cfg.Instance == "" {
+		cfg.Instance = t.Name()
+	}
+	c.Service = cfg
+	if len(w.RedisAddrs) > 0 {
+		c.RedisAddrs = w.RedisAddrs
+	}
+	c.RedisMode, c.RedisMaster = w.RedisMode, w.RedisMaster
+	if len(w.EtcdEndpoints) > 0 {
+		c.EtcdEndpoints = w.EtcdEndpoints
+	}
+	c.ZKServers = w.ZKServers
+	return c
 }
 
 // Instance is one service instance built as cmd/api builds it, with its own metrics registry.
@@ -40,45 +64,28 @@ type Instance struct {
 	*service.Service
 	Store   *stock.Store
 	Metrics *prometheus.Registry
+	Handler http.Handler // the instance's HTTP API
 }
 
-// NewInstance builds one service instance with service.New — the composition root of cmd/api —
-// from cfg (start from service.Defaults() and change what the test is about) on the backends w
-// names. It is closed in t.Cleanup.
+// NewInstance builds one service instance of cfg (start from service.Defaults() and change
+// what the test is about) on the backends w names, with Open. It is closed in t.Cleanup.
 func NewInstance(t testing.TB, cfg service.Config, w Wiring) Instance {
 	t.Helper()
-	if w.Store == nil {
-		w.Store = Store(t)
+	return Open(t, w.Config(t, cfg), w.Store)
+}
+
+// Open builds one instance from c with app.Open — what cmd/api runs on the same configuration
+// — on store when it is not nil, else on the store c names. It is closed in t.Cleanup.
+func Open(t testing.TB, c app.Config, store *stock.Store) Instance {
+	t.Helper()
+	var opts []app.Option
+	if store != nil {
+		opts = append(opts, app.WithStore(store))
 	}
-	if len(w.RedisAddrs) == 0 {
-		w.RedisAddrs = []string{RedisAddr(t)}
-	}
-	if len(w.EtcdEndpoints) == 0 {
-		w.EtcdEndpoints = EtcdEndpoints(t)
-	}
-	if cfg.Instance == "" {
-		cfg.Instance = t.Name()
-	}
-	if w.RedisMode == "" {
-		w.RedisMode, _ = redisclient.ParseMode("", len(w.RedisAddrs))
-	}
-	clients, err := redisclient.New(w.RedisMode, w.RedisAddrs, w.RedisMaster)
+	a, err := app.Open(context.Background(), c, slog.New(slog.DiscardHandler), io.Discard, opts...)
 	require.NoError(t, err)
-	for _, c := range clients {
-		t.Cleanup(func() { _ = c.Close() })
-	}
-	b := service.Backends{Store: w.Store, Redis: clients, Etcd: EtcdClient(t, w.EtcdEndpoints)}
-	if len(w.ZKServers) > 0 {
-		b.ZooKeeper = ZooKeeper(t, w.ZKServers, cfg.LockTTL)
-	}
-	reg := prometheus.NewRegistry()
-	if w.Queue || cfg.Strategy == "queued" {
-		b.Queue = OpenQueue(t, QueueConfig(t), reg)
-	}
-	svc, err := service.New(cfg, b, slog.New(slog.DiscardHandler), reg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = svc.Close() })
-	return Instance{Service: svc, Store: w.Store, Metrics: reg}
+	t.Cleanup(func() { _ = a.Close() })
+	return Instance{Service: a.Service(), Store: a.Store(), Metrics: a.Metrics(), Handler: a.Handler()}
 }
 
 // HoldSection returns hooks that hold open, for d, the first critical section placing an order

@@ -53,7 +53,29 @@ func NATSURL(t testing.TB) string {
 // so that a stopped writer's orders move on quickly.
 func QueueConfig(t testing.TB) orderqueue.Config {
 	t.Helper()
-	url := NATSURL(t)
+	return processQueue(NATSURL(t))
+}
+
+// instanceQueue is the order queue of an instance on the test backends (AppConfig): the test
+// process's, or — with no NATS server to reach, and none required — one embedded in the
+// instance, in a directory of the test's, as cmd/api would start with SECKILL_NATS_URLS unset.
+func instanceQueue(t testing.TB) orderqueue.Config {
+	t.Helper()
+	url := os.Getenv("SECKILL_TEST_NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	if nc, err := nats.Connect(url, nats.Timeout(2*time.Second), nats.NoReconnect()); err == nil {
+		nc.Close()
+		return processQueue(url)
+	}
+	if Required() {
+		return QueueConfig(t) // fails, saying why
+	}
+	return orderqueue.Config{DataDir: t.TempDir()}
+}
+
+func processQueue(url string) orderqueue.Config {
 	natsOnce.Do(func() {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/handler"
 	"github.com/flashsale/seckill/internal/service"
@@ -38,8 +38,8 @@ var admin = header{"Authorization": "Bearer " + adminToken}
 // header is the request headers a test sends.
 type header map[string]string
 
-// server is the handler as cmd/api builds it — service.New, then handler.New — over a real
-// store.
+// server is the handler as cmd/api builds it — app.Open: service.New, then handler.New — over
+// a real store.
 type server struct {
 	http.Handler
 	store *stock.Store
@@ -52,18 +52,17 @@ func newServer(t testing.TB) *server {
 	return newServerOn(t, service.Defaults(), backendtest.Wiring{})
 }
 
-// newServerOn builds the handler on an instance of cfg over the backends w names.
-func newServerOn(t testing.TB, cfg service.Config, w backendtest.Wiring, tweak ...func(*handler.Config)) *server {
+// newServerOn builds the handler on an instance of cfg over the backends w names; tweak changes
+// the rest of the instance's configuration (cmd/api's settings of the HTTP side).
+func newServerOn(t testing.TB, cfg service.Config, w backendtest.Wiring, tweak ...func(*app.Config)) *server {
 	t.Helper()
-	inst := backendtest.NewInstance(t, cfg, w)
-	hc := handler.Config{Sales: inst.Service, AdminToken: adminToken, Log: slog.New(slog.DiscardHandler),
-		Registerer: inst.Metrics, Gatherer: inst.Metrics}
+	c := w.Config(t, cfg)
+	c.AdminToken = adminToken
 	for _, f := range tweak {
-		f(&hc)
+		f(&c)
 	}
-	h, err := handler.New(hc)
-	require.NoError(t, err)
-	return &server{Handler: h, store: inst.Store}
+	inst := backendtest.Open(t, c, w.Store)
+	return &server{Handler: inst.Handler, store: inst.Store}
 }
 
 // do sends one request through the handler. An empty body sends no body at all.
@@ -906,8 +905,8 @@ func TestRateLimit(t *testing.T) {
 	store := backendtest.Store(t)
 	sku := backendtest.SKU(t)
 	build := func(trusted []string) http.Handler {
-		return newServerOn(t, service.Defaults(), backendtest.Wiring{Store: store}, func(c *handler.Config) {
-			c.RateLimit = handler.RateLimit{Rate: 1, Burst: 2}
+		return newServerOn(t, service.Defaults(), backendtest.Wiring{Store: store}, func(c *app.Config) {
+			c.RateLimit, c.RateBurst = 1, 2
 			c.TrustedProxies = trusted
 		})
 	}
@@ -958,13 +957,10 @@ func TestDatabaseRestart(t *testing.T) {
 func databaseRestart(t *testing.T, batch int) {
 	ctx := context.Background()
 	mdb := backendtest.StartMariaDB(t)
-	store, err := stock.OpenMySQL(ctx, mdb.DSN, stock.Options{MaxOpenConns: 8})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	require.NoError(t, store.Migrate(ctx, slog.New(slog.DiscardHandler)))
 	cfg := service.Defaults()
 	cfg.GroupCommit = batch
-	s := newServerOn(t, cfg, backendtest.Wiring{Store: store})
+	s := newServerOn(t, cfg, backendtest.Wiring{}, func(c *app.Config) { c.MySQLDSN = mdb.DSN })
+	store := s.store
 	sku := backendtest.SKU(t)
 	s.putProduct(t, sku, 10, 1)
 
@@ -1048,12 +1044,9 @@ func TestKeyInFlight(t *testing.T) {
 // TestOpenAPIStrategies: the contract's strategy enum is every strategy an instance with every
 // backend (etcd and ZooKeeper too) offers, and no other.
 func TestOpenAPIStrategies(t *testing.T) {
-	inst := backendtest.NewInstance(t, service.Defaults(), backendtest.Wiring{ZKServers: backendtest.ZooKeeperServers(t), Queue: true})
-	h, err := handler.New(handler.Config{Sales: inst.Service, AdminToken: adminToken, Log: slog.New(slog.DiscardHandler),
-		Registerer: inst.Metrics, Gatherer: inst.Metrics})
-	require.NoError(t, err)
+	inst := backendtest.NewInstance(t, service.Defaults(), backendtest.Wiring{ZKServers: backendtest.ZooKeeperServers(t)})
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
+	inst.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
 	var doc struct {
 		Components struct {

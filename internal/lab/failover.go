@@ -99,20 +99,20 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku string, guarded bool,
 	cfg.Hooks.InSection = held.hook
 	var locks []*redisLock
 	for range 3 {
-		// A client in Sentinel mode, as a service instance configured with SECKILL_REDIS_MODE
-		// sentinel has: it finds the master through the Sentinels, and the new one after the
-		// failover.
-		clients, err := redisclient.New(redisclient.Sentinel, set.SentinelAddrs(), set.Name)
+		// Redis in Sentinel mode, as SECKILL_REDIS_MODE sentinel configures it: the instance
+		// finds the master through the Sentinels, and the new one after the failover.
+		c := env.config(cfg)
+		c.RedisAddrs, c.RedisMode, c.RedisMaster = set.SentinelAddrs(), redisclient.Sentinel, set.Name
+		l, err := env.newRedisLock(ctx, c)
 		if err != nil {
 			return failedOver{}, err
 		}
-		l := env.newRedisLock(cfg, clients[0])
 		defer l.close()
 		locks = append(locks, l)
 	}
 	holder := locks[0].place(guarded)
 	others := []placer{locks[1].place(guarded), locks[2].place(guarded)}
-	if err := locks[1].putProduct(ctx, env, sku, units); err != nil {
+	if err := locks[1].putProduct(ctx, sku, units); err != nil {
 		return failedOver{}, err
 	}
 	if err := set.WaitReplicated(ctx, 15*time.Second); err != nil {
@@ -136,11 +136,12 @@ func sellAcrossFailover(ctx context.Context, env *Env, sku string, guarded bool,
 	}
 	out := failedOver{promotedIn: time.Since(killed)}
 	// The Sentinels name the new master a moment after the replica takes the role, and until
-	// then a client dials the dead one. A service instance's heartbeats find the new master
-	// before its buyers do; these locks have no background traffic, so the sale waits for each
-	// client to reach it, or the first buyers would trip admission's breaker instead.
+	// then a client dials the dead one. An instance's heartbeats find the new master within a
+	// beat, but the twin's admission has no traffic of its own before the buyers': the sale
+	// waits for each instance to reach the new master, or the first buyers would trip
+	// admission's breaker instead.
 	for _, l := range locks {
-		if err := reachMaster(ctx, l.rdb, 10*time.Second); err != nil {
+		if err := reachMaster(ctx, l.app.Redis()[0], 10*time.Second); err != nil {
 			return failedOver{}, err
 		}
 	}

@@ -4,51 +4,61 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/embeddedetcd"
-	"github.com/flashsale/seckill/internal/lock/zklock"
-	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 	"github.com/flashsale/seckill/internal/zkserver"
 )
 
-// instance is one service instance, built by service.New as cmd/api builds it, on the lab's
-// database and Redis (a client of its own), and on a ZooKeeper session when zkServers is set.
+// instance is one service instance, built by app.Open as cmd/api builds it.
 type instance struct {
 	*service.Service
-	metrics *prometheus.Registry
-	closers []func() error
+	app *app.App
 }
 
-func (e *Env) newInstance(cfg service.Config, zkServers []string, zkSession time.Duration) (*instance, error) {
-	rdb := redisclient.NewSingle(e.Redis.Options().Addr)
-	inst := &instance{metrics: prometheus.NewRegistry()}
-	inst.closers = append(inst.closers, rdb.Close)
-	b := service.Backends{Store: e.Store, Redis: []redis.UniversalClient{rdb}}
-	if len(zkServers) > 0 {
-		conn, err := zklock.Dial(zkServers, zkSession, e.Log)
+// config is the configuration of an instance placing orders as cfg says: cmd/api's, on the
+// lab's backends. An experiment changes there what it is about (a Redis of its own, a
+// ZooKeeper ensemble), as a user would change a setting of cmd/api.
+func (e *Env) config(cfg service.Config) app.Config {
+	c := e.base
+	c.Service = cfg
+	return c
+}
+
+// named gives c's instance a name of the run, unless c names it: each instance its own, as
+// separate processes have.
+func (e *Env) named(c app.Config) app.Config {
+	if c.Service.Instance == "" {
+		c.Service.Instance = e.key("instance", fmt.Sprint(e.instances.Add(1)))
+	}
+	return c
+}
+
+// newInstance builds one service instance of c with app.Open, named in the run unless c names
+// it, on the instances' shared etcd when c names none.
+func (e *Env) newInstance(ctx context.Context, c app.Config) (*instance, error) {
+	c = e.named(c)
+	if len(c.EtcdEndpoints) == 0 {
+		endpoints, err := e.etcdEndpoints()
 		if err != nil {
-			_ = inst.close()
 			return nil, err
 		}
-		inst.closers = append(inst.closers, func() error { conn.Close(); return nil })
-		b.ZooKeeper = conn
+		c.EtcdEndpoints = endpoints
 	}
-	svc, err := service.New(cfg, b, e.Log, inst.metrics)
+	a, err := app.Open(ctx, c, e.Log, io.Discard)
 	if err != nil {
-		_ = inst.close()
 		return nil, err
 	}
-	inst.Service = svc
-	return inst, nil
+	return &instance{Service: a.Service(), app: a}, nil
 }
 
 // counterOf is the sum of a counter family's series in reg; 0 when it has none.
@@ -77,16 +87,7 @@ func (i *instance) via(strategy string) placer {
 	}
 }
 
-func (i *instance) close() error {
-	var errs []error
-	if i.Service != nil {
-		errs = append(errs, i.Service.Close())
-	}
-	for j := len(i.closers) - 1; j >= 0; j-- {
-		errs = append(errs, i.closers[j]())
-	}
-	return errors.Join(errs...)
-}
+func (i *instance) close() error { return i.app.Close() }
 
 // labConfig is the service's default configuration with the unsafe strategies allowed and
 // strategy as the default.

@@ -8,11 +8,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/app"
+	"github.com/flashsale/seckill/internal/embeddedetcd"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -130,58 +137,64 @@ type Env struct {
 	Store *stock.Store  // nil: MySQL/MariaDB did not answer (StoreErr says why)
 
 	RedisErr, StoreErr error
-	prefix             string
+	// base is the configuration of every service instance an experiment starts (newInstance):
+	// cmd/api's, on the lab's backends.
+	base      app.Config
+	instances atomic.Int64 // instances started, which names each
+	prefix    string
+
+	etcdMu    sync.Mutex // the lab's own etcd, started by the first instance when base names none
+	etcd      *embeddedetcd.Member
+	etcdDir   string
+	etcdErr   error
+	etcdTried bool
 }
 
-// Options say where the backends are.
+// Options say where the backends are and how the service instances of the experiments run.
 type Options struct {
-	MySQLDSN  string // default root:@tcp(127.0.0.1:3306)/seckill_lab?parseTime=true
-	RedisAddr string // default 127.0.0.1:6379
-	Size      Size
-	Log       *slog.Logger
+	// Config is the configuration of every service instance an experiment starts, as cmd/api
+	// reads it (start from app.Defaults); its database and first Redis address are also the
+	// lab's own. An experiment changes only what it is about. With no etcd endpoints the
+	// instances share an etcd the lab starts in-process.
+	Config app.Config
+	Size   Size
+	Log    *slog.Logger
 }
 
-// Open connects to the machine's MariaDB and Redis. One that does not answer is recorded, not
-// fatal: the experiments that need it report that they did not run.
+// Open connects to the database and the Redis that o.Config names, the way a service instance
+// does (app.OpenStore, redisclient.NewSingle); it creates the MySQL database if it is missing,
+// and migrates it. One that does not answer is recorded, not fatal: the experiments that need
+// it report that they did not run.
 func Open(ctx context.Context, o Options) *Env {
-	if o.MySQLDSN == "" {
-		o.MySQLDSN = "root:@tcp(127.0.0.1:3306)/seckill_lab?parseTime=true"
-	}
-	if o.RedisAddr == "" {
-		o.RedisAddr = "127.0.0.1:6379"
-	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	env := &Env{Size: o.Size, Log: o.Log, base: o.Config, prefix: fmt.Sprintf("lab-%x", time.Now().UnixNano()),
+		RedisErr: errors.New("no Redis configured"), StoreErr: errors.New("no MySQL/MariaDB")}
 	openCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var redisErr error
-	rdb := redis.NewClient(&redis.Options{Addr: o.RedisAddr})
-	if err := rdb.Ping(openCtx).Err(); err != nil {
-		_ = rdb.Close()
-		rdb, redisErr = nil, fmt.Errorf("Redis at %s: %w (start it: redis-server --daemonize yes)", o.RedisAddr, err)
+	if len(o.Config.RedisAddrs) > 0 {
+		addr := o.Config.RedisAddrs[0]
+		rdb := redisclient.NewSingle(addr)
+		if err := rdb.Ping(openCtx).Err(); err != nil {
+			_ = rdb.Close()
+			env.RedisErr = fmt.Errorf("Redis at %s: %w (start it: redis-server --daemonize yes)", addr, err)
+		} else {
+			env.Redis = rdb
+		}
 	}
-	store, storeErr := openStore(openCtx, o.MySQLDSN, o.Log)
-	env := NewEnv(o.Size, store, rdb, o.Log)
-	env.RedisErr, env.StoreErr = redisErr, storeErr
+	env.Store, env.StoreErr = openStore(openCtx, o.Config, o.Log)
 	return env
 }
 
-// NewEnv is an Env on backends opened elsewhere (the tests'); nil ones are missing.
-func NewEnv(size Size, store *stock.Store, rdb *redis.Client, log *slog.Logger) *Env {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Env{Size: size, Log: log, Store: store, Redis: rdb, prefix: fmt.Sprintf("lab-%x", time.Now().UnixNano()),
-		RedisErr: errors.New("no Redis"), StoreErr: errors.New("no MySQL/MariaDB")}
-}
-
-func openStore(ctx context.Context, dsn string, log *slog.Logger) (*stock.Store, error) {
+func openStore(ctx context.Context, cfg app.Config, log *slog.Logger) (*stock.Store, error) {
 	how := "(start it: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd)"
-	if err := stock.CreateDatabase(ctx, dsn); err != nil {
-		return nil, fmt.Errorf("MySQL/MariaDB: %w %s", err, how)
+	if cfg.MySQLDSN != "" {
+		if err := stock.CreateDatabase(ctx, cfg.MySQLDSN); err != nil {
+			return nil, fmt.Errorf("MySQL/MariaDB: %w %s", err, how)
+		}
 	}
-	s, err := stock.OpenMySQL(ctx, dsn, stock.Options{})
+	s, err := app.OpenStore(ctx, cfg, io.Discard)
 	if err != nil {
 		return nil, fmt.Errorf("MySQL/MariaDB: %w %s", err, how)
 	}
@@ -192,9 +205,38 @@ func openStore(ctx context.Context, dsn string, log *slog.Logger) (*stock.Store,
 	return s, nil
 }
 
-// Close closes the backends.
+// etcdEndpoints are the endpoints of the instances' etcd: the configured ones, or the lab's
+// own, started in-process by the first instance that asks — instances must share one etcd, as
+// a deployment's do.
+func (e *Env) etcdEndpoints() ([]string, error) {
+	if len(e.base.EtcdEndpoints) > 0 {
+		return e.base.EtcdEndpoints, nil
+	}
+	e.etcdMu.Lock()
+	defer e.etcdMu.Unlock()
+	if !e.etcdTried {
+		e.etcdTried = true
+		if e.etcdDir, e.etcdErr = os.MkdirTemp("", "seckill-lab-etcd-"); e.etcdErr == nil {
+			e.etcd, e.etcdErr = embeddedetcd.Start(e.etcdDir)
+		}
+	}
+	if e.etcdErr != nil {
+		return nil, fmt.Errorf("the lab's etcd: %w", e.etcdErr)
+	}
+	return embeddedetcd.Endpoints(e.etcd), nil
+}
+
+// Close closes the backends, and stops the lab's etcd if an instance started it.
 func (e *Env) Close() error {
 	var errs []error
+	e.etcdMu.Lock()
+	if e.etcd != nil {
+		e.etcd.Close()
+	}
+	if e.etcdDir != "" {
+		errs = append(errs, os.RemoveAll(e.etcdDir))
+	}
+	e.etcdMu.Unlock()
 	if e.Redis != nil {
 		errs = append(errs, e.Redis.Close())
 	}

@@ -21,7 +21,8 @@ func TestMain(m *testing.M) { backendtest.Main(m) }
 // not run here (ZooKeeper missing) fails under SECKILL_TEST_REQUIRE_BACKENDS=1 and skips,
 // saying so, otherwise.
 func TestExperimentsReproduce(t *testing.T) {
-	env := lab.NewEnv(lab.Small, backendtest.Store(t), backendtest.Redis(t), nil)
+	env := lab.Open(context.Background(), lab.Options{Config: backendtest.AppConfig(t), Size: lab.Small})
+	t.Cleanup(func() { _ = env.Close() })
 	for _, e := range lab.Experiments() {
 		t.Run(e.Name, func(t *testing.T) {
 			res, err := e.Run(context.Background(), env)

@@ -116,15 +116,19 @@ func sellAroundPause(ctx context.Context, env *Env, zkAddrs []string, sku, strat
 	}
 	defer proxy.Stop()
 
-	other, err := env.newInstance(labConfig(strategy), zkAddrs, othersSession)
+	// The session timeout of an instance's ZooKeeper is its lock TTL, as cmd/api dials it.
+	others := env.config(labConfig(strategy))
+	others.ZKServers, others.Service.LockTTL = zkAddrs, othersSession
+	other, err := env.newInstance(ctx, others)
 	if err != nil {
 		return pausedSale{}, err
 	}
 	defer other.close()
 	held := newHoldOpen()
-	cfg := labConfig(strategy)
-	cfg.Hooks.InSection = held.hook
-	holder, err := env.newInstance(cfg, []string{proxy.Listen}, holderSession)
+	holding := env.config(labConfig(strategy))
+	holding.Service.Hooks.InSection = held.hook
+	holding.ZKServers, holding.Service.LockTTL = []string{proxy.Listen}, holderSession
+	holder, err := env.newInstance(ctx, holding)
 	if err != nil {
 		return pausedSale{}, err
 	}

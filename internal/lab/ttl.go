@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/flashsale/seckill/internal/redisclient"
 )
 
 // ttl is 坑一 of the post-mortem: a Redis lock whose TTL is shorter than the critical section
@@ -63,13 +61,16 @@ func runTTL(ctx context.Context, env *Env) (Result, error) {
 			places []placer
 		)
 		for range 2 {
-			l := env.newRedisLock(cfg, redisclient.NewSingle(env.Redis.Options().Addr))
+			l, err := env.newRedisLock(ctx, env.config(cfg))
+			if err != nil {
+				return Result{}, err
+			}
 			defer l.close()
 			locks = append(locks, l)
 			places = append(places, l.place(f.guarded))
 		}
 		sku := env.key("ttl", fmt.Sprint(i))
-		if err := locks[0].putProduct(ctx, env, sku, units); err != nil {
+		if err := locks[0].putProduct(ctx, sku, units); err != nil {
 			return Result{}, err
 		}
 		s, err := sell(ctx, env, places, sku, buyers)

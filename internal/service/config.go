@@ -77,7 +77,7 @@ type Backends struct {
 }
 
 // New builds one instance from cfg on b: admission, sold-out flags, every strategy, the outcome
-// metrics — the composition root of cmd/api and of every test. Close it when done.
+// metrics; app.Open calls it on the backends it opened, for cmd/api, tests and the lab. Close it.
 func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
 	if b.Store == nil || len(b.Redis) == 0 {
 		return nil, errors.New("service: a store and at least one Redis are required")

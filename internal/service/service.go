@@ -1,8 +1,9 @@
 // Package service is what surrounds the strategies of one seckill instance: choosing the
 // strategy of a request, idempotent replays, the local sold-out flags, the lifecycle of Redis
-// admission (a sale round's reset, reconcile), the audit and readiness. New is the one
-// composition root: cmd/api and every test build an instance with it, from a Config whose
-// defaults are cmd/api's, so the tests run what users run.
+// admission (a sale round's reset, reconcile), the audit and readiness. New builds one
+// instance on opened backends; package app, the one composition root, calls it for cmd/api,
+// every test and the lab, from a Config whose defaults are cmd/api's, so the tests run what
+// users run.
 package service
 
 import (

@@ -1,0 +1,239 @@
+// Package app is the composition root of one seckill instance: from a Config it opens the
+// backends — the configured ones, or embedded ones where none is configured — and builds the
+// service on them (service.New), the HTTP handler on the service (handler.New) and the server
+// that serves it. cmd/api, the test fixtures (backendtest), the handler tests and the lab all
+// build their instances with Open, from the Config that cmd/api reads from its flags and
+// environment: a test or an experiment that changes a setting — the lock wait, the pool, group
+// commit — changes it where cmd/api would, the store's lock wait and the strategies' alike.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/seckill/internal/handler"
+	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/redisclient"
+	"github.com/flashsale/seckill/internal/service"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Config is the whole configuration of one instance. cmd/api fills it from its flags and the
+// environment (SECKILL_<NAME>); tests and the lab start from Defaults and change what they are
+// about.
+type Config struct {
+	Addr       string        // the HTTP listen address
+	MySQLDSN   string        // MySQL/MariaDB; empty: the embedded SQLite file in DataDir
+	DBMaxConns int           // the store's connection pool (MySQL: mind max_connections across instances)
+	DBIdleTx   time.Duration // MySQL/MariaDB: the server ends a transaction of this instance idle this long
+	// RedisAddrs are the Redis addresses, read as RedisMode says (redisclient.Mode); empty: an
+	// embedded Redis. RedisMode "" is the default for the number of addresses; RedisMaster is
+	// the master name of mode sentinel.
+	RedisAddrs      []string
+	RedisMode       redisclient.Mode
+	RedisMaster     string
+	EtcdEndpoints   []string // empty: an etcd server embedded in the process, in DataDir
+	ZKServers       []string // one ensemble, its session timeout the lock TTL; empty: the zookeeper strategies are not offered
+	// Queue is the order queue of the queued strategy: Queue.URLs a NATS JetStream cluster
+	// (SECKILL_NATS_URLS); empty, a NATS server embedded in the process, in DataDir. The names
+	// and bounds default to the contract's (orderqueue.Config).
+	Queue orderqueue.Config
+	AdminToken      string
+	DataDir         string // where the embedded backends keep their files
+	ShutdownTimeout time.Duration
+	RateLimit       float64 // per-client requests/s to the API; 0: off
+	RateBurst       int
+	TrustedProxies  []string
+	Service         service.Config
+}
+
+// Defaults is the configuration of cmd/api when nothing is set.
+func Defaults() Config {
+	return Config{
+		Addr:            ":8080",
+		DBMaxConns:      32,
+		DBIdleTx:        2 * time.Second,
+		DataDir:         "./.seckill",
+		ShutdownTimeout: 15 * time.Second,
+		Service:         service.Defaults(),
+	}
+}
+
+// storeOptions are the options of every store an instance opens: its pool, and the lock wait
+// and idle-transaction bound the database enforces, from the same settings the strategies use.
+func (c Config) storeOptions() stock.Options {
+	return stock.Options{MaxOpenConns: c.DBMaxConns, LockWait: c.Service.LockWait, IdleTx: c.DBIdleTx}
+}
+
+// App is one instance: its backends, the service on them, the handler and the HTTP server.
+type App struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *stock.Store
+	redis   []redis.UniversalClient
+	svc     *service.Service
+	handler http.Handler
+	metrics *prometheus.Registry
+	closers []func() error // what Open opened, closed in reverse order
+}
+
+// An Option changes how Open builds an instance, for tests.
+type Option func(*options)
+
+type options struct {
+	store *stock.Store
+	wrap  func(prometheus.Registerer) prometheus.Registerer
+}
+
+// WithStore runs the instance on store, opened and migrated by the caller (who closes it),
+// instead of the store the Config names: a test's store behind a fault proxy, a closed one, one
+// shared with the test.
+func WithStore(store *stock.Store) Option { return func(o *options) { o.store = store } }
+
+// WrapRegisterer has the instance register its metrics through wrap(its registry), for a test
+// that watches what is registered.
+func WrapRegisterer(wrap func(prometheus.Registerer) prometheus.Registerer) Option {
+	return func(o *options) { o.wrap = wrap }
+}
+
+// Open opens the backends cfg names, in order — the store (migrated), Redis, etcd, ZooKeeper,
+// the order queue —
+// and builds the service and the handler on them. It says on out which backend each one is.
+// Close the App when done: it closes what Open opened.
+func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts ...Option) (_ *App, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	a := &App{cfg: cfg, log: log, metrics: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			_ = a.Close()
+		}
+	}()
+	if a.store = o.store; a.store == nil {
+		if a.store, err = OpenStore(ctx, cfg, out); err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, a.store.Close)
+		if err := a.store.Migrate(ctx, log); err != nil {
+			return nil, err
+		}
+	}
+	rdb, err := openRedis(ctx, cfg, out, log)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, rdb.Close)
+	a.redis = rdb.clients
+	etcd, err := openEtcd(cfg, out)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, etcd.Close)
+	zkConn, err := openZooKeeper(cfg, out, log)
+	if err != nil {
+		return nil, err
+	}
+	if zkConn != nil {
+		a.closers = append(a.closers, func() error { zkConn.Close(); return nil })
+	}
+
+	var reg prometheus.Registerer = a.metrics
+	if o.wrap != nil {
+		reg = o.wrap(reg)
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	queue, err := openQueue(ctx, cfg, out, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func() error { queue.Close(); return nil })
+	a.svc, err = service.New(cfg.Service, service.Backends{Store: a.store, Redis: rdb.clients, Etcd: etcd.client, ZooKeeper: zkConn,
+		Queue: queue}, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, a.svc.Close)
+	a.handler, err = handler.New(handler.Config{
+		Sales:          a.svc,
+		AdminToken:     cfg.AdminToken,
+		Log:            log,
+		Registerer:     reg,
+		Gatherer:       a.metrics,
+		RateLimit:      handler.RateLimit{Rate: cfg.RateLimit, Burst: cfg.RateBurst},
+		TrustedProxies: cfg.TrustedProxies,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Service is the instance's service.
+func (a *App) Service() *service.Service { return a.svc }
+
+// Handler is the instance's HTTP API (package handler).
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Store is the instance's store.
+func (a *App) Store() *stock.Store { return a.store }
+
+// Redis are the instance's Redis clients: the first holds admission, all of them vote on locks.
+func (a *App) Redis() []redis.UniversalClient { return a.redis }
+
+// Metrics is the instance's metrics registry, the one its /metrics serves.
+func (a *App) Metrics() *prometheus.Registry { return a.metrics }
+
+// Serve serves the handler on ln with the server's timeouts until ctx ends, then shuts down
+// gracefully: it stops accepting, and waits up to the shutdown timeout for the requests in
+// flight — orders inside their critical sections — to be answered.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second, // longer than a proxy's keep-alive, so it closes first
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	a.log.Info("stopped")
+	return nil
+}
+
+// Close stops the service and closes the backends Open opened, the last opened first.
+func (a *App) Close() error {
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		errs = append(errs, a.closers[i]())
+	}
+	a.closers = nil
+	return errors.Join(errs...)
+}
