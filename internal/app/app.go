@@ -39,15 +39,15 @@ type Config struct {
 	// RedisAddrs are the Redis addresses, read as RedisMode says (redisclient.Mode); empty: an
 	// embedded Redis. RedisMode "" is the default for the number of addresses; RedisMaster is
 	// the master name of mode sentinel.
-	RedisAddrs      []string
-	RedisMode       redisclient.Mode
-	RedisMaster     string
-	EtcdEndpoints   []string // empty: an etcd server embedded in the process, in DataDir
-	ZKServers       []string // one ensemble, its session timeout the lock TTL; empty: the zookeeper strategies are not offered
+	RedisAddrs    []string
+	RedisMode     redisclient.Mode
+	RedisMaster   string
+	EtcdEndpoints []string // empty: an etcd server embedded in the process, in DataDir
+	ZKServers     []string // one ensemble, its session timeout the lock TTL; empty: the zookeeper strategies are not offered
 	// Queue is the order queue of the queued strategy: Queue.URLs a NATS JetStream cluster
 	// (SECKILL_NATS_URLS); empty, a NATS server embedded in the process, in DataDir. The names
 	// and bounds default to the contract's (orderqueue.Config).
-	Queue orderqueue.Config
+	Queue           orderqueue.Config
 	AdminToken      string
 	DataDir         string // where the embedded backends keep their files
 	ShutdownTimeout time.Duration
