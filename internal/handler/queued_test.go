@@ -1,0 +1,119 @@
+package handler_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/service"
+)
+
+// queuedOrder is an order body as the queued strategy answers it.
+type queuedOrder struct {
+	orderResponse
+	Reason string `json:"reason"`
+}
+
+func decodeOrder(t *testing.T, body []byte) queuedOrder {
+	t.Helper()
+	var o queuedOrder
+	require.NoError(t, json.Unmarshal(body, &o))
+	return o
+}
+
+// TestQueuedOrderHTTP is the contract of queued orders: 202 with status queued and a Location;
+// a repeat with the same Idempotency-Key answers the same order, 202 while it is queued and 201
+// once it is placed; ?wait= holds the answer until a writer placed it; sold out is answered at
+// once, never queued; the audit counts what is queued.
+func TestQueuedOrderHTTP(t *testing.T) {
+	cfg := service.Defaults()
+	cfg.Strategy = "queued"
+	// The writer's section holds the first order for a second: long enough to see it queued.
+	hooks, inside := backendtest.HoldSection("u-1", time.Second)
+	cfg.Hooks = hooks
+	s := newServerOn(t, cfg, backendtest.Wiring{})
+	sku := backendtest.SKU(t)
+	require.Equal(t, http.StatusOK, s.do(t, http.MethodPut, productPath(sku), `{"name":"q","stock":1}`, admin).Code)
+
+	key := header{"Idempotency-Key": "key-" + sku}
+	rec := s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1"}`, key)
+	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	o := decodeOrder(t, rec.Body.Bytes())
+	assert.Equal(t, "queued", o.Status)
+	assert.Equal(t, "queued", o.Strategy)
+	assert.Equal(t, orderPath(o.OrderID), rec.Header().Get("Location"))
+	<-inside
+
+	rec = s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1"}`, key)
+	require.Equal(t, http.StatusAccepted, rec.Code, "a repeat while queued: %s", rec.Body.String())
+	assert.Equal(t, o.OrderID, decodeOrder(t, rec.Body.Bytes()).OrderID, "the same order")
+	rec = s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "queued", decodeOrder(t, rec.Body.Bytes()).Status)
+	var a auditQueued
+	rec = s.do(t, http.MethodGet, auditPath(sku), "", admin)
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &a))
+	require.NotNil(t, a.Queued)
+	assert.EqualValues(t, 1, *a.Queued)
+
+	assertError(t, s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-2"}`, nil), http.StatusConflict, "sold_out")
+
+	start := time.Now()
+	rec = s.do(t, http.MethodGet, orderPath(o.OrderID)+"?wait=10s", "", nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "confirmed", decodeOrder(t, rec.Body.Bytes()).Status, "held until the writer placed it")
+	assert.Less(t, time.Since(start), 5*time.Second)
+
+	rec = s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1"}`, key)
+	require.Equal(t, http.StatusCreated, rec.Code, "a repeat once placed: %s", rec.Body.String())
+	assert.Equal(t, o.OrderID, decodeOrder(t, rec.Body.Bytes()).OrderID, "the same order")
+	rec = s.do(t, http.MethodGet, auditPath(sku), "", admin)
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &a))
+	assert.True(t, a.Consistent)
+	assert.EqualValues(t, 1, a.Orders)
+	assert.EqualValues(t, 0, *a.Queued)
+
+	for _, bad := range []string{"soon", "-1s"} {
+		assertError(t, s.do(t, http.MethodGet, orderPath(o.OrderID)+"?wait="+bad, "", nil), http.StatusBadRequest, "invalid_argument")
+	}
+	assertError(t, s.do(t, http.MethodGet, orderPath("01J00000000000000000000000")+"?wait=100ms", "", nil), http.StatusNotFound, "not_found")
+}
+
+// auditQueued is the audit with the queued strategy's count.
+type auditQueued struct {
+	auditResponse
+	Queued *int64 `json:"queued"`
+}
+
+// TestQueuedRejectedHTTP: an order the database cannot back — it had less than admission
+// thought — reads as rejected, with the reason, and its unit is back on sale in admission.
+func TestQueuedRejectedHTTP(t *testing.T) {
+	cfg := service.Defaults()
+	cfg.Strategy = "queued"
+	s := newServerOn(t, cfg, backendtest.Wiring{})
+	sku := backendtest.SKU(t)
+	require.Equal(t, http.StatusOK, s.do(t, http.MethodPut, productPath(sku), `{"name":"q","stock":1}`, admin).Code)
+	_, err := backendtest.SQL(t).ExecContext(context.Background(), "UPDATE products SET stock = 0, initial_stock = 0 WHERE sku = ?", sku)
+	require.NoError(t, err)
+
+	rec := s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1"}`, nil)
+	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	id := decodeOrder(t, rec.Body.Bytes()).OrderID
+	rec = s.do(t, http.MethodGet, orderPath(id)+"?wait=10s", "", nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	o := decodeOrder(t, rec.Body.Bytes())
+	assert.Equal(t, "rejected", o.Status)
+	assert.Equal(t, "sold_out", o.Reason)
+	var a auditQueued
+	require.NoError(t, json.Unmarshal(s.do(t, http.MethodGet, auditPath(sku), "", admin).Body.Bytes(), &a))
+	assert.True(t, a.Consistent)
+	assert.Zero(t, a.Orders)
+	require.NotNil(t, a.RedisReservations)
+	assert.Zero(t, *a.RedisReservations, "the rejected order's reservation was given back")
+}
