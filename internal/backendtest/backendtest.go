@@ -70,6 +70,7 @@ func Main(m *testing.M) {
 	stopEtcd()
 	stopZooKeeper()
 	dropQueue()
+	stopProcessNATS()
 	os.Exit(code)
 }
 
@@ -262,12 +263,13 @@ func HoldRow(t testing.TB, sku string) *sql.Conn {
 }
 
 // Env returns the environment that points a service process at the test backends:
-// SECKILL_MYSQL_DSN (or SECKILL_DATA_DIR of the embedded SQLite file), SECKILL_REDIS_ADDRS and
-// SECKILL_ETCD_ENDPOINTS.
+// SECKILL_MYSQL_DSN (or SECKILL_DATA_DIR of the embedded SQLite file), SECKILL_REDIS_ADDRS,
+// SECKILL_ETCD_ENDPOINTS and SECKILL_NATS_URLS (the test process's own NATS server).
 func Env(t testing.TB) []string {
 	t.Helper()
 	ready(t)
-	env := []string{"SECKILL_REDIS_ADDRS=" + RedisAddr(t), "SECKILL_ETCD_ENDPOINTS=" + strings.Join(EtcdEndpoints(t), ",")}
+	env := []string{"SECKILL_REDIS_ADDRS=" + RedisAddr(t), "SECKILL_ETCD_ENDPOINTS=" + strings.Join(EtcdEndpoints(t), ","),
+		"SECKILL_NATS_URLS=" + processNATSURL(t)}
 	if setup.mysqlDSN != "" {
 		return append(env, "SECKILL_MYSQL_DSN="+setup.mysqlDSN)
 	}

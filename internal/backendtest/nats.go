@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/internal/natsserver"
 	"github.com/flashsale/seckill/internal/orderqueue"
 )
 
@@ -116,4 +117,49 @@ func dropQueue() {
 	defer cancel()
 	_ = js.DeleteStream(ctx, natsQueue.Stream)
 	_ = js.DeleteKeyValue(ctx, natsQueue.Bucket)
+}
+
+// A service process (Env) names the contract's stream and subjects, which two test processes on
+// one server would share: it gets a NATS server of the test process's own, started on first
+// use from Debian's nats-server (internal/natsserver) and stopped by Main.
+var (
+	ownNATSOnce sync.Once
+	ownNATS     *natsserver.Server
+	ownNATSDir  string
+	ownNATSErr  error
+)
+
+// processNATSURL returns the URL of the test process's own NATS server. Where nats-server is
+// not installed the test is skipped — or fails with SECKILL_TEST_REQUIRE_BACKENDS=1.
+func processNATSURL(t testing.TB) string {
+	t.Helper()
+	if err := natsserver.Available(); err != nil {
+		if Required() {
+			t.Fatalf("nats-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
+		}
+		t.Skipf("this test needs nats-server: %v", err)
+	}
+	ownNATSOnce.Do(func() {
+		if ownNATSDir, ownNATSErr = os.MkdirTemp("", "seckill-test-nats-"); ownNATSErr != nil {
+			return
+		}
+		var servers []*natsserver.Server
+		if servers, ownNATSErr = natsserver.New(ownNATSDir, 1); ownNATSErr != nil {
+			return
+		}
+		if ownNATSErr = natsserver.StartAll(servers); ownNATSErr == nil {
+			ownNATS = servers[0]
+		}
+	})
+	require.NoError(t, ownNATSErr, "the test process's NATS server")
+	return ownNATS.URL
+}
+
+func stopProcessNATS() {
+	if ownNATS != nil {
+		ownNATS.Kill()
+	}
+	if ownNATSDir != "" {
+		_ = os.RemoveAll(ownNATSDir)
+	}
 }

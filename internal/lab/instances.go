@@ -44,7 +44,8 @@ func (e *Env) named(c app.Config) app.Config {
 }
 
 // newInstance builds one service instance of c with app.Open, named in the run unless c names
-// it, on the instances' shared etcd when c names none.
+// it, on the instances' shared etcd when c names none, and with an embedded NATS server of its
+// own when c names no NATS.
 func (e *Env) newInstance(ctx context.Context, c app.Config) (*instance, error) {
 	c = e.named(c)
 	if len(c.EtcdEndpoints) == 0 {
@@ -53,6 +54,13 @@ func (e *Env) newInstance(ctx context.Context, c app.Config) (*instance, error) 
 			return nil, err
 		}
 		c.EtcdEndpoints = endpoints
+	}
+	if len(c.Queue.URLs) == 0 && c.Queue.DataDir == "" {
+		dir, err := e.queueDir(c.Service.Instance)
+		if err != nil {
+			return nil, err
+		}
+		c.Queue.DataDir = dir
 	}
 	a, err := app.Open(ctx, c, e.Log, io.Discard)
 	if err != nil {

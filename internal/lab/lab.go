@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,6 +150,10 @@ type Env struct {
 	etcdDir   string
 	etcdErr   error
 	etcdTried bool
+
+	queuesOnce sync.Once // the lab's directory of the instances' embedded NATS servers, when base names none
+	queues     string
+	queuesErr  error
 }
 
 // Options say where the backends are and how the service instances of the experiments run.
@@ -226,6 +232,16 @@ func (e *Env) etcdEndpoints() ([]string, error) {
 	return embeddedetcd.Endpoints(e.etcd), nil
 }
 
+// queueDir is where the instance named name keeps its embedded NATS server's store: one
+// directory each, since two servers on one store would corrupt it.
+func (e *Env) queueDir(name string) (string, error) {
+	e.queuesOnce.Do(func() { e.queues, e.queuesErr = os.MkdirTemp("", "seckill-lab-nats-") })
+	if e.queuesErr != nil {
+		return "", fmt.Errorf("the lab's NATS directory: %w", e.queuesErr)
+	}
+	return filepath.Join(e.queues, strings.NewReplacer("/", "_", "#", "_").Replace(name)), nil
+}
+
 // Close closes the backends, and stops the lab's etcd if an instance started it.
 func (e *Env) Close() error {
 	var errs []error
@@ -237,6 +253,9 @@ func (e *Env) Close() error {
 		errs = append(errs, os.RemoveAll(e.etcdDir))
 	}
 	e.etcdMu.Unlock()
+	if e.queues != "" {
+		errs = append(errs, os.RemoveAll(e.queues))
+	}
 	if e.Redis != nil {
 		errs = append(errs, e.Redis.Close())
 	}

@@ -3,8 +3,11 @@ package lockstrategy_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,11 +15,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/natsserver"
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -294,5 +299,123 @@ func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, o.Status.Active(), "placed: %s", o.Status)
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live, o})
+	assert.Zero(t, a.Stock)
+}
+
+// queuedSaleUnder sells units to buyers arriving one every 10 ms over insts with the queued
+// strategy, and injects a fault once units/4 orders are accepted, while buyers keep arriving. A
+// buyer told busy or unavailable retries with the same Idempotency-Key, as a client that cannot
+// know whether its order went out must: it finds the order if it did. It returns the orders
+// accepted, every answer heard (retries included), and when the fault's injection returned.
+func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, units, buyers int, inject func()) ([]stock.Order, map[string]int, time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: int64(units), MaxPerOrder: 1})
+	require.NoError(t, err)
+	var (
+		mu        sync.Mutex
+		accepted  []stock.Order
+		outcomes  = map[string]int{}
+		faulted   time.Time
+		once      sync.Once
+		wg, injected sync.WaitGroup
+	)
+	for i := range buyers {
+		wg.Go(func() {
+			inst := insts[i%len(insts)]
+			user := fmt.Sprintf("user-%03d", i)
+			req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", IdempotencyKey: sku + "/" + user}
+			time.Sleep(time.Duration(i) * 10 * time.Millisecond)
+			for ctx.Err() == nil {
+				o, _, err := inst.PlaceOrder(ctx, req)
+				mu.Lock()
+				outcomes[stock.Code(err)]++
+				if err == nil {
+					accepted = append(accepted, o)
+					if len(accepted) == units/4 {
+						once.Do(func() {
+							injected.Go(func() {
+								inject()
+								mu.Lock()
+								faulted = time.Now()
+								mu.Unlock()
+							})
+						})
+					}
+				}
+				mu.Unlock()
+				if !errors.Is(err, stock.ErrBusy) && !errors.Is(err, stock.ErrUnavailable) {
+					return
+				}
+				time.Sleep(20*time.Millisecond + rand.N(30*time.Millisecond))
+			}
+		})
+	}
+	wg.Wait()
+	injected.Wait()
+	t.Logf("answers, retries included: %v", outcomes)
+	return accepted, outcomes, faulted
+}
+
+// TestQueuedNATSRestart kills the queue's server (SIGKILL) mid-sale and starts it again on its
+// store three seconds later. A publish retries, with the same id, for its budget (2 s); past it
+// orders are refused as unavailable — never accepted and lost — and admission's units of those
+// whose publish was cut off come back (the sweeper asks the queue once it answers again). Every order accepted before or after ends within 10 s of the restart,
+// every unit sells, and the invariant holds.
+func TestQueuedNATSRestart(t *testing.T) {
+	if err := natsserver.Available(); err != nil {
+		if backendtest.Required() {
+			t.Fatalf("nats-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
+		}
+		t.Skip(err)
+	}
+	servers, err := natsserver.New(t.TempDir(), 1)
+	require.NoError(t, err)
+	require.NoError(t, natsserver.StartAll(servers))
+	t.Cleanup(func() { natsserver.Kill(servers...) })
+	srv := servers[0]
+	var insts []backendtest.Instance
+	for range instances {
+		c := backendtest.Wiring{}.Config(t, config("queued"))
+		c.Queue = orderqueue.Config{URLs: []string{srv.URL}, AckWait: time.Second}
+		insts = append(insts, backendtest.Open(t, c, nil))
+	}
+	sku := backendtest.SKU(t)
+	const units = 40
+	accepted, outcomes, restarted := queuedSaleUnder(t, insts, sku, units, 3*units, func() {
+		srv.Kill()
+		time.Sleep(3 * time.Second)
+		assert.NoError(t, srv.Start())
+	})
+	placed, rejected := ended(t, insts, accepted, time.Until(restarted.Add(10*time.Second)))
+	assert.Empty(t, rejected)
+	assert.Len(t, placed, units, "every unit sold, each to one accepted order")
+	assert.Positive(t, outcomes["unavailable"], "no order was refused while the queue was down: the fault missed the sale")
+	settled(t, insts[0], sku)
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
+	assert.Zero(t, a.Stock)
+}
+
+// TestQueuedRedisFlushed flushes admission's Redis mid-sale: the reservations of queued orders
+// are gone and the counter is warmed again from the database, which does not yet count the
+// orders still queued — so admission accepts more than the stock for a while, and the writers
+// reject the excess as sold_out. Every accepted order still ends within 10 s of the flush,
+// placed or rejected, and the database never sells a unit twice.
+func TestQueuedRedisFlushed(t *testing.T) {
+	rp := backendtest.StartRedis(t)
+	insts := newInstances(t, instances, config("queued"), backendtest.Wiring{RedisAddrs: []string{rp.Addr}})
+	sku := backendtest.SKU(t)
+	const units = 40
+	accepted, _, flushed := queuedSaleUnder(t, insts, sku, units, 3*units, func() {
+		assert.NoError(t, redis.NewClient(&redis.Options{Addr: rp.Addr}).FlushAll(context.Background()).Err())
+	})
+	placed, rejected := ended(t, insts, accepted, time.Until(flushed.Add(10*time.Second)))
+	t.Logf("%d accepted: %d placed, %d rejected", len(accepted), len(placed), len(rejected))
+	for id, reason := range rejected {
+		assert.Equal(t, "sold_out", reason, "order %s", id)
+	}
+	assert.Len(t, placed, units, "every unit sold, each to one accepted order")
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
 	assert.Zero(t, a.Stock)
 }
