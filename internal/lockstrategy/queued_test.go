@@ -314,11 +314,11 @@ func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, uni
 	_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: int64(units), MaxPerOrder: 1})
 	require.NoError(t, err)
 	var (
-		mu        sync.Mutex
-		accepted  []stock.Order
-		outcomes  = map[string]int{}
-		faulted   time.Time
-		once      sync.Once
+		mu           sync.Mutex
+		accepted     []stock.Order
+		outcomes     = map[string]int{}
+		faulted      time.Time
+		once         sync.Once
 		wg, injected sync.WaitGroup
 	)
 	for i := range buyers {
