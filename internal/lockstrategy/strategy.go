@@ -6,7 +6,8 @@
 // taking the batch (batcher: a section is a function of "the orders to place"), the watchdog,
 // the fault hook at its one moment, metrics, unlock and abandonment — so each strategy file reads
 // as its recipe: hybrid (Redis admission, package admission, then the Redis lock and the version
-// check), etcd and zookeeper (their lock and the fence), dblock (the lock table and the version
+// check), queued (hybrid's admission, then the order queue of package orderqueue, whose writers
+// run hybrid's section), etcd and zookeeper (their lock and the fence), dblock (the lock table and the version
 // check), pessimistic (the database's row lock, which is its own guard), the unguarded twins
 // (a lock service's lock with no guard) and naive (no lock, no guard). The last two are unsafe
 // on purpose. The lock primitives themselves live in package lock/... per backend, the SQL in
