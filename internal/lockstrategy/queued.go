@@ -38,7 +38,12 @@ import (
 //     database did not answer) naks it: it comes back, to this writer or another.
 //
 // With Redis unreachable there is no admission to keep queued orders within the stock, and the
-// order takes hybrid's database-guarded path instead: 201, slower, still correct.
+// order takes hybrid's database-guarded path instead: 201, slower, still correct. A Redis that
+// lost its data (flushed, a failover without the last writes) warms its counter from the
+// database, which does not count the orders still queued: until they are written admission
+// accepts more than the stock, and the writers reject the excess as sold_out — every order still
+// ends, and the database never sells a unit twice, but for that while queued and active orders
+// may exceed the stock.
 type Queued struct {
 	hybrid    *Hybrid
 	admission *admission.Ledger
