@@ -688,7 +688,7 @@ func TestReadiness(t *testing.T) {
 	t.Run("ready", func(t *testing.T) {
 		rec := s.do(t, http.MethodGet, "/readyz", "", nil)
 		body := decode[map[string]any](t, rec, http.StatusOK, []string{"backends"})
-		assert.Equal(t, map[string]any{"database": "ok", redis: "ok", "etcd": "ok"}, body["backends"])
+		assert.Equal(t, map[string]any{"database": "ok", redis: "ok", "etcd": "ok", "nats": "ok"}, body["backends"])
 	})
 
 	t.Run("a backend is down", func(t *testing.T) {
@@ -706,7 +706,7 @@ func TestReadiness(t *testing.T) {
 		message := assertErrorDetail(t, body.Error, "unavailable")
 		assert.Contains(t, message, "127.0.0.1:1", "the message names the backend that is down")
 		assert.NotContains(t, message, "database", "the message names only the backend that is down")
-		assert.Equal(t, map[string]string{"database": "ok", "redis 127.0.0.1:1": "down", "etcd": "ok"}, body.Backends)
+		assert.Equal(t, map[string]string{"database": "ok", "redis 127.0.0.1:1": "down", "etcd": "ok", "nats": "ok"}, body.Backends)
 	})
 }
 

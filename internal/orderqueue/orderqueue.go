@@ -65,7 +65,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
+	"os"
 	"strings"
 	"time"
 
@@ -100,7 +100,8 @@ var ErrNotFound = errors.New("order not recorded")
 // and DataDir is a default that suits a sale of the service's size.
 type Config struct {
 	// URLs are NATS servers (a JetStream cluster: any of its members); empty starts an embedded
-	// server with JetStream, in-process, its store under DataDir.
+	// server with JetStream, in-process, its store under DataDir — or connects to the one
+	// another instance on the same DataDir runs (embed).
 	URLs    []string
 	DataDir string
 	// Stream, Bucket and Consumer name the stream, the order records and the writers' durable
@@ -166,7 +167,8 @@ func (c *Config) defaults() {
 type Queue struct {
 	cfg      Config
 	log      *slog.Logger
-	embedded *server.Server // nil with Config.URLs
+	embedded *server.Server // nil with Config.URLs, or when another instance on the data dir runs it
+	lock     *os.File       // held while this instance runs the data dir's embedded server
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	stream   jetstream.Stream
@@ -194,8 +196,8 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, reg prometheus.Regi
 	return q, nil
 }
 
-// connect dials cfg.URLs, or starts an embedded server with JetStream and connects in-process
-// (DontListen: it opens no port, so instances on one machine never collide over one).
+// connect dials cfg.URLs, or the data dir's embedded server (embed): in-process when this
+// instance runs it.
 func (q *Queue) connect() error {
 	opts := []nats.Option{
 		nats.Name(q.cfg.Name),
@@ -215,31 +217,17 @@ func (q *Queue) connect() error {
 	}
 	url := strings.Join(q.cfg.URLs, ",")
 	if len(q.cfg.URLs) == 0 {
-		ns, err := server.NewServer(&server.Options{
-			ServerName: "seckill-embedded",
-			JetStream:  true,
-			StoreDir:   filepath.Join(q.cfg.DataDir, "nats"),
-			DontListen: true,
-			NoSigs:     true,
-			NoLog:      true,
-		})
-		if err != nil {
-			return fmt.Errorf("embedded NATS server: %w", err)
+		var err error
+		if url, err = q.embed(); err != nil {
+			return err
 		}
-		go ns.Start()
-		if !ns.ReadyForConnections(10 * time.Second) {
-			ns.Shutdown()
-			return errors.New("embedded NATS server: not ready after 10 s")
+		if q.embedded != nil {
+			opts = append(opts, nats.InProcessServer(q.embedded))
 		}
-		q.embedded = ns
-		opts = append(opts, nats.InProcessServer(ns))
-		url = ns.ClientURL()
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		if q.embedded != nil {
-			q.embedded.Shutdown()
-		}
+		q.Close()
 		return fmt.Errorf("connect to NATS %s: %w: %w", url, ErrUnavailable, err)
 	}
 	q.nc = nc
@@ -316,6 +304,9 @@ func (q *Queue) Close() {
 	if q.embedded != nil {
 		q.embedded.Shutdown()
 		q.embedded.WaitForShutdown()
+	}
+	if q.lock != nil {
+		_ = q.lock.Close() // releases the store's lock
 	}
 }
 

@@ -545,3 +545,31 @@ func TestBacklogMetrics(t *testing.T) {
 		assert.InDelta(t, 0.2, values["seckill_queue_oldest_age_seconds/a"], 0.15)
 	})
 }
+
+// TestEmbeddedShared: instances on one data dir share its embedded server — the first runs it,
+// the others connect to it — so they share one queue, as they share the data dir's database,
+// and no two servers ever write one store. When the first stops, the next to start takes over
+// the store and its orders.
+func TestEmbeddedShared(t *testing.T) {
+	cfg := testConfig(Config{DataDir: t.TempDir()})
+	ctx := ctxT(t)
+	first, err := Open(ctx, cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	require.NoError(t, err)
+	second := open(t, cfg)
+	require.NotNil(t, first.embedded)
+	assert.Nil(t, second.embedded, "the second instance runs no server of its own")
+	_, err = first.Publish(ctx, order("a", "1"))
+	require.NoError(t, err)
+	b, err := second.Fetch(ctx, 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, b, 1, "one queue")
+	require.NoError(t, b[0].Deliveries[0].Nak(0))
+	first.Close()
+
+	third := open(t, cfg)
+	require.NotNil(t, third.embedded, "the store's lock passed on")
+	b, err = third.Fetch(ctx, 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, b, 1, "the queued order survived its server")
+	assert.Equal(t, []string{"1"}, ids(b[0]))
+}

@@ -195,7 +195,7 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 // strategy, accepted and not yet written.
 func (s *Service) replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
-	if errors.Is(err, stock.ErrNotFound) && s.queued != nil {
+	if errors.Is(err, stock.ErrNotFound) && s.queued != nil && req.Strategy == s.queued.Name() {
 		return s.queued.Replay(ctx, req)
 	}
 	if err != nil {
