@@ -19,7 +19,7 @@ import (
 // lock with its watchdog, the batcher, the release messages — with both writes the lock can
 // guard: hybrid's version check, and its unguarded twin's write of the stock it read (the
 // unguarded-redis strategy). As the service registers it, unguarded-redis has no admission —
-// the post-mortem's code had none — so beside hybrid it differs in two mechanisms, and admission
+// the incident's code in «Locks in practice» had none — so beside hybrid it differs in two mechanisms, and admission
 // alone caps the orders at the stock whatever the write does. Here both writes sit behind the
 // same admission, so that the version check is the one difference between the forms: a lock
 // that fails then shows in the stock column (two holders' decrements, one written over the

@@ -97,6 +97,62 @@ func Run(ctx context.Context, env *Env, exps []Experiment, bound time.Duration, 
 	return out
 }
 
+// Console is the terminal's table: one short line per experiment — its claim cut to its first
+// clause, the failing form's figure and the fix's figure (the first failed and the first held
+// bar of its chart), and the verdict. The whole story of each stays in report.md and
+// report.html: a console table whose cells run to paragraphs is one nobody reads.
+func Console(reports []Report) string {
+	var b strings.Builder
+	b.WriteString("| experiment | claim | failing form | fix | verdict |\n| --- | --- | --- | --- | --- |\n")
+	for _, r := range reports {
+		failing, fixed := figure(r.Result.Chart, true), figure(r.Result.Chart, false)
+		switch m := r.Result.Measured; {
+		case r.NotRun != "" || r.Error != "":
+			failing, fixed = "", ""
+		case m != nil:
+			failing, fixed = "", fmt.Sprintf("%d of %d claims held", m.Held(), len(m.Claims))
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", r.Name, cell(short(r.Claim, consoleClaim)), cell(failing), cell(fixed), cell(clip(r.Verdict(), consoleVerdict)))
+	}
+	return b.String()
+}
+
+// consoleClaim and consoleVerdict bound a console cell, in characters.
+const (
+	consoleClaim   = 90
+	consoleVerdict = 70
+)
+
+// figure is the first bar of c that failed (failed) or held, as "label: value unit".
+func figure(c Chart, failed bool) string {
+	for _, r := range c.Rows() {
+		if r.Failed == failed {
+			return clip(r.Label, 40) + ": " + r.Value
+		}
+	}
+	return ""
+}
+
+// short is s up to its first clause (a semicolon), clipped to n characters.
+func short(s string, n int) string {
+	if i := strings.Index(s, "; "); i > 0 {
+		s = s[:i]
+	}
+	return clip(s, n)
+}
+
+// clip cuts s at a word to at most n characters, marking the cut.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n])
+		if i := strings.LastIndex(s, " "); i > n/2 {
+			s = s[:i]
+		}
+		s += " …"
+	}
+	return s
+}
+
 // Markdown is the table of the reproductions, and one of the claims of each measurement.
 func Markdown(reports []Report) string {
 	var b strings.Builder
@@ -205,12 +261,13 @@ func Check(reports []Report) error {
 	return errors.New(strings.Join(problems, "; "))
 }
 
-// Write writes report.md, report.html and summary.json into dir.
-func Write(dir string, reports []Report) error {
+// Write writes report.md, report.html and summary.json into dir. provenance, the line that
+// says which command, commit and machine produced the figures, heads report.md.
+func Write(dir, provenance string, reports []Report) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	md := "# seckill lab\n\n" + Markdown(reports) + "\n" + Summary(reports) + "\n"
+	md := "# seckill lab\n\n" + provenance + "\n\n" + Markdown(reports) + "\n" + Summary(reports) + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
