@@ -98,39 +98,53 @@ func Run(ctx context.Context, env *Env, exps []Experiment, bound time.Duration, 
 }
 
 // Console is the terminal's table: one short line per experiment — its claim cut to its first
-// clause, the failing form's figure and the fix's figure (the first failed and the first held
-// bar of its chart), and the verdict. The whole story of each stays in report.md and
-// report.html: a console table whose cells run to paragraphs is one nobody reads.
+// clause, what its chart measures, the failing form's figure (the chart's first failed bar), the
+// fix's (its last bar that held) and the verdict. The whole story of each stays in report.md
+// and report.html: a console table whose cells run to paragraphs is one nobody reads.
 func Console(reports []Report) string {
 	var b strings.Builder
-	b.WriteString("| experiment | claim | failing form | fix | verdict |\n| --- | --- | --- | --- | --- |\n")
+	b.WriteString("| experiment | claim | figure | failing form | fix | verdict |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range reports {
-		failing, fixed := figure(r.Result.Chart, true), figure(r.Result.Chart, false)
+		c := r.Result.Chart
+		failing, fixed := figure(c, true), figure(c, false)
 		switch m := r.Result.Measured; {
 		case r.NotRun != "" || r.Error != "":
 			failing, fixed = "", ""
 		case m != nil:
 			failing, fixed = "", fmt.Sprintf("%d of %d claims held", m.Held(), len(m.Claims))
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", r.Name, cell(short(r.Claim, consoleClaim)), cell(failing), cell(fixed), cell(clip(r.Verdict(), consoleVerdict)))
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", r.Name, cell(short(r.Claim, consoleClaim)), cell(clip(c.Title, consoleFigure)),
+			cell(failing), cell(fixed), cell(clip(r.Verdict(), consoleVerdict)))
 	}
 	return b.String()
 }
 
-// consoleClaim and consoleVerdict bound a console cell, in characters.
+// consoleClaim, consoleFigure and consoleVerdict bound a console cell, in characters.
 const (
-	consoleClaim   = 90
+	consoleClaim   = 80
+	consoleFigure  = 60
 	consoleVerdict = 70
 )
 
-// figure is the first bar of c that failed (failed) or held, as "label: value unit".
+// figure is the value of the first bar of c that failed (failed), or of the last that held.
 func figure(c Chart, failed bool) string {
-	for _, r := range c.Rows() {
-		if r.Failed == failed {
-			return clip(r.Label, 40) + ": " + r.Value
+	var found *Bar
+	for i, b := range c.Bars {
+		if b.Failed == failed {
+			found = &c.Bars[i]
+			if failed {
+				break
+			}
 		}
 	}
-	return ""
+	if found == nil {
+		return ""
+	}
+	v := fmt.Sprintf("%.3g", found.Value)
+	if found.Value >= 100 {
+		v = fmt.Sprintf("%.0f", found.Value)
+	}
+	return strings.TrimSpace(v + " " + c.Unit)
 }
 
 // short is s up to its first clause (a semicolon), clipped to n characters.
