@@ -26,6 +26,6 @@ bench: ## the critical sections per order and batched, the etcd mutex hand-off, 
 	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
 		-stock 5000 -users 20000 -concurrency 64,512 -retry-busy 0 -soldout 5s -group-commit 0,64
 
-compare: ## per order vs batched on three processes, local MariaDB and Redis (README, Results)
+compare: ## per order vs batched on three processes, local MariaDB and Redis (docs/performance.md)
 	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
 		-stock 10000 -users 40000 -concurrency 64 -retry-busy 0 -soldout 5s -group-commit 0,64

@@ -23,7 +23,7 @@ type Experiment struct {
 	Name  string
 	Seed  string // where the claim is made: the source, by its short title in docs/sources.md, and its section
 	Claim string // the claim, in a sentence
-	// Fix is the line of code that makes the difference, for the README and the report; for a
+	// Fix is the line of code that makes the difference, for docs/lab.md and the report; for a
 	// measurement, how the figures are taken.
 	Fix string
 	// Measures marks a measurement (throughput): Run returns Result.Measured — figures, and the

@@ -15,11 +15,12 @@ import (
 	"github.com/flashsale/seckill/internal/zkserver"
 )
 
-// pause is 坑二 (pitfall two) of «Locks in practice» (docs/sources.md), on a real ZooKeeper: a holder stops (a GC pause) for longer
-// than its session, the server ends the session and deletes its lock node, another instance is
-// granted the lock and sells — and the first wakes up still inside its section and writes. The
-// pause is made real for ZooKeeper: the holder's section is held and its connection cut, so its
-// heartbeats stop as a stopped process's would. The sources give three fixes; each is run:
+// pause is 坑二 (pitfall two) of «Locks in practice» (docs/sources.md), on a real ZooKeeper: a holder
+// stops (a GC pause) for longer than its session, the server ends the session and deletes its lock
+// node, another instance is granted the lock and sells — and the first wakes up still inside its
+// section and writes. The pause is made real for ZooKeeper: the holder's section is held and its
+// connection cut, so its heartbeats stop as a stopped process's would. The sources give three
+// fixes; each is run:
 //  1. a session longer than the pause: no second holder, but the sale waits out the pause;
 //  2. a lock in the process in front of the section (Java's synchronized) — present in every
 //     form here (the batcher runs one section per SKU and instance), and no help: the second

@@ -147,10 +147,18 @@ func figure(c Chart, failed bool) string {
 	return strings.TrimSpace(v + " " + c.Unit)
 }
 
-// short is s up to its first clause (a semicolon), clipped to n characters.
+// short is s up to its first clause (a semicolon outside parentheses), clipped to n characters.
 func short(s string, n int) string {
-	if i := strings.Index(s, "; "); i > 0 {
-		s = s[:i]
+	depth := 0
+	for i, r := range s {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')':
+			depth--
+		case r == ';' && depth == 0:
+			return clip(s[:i], n)
+		}
 	}
 	return clip(s, n)
 }

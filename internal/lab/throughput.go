@@ -27,12 +27,12 @@ import (
 	"github.com/flashsale/seckill/internal/zkserver"
 )
 
-// throughput puts the sources' performance rows (docs/sources.md) to the test: how many acquire+release pairs
-// a second each lock family does, measured here rather than quoted. Every figure is a loop of N
-// clients, each taking the lock and releasing it at once for a fixed time, on one shared key
-// (the clients queue or poll for it) and on a key per client (no contention: the lock's own
-// cost). It is a measurement, not a failure beside its fix: each claim of the tables is held
-// against the figures on its own, and comes out held or contradicted here.
+// throughput puts the sources' performance rows (docs/sources.md) to the test: how many
+// acquire+release pairs a second each lock family does, measured here rather than quoted. Every
+// figure is a loop of N clients, each taking the lock and releasing it at once for a fixed time, on
+// one shared key (the clients queue or poll for it) and on a key per client (no contention: the
+// lock's own cost). It is a measurement, not a failure beside its fix: each claim of the tables is
+// held against the figures on its own, and comes out held or contradicted here.
 func throughput() Experiment {
 	return Experiment{
 		Name: "throughput",
@@ -456,10 +456,10 @@ func (c throughputClaim) holds(rate float64) bool {
 	return rate >= c.low && (c.high == 0 || rate < c.high)
 }
 
-// throughputClaims are the tables' performance rows. 千级 is read as 1,000-9,999 a second, 万级
-// as 10,000-99,999 and 十万级 as 100,000-999,999. The two tables do not agree («Locks in practice» has MySQL
-// under 1000, «Choosing a lock» the database at 千级), so no figure can bear out every claim: each is a
-// judgement of its own.
+// throughputClaims are the tables' performance rows. 千级 is read as 1,000-9,999 a second, 万级 as
+// 10,000-99,999 and 十万级 as 100,000-999,999. The two tables do not agree («Locks in practice» has
+// MySQL under 1000, «Choosing a lock» the database at 千级), so no figure can bear out every claim:
+// each is a judgement of its own.
 var throughputClaims = []throughputClaim{
 	{"«Locks in practice»: Redis (Redisson) 10万+/s", []string{"redis"}, 100_000, 0},
 	{"«Choosing a lock»: Redis 万级 ~ 十万级", []string{"redis"}, 10_000, 1_000_000},

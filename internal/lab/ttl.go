@@ -8,15 +8,15 @@ import (
 	"github.com/flashsale/seckill/internal/redisclient"
 )
 
-// ttl is 坑一 (pitfall one) of «Locks in practice» (docs/sources.md): a Redis lock whose TTL is shorter than the critical section
-// (the database slowed down). The lock expires under its holder, a second holder comes in, both
-// read the same stock and both sell it: the first write is written over. «Locks in practice»'s fix is
-// the watchdog, which extends the lock while its holder lives; this project's answer is also the
-// version check, which holds with or without it. All three forms run the same sale — two
-// instances, the section slowed past the TTL by injected latency — behind the same Redis
-// admission (redisLock): each fix differs from the failing form in one mechanism, the watchdog
-// or the version check. With admission in front the orders never outnumber the stock, so the
-// failure is judged where it lands, in the database's stock column (stock.Store.Audit).
+// ttl is 坑一 (pitfall one) of «Locks in practice» (docs/sources.md): a Redis lock whose TTL is
+// shorter than the critical section (the database slowed down). The lock expires under its holder,
+// a second holder comes in, both read the same stock and both sell it: the first write is written
+// over. «Locks in practice»'s fix is the watchdog, which extends the lock while its holder lives;
+// this project's answer is also the version check, which holds with or without it. All three forms
+// run the same sale — two instances, the section slowed past the TTL by injected latency — behind
+// the same Redis admission (redisLock): each fix differs from the failing form in one mechanism,
+// the watchdog or the version check. With admission in front the orders never outnumber the stock,
+// so the failure is judged where it lands, in the database's stock column (stock.Store.Audit).
 func ttl() Experiment {
 	return Experiment{
 		Name: "ttl",
