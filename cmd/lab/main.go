@@ -104,8 +104,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})
 	defer env.Close()
 
+	prov := provenance(ctx, args, env) // the commit that runs, before anyone edits the tree meanwhile
 	reports := lab.Run(ctx, env, exps, *bound, stderr)
-	prov := provenance(ctx, args, env)
 	fmt.Fprintf(stdout, "%s\n\n%s", prov, lab.Console(reports))
 	if err := lab.Write(*out, prov, reports); err != nil {
 		return err
