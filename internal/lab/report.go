@@ -178,7 +178,7 @@ func clip(s string, n int) string {
 // Markdown is the table of the reproductions, and one of the claims of each measurement.
 func Markdown(reports []Report) string {
 	var b strings.Builder
-	b.WriteString("| experiment | seed and claim | failing form: what happened | fix: what happened | verdict |\n")
+	b.WriteString("| experiment | source and claim | failing form: what happened | fix: what happened | verdict |\n")
 	b.WriteString("| --- | --- | --- | --- | --- |\n")
 	var measurements []Report
 	for _, r := range reports {
