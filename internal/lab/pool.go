@@ -34,7 +34,7 @@ func pool() Experiment {
 		Seed: "002, 坑三: SELECT ... FOR UPDATE as a lock, 200 concurrent requests, the pool exhausted",
 		Claim: "Per-order SELECT ... FOR UPDATE under a burst runs the service's pool dry behind one row, and another product's reads stall with it; " +
 			"the batched row-lock queue on a pool of its own keeps the main pool from running dry. NOWAIT, the documents' fix, is judged the same way.",
-		Fix: "lockstrategy.PessimisticOptions{Batch: 64, RowLock: stock.WaitForRow}: one waiting section per product, on a pool of its own; the documents': SELECT ... FOR UPDATE NOWAIT",
+		Fix: "lockstrategy.NewPessimistic(store, stock.WaitForRow, lockstrategy.Options{Batch: 64}): one waiting section per product, on a pool of its own; the documents': SELECT ... FOR UPDATE NOWAIT",
 		Run: runPool,
 	}
 }
@@ -85,8 +85,8 @@ func runPool(ctx context.Context, env *Env) (Result, error) {
 	hold := 20 * time.Millisecond
 	timeout := time.Second
 	metrics := lockstrategy.NewLockMetrics(prometheus.NewRegistry(), time.Second, env.Log)
-	queue := lockstrategy.NewPessimistic(env.Store, lockstrategy.PessimisticOptions{
-		Batch: 64, RowLock: stock.WaitForRow, Wait: timeout,
+	queue := lockstrategy.NewPessimistic(env.Store, stock.WaitForRow, lockstrategy.Options{
+		Batch: 64, Wait: timeout,
 		// The same work, with the row locked, once per section: the orders of a batch share it.
 		Hooks: lockstrategy.Hooks{InSection: func(ctx context.Context, _ []stock.OrderRequest) { sleep(ctx, hold) }},
 	}, metrics)

@@ -30,24 +30,22 @@ import (
 type redisLock struct {
 	admission *admission.Ledger
 	hybrid    *lockstrategy.Hybrid
-	twin      *lockstrategy.Hybrid
+	twin      *lockstrategy.Locked
 	metrics   *prometheus.Registry
 	rdb       redis.UniversalClient
 }
-
-// labVersionAttempts is how many version-guarded writes a section tries before answering busy,
-// as service.New has it.
-const labVersionAttempts = 5
 
 // newRedisLock builds the lock on rdb (which it closes) with cfg's lock settings and hooks.
 func (e *Env) newRedisLock(cfg service.Config, rdb redis.UniversalClient) *redisLock {
 	reg := prometheus.NewRegistry()
 	ledger := admission.New(rdb, e.Store, "lab", cfg.InstanceTTL, e.Log, reg)
-	hybrid := lockstrategy.NewHybrid(e.Store, ledger, rdb, redsync.New(goredis.NewPool(rdb)), lockstrategy.HybridOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait, Extend: cfg.LockExtend, Poll: cfg.LockPoll, Attempts: labVersionAttempts,
-		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
-	}, lockstrategy.NewLockMetrics(reg, cfg.SlowHold, e.Log))
-	return &redisLock{admission: ledger, hybrid: hybrid, twin: hybrid.UnguardedTwin(), metrics: reg, rdb: rdb}
+	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, e.Log)
+	lock := lockstrategy.NewRedisLock(redsync.New(goredis.NewPool(rdb)), rdb, lockstrategy.RedisLockOptions{
+		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Poll: cfg.LockPoll,
+	}, metrics)
+	opts := lockstrategy.Options{Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks}
+	return &redisLock{admission: ledger, hybrid: lockstrategy.NewHybrid(e.Store, ledger, lock, opts, metrics),
+		twin: lockstrategy.New("unguarded-redis", e.Store, lock, lockstrategy.NoGuard, opts, metrics), metrics: reg, rdb: rdb}
 }
 
 // putProduct starts a sale of sku as the service's PutProduct does: admission's state deleted,

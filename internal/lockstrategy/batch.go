@@ -144,21 +144,3 @@ var (
 	errAbandoned      = fmt.Errorf("request gave up before its section: %w", admission.ErrNotPlaced)
 	errSectionTimeout = errors.New("section took too long")
 )
-
-// failAll answers every order of a batch with err.
-func failAll(n int, err error) []stock.Placed {
-	out := make([]stock.Placed, n)
-	for i := range out {
-		out[i].Err = err
-	}
-	return out
-}
-
-// waitFailed maps a wait for a lock that ran out of budget to busy, unless the section's own
-// context is gone (then its error is returned).
-func waitFailed(ctx context.Context, key string, budget time.Duration, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("lock %s: waited %s: %w: %w", key, budget, stock.ErrBusy, err)
-}

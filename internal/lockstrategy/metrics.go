@@ -19,6 +19,7 @@ type LockMetrics struct {
 	batches     *prometheus.HistogramVec
 	wakeups     *prometheus.CounterVec
 	fencedOut   *prometheus.CounterVec
+	sessions    *prometheus.CounterVec
 	threshold   time.Duration
 	log         *slog.Logger
 }
@@ -58,10 +59,14 @@ func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog
 			Name: "seckill_fenced_out_total",
 			Help: "Writes refused by the database because a newer holder of the lock service's lock had written (never a sale), by strategy.",
 		}, []string{"strategy"}),
+		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_etcd_sessions_total",
+			Help: "etcd sessions (leases) created: the first, and one after every session loss, by strategy.",
+		}, []string{"strategy"}),
 		threshold: slowHold,
 		log:       log,
 	}
-	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches, m.wakeups, m.fencedOut)
+	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches, m.wakeups, m.fencedOut, m.sessions)
 	return m
 }
 
@@ -93,3 +98,5 @@ func (m *LockMetrics) wokenByRelease(strategy string) { m.wakeups.WithLabelValue
 func (m *LockMetrics) batched(strategy string, orders int) {
 	m.batches.WithLabelValues(strategy).Observe(float64(orders))
 }
+
+func (m *LockMetrics) sessionStarted(strategy string) { m.sessions.WithLabelValues(strategy).Inc() }

@@ -15,35 +15,28 @@ import (
 // extra component, and it cannot pile up connections behind the hot row: a row another
 // transaction holds fails at once and gives its connection back, the section tries again after a
 // jittered pause, and a row it could not have within the wait answers busy (429 with
-// Retry-After). With RowLock stock.WaitForRow it waits in the row's lock queue instead — at most
+// Retry-After). With stock.WaitForRow it waits in the row's lock queue instead — at most
 // one section per product and instance (the batcher), for at most the lock wait, on a small pool
 // of its own.
 type Pessimistic struct {
 	store   *stock.Store
-	opts    PessimisticOptions
-	metrics *LockMetrics
+	rowLock stock.RowWait
+	run     *runner // its name, options, metrics and hook; the row lock is not a Locker
 	batch   *batcher
 }
 
-// PessimisticOptions tune the row-lock strategy.
-type PessimisticOptions struct {
-	// Batch is how many queued orders of a SKU one transaction may place (group commit); 1 or
-	// less: one order per transaction.
-	Batch int
-	// RowLock is what a section does when another transaction holds the row: stock.NoWait (the
-	// zero value) fails at once and tries again, stock.WaitForRow waits in the row's lock queue
-	// (stock.Options.LockWait) and then tries again. On SQLite, which has no row locks, both
-	// take the database's write lock without waiting.
-	RowLock stock.RowWait
-	// Wait bounds the wait for the row: the section tries again, jittered, until Wait runs out.
-	Wait  time.Duration
-	Hooks Hooks
-}
-
-// NewPessimistic returns the pessimistic strategy over store.
-func NewPessimistic(store *stock.Store, opts PessimisticOptions, metrics *LockMetrics) *Pessimistic {
-	p := &Pessimistic{store: store, opts: opts, metrics: metrics}
-	p.batch = newBatcher(p.Name(), opts.Batch, opts.Wait, metrics, p.section)
+// NewPessimistic returns the pessimistic strategy over store. rowLock is what a section does
+// when another transaction holds the row: stock.NoWait (the zero value) fails at once and tries
+// again, stock.WaitForRow waits in the row's lock queue (stock.Options.LockWait) and then tries
+// again; opts.Wait bounds the whole wait for the row. On SQLite, which has no row locks, both
+// take the database's write lock without waiting.
+//
+// The row lock does not fit the Locker shape: it is taken by the transaction that writes and ends
+// with it, so there is no acquisition apart from the write, and it is its own guard — nobody else
+// can change the row while it is held.
+func NewPessimistic(store *stock.Store, rowLock stock.RowWait, opts Options, metrics *LockMetrics) *Pessimistic {
+	p := &Pessimistic{store: store, rowLock: rowLock, run: newRunner("pessimistic", store, nil, Version, opts, metrics)}
+	p.batch = p.run.batcher(p.section)
 	return p
 }
 
@@ -60,25 +53,25 @@ func (p *Pessimistic) PlaceOrder(ctx context.Context, req stock.OrderRequest) (s
 // not have is tried again with capped, jittered backoff until the wait runs out.
 func (p *Pessimistic) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
 	start := time.Now()
-	deadline := start.Add(p.opts.Wait)
+	deadline := start.Add(p.run.opts.Wait)
 	backoff := time.Millisecond
 	held := func() []stock.OrderRequest {
 		reqs := take()
-		p.opts.Hooks.inSection(ctx, reqs) // the row is locked: a pause here holds it
+		p.run.inSection(ctx, reqs) // the row is locked: a pause here holds it
 		return reqs
 	}
 	for {
-		placed, err := p.store.PlaceLocked(ctx, sku, p.opts.RowLock, held)
+		placed, err := p.store.PlaceLocked(ctx, sku, p.rowLock, held)
 		if !lockLost(err) {
 			if err != nil {
 				return failAll(len(take()), err)
 			}
-			p.metrics.waited(p.Name(), time.Since(start))
+			p.run.metrics.waited(p.Name(), time.Since(start))
 			return placed
 		}
 		pause := backoff/2 + rand.N(backoff)
 		if time.Now().Add(pause).After(deadline) {
-			return failAll(len(take()), fmt.Errorf("lock products/%s: waited %s: %w", sku, p.opts.Wait, stock.ErrBusy))
+			return failAll(len(take()), fmt.Errorf("lock products/%s: waited %s: %w", sku, p.run.opts.Wait, stock.ErrBusy))
 		}
 		select {
 		case <-time.After(pause):

@@ -1,15 +1,21 @@
 // Package lockstrategy holds the ways an order can be serialised against concurrent orders for
-// the same product — a Redis lock behind fast admission (package admission), an etcd lock and a
-// ZooKeeper lock with fencing tokens, a database row lock, a lock table, the unguarded
-// twins of the lock services (the lock alone, unsafe on purpose) and no lock at all (naive) —
-// behind one interface, and the lock primitives they need. Each strategy has one critical
-// section, a function of "the orders to place" (batcher), and every guarded one ends in a
-// conditional write in package stock: the lock keeps the hot row calm, the database keeps the
-// invariant.
+// the same product, behind one interface. A strategy is a lock and a guard: the lock (Locker:
+// Redis with redsync, etcd, ZooKeeper, the lock table) keeps the hot row calm, and the guard of
+// its write (Guard: the version check, the fencing token, or none) keeps the invariant when the
+// lock fails. One section runner (section.go) owns what every strategy needs — the wait budget,
+// taking the batch (batcher: a section is a function of "the orders to place"), the watchdog,
+// the fault hook at its one moment, metrics, unlock and abandonment — so each strategy file reads
+// as its recipe: hybrid (Redis admission, package admission, then the Redis lock and the version
+// check), etcd and zookeeper (their lock and the fence), dblock (the lock table and the version
+// check), pessimistic (the database's row lock, which is its own guard), the unguarded twins
+// (a lock service's lock with no guard) and naive (no lock, no guard). The last two are unsafe
+// on purpose. The lock primitives themselves live in package lock/... per backend, the SQL in
+// package stock.
 package lockstrategy
 
 import (
 	"context"
+	"io"
 
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -29,12 +35,44 @@ type Hooks struct {
 	// InSection runs inside the critical section of every strategy at one moment: the lock held
 	// (the row locked, for pessimistic; naive has no lock) and the product read, right before the
 	// orders are written — the window between a read and its write that every guard is for
-	// (TestHookMoment).
+	// (TestHookMoment). It runs in the section runner (runner.inSection), called by each guard's
+	// write.
 	InSection func(ctx context.Context, orders []stock.OrderRequest)
 }
 
-func (h Hooks) inSection(ctx context.Context, orders []stock.OrderRequest) {
-	if h.InSection != nil {
-		h.InSection(ctx, orders)
+// Locked is a strategy that is a lock and a guard and nothing around them: etcd and zookeeper
+// (their lock, Fence), dblock (the lock table, Version), and the unguarded twins
+// (unguarded-redis, unguarded-etcd, unguarded-zookeeper: their guarded strategy's lock, NoGuard).
+type Locked struct {
+	run   *runner
+	batch *batcher
+}
+
+// New returns the strategy name: sections under locker's lock, written under guard. A lock
+// service that cannot be reached answers unavailable: without its lock it has no safe way.
+func New(name string, store *stock.Store, locker Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
+	l := &Locked{run: newRunner(name, store, locker, guard, opts, metrics)}
+	l.batch = l.run.batcher(l.run.section)
+	return l
+}
+
+// Name implements Strategy.
+func (l *Locked) Name() string { return l.run.name }
+
+// LockKey names sku's lock in its lock service.
+func (l *Locked) LockKey(sku string) string { return l.run.locker.Key(sku) }
+
+// PlaceOrder implements Strategy.
+func (l *Locked) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	return l.batch.place(ctx, req)
+}
+
+// Close releases what the strategy's lock keeps open (an etcd session, a Redis subscription).
+func (l *Locked) Close() error { return closeLocker(l.run.locker) }
+
+func closeLocker(locker Locker) error {
+	if c, ok := locker.(io.Closer); ok {
+		return c.Close()
 	}
+	return nil
 }

@@ -72,9 +72,6 @@ type Backends struct {
 	ZooKeeper *zk.Conn
 }
 
-// versionAttempts is how many version-guarded writes a section tries before answering busy.
-const versionAttempts = 5
-
 // New builds one instance from cfg on b: admission, sold-out flags, every strategy, the outcome
 // metrics — the composition root of cmd/api and of every test. Close it when done.
 func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
@@ -135,25 +132,27 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		s.checks = append(s.checks, Check{Name: redisclient.CheckName(c), Ping: redisclient.Ping(c)})
 	}
 
-	// Each lock strategy is registered twice: guarded, and unguarded — the same lock with the
-	// guard of its write taken away, unsafe on purpose.
-	hybrid := lockstrategy.NewHybrid(b.Store, s.admission, b.Redis[0], redsync.New(pools...), lockstrategy.HybridOptions{
-		TTL: cfg.LockTTL, Wait: cfg.LockWait, Extend: cfg.LockExtend, Poll: cfg.LockPoll, Attempts: versionAttempts,
-		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
+	// A strategy is a lock and a guard. Each lock service's lock is registered twice: with its
+	// guard, and unguarded — the same lock with NoGuard, unsafe on purpose.
+	opts := lockstrategy.Options{Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks}
+	redisLock := lockstrategy.NewRedisLock(redsync.New(pools...), b.Redis[0], lockstrategy.RedisLockOptions{
+		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Poll: cfg.LockPoll,
 	}, metrics)
-	s.register(hybrid, false)
-	s.register(hybrid.UnguardedTwin(), true)
-	for _, unguarded := range []bool{false, true} {
+	s.register(lockstrategy.NewHybrid(b.Store, s.admission, redisLock, opts, metrics), false)
+	s.register(lockstrategy.New("unguarded-redis", b.Store, redisLock, lockstrategy.NoGuard, opts, metrics), true)
+	for _, g := range []struct {
+		prefix string
+		guard  lockstrategy.Guard
+	}{{"", lockstrategy.Fence}, {"unguarded-", lockstrategy.NoGuard}} {
+		unsafe := g.guard == lockstrategy.NoGuard
 		if b.Etcd != nil {
 			// A session of its own: two mutexes on one session do not exclude each other.
-			s.register(lockstrategy.NewEtcd(b.Etcd, b.Store, lockstrategy.EtcdOptions{
-				TTL: cfg.LockTTL, Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks, Unguarded: unguarded,
-			}, metrics, log, reg), unguarded)
+			lock := lockstrategy.NewEtcdLock(b.Etcd, lockstrategy.EtcdLockOptions{TTL: cfg.LockTTL}, metrics, log)
+			s.register(lockstrategy.New(g.prefix+"etcd", b.Store, lock, g.guard, opts, metrics), unsafe)
 		}
 		if b.ZooKeeper != nil {
-			s.register(lockstrategy.NewZooKeeper(b.ZooKeeper, b.Store, lockstrategy.ZooKeeperOptions{
-				Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks, Unguarded: unguarded,
-			}, metrics, log), unguarded)
+			lock := lockstrategy.NewZooKeeperLock(b.ZooKeeper, "", log)
+			s.register(lockstrategy.New(g.prefix+"zookeeper", b.Store, lock, g.guard, opts, metrics), unsafe)
 		}
 	}
 	if b.Etcd != nil {
@@ -162,14 +161,12 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	if b.ZooKeeper != nil {
 		s.checks = append(s.checks, Check{Name: "zookeeper", Ping: pingZooKeeper(b.ZooKeeper)})
 	}
-	s.register(lockstrategy.NewPessimistic(b.Store, lockstrategy.PessimisticOptions{
-		Wait: cfg.LockWait, Batch: cfg.GroupCommit, RowLock: cfg.RowLock, Hooks: cfg.Hooks,
-	}, metrics), false)
-	s.register(lockstrategy.NewDBLock(b.Store, lockstrategy.DBLockOptions{
-		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Wait: cfg.LockWait, Attempts: versionAttempts, Instance: cfg.Instance,
-		Batch: cfg.GroupCommit, Hooks: cfg.Hooks,
-	}, metrics), false)
-	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, cfg.GroupCommit, cfg.Hooks, metrics), true)
+	s.register(lockstrategy.NewPessimistic(b.Store, cfg.RowLock, opts, metrics), false)
+	tableLock := lockstrategy.NewTableLock(b.Store, lockstrategy.TableLockOptions{
+		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Instance: cfg.Instance,
+	}, metrics)
+	s.register(lockstrategy.New("dblock", b.Store, tableLock, lockstrategy.Version, opts, metrics), false)
+	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, opts, metrics), true)
 
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop

@@ -1,0 +1,206 @@
+package lockstrategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// A Guard is what a section's write checks in the database, for when its lock has failed: a
+// lock granted twice after a failover, a lease or session that ran out under a paused holder.
+// The lock keeps the hot row calm; the guard keeps the invariant.
+type Guard int
+
+const (
+	// Version reads the product and writes UPDATE ... WHERE version = ? AND stock >= ?: a write
+	// that lost to any other writer changes nothing, and the section reads again (hybrid,
+	// dblock).
+	Version Guard = iota
+	// Fence writes the lock's fencing token with the orders, WHERE fence < token: a holder whose
+	// lock ran out can never write after a newer holder has (etcd, zookeeper).
+	Fence
+	// NoGuard writes the stock computed from the read with no condition on the row — the lock
+	// alone, as in the oversell post-mortem this project started from (eight servers, a Redis
+	// master with replicas, a SET NX EX lock; after a failover 100 units were sold 170 times). It
+	// is correct exactly as long as the lock is: a lock granted again after a failover, a lease
+	// or session that ran out under a paused holder, and a second holder's sale is written over —
+	// oversold. The unguarded twins (unguarded-redis, unguarded-etcd, unguarded-zookeeper) are
+	// their guarded strategy's lock with NoGuard, and naive is NoGuard with no lock at all.
+	// Unsafe on purpose, refused unless unsafe strategies are allowed: they exist so that every
+	// check that should see a failed lock oversell does see it.
+	NoGuard
+)
+
+// write places reqs under r's guard, with l held (nil: no lock). It returns the answers and, for
+// the version guard, the product as the section left it (nil when it cannot say).
+func (r *runner) write(ctx context.Context, l Lock, key string, reqs []stock.OrderRequest) ([]stock.Placed, *stock.Product) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	switch r.guard {
+	case Version:
+		var known *stock.Product
+		if h, ok := l.(handingOver); ok {
+			known = h.Known()
+		}
+		return r.versioned(ctx, reqs, known)
+	case Fence:
+		return r.fenced(ctx, l, key, reqs), nil
+	}
+	return r.unguarded(ctx, reqs), nil
+}
+
+// versioned is the version-guarded write: read the product, then place every order at that
+// version in one transaction (stock.Store.PlaceAt), retrying the whole batch with a fresh read
+// when another writer got there first — up to Attempts times, then busy. It never writes blind:
+// each attempt either matches the version it read or writes nothing. A batch whose buyers
+// admission vouched for skips the lookup of stored buyers on its first try
+// (stock.Store.PlaceAdmitted).
+//
+// known, when not nil, is the product as the last writer left it (hybrid: handed over with the
+// lock, releases.go), taken instead of the first read when every order of the batch fits in its
+// stock: one query fewer inside the lock. It is only a hint — a stale one fails the version check
+// like any stale read, and the batch reads again at no cost to its attempts — and it is never
+// trusted to refuse an order on its own: a cancel gives units back without moving the version, so
+// a batch that does not fit reads the row, and a batch that would write nothing (every order
+// refused: a new round's limits, a window) checks no version, so it reads the row and decides
+// again. It returns the answers and the product as this section left it (nil when it failed).
+func (r *runner) versioned(ctx context.Context, reqs []stock.OrderRequest, known *stock.Product) ([]stock.Placed, *stock.Product) {
+	var asked int64
+	for _, req := range reqs {
+		asked += int64(req.Quantity)
+	}
+	for i := 1; ; {
+		var (
+			read     stock.Product
+			err      error
+			snapshot = known != nil && known.Stock >= asked
+		)
+		if snapshot {
+			read = *known
+		} else if read, err = r.store.Product(ctx, reqs[0].SKU); err != nil {
+			return failAll(len(reqs), err), nil
+		}
+		known = nil
+		r.inSection(ctx, reqs)
+		place := r.store.PlaceAt
+		if i == 1 && admitted(reqs) {
+			place = r.store.PlaceAdmitted
+		}
+		placed, err := place(ctx, reqs, read)
+		if err == nil {
+			left := after(read, placed)
+			if snapshot && left.Version == read.Version {
+				continue // every order refused on the snapshot's word alone, no version checked: ask the row
+			}
+			return placed, left
+		}
+		if !errors.Is(err, stock.ErrVersionConflict) {
+			return failAll(len(reqs), err), nil
+		}
+		if snapshot {
+			continue // older than the row: read it, as without one
+		}
+		if i >= r.opts.Attempts {
+			return failAll(len(reqs), fmt.Errorf("%d version conflicts on products/%s: %w", i, reqs[0].SKU, stock.ErrBusy)), nil
+		}
+		r.metrics.retried(r.name)
+		i++
+	}
+}
+
+// after is the product as a batch placed at read left it: a new version and fewer units when it
+// sold any, else as read.
+func after(read stock.Product, placed []stock.Placed) *stock.Product {
+	var sold int64
+	for _, p := range placed {
+		if p.Err == nil {
+			sold += int64(p.Order.Quantity)
+		}
+	}
+	if sold > 0 {
+		read.Version++
+		read.Stock -= sold
+	}
+	return &read
+}
+
+// admitted says whether admission vouched for every buyer of reqs: each holds a reservation.
+func admitted(reqs []stock.OrderRequest) bool {
+	for _, r := range reqs {
+		if r.Reservation.ID == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// fenced is the fenced write: the orders, under the holder's fencing token
+// (stock.Store.PlaceFenced). A section whose lock is known to be gone (its lease or session) is
+// abandoned before it writes; between that check and the write, the token is what stops a holder
+// whose lock runs out. A write fenced out by a token ahead of the lock service itself — which no
+// holder can have been granted: the service was replaced and its sequence started again — is
+// retried once after resetting that fence (fenceChecker); a genuine fence-out is busy, never a
+// sale.
+func (r *runner) fenced(ctx context.Context, l Lock, key string, reqs []stock.OrderRequest) []stock.Placed {
+	recovered := false
+	for attempt := 1; ; attempt++ {
+		if !l.Held(ctx) {
+			r.metrics.lostAt(r.name, key)
+			return failAll(len(reqs), fmt.Errorf("lock %s lost before the write, section abandoned: %w", key, stock.ErrBusy))
+		}
+		placed, err := r.store.PlaceFenced(ctx, reqs, l.Token(), func(ctx context.Context) error {
+			r.inSection(ctx, reqs)
+			return nil
+		})
+		var fenceErr *stock.FenceError
+		if errors.As(err, &fenceErr) && !recovered {
+			if c, ok := l.(fenceChecker); ok && c.Ahead(ctx, fenceErr) &&
+				r.store.ResetFence(ctx, fenceErr.SKU, l.Token().Fence, fenceErr.Fence) == nil {
+				recovered = true
+				continue
+			}
+		}
+		switch {
+		case err == nil:
+			return placed
+		case errors.Is(err, stock.ErrFencedOut):
+			r.metrics.fenced(r.name)
+			return failAll(len(reqs), fmt.Errorf("lock %s: %w: %w", key, stock.ErrBusy, err))
+		case errors.Is(err, stock.ErrVersionConflict) && attempt < r.opts.Attempts:
+			r.metrics.retried(r.name) // a writer outside the lock moved the stock: read again
+			continue
+		case errors.Is(err, stock.ErrVersionConflict):
+			return failAll(len(reqs), fmt.Errorf("%w: %w", stock.ErrBusy, err))
+		}
+		return failAll(len(reqs), err)
+	}
+}
+
+// unguarded reads the product, decides the orders against that read, runs naive's pause and the
+// fault hook, and writes the stock it computed, with no condition on the row
+// (stock.Store.PlaceUnguarded). Only a buyer or key taken between the read and the insert stops
+// it: then nothing was written, and the orders answer busy.
+func (r *runner) unguarded(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
+	placed, err := r.store.PlaceUnguarded(ctx, reqs, func(ctx context.Context) error {
+		if r.pause > 0 {
+			select {
+			case <-time.After(r.pause):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		r.inSection(ctx, reqs)
+		return ctx.Err()
+	})
+	if errors.Is(err, stock.ErrVersionConflict) {
+		return failAll(len(reqs), fmt.Errorf("%w: %w", stock.ErrBusy, err))
+	}
+	if err != nil {
+		return failAll(len(reqs), err)
+	}
+	return placed
+}

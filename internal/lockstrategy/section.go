@@ -1,0 +1,207 @@
+package lockstrategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flashsale/seckill/internal/planted"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Options tune every strategy's sections alike.
+type Options struct {
+	// Wait is how long a section waits for its lock (or, for pessimistic, its row) before
+	// answering busy.
+	Wait time.Duration
+	// Batch is how many queued orders of a SKU one section may place under one acquisition and
+	// one write (group commit); 1 or less: one order per section.
+	Batch int
+	// Attempts is how many guarded writes a section tries after a concurrent change before
+	// answering busy; default 5.
+	Attempts int
+	Hooks    Hooks
+}
+
+// defaultAttempts is how many version-guarded (or fenced) writes a section tries by default.
+const defaultAttempts = 5
+
+// unlockTimeout bounds a release, which runs even when the request was cancelled.
+const unlockTimeout = time.Second
+
+// runner is the one critical section of every strategy made of a lock and a guard: wait for
+// the lock within the budget, take the batch, keep an expiring lock alive (the watchdog), write
+// under the guard with the fault hook at its one moment, release, and answer busy for what a
+// lost lock abandoned. A strategy is then its recipe: which lock, which guard, and what it does
+// around the section (hybrid: admission before, settle after).
+type runner struct {
+	name    string
+	store   *stock.Store
+	locker  Locker // nil: no lock at all (naive)
+	guard   Guard
+	opts    Options
+	metrics *LockMetrics
+	// pause is slept between the read and the write of an unguarded section: naive's stand-in
+	// for the latency that opens the race window in production.
+	pause time.Duration
+	// fallback places the orders when the lock service cannot be reached at all
+	// (errLockUnreachable); nil: they answer unavailable, as a strategy with no safe way without
+	// its lock must.
+	fallback func(ctx context.Context, reqs []stock.OrderRequest, err error) []stock.Placed
+	// settle runs after the release, outside the lock, with what the section wrote (hybrid:
+	// the reservations of written orders end).
+	settle func(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed)
+}
+
+func newRunner(name string, store *stock.Store, locker Locker, guard Guard, opts Options, metrics *LockMetrics) *runner {
+	if opts.Attempts <= 0 {
+		opts.Attempts = defaultAttempts
+	}
+	if l, ok := locker.(labelled); ok {
+		locker = l.forStrategy(name)
+	}
+	return &runner{name: name, store: store, locker: locker, guard: guard, opts: opts, metrics: metrics}
+}
+
+// batcher returns the batcher that runs s — r's section, or a strategy's around it — over r's
+// batches.
+func (r *runner) batcher(s section) *batcher {
+	return newBatcher(r.name, r.opts.Batch, r.opts.Wait, r.metrics, s)
+}
+
+// section is the critical section over sku (see section in batch.go).
+func (r *runner) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+	if r.locker == nil {
+		placed, _ := r.write(ctx, nil, sku, take())
+		return placed
+	}
+	key := r.locker.Key(sku)
+	start := time.Now()
+	waitCtx, cancel := context.WithTimeout(ctx, r.opts.Wait)
+	l, err := r.locker.Lock(waitCtx, key)
+	outwaited := waitCtx.Err() != nil
+	cancel()
+	switch {
+	case errors.Is(err, errLockUnreachable):
+		if r.fallback != nil {
+			return r.fallback(ctx, take(), err)
+		}
+		return failAll(len(take()), fmt.Errorf("lock %s: %w: %w", key, stock.ErrUnavailable, err))
+	case errors.Is(err, stock.ErrUnavailable) && !outwaited && ctx.Err() == nil:
+		// The lock's backend failed before the wait ran out (the database under the lock
+		// table, etcd refusing a lease): unavailable, not busy.
+		return failAll(len(take()), err)
+	case err != nil:
+		return failAll(len(take()), waitFailed(ctx, key, r.opts.Wait, err))
+	}
+	locked := time.Now()
+	r.metrics.waited(r.name, locked.Sub(start))
+	section, stop := r.watchdog(ctx, key, l)
+	reqs := take()
+	placed, left := r.write(section, l, key, reqs)
+	stop()
+	r.metrics.held(r.name, key, time.Since(locked))
+	if h, ok := l.(handingOver); ok {
+		h.Leave(left)
+	}
+	unlockCtx, cancelUnlock := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+	if !l.Unlock(unlockCtx) {
+		r.metrics.lostAt(r.name, key)
+	}
+	cancelUnlock()
+	if r.settle != nil {
+		r.settle(ctx, sku, reqs, placed)
+	}
+	abandoned(section, key, placed)
+	return placed
+}
+
+// inSection runs the fault hook at its one moment in every strategy: the lock held, the product
+// read, right before the write (TestHookMoment).
+func (r *runner) inSection(ctx context.Context, reqs []stock.OrderRequest) {
+	if r.opts.Hooks.InSection != nil {
+		r.opts.Hooks.InSection(ctx, reqs)
+	}
+}
+
+// errLockLost is the cause given to a critical section whose lock could not be extended.
+var errLockLost = errors.New("lock lost")
+
+// watchdog keeps an expiring lock alive while its section runs, as Redisson's watchdog does:
+// Extend every period. The expiry itself can then be short — a holder that stops (crash, GC
+// pause, a frozen VM, SIGSTOP) stops extending, and the others get the lock once it runs out —
+// while a live section holds the lock for as long as it needs. If an extension fails, the lock
+// may already belong to someone else, so the section is cancelled: a section that has not
+// written yet abandons its write, and one that is writing is stopped by its guard if another
+// holder has written since. A lock with no expiry of its own (a session's) runs on ctx. stop
+// must be called before the lock is released.
+func (r *runner) watchdog(ctx context.Context, key string, l Lock) (section context.Context, stop func()) {
+	e, ok := l.(expiring)
+	if !ok {
+		return ctx, func() {}
+	}
+	section, cancel := context.WithCancelCause(ctx)
+	if planted.On(planted.NoWatchdog) {
+		return section, func() { cancel(nil) }
+	}
+	period := e.ExtendEvery()
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				extendCtx, cancelExtend := context.WithTimeout(context.WithoutCancel(ctx), period)
+				err := e.Extend(extendCtx)
+				cancelExtend()
+				if err != nil {
+					r.metrics.log.Warn("lock extension failed; abandoning the critical section", "strategy", r.name, "key", key, "err", err)
+					cancel(fmt.Errorf("%w: extend: %w", errLockLost, err))
+					return
+				}
+				r.metrics.extended(r.name)
+			}
+		}
+	}()
+	return section, func() {
+		close(done)
+		<-exited
+		cancel(nil)
+	}
+}
+
+// abandoned turns the failures of a section whose lock was lost mid-way into busy: nothing of
+// them was written, and the client may retry. Orders it did write, and sold-out answers, stand.
+func abandoned(section context.Context, key string, placed []stock.Placed) {
+	if !errors.Is(context.Cause(section), errLockLost) {
+		return
+	}
+	for i := range placed {
+		if placed[i].Err != nil && !errors.Is(placed[i].Err, stock.ErrSoldOut) {
+			placed[i].Err = fmt.Errorf("lock %s lost mid-section, section abandoned: %w", key, stock.ErrBusy)
+		}
+	}
+}
+
+// failAll answers every order of a batch with err.
+func failAll(n int, err error) []stock.Placed {
+	out := make([]stock.Placed, n)
+	for i := range out {
+		out[i].Err = err
+	}
+	return out
+}
+
+// waitFailed maps a wait for a lock that ran out of budget to busy, unless the section's own
+// context is gone (then its error is returned).
+func waitFailed(ctx context.Context, key string, budget time.Duration, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("lock %s: waited %s: %w: %w", key, budget, stock.ErrBusy, err)
+}
