@@ -327,8 +327,21 @@ func unknownNames(pages map[string]string, ix index) []string {
 var provenance = regexp.MustCompile("^Measured by `[^`]+` at commit [0-9a-f]{7,40}\\S* on [0-9]+ cores?, (MariaDB|MySQL) [0-9.]+, Redis [0-9.]+")
 
 // measured is a figure as a command prints it: a decimal with its unit, a rate or a ratio.
-// Bounds and settings ("within 3 s", `2s`) are whole numbers or code, and are not figures.
+// Settings and bounds ("within 3 s", `2s`, ">= 0.8x") are whole numbers, code, or follow a
+// comparison, and are not figures.
 var measured = regexp.MustCompile(`\b\d+\.\d+ ?(ms|µs|s|MB|x)\b|\b\d[\d,]* ?(orders|req|pairs)/s\b|\b\d+\.\d+x\b`)
+
+// figure is the first measured figure of a table row, "" when it has none.
+func figure(row string) string {
+	row = codeSpan.ReplaceAllString(row, "")
+	for _, m := range measured.FindAllStringIndex(row, -1) {
+		if before := strings.TrimRight(row[:m[0]], " "); !strings.HasSuffix(before, "=") && !strings.HasSuffix(before, "<") &&
+			!strings.HasSuffix(before, ">") && !strings.HasSuffix(before, "≥") && !strings.HasSuffix(before, "≤") {
+			return row[m[0]:m[1]]
+		}
+	}
+	return ""
+}
 
 // unprovenTables are the tables of the pages that hold measured figures and do not say, on
 // one of the five lines above them, which command, commit and machine produced them.
@@ -342,7 +355,7 @@ func unprovenTables(pages map[string]string) []string {
 			}
 			start, figures := i, ""
 			for ; i < len(lines) && strings.HasPrefix(lines[i], "|"); i++ {
-				if f := measured.FindString(codeSpan.ReplaceAllString(lines[i], "")); f != "" && figures == "" {
+				if f := figure(lines[i]); f != "" && figures == "" {
 					figures = f
 				}
 			}
@@ -417,4 +430,6 @@ func TestChecksCatchBreaks(t *testing.T) {
 	}
 	proven := "Measured by `go run ./cmd/lab all` at commit 1d1dcfa on 2 cores, MariaDB 10.11.19, Redis 7.0.15, 2026-12-01.\n\n| form | p99 |\n| --- | --- |\n| a | 12.5 ms |"
 	assert.Empty(t, unprovenTables(plant(proven)), "a table with its provenance line passes")
+	bounds := "| target | bound |\n| --- | --- |\n| hybrid against pessimistic | >= 0.8x |\n| p99 | <= 50.0 ms |"
+	assert.Empty(t, unprovenTables(plant(bounds)), "a table of bounds is no measurement")
 }
