@@ -29,8 +29,7 @@ TOKEN=tour-admin-token
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 # start NAME [VAR=value...]: starts an instance with the settings given, waits until it listens
-# and sets $url to its address. The first build of cmd/api takes a couple of minutes (etcd's
-# server is large); later ones are cached.
+# and sets $url to its address.
 start() {
 	local name=$1
 	shift
@@ -74,7 +73,7 @@ audit() {
 		tr -d '{}"' | tr ',' '\n' | grep -E '^(initial_stock|stock|orders|oversold|consistent|redis_reservations|held_back):' | sed 's/^/  /'
 }
 
-say "building the service (the first build takes a couple of minutes)"
+say "building the service (the first build takes a few minutes: etcd's server is large)"
 go build -o "$work/seckill" ./cmd/api
 
 say "starting two instances on the embedded default"
