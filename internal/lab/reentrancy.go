@@ -28,7 +28,7 @@ import (
 func reentrancy() Experiment {
 	return Experiment{
 		Name:  "reentrancy",
-		Seed:  "000, a distributed lock's requirements (reentrancy); 002, Curator's InterProcessMutex example; 003, the lock table is not reentrant",
+		Seed:  "«Choosing a lock», a distributed lock's requirements (可重入性, reentrancy); «Locks in practice», Curator's InterProcessMutex example; «Which lock», the lock table is not reentrant",
 		Claim: "A holder that asks again for a lock it holds blocks itself on a non-reentrant lock; a lock with a hold count per owner lets it through at once and frees only after as many releases.",
 		Fix:   `if redis.call("EXISTS", KEYS[1]) == 0 or redis.call("HEXISTS", KEYS[1], ARGV[1]) == 1 then redis.call("HINCRBY", KEYS[1], ARGV[1], 1) ...`,
 		Run:   runReentrancy,
