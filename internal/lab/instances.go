@@ -108,7 +108,7 @@ type overlaps struct {
 }
 
 // hold is a section hook: it counts the section in, holds it for d — the database latency of
-// the documents' pitfall, or a paused holder — and counts it out.
+// pitfall one of «Locks in practice», or a paused holder — and counts it out.
 func (o *overlaps) hold(d time.Duration) func(ctx context.Context, _ []stock.OrderRequest) {
 	return func(ctx context.Context, _ []stock.OrderRequest) {
 		o.entered.Add(1)
