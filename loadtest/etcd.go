@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
-	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-
-	"github.com/flashsale/seckill/internal/zkserver"
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 )
 
 // etcdDirEnv, when set, turns the tool's own binary into an etcd server keeping its data in
@@ -25,65 +21,18 @@ const etcdDirEnv = "LOADTEST_ETCD_DIR"
 // <client URL>" on stdout the way cmd/api does, so that start can read it, and serves until ctx
 // ends.
 func serveEtcd(ctx context.Context, dir string, stdout io.Writer) error {
-	var (
-		e   *embed.Etcd
-		err error
-	)
-	// A free port can be taken by someone else between finding it and binding it: try again.
-	for range 3 {
-		if e, err = startEtcdMember(dir); err == nil {
-			break
-		}
+	data := filepath.Join(dir, "data")
+	if err := os.RemoveAll(data); err != nil {
+		return err
 	}
+	m, err := etcdserver.Start(data)
 	if err != nil {
 		return err
 	}
-	defer e.Close()
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(time.Minute):
-		return fmt.Errorf("etcd in %s did not become ready within a minute", dir)
-	}
-	fmt.Fprintf(stdout, "listening on %s\n", e.Config().AdvertiseClientUrls[0].String())
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-e.Err():
-		return err
-	}
-}
-
-func startEtcdMember(dir string) (*embed.Etcd, error) {
-	peer, err := freeURL()
-	if err != nil {
-		return nil, err
-	}
-	client, err := freeURL()
-	if err != nil {
-		return nil, err
-	}
-	cfg := embed.NewConfig()
-	cfg.Name = "loadtest"
-	cfg.Dir = filepath.Join(dir, "data")
-	if err := os.RemoveAll(cfg.Dir); err != nil {
-		return nil, err
-	}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	cfg.LogLevel = "warn"
-	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
-	return embed.StartEtcd(cfg)
-}
-
-// freeURL is an http URL on a loopback port that was free a moment ago.
-func freeURL() (*url.URL, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	defer ln.Close()
-	return url.Parse("http://" + ln.Addr().String())
+	defer m.Close()
+	fmt.Fprintf(stdout, "listening on %s\n", m.ClientURL)
+	<-ctx.Done()
+	return nil
 }
 
 // startEtcdProcess starts the etcd process for the spawned service instances.

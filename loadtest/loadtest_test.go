@@ -31,7 +31,7 @@ import (
 	"github.com/stretchr/testify/require"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/flashsale/seckill/internal/zkserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 )
 
 // TestMain lets the test binary stand in for the tool's when it re-executes itself as a bare

@@ -17,8 +17,8 @@
 // per order.
 //
 // It is a black-box client of the HTTP contract (internal/handler/openapi.yaml, served at
-// /openapi.yaml) and imports nothing of the service (only zkserver, which starts a ZooKeeper for
-// -zk start). With no -target it builds cmd/api, starts it on the embedded default, runs the
+// /openapi.yaml) and imports no package of the service's internal/: only the public dev servers
+// (devserver/) that start the etcd and the ZooKeeper of the instances it spawns. With no -target it builds cmd/api, starts it on the embedded default, runs the
 // comparison and stops it.
 package main
 
@@ -44,7 +44,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/flashsale/seckill/internal/zkserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 )
 
 func main() {

@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/seckill/internal/embeddedetcd"
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // instance is one service instance, built by service.New as cmd/api builds it, on the lab's
@@ -246,7 +246,7 @@ type services struct {
 
 // startedEtcd and startedZK are servers started in the background, or why they did not start.
 type startedEtcd struct {
-	member *embeddedetcd.Member
+	member *etcdserver.Member
 	err    error
 }
 
@@ -258,7 +258,7 @@ type startedZK struct {
 func startServices(dir string) *services {
 	etcdUp, zkUp := make(chan startedEtcd, 1), make(chan startedZK, 1)
 	go func() {
-		m, err := embeddedetcd.Start(filepath.Join(dir, "etcd"))
+		m, err := etcdserver.Start(filepath.Join(dir, "etcd"))
 		etcdUp <- startedEtcd{m, err}
 	}()
 	s := &services{zkMissing: zkserver.Available(),

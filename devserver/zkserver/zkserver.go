@@ -1,7 +1,8 @@
 // Package zkserver runs ZooKeeper servers — standalone, or an ensemble — as processes of Debian's
 // package (apt-get install -y zookeeper; Java is needed), on free loopback ports, for the tests
-// (internal/backendtest) and the load tool. ZooKeeper is a Java server: unlike etcd, it cannot be
-// embedded in the service.
+// (internal/backendtest), the lab and the load tool. ZooKeeper is a Java server: unlike etcd, it
+// cannot be embedded in the service. It is public so that the load tool, a black box of the
+// service, starts its ZooKeeper the same way.
 package zkserver
 
 import (
@@ -17,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flashsale/seckill/internal/freeport"
+	"github.com/flashsale/seckill/devserver/freeport"
 )
 
 const (
