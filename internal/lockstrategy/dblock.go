@@ -57,6 +57,10 @@ func NewDBLock(store *stock.Store, opts DBLockOptions, metrics *LockMetrics) *DB
 // Name implements Strategy.
 func (*DBLock) Name() string { return "dblock" }
 
+// LockKey is the lock_name of sku's row in the lock table, which the service publishes
+// (GET .../locks).
+func (*DBLock) LockKey(sku string) string { return "products/" + sku }
+
 // PlaceOrder implements Strategy.
 func (d *DBLock) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	return d.batch.place(ctx, req)

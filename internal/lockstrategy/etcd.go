@@ -129,6 +129,10 @@ func (e *Etcd) currentSession(ctx context.Context) (*concurrency.Session, error)
 	return s, nil
 }
 
+// LockKey is the prefix of sku's mutex, which the service publishes (GET .../locks): each waiter
+// puts a key <prefix>/<lease id> under it, and the lowest create revision holds the lock.
+func (e *Etcd) LockKey(sku string) string { return e.opts.Prefix + sku }
+
 // PlaceOrder implements Strategy.
 func (e *Etcd) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	return e.batch.place(ctx, req)

@@ -68,6 +68,9 @@ type HybridOptions struct {
 // lockKey is the redsync lock of sku, in the same Redis Cluster slot as its admission keys.
 func lockKey(sku string) string { return "seckill:{" + sku + "}:lock" }
 
+// LockKey is the redsync key of sku's lock, which the service publishes (GET .../locks).
+func (h *Hybrid) LockKey(sku string) string { return lockKey(sku) }
+
 // NewHybrid returns the hybrid strategy: admission through ledger, release messages on rdb (the
 // Redis that holds admission), and locks by rs, over one Redis (a single pool) or several
 // independent ones (Redlock: a quorum of them).

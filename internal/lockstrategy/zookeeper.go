@@ -68,6 +68,10 @@ func NewZooKeeper(conn *zk.Conn, store *stock.Store, opts ZooKeeperOptions, metr
 // Name implements Strategy.
 func (z *ZooKeeper) Name() string { return z.name }
 
+// LockKey is the directory of sku's lock, which the service publishes (GET .../locks): each waiter
+// creates a sequential node in it, and the lowest holds the lock.
+func (z *ZooKeeper) LockKey(sku string) string { return z.opts.Prefix + "/" + sku }
+
 // PlaceOrder implements Strategy.
 func (z *ZooKeeper) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	return z.batch.place(ctx, req)
