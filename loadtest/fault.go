@@ -18,6 +18,8 @@ import (
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/flashsale/seckill/api"
 )
 
 // faultLockLoss is the -fault that takes each sale's lock from its holder, over and over, while
@@ -67,6 +69,8 @@ const faultMaxTakes = 20000
 // and that strategy's unguarded twin (the same lock, no version check or fence).
 type lockService struct {
 	guarded, unguarded string
+	// backend is the lock's backend as GET .../locks names it.
+	backend string
 	// guard is the counter of /metrics that grows when the guarded strategy's guard refuses a
 	// write the lost lock let through: the version check's retry, or the fence's refusal.
 	guard string
@@ -74,16 +78,17 @@ type lockService struct {
 	// round trip; a ZooKeeper take is a listing and then a consensus write; etcd looks every
 	// millisecond but takes only a holder seen at two looks (takeEtcd).
 	interval time.Duration
-	take     func(t *lockThief, ctx context.Context, sku string) (took bool, err error)
+	// take takes the lock published under key (GET .../locks) from its holder, if one holds it.
+	take func(t *lockThief, ctx context.Context, key string) (took bool, err error)
 }
 
 // lockServices are the services the fault knows, in the order they are compared.
 var lockServices = []lockService{
-	{guarded: "hybrid", unguarded: "unguarded-redis", guard: retriesMetric,
+	{guarded: "hybrid", unguarded: "unguarded-redis", backend: "redis", guard: retriesMetric,
 		interval: time.Millisecond, take: (*lockThief).takeRedis},
-	{guarded: "etcd", unguarded: "unguarded-etcd", guard: fencedOutMetric,
+	{guarded: "etcd", unguarded: "unguarded-etcd", backend: "etcd", guard: fencedOutMetric,
 		interval: time.Millisecond, take: (*lockThief).takeEtcd},
-	{guarded: "zookeeper", unguarded: "unguarded-zookeeper", guard: fencedOutMetric,
+	{guarded: "zookeeper", unguarded: "unguarded-zookeeper", backend: "zookeeper", guard: fencedOutMetric,
 		interval: 2 * time.Millisecond, take: (*lockThief).takeZooKeeper},
 }
 
@@ -212,8 +217,9 @@ func unguarded(strategy string) bool {
 
 // lockThief takes locks from their holders in the backends the service processes share: the
 // -redis addresses, the etcd process the tool started, and the ZooKeeper of -zk. It reaches
-// into them as an operator's failover would, not through the service: the key names below are
-// the fault's target, not part of the HTTP contract, and follow internal/lockstrategy.
+// into them as an operator's failover would, not through the service — but where each lock is,
+// it learns from the service (GET /api/v1/products/{sku}/locks), never from a copy of the key
+// layouts: a key renamed in the service is then the key the fault takes.
 type lockThief struct {
 	redis []*redis.Client
 	etcd  *clientv3.Client
@@ -265,12 +271,11 @@ func (t *lockThief) close() {
 	}
 }
 
-// takeRedis deletes the redsync lock of sku on every Redis, as a failover to a replica that
-// never got the key does (or the key's expiry under a paused holder whose watchdog paused too):
-// the next waiter's SET NX succeeds while the holder is still inside. The key is
-// lockstrategy's lockKey; with several addresses (Redlock) it goes on all of them.
-func (t *lockThief) takeRedis(ctx context.Context, sku string) (bool, error) {
-	key := "seckill:{" + sku + "}:lock"
+// takeRedis deletes the redsync lock key on every Redis, as a failover to a replica that never
+// got the key does (or the key's expiry under a paused holder whose watchdog paused too): the
+// next waiter's SET NX succeeds while the holder is still inside. With several addresses
+// (Redlock) it goes on all of them.
+func (t *lockThief) takeRedis(ctx context.Context, key string) (bool, error) {
 	took := false
 	for _, c := range t.redis {
 		n, err := c.Del(ctx, key).Result()
@@ -282,15 +287,15 @@ func (t *lockThief) takeRedis(ctx context.Context, sku string) (bool, error) {
 	return took, nil
 }
 
-// takeEtcd deletes the holder's key of sku's mutex, as the expiry of the holder's lease would:
+// takeEtcd deletes the holder's key of the mutex of prefix, as the expiry of the holder's lease would:
 // the holder is the key with the lowest create revision under the mutex's prefix, and the next
 // waiter, watching that key, is granted the lock at once. Only a holder that the previous look
 // saw holding too, one interval ago: a waiter granted the lock a moment ago still reads its own
 // key to confirm it (etcdlock.Mutex.Lock), and one whose key is gone by then fails its attempt — an
 // error, not two holders. A lease expires under a holder that is inside its section. And only
 // that key while it is still the one read (same create revision), never a waiter's.
-func (t *lockThief) takeEtcd(ctx context.Context, sku string) (bool, error) {
-	prefix := "/seckill/locks/" + sku + "/"
+func (t *lockThief) takeEtcd(ctx context.Context, mutex string) (bool, error) {
+	prefix := mutex + "/" // each waiter's key is <mutex>/<lease id>
 	held, err := t.etcd.Get(ctx, prefix, clientv3.WithFirstCreate()...)
 	if err != nil {
 		return false, fmt.Errorf("etcd get %s: %w", prefix, err)
@@ -313,11 +318,10 @@ func (t *lockThief) takeEtcd(ctx context.Context, sku string) (bool, error) {
 	return resp.Succeeded, nil
 }
 
-// takeZooKeeper deletes the holder's node of sku's lock, as the expiry of the holder's session
+// takeZooKeeper deletes the holder's node in the lock directory dir, as the expiry of the holder's session
 // would: the holder is the node with the lowest sequence number, and the waiter watching it
 // looks again and finds itself the lowest.
-func (t *lockThief) takeZooKeeper(_ context.Context, sku string) (bool, error) {
-	dir := "/seckill/locks/" + sku
+func (t *lockThief) takeZooKeeper(_ context.Context, dir string) (bool, error) {
 	children, _, err := t.zk.Children(dir)
 	if errors.Is(err, zk.ErrNoNode) {
 		return false, nil // no one has locked it yet, or the last one left (a container node)
@@ -364,12 +368,22 @@ type faultRun struct {
 	err    error // what stopped it early; read after done
 }
 
-// start takes the lock of sku from its holder every interval of strategy's lock service, until
-// stop or faultMaxTakes locks. It returns nil for a strategy whose lock it does not take.
-func (t *lockThief) start(ctx context.Context, strategy, sku string) *faultRun {
+// start takes strategy's lock of the product of locks (the service's GET .../locks) from its
+// holder every interval of the strategy's lock service, until stop or faultMaxTakes locks. It
+// returns nil for a strategy whose lock it does not take, and an error when the service names no
+// such lock: a sale run under the fault with nothing to take would prove nothing.
+func (t *lockThief) start(ctx context.Context, strategy string, locks api.Locks) (*faultRun, error) {
 	s, ok := lockServiceOf(strategy)
 	if !ok {
-		return nil
+		return nil, nil
+	}
+	i := slices.IndexFunc(locks.Locks, func(l api.Lock) bool { return l.Strategy == strategy })
+	if i < 0 {
+		return nil, fmt.Errorf("the service names no lock of %s for %s (GET %s): nothing to take", strategy, locks.SKU, locksPath(locks.SKU))
+	}
+	key := locks.Locks[i].Key
+	if b := locks.Locks[i].Backend; b != s.backend {
+		return nil, fmt.Errorf("the service says %s locks %s in %s, the fault takes locks in %s", strategy, key, b, s.backend)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	f := &faultRun{cancel: cancel, done: make(chan struct{})}
@@ -383,7 +397,7 @@ func (t *lockThief) start(ctx context.Context, strategy, sku string) *faultRun {
 				return
 			case <-tick.C:
 			}
-			took, err := s.take(t, ctx, sku)
+			took, err := s.take(t, ctx, key)
 			if ctx.Err() != nil {
 				return // the phase ended mid-take: not a failure of the fault
 			}
@@ -396,8 +410,11 @@ func (t *lockThief) start(ctx context.Context, strategy, sku string) *faultRun {
 			}
 		}
 	}()
-	return f
+	return f, nil
 }
+
+// locksPath is the path of the service's lock keys of sku.
+func locksPath(sku string) string { return "/api/v1/products/" + sku + "/locks" }
 
 // stop ends the fault and says how many locks it took; a nil run (no fault) took none. An error
 // means it could not reach the lock service: the sale did not have the fault it is reported under.

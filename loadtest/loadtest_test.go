@@ -31,6 +31,7 @@ import (
 	"github.com/stretchr/testify/require"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/flashsale/seckill/api"
 	"github.com/flashsale/seckill/devserver/zkserver"
 )
 
@@ -279,6 +280,40 @@ func TestJudge(t *testing.T) {
 	assert.Equal(t, "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)", free.verdictText(),
 		"the verdict says what it judged, and why no oversell was asked for")
 	assert.False(t, newReport("etcd", "etcd", "lt-1", sale{}, faultLockLoss).ExpectOversell, "the guarded one keeps the invariant")
+}
+
+// TestFaultTakesPublishedLock: the fault takes the lock where the service says it is (GET
+// .../locks), and a strategy the service names no lock of — a key layout the tool cannot find —
+// is an error before the sale, never a sale that ran with nothing taken.
+func TestFaultTakesPublishedLock(t *testing.T) {
+	addr := testRedis(t)
+	if addr == "" {
+		t.Skip("needs a real Redis")
+	}
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	thief := &lockThief{redis: []*redis.Client{c}}
+	sku := fmt.Sprintf("lt-fault-%d", time.Now().UnixNano())
+	key := "published:{" + sku + "}:lock" // not the service's layout: the thief must take it anyway
+	locks := api.Locks{SKU: sku, Locks: []api.Lock{{Strategy: "hybrid", Backend: "redis", Key: key}}}
+
+	require.NoError(t, c.Set(ctx, key, "a holder", time.Minute).Err())
+	f, err := thief.start(ctx, "hybrid", locks)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return c.Exists(ctx, key).Val() == 0 }, 5*time.Second, time.Millisecond,
+		"the published key was taken from its holder")
+	taken, err := f.stop()
+	require.NoError(t, err)
+	assert.Equal(t, 1, taken)
+
+	_, err = thief.start(ctx, "unguarded-redis", locks)
+	assert.ErrorContains(t, err, "names no lock of unguarded-redis", "a lock the service does not name")
+	_, err = thief.start(ctx, "hybrid", api.Locks{SKU: sku, Locks: []api.Lock{{Strategy: "hybrid", Backend: "etcd", Key: key}}})
+	assert.ErrorContains(t, err, "the fault takes locks in redis", "a lock in another backend than the fault's")
+	f, err = thief.start(ctx, "naive", locks)
+	assert.NoError(t, err)
+	assert.Nil(t, f, "naive has no lock to take")
 }
 
 // TestFaultBite: a guarded row under the fault passes only if the fault bit — the thief took a

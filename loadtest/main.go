@@ -44,6 +44,8 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/flashsale/seckill/api"
+
 	"github.com/flashsale/seckill/devserver/zkserver"
 )
 
@@ -734,7 +736,14 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 			concurrency: o.concurrency, duration: o.duration, timeout: o.timeout, retryRounds: o.retryRounds, progress: rr.progress}
 		var fault *faultRun
 		if rr.fault != nil {
-			fault = rr.fault.start(ctx, strategy, sku)
+			var locks api.Locks
+			if err := rr.verifier.get(ctx, locksPath(sku), &locks); err != nil {
+				return nil, nil, fmt.Errorf("%s: -fault %s: %w", row, o.fault, err)
+			}
+			var err error
+			if fault, err = rr.fault.start(ctx, strategy, locks); err != nil {
+				return nil, nil, fmt.Errorf("%s: -fault %s: %w", row, o.fault, err)
+			}
 		}
 		cpu := rr.cpu.start()
 		s, err := l.run(ctx, row)
