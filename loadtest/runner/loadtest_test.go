@@ -1,4 +1,4 @@
-package main
+package runner
 
 import (
 	"context"
@@ -39,7 +39,7 @@ import (
 // server or as the services' etcd: under go test, os.Executable is the test binary.
 func TestMain(m *testing.M) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	served, err := serveReexecuted(ctx)
+	served, err := ServeReexecuted(ctx)
 	stop()
 	if served {
 		if err != nil {
@@ -502,7 +502,7 @@ func smoke(t *testing.T, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out strings.Builder
-	err := run(ctx, args, &out, testWriter{t})
+	err := Run(ctx, args, &out, testWriter{t})
 	t.Log("\n" + out.String())
 	require.NoError(t, err)
 	return out.String()
@@ -596,7 +596,7 @@ func TestDefaultRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the tool and the service and runs the default comparison (about a minute); skipped with -short")
 	}
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
 	bin := filepath.Join(t.TempDir(), "loadtest")
 	build := exec.Command("go", "build", "-o", bin, "./loadtest")
@@ -1299,7 +1299,7 @@ func TestRefusedConnection(t *testing.T) {
 		var out, logs strings.Builder
 		var err error
 		stderr := captureStderr(t, func() {
-			err = run(context.Background(), []string{"-target", "http://127.0.0.1:1", "-token", "t", "-compare", "-soldout", "0",
+			err = Run(context.Background(), []string{"-target", "http://127.0.0.1:1", "-token", "t", "-compare", "-soldout", "0",
 				"-concurrency", "64,512", "-mysql", dsn, "-out", t.TempDir(), "-progress=false"}, &out, &logs)
 		})
 		require.Error(t, err)
