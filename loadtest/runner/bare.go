@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/flashsale/seckill/loadtest/proc"
 )
 
 // bareAddrEnv, when set, turns the tool's own binary into a bare server listening on its value
@@ -87,7 +89,7 @@ func serveBare(ctx context.Context, addr string, stdout io.Writer) error {
 // alongside it: on a shared machine the same load drifts between the start and the end of a
 // run, and even within a phase, by more than the difference being measured.
 type bareServers struct {
-	servers []*instance
+	servers []*proc.Instance
 	urls    []string
 	opts    options
 	log     io.Writer
@@ -103,13 +105,13 @@ func startBare(ctx context.Context, o options, n int, dir string, logs io.Writer
 	b := &bareServers{opts: o, log: logs, all: map[int][]steady{}}
 	for i := range n {
 		log := filepath.Join(dir, fmt.Sprintf("bare-%d.log", i))
-		inst, err := start(ctx, exe, append(os.Environ(), bareAddrEnv+"=127.0.0.1:0"), log)
+		inst, err := proc.Start(ctx, exe, append(os.Environ(), bareAddrEnv+"=127.0.0.1:0"), log)
 		if err != nil {
 			b.stop()
 			return nil, fmt.Errorf("bare handler: %w", err)
 		}
 		b.servers = append(b.servers, inst)
-		b.urls = append(b.urls, inst.url)
+		b.urls = append(b.urls, inst.URL)
 	}
 	fmt.Fprintf(logs, "loadtest: bare handler: %d server(s) at %v\n", n, b.urls)
 	return b, nil
@@ -143,4 +145,4 @@ func (b *bareServers) row(clients int) (report, bool) {
 		Family: fmt.Sprintf("net/http alone: reads the body, answers 409 sold_out (no service); median of %d measurements, one before each sold-out phase", len(all))}, true
 }
 
-func (b *bareServers) stop() { stop(b.servers) }
+func (b *bareServers) stop() { proc.Stop(b.servers) }

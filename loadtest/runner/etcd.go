@@ -9,6 +9,7 @@ import (
 
 	"github.com/flashsale/seckill/devserver/etcdserver"
 	"github.com/flashsale/seckill/devserver/zkserver"
+	"github.com/flashsale/seckill/loadtest/proc"
 )
 
 // etcdDirEnv, when set, turns the tool's own binary into an etcd server keeping its data in
@@ -36,7 +37,7 @@ func serveEtcd(ctx context.Context, dir string, stdout io.Writer) error {
 }
 
 // startEtcdProcess starts the etcd process for the spawned service instances.
-func startEtcdProcess(ctx context.Context, dir string, logs io.Writer) (*instance, error) {
+func startEtcdProcess(ctx context.Context, dir string, logs io.Writer) (*proc.Instance, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
@@ -45,11 +46,11 @@ func startEtcdProcess(ctx context.Context, dir string, logs io.Writer) (*instanc
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	inst, err := start(ctx, exe, append(os.Environ(), etcdDirEnv+"="+dir), filepath.Join(dir, "process.log"))
+	inst, err := proc.Start(ctx, exe, append(os.Environ(), etcdDirEnv+"="+dir), filepath.Join(dir, "process.log"))
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
-	fmt.Fprintf(logs, "loadtest: etcd for the service processes at %s\n", inst.url)
+	fmt.Fprintf(logs, "loadtest: etcd for the service processes at %s\n", inst.URL)
 	return inst, nil
 }
 

@@ -24,8 +24,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/flashsale/seckill/api"
-
 	"github.com/flashsale/seckill/devserver/zkserver"
+	"github.com/flashsale/seckill/loadtest/proc"
 )
 
 // ServeReexecuted runs the process the tool re-executed itself as — a bare server (startBare),
@@ -237,15 +237,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	)
 	if o.targets == "" {
 		o.token = randomToken()
-		if bin, err = build(ctx, dir, stderr); err != nil {
+		if bin, err = proc.Build(ctx, dir, stderr); err != nil {
 			return err
 		}
 		etcd, err := startEtcdProcess(ctx, dir, stderr)
 		if err != nil {
 			return err
 		}
-		defer stop([]*instance{etcd})
-		o.etcd, etcdPid = etcd.url, etcd.cmd.Process.Pid
+		defer proc.Stop([]*proc.Instance{etcd})
+		o.etcd, etcdPid = etcd.URL, etcd.Cmd.Process.Pid
 		if o.zk == zkStart {
 			zk, err := startZooKeeper(dir, stderr)
 			if err != nil {
@@ -313,7 +313,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 				defer store.close()
 				vf := verifier{client: client, base: targets[0], token: o.token, store: store}
-				rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: peaks{pids: pids},
+				rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: proc.Peaks{PIDs: pids},
 					bare: bare, fault: thief, progress: progress, log: stderr, db: budget,
 					cpu: &cpuMeter{groups: append([]cpuGroup{cpuServices(o, targets, pids)}, backends...)}}
 				if i == 0 && db != nil && o.compare {
@@ -427,12 +427,12 @@ func groupCommitLabel(v int) string {
 // service configurations (-group-commit, pessimistic's row lock) side by side, each on
 // processes of its own.
 type pass struct {
-	label     string      // added to the name of every row: "per-order", "batched 64"; "": the server's default
-	suffix    string      // keeps the SKUs of this pass apart from the other passes'
-	env       []string    // added to the service's environment
-	only      string      // the one strategy the pass runs; "": every strategy of the run
-	family    string      // the family of its rows, when its settings change it; "": the strategy's
-	instances []*instance // the processes, while the pass runs
+	label     string           // added to the name of every row: "per-order", "batched 64"; "": the server's default
+	suffix    string           // keeps the SKUs of this pass apart from the other passes'
+	env       []string         // added to the service's environment
+	only      string           // the one strategy the pass runs; "": every strategy of the run
+	family    string           // the family of its rows, when its settings change it; "": the strategy's
+	instances []*proc.Instance // the processes, while the pass runs
 }
 
 // rowLockWait is the pass that runs pessimistic's other form beside its default (NOWAIT), on
@@ -496,14 +496,14 @@ func (p *pass) start(ctx context.Context, o options, bin, dir string, logs io.Wr
 		fmt.Fprintf(logs, "loadtest: pass %s%s\n", p.label, settings)
 	}
 	var err error
-	if p.instances, err = spawn(ctx, bin, o.spawn, dir, env, logs); err != nil {
+	if p.instances, err = proc.Spawn(ctx, bin, o.spawn, dir, env, logs); err != nil {
 		return nil, nil, err
 	}
 	var targets []string
 	var pids []int
 	for _, inst := range p.instances {
-		targets = append(targets, inst.url)
-		pids = append(pids, inst.cmd.Process.Pid)
+		targets = append(targets, inst.URL)
+		pids = append(pids, inst.Cmd.Process.Pid)
 	}
 	return targets, pids, nil
 }
@@ -518,12 +518,12 @@ func (p *pass) store(ctx context.Context, db *sql.DB, logs io.Writer) (*storeRea
 		s = mysqlStore(db)
 	case len(p.instances) == 0:
 		return nil, nil
-	case p.instances[0].sqlite == "":
+	case p.instances[0].SQLite == "":
 		return nil, errors.New("the service processes did not say at start where their SQLite store is, and there is no -mysql: " +
 			"the tool reads the store of the processes it starts itself (if SECKILL_MYSQL_DSN is set in its environment, give it as -mysql)")
 	default:
 		var err error
-		if s, err = openSQLiteStore(ctx, p.instances[0].sqlite); err != nil {
+		if s, err = openSQLiteStore(ctx, p.instances[0].SQLite); err != nil {
 			return nil, err
 		}
 	}
@@ -533,7 +533,7 @@ func (p *pass) store(ctx context.Context, db *sql.DB, logs io.Writer) (*storeRea
 
 // stop stops the processes of the pass, if it started any.
 func (p *pass) stop() {
-	stop(p.instances)
+	proc.Stop(p.instances)
 	p.instances = nil
 }
 
@@ -662,7 +662,7 @@ type roundRunner struct {
 	targets  []string
 	client   *http.Client
 	verifier verifier
-	peaks    peaks        // of the service processes, when the tool started them
+	peaks    proc.Peaks   // of the service processes, when the tool started them
 	bare     *bareServers // nil: sold-out phases are not held against a bare handler
 	fault    *lockThief   // -fault lock-loss: takes the locks during each selling phase; nil: no fault
 	cpu      *cpuMeter    // the CPU time of the processes of the sale, per group
@@ -694,7 +694,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 			row = fmt.Sprintf("%s (%s)", name, rr.pass.label)
 		}
 		sku := o.sku + "-" + name + rr.pass.suffix + suffix
-		rr.peaks.begin()
+		rr.peaks.Begin()
 		before, beforeErr := rr.samples(ctx)
 		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock, o.after.timeout); err != nil {
 			return nil, nil, err
@@ -767,13 +767,13 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 			n := int(locksLost(after) - locksLost(before))
 			r.LocksLost, r.Locks = &n, newLockTimes(strategy, before, after)
 		}
-		if len(rr.peaks.pids) > 0 {
+		if len(rr.peaks.PIDs) > 0 {
 			// Memory is informational: a process that cannot be read leaves the cell blank and
 			// says why in the log, but never costs the run its verdicts.
-			if r.PeakRSSMB, err = rr.peaks.highest(); err != nil {
+			if r.PeakRSSMB, err = rr.peaks.Highest(); err != nil {
 				fmt.Fprintf(rr.log, "loadtest: %s: %v\n", row, err)
 			}
-			r.PeakRSSSinceStart = rr.peaks.sinceStart
+			r.PeakRSSSinceStart = rr.peaks.SinceStart
 		}
 		if fault != nil && !r.ExpectOversell {
 			r.Bite = newBite(strategy, taken, before, sold, errors.Join(beforeErr, soldErr))

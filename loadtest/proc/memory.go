@@ -1,4 +1,4 @@
-package runner
+package proc
 
 import (
 	"bufio"
@@ -49,26 +49,26 @@ func parsePeakRSS(status []byte) (int64, error) {
 	return 0, errors.New("no VmHWM in /proc/<pid>/status")
 }
 
-// peaks measures the service processes' memory over a stretch of work: reset, then read back.
-type peaks struct {
-	pids       []int
-	sinceStart bool // the reset failed: the figures include everything since each process started
+// Peaks measures the service processes' memory over a stretch of work: reset, then read back.
+type Peaks struct {
+	PIDs       []int
+	SinceStart bool // the reset failed: the figures include everything since each process started
 }
 
-// begin starts the stretch.
-func (p *peaks) begin() {
-	p.sinceStart = false
-	for _, pid := range p.pids {
+// Begin starts the stretch.
+func (p *Peaks) Begin() {
+	p.SinceStart = false
+	for _, pid := range p.PIDs {
 		if resetPeakRSS(pid) != nil {
-			p.sinceStart = true
+			p.SinceStart = true
 		}
 	}
 }
 
-// highest is the highest peak of the stretch over every process, in MB (2^20 bytes).
-func (p *peaks) highest() (float64, error) {
+// Highest is the highest peak of the stretch over every process, in MB (2^20 bytes).
+func (p *Peaks) Highest() (float64, error) {
 	var top int64
-	for _, pid := range p.pids {
+	for _, pid := range p.PIDs {
 		n, err := readPeakRSS(pid)
 		if err != nil {
 			return 0, fmt.Errorf("peak RSS of process %d: %w", pid, err)

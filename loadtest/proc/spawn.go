@@ -1,4 +1,7 @@
-package runner
+// Package proc supervises the processes the load tool starts — the service instances it builds
+// and spawns, the bare servers and the instances' etcd it re-executes itself as — and reads what
+// each one costs in memory from /proc.
+package proc
 
 import (
 	"bufio"
@@ -16,17 +19,17 @@ import (
 	"time"
 )
 
-// instance is a process the tool started: a service instance, or a bare server.
-type instance struct {
-	url    string
-	redis  string // the address of its embedded Redis, if it started one
-	sqlite string // the file of its embedded SQL store, if it opened one
-	cmd    *exec.Cmd
+// Instance is a process the tool started: a service instance, or a bare server.
+type Instance struct {
+	URL    string
+	Redis  string // the address of its embedded Redis, if it started one
+	SQLite string // the file of its embedded SQL store, if it opened one
+	Cmd    *exec.Cmd
 	exited chan error
 }
 
-// build builds cmd/api into dir once per run, however many sets of processes the run starts.
-func build(ctx context.Context, dir string, logs io.Writer) (string, error) {
+// Build builds cmd/api into dir once per run, however many sets of processes the run starts.
+func Build(ctx context.Context, dir string, logs io.Writer) (string, error) {
 	bin := filepath.Join(dir, "seckill")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/flashsale/seckill/cmd/api")
 	cmd.Stdout, cmd.Stderr = logs, logs
@@ -37,33 +40,33 @@ func build(ctx context.Context, dir string, logs io.Writer) (string, error) {
 	return bin, nil
 }
 
-// spawn starts n processes of bin (cmd/api) on loopback ports, sharing backends: those given in
+// Spawn starts n processes of bin (cmd/api) on loopback ports, sharing backends: those given in
 // env (a MySQL DSN, Redis addresses, the etcd the tool started), and for the rest the embedded
 // ones of the first process — its data dir (SQLite) under dir and its in-process Redis — so that
 // all n contend for the same locks, as replicas behind a load balancer would.
-func spawn(ctx context.Context, bin string, n int, dir string, env []string, logs io.Writer) ([]*instance, error) {
+func Spawn(ctx context.Context, bin string, n int, dir string, env []string, logs io.Writer) ([]*Instance, error) {
 	base := append(os.Environ(), "SECKILL_ADDR=127.0.0.1:0", "SECKILL_DATA_DIR="+filepath.Join(dir, "data"),
 		"SECKILL_ALLOW_UNSAFE=true", "SECKILL_LOG_FORMAT=json")
 	base = append(base, env...)
-	var out []*instance
+	var out []*Instance
 	for i := range n {
 		procEnv := base
-		if i > 0 && out[0].redis != "" {
-			procEnv = append(procEnv, "SECKILL_REDIS_ADDRS="+out[0].redis)
+		if i > 0 && out[0].Redis != "" {
+			procEnv = append(procEnv, "SECKILL_REDIS_ADDRS="+out[0].Redis)
 		}
-		inst, err := start(ctx, bin, procEnv, filepath.Join(dir, fmt.Sprintf("instance-%d.log", i)))
+		inst, err := Start(ctx, bin, procEnv, filepath.Join(dir, fmt.Sprintf("instance-%d.log", i)))
 		if err != nil {
-			stop(out)
+			Stop(out)
 			return nil, err
 		}
 		out = append(out, inst)
-		fmt.Fprintf(logs, "loadtest: started %s (log: %s)\n", inst.url, filepath.Join(dir, fmt.Sprintf("instance-%d.log", i)))
+		fmt.Fprintf(logs, "loadtest: started %s (log: %s)\n", inst.URL, filepath.Join(dir, fmt.Sprintf("instance-%d.log", i)))
 	}
 	return out, nil
 }
 
-// start starts one process and reads its start-up lines until it says where it listens.
-func start(ctx context.Context, bin string, env []string, logPath string) (*instance, error) {
+// Start starts one process and reads its start-up lines until it says where it listens.
+func Start(ctx context.Context, bin string, env []string, logPath string) (*Instance, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -79,7 +82,7 @@ func start(ctx context.Context, bin string, env []string, logPath string) (*inst
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	inst := &instance{cmd: cmd, exited: make(chan error, 1)}
+	inst := &Instance{Cmd: cmd, exited: make(chan error, 1)}
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -87,15 +90,15 @@ func start(ctx context.Context, bin string, env []string, logPath string) (*inst
 			line := sc.Text()
 			fmt.Fprintln(logFile, line)
 			if v, ok := strings.CutPrefix(line, "redis: embedded (miniredis) at "); ok {
-				inst.redis, _, _ = strings.Cut(v, " ")
+				inst.Redis, _, _ = strings.Cut(v, " ")
 			}
 			if v, ok := strings.CutPrefix(line, "database: embedded SQLite at "); ok {
 				if i := strings.LastIndex(v, " ("); i > 0 {
-					inst.sqlite = v[:i] // the path, before the hint in parentheses
+					inst.SQLite = v[:i] // the path, before the hint in parentheses
 				}
 			}
 			if v, ok := strings.CutPrefix(line, "listening on "); ok {
-				inst.url = v
+				inst.URL = v
 				close(ready)
 			}
 		}
@@ -119,16 +122,16 @@ func start(ctx context.Context, bin string, env []string, logPath string) (*inst
 	}
 }
 
-// stop sends SIGTERM to every instance (graceful shutdown) and waits, killing laggards.
-func stop(instances []*instance) {
+// Stop sends SIGTERM to every instance (graceful shutdown) and waits, killing laggards.
+func Stop(instances []*Instance) {
 	for _, inst := range instances {
-		_ = inst.cmd.Process.Signal(syscall.SIGTERM)
+		_ = inst.Cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, inst := range instances {
 		select {
 		case <-inst.exited:
 		case <-time.After(30 * time.Second):
-			_ = inst.cmd.Process.Kill()
+			_ = inst.Cmd.Process.Kill()
 			<-inst.exited
 		}
 	}
