@@ -13,6 +13,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/flashsale/seckill/loadtest/verify"
 )
 
 // load describes one sale's traffic.
@@ -37,20 +39,11 @@ type request struct {
 	user  string
 }
 
-// ackedOrder is what a 201 told the client, and — when the buyer did something with it
-// (-cancel, -unpaid) — the state it must end in.
-type ackedOrder struct {
-	OrderID string `json:"order_id"`
-	UserID  string `json:"user_id"`
-	Status  string `json:"status"`
-	Want    string `json:"-"` // cancelled, expired or confirmed; "" for an order left as placed
-}
-
 // sale is everything one sale's clients saw.
 type sale struct {
 	results []*vegeta.Result       // every attempt of every round
 	final   map[int]*vegeta.Result // request index -> its last attempt
-	acked   []ackedOrder           // one per request answered 201
+	acked   []verify.Order         // one per request answered 201
 }
 
 // run sends the load: a first round with every request, then, while some were answered busy
@@ -90,7 +83,7 @@ func (l load) run(ctx context.Context, name string) (sale, error) {
 	}
 	for _, r := range s.final {
 		if r.Code == http.StatusCreated {
-			var o ackedOrder
+			var o verify.Order
 			if err := json.Unmarshal(r.Body, &o); err != nil || o.OrderID == "" {
 				return s, fmt.Errorf("a 201 without an order: %q", r.Body)
 			}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/oklog/ulid/v2"
+
+	"github.com/flashsale/seckill/loadtest/verify"
 )
 
 // errSoldOut ends a baseline buyer who found no stock.
@@ -214,7 +216,7 @@ func planConnections(ctx context.Context, db *sql.DB, o options, getenv func(str
 // sells one unit to each of buyers users of sku (a product the caller created through the API)
 // and returns the orders it placed, when it began and when its last sale committed. The first
 // error other than sold out ends it.
-func baseline(ctx context.Context, db *sql.DB, sku string, buyers, clients, pool int) (orders []ackedOrder, began, lastSale time.Time, err error) {
+func baseline(ctx context.Context, db *sql.DB, sku string, buyers, clients, pool int) (orders []verify.Order, began, lastSale time.Time, err error) {
 	db.SetMaxOpenConns(pool)
 	db.SetMaxIdleConns(pool)
 	// Give the connections back afterwards: left idle, they would keep the service instances
@@ -249,7 +251,7 @@ func baseline(ctx context.Context, db *sql.DB, sku string, buyers, clients, pool
 				mu.Lock()
 				switch {
 				case err == nil:
-					orders = append(orders, ackedOrder{OrderID: id, UserID: user})
+					orders = append(orders, verify.Order{OrderID: id, UserID: user})
 					lastSale = time.Now()
 				case !errors.Is(err, errSoldOut) && first == nil:
 					first = err
@@ -284,7 +286,7 @@ func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report, e
 		r.OrdersPerSecond = float64(len(orders)) / lastSale.Sub(began).Seconds()
 		r.CPU = &cpuCost{Selling: rr.cpu.phase(cpu.between(began, lastSale), len(orders))}
 	}
-	if r.Verdict, err = rr.verifier.verify(ctx, sku, orders); err != nil {
+	if r.Verdict, err = rr.verifier.Verify(ctx, sku, orders); err != nil {
 		return report{}, fmt.Errorf("verify baseline: %w", err)
 	}
 	r.judge()

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/flashsale/seckill/api"
+	"github.com/flashsale/seckill/loadtest/verify"
 )
 
 // afterSale is what the buyers do with their orders once the first round is over (-cancel,
@@ -50,9 +53,9 @@ type lifecycleReport struct {
 // act pays or cancels each order as its fate says (with workers requests at a time, round-robin
 // over the targets) and returns the orders with the state they must end in. An answer other
 // than 200 is a problem: the buyer acted in time, so the service must agree.
-func (a afterSale) act(ctx context.Context, client *http.Client, targets []string, acked []ackedOrder, payAll bool,
-	workers int) ([]ackedOrder, lifecycleReport) {
-	out := make([]ackedOrder, len(acked))
+func (a afterSale) act(ctx context.Context, client *http.Client, targets []string, acked []verify.Order, payAll bool,
+	workers int) ([]verify.Order, lifecycleReport) {
+	out := make([]verify.Order, len(acked))
 	var (
 		mu  sync.Mutex
 		rep lifecycleReport
@@ -119,12 +122,12 @@ func post(ctx context.Context, client *http.Client, url, body string) string {
 
 // awaitNoPending polls the audit until no order of sku is pending — the unpaid ones expired and
 // their units are back — or the payment timeout and the contract's 5 s have passed.
-func (a afterSale) awaitNoPending(ctx context.Context, vf verifier, sku string) (time.Duration, error) {
+func (a afterSale) awaitNoPending(ctx context.Context, vf verify.Verifier, sku string) (time.Duration, error) {
 	start := time.Now()
 	deadline := start.Add(a.timeout + 5*time.Second)
 	for {
-		var au audit
-		if err := vf.get(ctx, "/api/v1/products/"+sku+"/audit", &au); err != nil {
+		var au api.Audit
+		if err := vf.Get(ctx, "/api/v1/products/"+sku+"/audit", &au); err != nil {
 			return 0, err
 		}
 		if au.Pending == 0 {

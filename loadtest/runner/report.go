@@ -12,6 +12,8 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/flashsale/seckill/loadtest/verify"
 )
 
 // families are the lock families of the classic comparison, by strategy.
@@ -52,7 +54,7 @@ type report struct {
 	PeakRSSSinceStart bool             `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
 	Goals             []goal           `json:"targets,omitempty"`
 	CPU               *cpuCost         `json:"cpu,omitempty"` // CPU seconds per process group in the selling and the sold-out phase
-	Verdict           verdict          `json:"verdict"`
+	Verdict           verify.Verdict   `json:"verdict"`
 	Fault             string           `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
 	LocksTaken        *int             `json:"locks_taken,omitempty"` // by the fault, from their holders
 	Bite              *bite            `json:"fault_bite,omitempty"`  // a guarded strategy under the fault: what the fault did to it
@@ -302,7 +304,7 @@ func steadyTable(reports []report) (t table, ok bool) {
 		}
 		switch {
 		case s.Verdict == nil:
-		case s.Verdict.ok():
+		case s.Verdict.OK():
 			after = "holds"
 		case r.ExpectOversell:
 			after = fmt.Sprintf("oversold by %d, as expected", s.Verdict.Oversold)

@@ -26,6 +26,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/flashsale/seckill/api"
+	"github.com/flashsale/seckill/loadtest/verify"
 )
 
 // TestReportHTML writes report.html the way the tool does (write) from a realistic run — a SQL
@@ -271,7 +274,7 @@ func syntheticRun(t *testing.T) ([]report, map[string]sale) {
 			continue
 		}
 		sold := int64(r.Outcomes[outcomeOK])
-		r.Verdict = verdict{Audit: audit{InitialStock: stock, Stock: max(0, stock-sold), OrderedQuantity: sold, Orders: sold, DistinctBuyers: sold},
+		r.Verdict = verify.Verdict{Audit: api.Audit{InitialStock: stock, Stock: max(0, stock-sold), OrderedQuantity: sold, Orders: sold, DistinctBuyers: sold},
 			Oversold: max(0, sold-stock)}
 		r.VsBaseline = r.OrdersPerSecond / baselineRate
 		r.Locks = newLockTimes(row.strategy, before, scrape())

@@ -26,6 +26,7 @@ import (
 	"github.com/flashsale/seckill/api"
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/loadtest/proc"
+	"github.com/flashsale/seckill/loadtest/verify"
 )
 
 // ServeReexecuted runs the process the tool re-executed itself as — a bare server (startBare),
@@ -311,8 +312,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if err != nil {
 					return err
 				}
-				defer store.close()
-				vf := verifier{client: client, base: targets[0], token: o.token, store: store}
+				defer store.Close()
+				vf := verify.Verifier{Client: client, Base: targets[0], Token: o.token, Store: store}
 				rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: proc.Peaks{PIDs: pids},
 					bare: bare, fault: thief, progress: progress, log: stderr, db: budget,
 					cpu: &cpuMeter{groups: append([]cpuGroup{cpuServices(o, targets, pids)}, backends...)}}
@@ -511,11 +512,11 @@ func (p *pass) start(ctx context.Context, o options, bin, dir string, logs io.Wr
 // store is what the verifier of the pass reads: the -mysql database, or the SQLite file that the
 // pass's processes said at start they keep their store in. With -target and no -mysql it is
 // nil: the tool does not know the targets' store.
-func (p *pass) store(ctx context.Context, db *sql.DB, logs io.Writer) (*storeReader, error) {
-	var s *storeReader
+func (p *pass) store(ctx context.Context, db *sql.DB, logs io.Writer) (*verify.Store, error) {
+	var s *verify.Store
 	switch {
 	case db != nil:
-		s = mysqlStore(db)
+		s = verify.MySQL(db)
 	case len(p.instances) == 0:
 		return nil, nil
 	case p.instances[0].SQLite == "":
@@ -523,11 +524,11 @@ func (p *pass) store(ctx context.Context, db *sql.DB, logs io.Writer) (*storeRea
 			"the tool reads the store of the processes it starts itself (if SECKILL_MYSQL_DSN is set in its environment, give it as -mysql)")
 	default:
 		var err error
-		if s, err = openSQLiteStore(ctx, p.instances[0].SQLite); err != nil {
+		if s, err = verify.OpenSQLite(ctx, p.instances[0].SQLite); err != nil {
 			return nil, err
 		}
 	}
-	fmt.Fprintf(logs, "loadtest: verifying every sale in %s, and the service's audit against it\n", s.what)
+	fmt.Fprintf(logs, "loadtest: verifying every sale in %s, and the service's audit against it\n", s.What)
 	return s, nil
 }
 
@@ -661,7 +662,7 @@ type roundRunner struct {
 	pass     *pass
 	targets  []string
 	client   *http.Client
-	verifier verifier
+	verifier verify.Verifier
 	peaks    proc.Peaks   // of the service processes, when the tool started them
 	bare     *bareServers // nil: sold-out phases are not held against a bare handler
 	fault    *lockThief   // -fault lock-loss: takes the locks during each selling phase; nil: no fault
@@ -704,7 +705,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		var fault *faultRun
 		if rr.fault != nil {
 			var locks api.Locks
-			if err := rr.verifier.get(ctx, locksPath(sku), &locks); err != nil {
+			if err := rr.verifier.Get(ctx, locksPath(sku), &locks); err != nil {
 				return nil, nil, fmt.Errorf("%s: -fault %s: %w", row, o.fault, err)
 			}
 			var err error
@@ -750,7 +751,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 					return nil, nil, fmt.Errorf("%s after the sale: %w", row, err)
 				}
 			}
-			if r.Verdict, err = rr.verifier.verify(ctx, sku, s.acked); err != nil {
+			if r.Verdict, err = rr.verifier.Verify(ctx, sku, s.acked); err != nil {
 				return nil, nil, fmt.Errorf("verify %s: %w", row, err)
 			}
 			if o.soldOut > 0 {
@@ -790,7 +791,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 // unpaid ones have expired, and has fresh buyers buy the units that came back, paying for
 // theirs. It returns every order with the state it must end in, and the load of the resale —
 // what comes next starts past its buyers.
-func (rr roundRunner) afterSale(ctx context.Context, l load, acked []ackedOrder) ([]ackedOrder, *lifecycleReport, load, error) {
+func (rr roundRunner) afterSale(ctx context.Context, l load, acked []verify.Order) ([]verify.Order, *lifecycleReport, load, error) {
 	a := rr.opts.after
 	acted, rep := a.act(ctx, rr.client, rr.targets, acked, false, 32)
 	returnedIn, err := a.awaitNoPending(ctx, rr.verifier, l.sku)
@@ -827,7 +828,7 @@ const bareSlices = 3
 
 // soldOut runs the steady sold-out phase on a sale that sold out and was verified, and checks
 // the invariant again after it, counting any 201 of the phase as an order the store must hold.
-func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []ackedOrder) (*steady, error) {
+func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []verify.Order) (*steady, error) {
 	if left := r.Verdict.Audit.Stock; left != 0 {
 		return &steady{Duration: rr.opts.soldOut, Skipped: fmt.Sprintf("the sale ended with stock %d left", left)}, nil
 	}
@@ -861,7 +862,7 @@ func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []ack
 			s.Bare, s.VsBare = &b, s.Throughput/b.Throughput
 		}
 	}
-	v, err := rr.verifier.verify(ctx, l.sku, append(slices.Clip(acked), s.acked...))
+	v, err := rr.verifier.Verify(ctx, l.sku, append(slices.Clip(acked), s.acked...))
 	if err != nil {
 		return nil, fmt.Errorf("verify %s after the sold-out phase: %w", r.Strategy, err)
 	}
@@ -921,4 +922,15 @@ func (rr roundRunner) samples(ctx context.Context) ([]sample, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// storeText is the report's line on where the verdicts come from.
+func storeText(o options) string {
+	switch {
+	case o.mysql != "":
+		return "Every sale verified in the store itself: the tool reads products and orders in the -mysql database and holds the service's audit against them."
+	case o.targets == "":
+		return "Every sale verified in the store itself: the tool reads products and orders in the SQLite file of the processes it starts (read-only) and holds the service's audit against them."
+	}
+	return "The tool cannot read the targets' store (no -mysql): every sale verified from the service's own audit and orders alone."
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/flashsale/seckill/loadtest/verify"
 )
 
 // defaultSoldOut is how long the steady sold-out phase lasts with -compare unless -soldout
@@ -23,22 +25,22 @@ const soldOutMaxRate = 100_000
 // it for a fixed time. Every answer should be 409 sold_out, given without touching the hot row;
 // its rate next to a bare handler's is what rejecting early is worth.
 type steady struct {
-	Duration   time.Duration  `json:"duration"`
-	Requests   int            `json:"requests"`
-	Outcomes   map[string]int `json:"outcomes"`
-	TooMany    int            `json:"status_429"`          // busy or rate limited: reported, not a failure
-	Server     int            `json:"status_5xx"`          // reported, not a failure: the phase measures load
-	Throughput float64        `json:"requests_per_second"` // answered requests over the phase
-	P50        time.Duration  `json:"p50"`
-	P90        time.Duration  `json:"p90"`
-	P99        time.Duration  `json:"p99"`
-	VsBare     float64        `json:"vs_bare,omitempty"` // Throughput over Bare's
-	Bare       *steady        `json:"bare,omitempty"`    // the bare handler, measured just before this phase
-	Verdict    *verdict       `json:"verdict,omitempty"` // the invariant checked again after the phase
-	Skipped    string         `json:"skipped,omitempty"`
+	Duration   time.Duration   `json:"duration"`
+	Requests   int             `json:"requests"`
+	Outcomes   map[string]int  `json:"outcomes"`
+	TooMany    int             `json:"status_429"`          // busy or rate limited: reported, not a failure
+	Server     int             `json:"status_5xx"`          // reported, not a failure: the phase measures load
+	Throughput float64         `json:"requests_per_second"` // answered requests over the phase
+	P50        time.Duration   `json:"p50"`
+	P90        time.Duration   `json:"p90"`
+	P99        time.Duration   `json:"p99"`
+	VsBare     float64         `json:"vs_bare,omitempty"` // Throughput over Bare's
+	Bare       *steady         `json:"bare,omitempty"`    // the bare handler, measured just before this phase
+	Verdict    *verify.Verdict `json:"verdict,omitempty"` // the invariant checked again after the phase
+	Skipped    string          `json:"skipped,omitempty"`
 
-	acked []ackedOrder // 201s of the phase: each one is an oversell
-	cpu   *cpuPhase    // what the service's slices cost in CPU, moved to the row's report
+	acked []verify.Order // 201s of the phase: each one is an oversell
+	cpu   *cpuPhase      // what the service's slices cost in CPU, moved to the row's report
 }
 
 // phaseSlices accumulates a sold-out phase run in slices — interleaved with the bare handler's,
@@ -97,7 +99,7 @@ func (l load) soldOutSlice(ctx context.Context, name string, d time.Duration, p 
 			p.answered++
 		}
 		if r.Code == http.StatusCreated {
-			var o ackedOrder
+			var o verify.Order
 			if json.Unmarshal(r.Body, &o) == nil && o.OrderID != "" {
 				p.s.acked = append(p.s.acked, o)
 			}

@@ -1,4 +1,7 @@
-package runner
+// Package verify holds a sale against its invariant, in the store itself — the tables the
+// service writes, read-only — and through the HTTP API: the service's audit and stored orders
+// are what is under test, held against the tool's own reading of the tables.
+package verify
 
 import (
 	"context"
@@ -14,39 +17,35 @@ import (
 
 	_ "github.com/glebarez/go-sqlite" // database/sql driver "sqlite", the service's own (pure Go)
 	_ "github.com/go-sql-driver/mysql"
-)
 
-// audit is the invariant as the database sees it: from GET /audit or straight from SQL.
-type audit struct {
-	InitialStock    int64  `json:"initial_stock"`
-	Stock           int64  `json:"stock"`
-	OrderedQuantity int64  `json:"ordered_quantity"`
-	Orders          int64  `json:"orders"`
-	DistinctBuyers  int64  `json:"distinct_buyers"`
-	Oversold        int64  `json:"oversold"`
-	Consistent      bool   `json:"consistent"`
-	Pending         int64  `json:"pending"`
-	Cancelled       int64  `json:"cancelled"`
-	Expired         int64  `json:"expired"`
-	RedisStock      *int64 `json:"redis_stock,omitempty"`
-}
+	"github.com/flashsale/seckill/api"
+)
 
 // holds reports whether the counts of a say consistent, as API.md defines it: no negative stock,
 // every unit in stock or in an active order, one active order per buyer.
-func (a audit) holds() bool {
+func holds(a api.Audit) bool {
 	return a.Stock >= 0 && a.Stock+a.OrderedQuantity == a.InitialStock && a.Orders == a.DistinctBuyers
 }
 
-// verdict is what the verifier found after a sale.
-type verdict struct {
-	Audit    audit    `json:"audit"`           // the service's GET /audit
-	Store    *audit   `json:"store,omitempty"` // the tool's own reading of the tables; nil when it cannot read them
-	Oversold int64    `json:"oversold"`
-	Problems []string `json:"problems,omitempty"`
+// Order is what a 201 told the client, and — when the buyer did something with it
+// (-cancel, -unpaid) — the state it must end in.
+type Order struct {
+	OrderID string `json:"order_id"`
+	UserID  string `json:"user_id"`
+	Status  string `json:"status"`
+	Want    string `json:"-"` // cancelled, expired or confirmed; "" for an order left as placed
 }
 
-// ok reports whether the invariant held and every 201 was backed by its order.
-func (v verdict) ok() bool { return len(v.Problems) == 0 }
+// Verdict is what the verifier found after a sale.
+type Verdict struct {
+	Audit    api.Audit  `json:"audit"`           // the service's GET /audit
+	Store    *api.Audit `json:"store,omitempty"` // the tool's own reading of the tables; nil when it cannot read them
+	Oversold int64      `json:"oversold"`
+	Problems []string   `json:"problems,omitempty"`
+}
+
+// OK reports whether the invariant held and every 201 was backed by its order.
+func (v Verdict) OK() bool { return len(v.Problems) == 0 }
 
 // stored is an order as the server's store holds it.
 type stored struct{ user, status string }
@@ -59,8 +58,8 @@ func active(status string) bool { return status == "pending" || status == "confi
 // stock, every unit in stock or in one active order, one active order per buyer, every 201
 // stored once for its buyer, the active ones exactly the active orders of the audit, and every
 // order the buyers paid, cancelled or left unpaid in the state that must follow.
-func check(a audit, acked []ackedOrder, present map[string]stored) verdict {
-	v := verdict{Audit: a, Oversold: max(0, a.OrderedQuantity-a.InitialStock)}
+func check(a api.Audit, acked []Order, present map[string]stored) Verdict {
+	v := Verdict{Audit: a, Oversold: max(0, a.OrderedQuantity-a.InitialStock)}
 	if a.Stock < 0 {
 		v.Problems = append(v.Problems, fmt.Sprintf("stock is negative: %d", a.Stock))
 	}
@@ -100,51 +99,51 @@ func check(a audit, acked []ackedOrder, present map[string]stored) verdict {
 	return v
 }
 
-// verifier checks a sale in the store itself — the tables the service writes — and through the
+// Verifier checks a sale in the store itself — the tables the service writes — and through the
 // HTTP API. The service's audit and stored orders are what is under test: they are held against
-// the tool's own reading of the tables, never taken as the verdict when the tables can be read.
-type verifier struct {
-	client *http.Client
-	base   string // any one instance
-	token  string
-	store  *storeReader // nil when the tool cannot read the store (-target without -mysql)
+// the tool's own reading of the tables, never taken as the Verdict when the tables can be read.
+type Verifier struct {
+	Client *http.Client
+	Base   string // any one instance
+	Token  string
+	Store  *Store // nil when the tool cannot read the store (-target without -mysql)
 }
 
-// verify checks the invariant on the tables, cross-checks the service's audit and stored orders
+// Verify checks the invariant on the tables, cross-checks the service's audit and stored orders
 // against them, and checks the audit's own arithmetic. Without a store it checks the service's
 // audit and stored orders alone.
-func (vf verifier) verify(ctx context.Context, sku string, acked []ackedOrder) (verdict, error) {
-	var served audit
-	if err := vf.get(ctx, "/api/v1/products/"+sku+"/audit", &served); err != nil {
-		return verdict{}, err
+func (vf Verifier) Verify(ctx context.Context, sku string, acked []Order) (Verdict, error) {
+	var served api.Audit
+	if err := vf.Get(ctx, "/api/v1/products/"+sku+"/audit", &served); err != nil {
+		return Verdict{}, err
 	}
 	// The tables are read right after the audit, before the orders are fetched one by one, so
 	// that the two readings are as close in time as the tool can make them.
 	var (
-		own       audit
+		own       api.Audit
 		ownOrders map[string]stored
 	)
-	if vf.store != nil {
+	if vf.Store != nil {
 		var err error
-		if own, ownOrders, err = vf.store.read(ctx, sku); err != nil {
-			return verdict{}, err
+		if own, ownOrders, err = vf.Store.read(ctx, sku); err != nil {
+			return Verdict{}, err
 		}
 	}
 	present, err := vf.storedOrders(ctx, acked)
 	if err != nil {
-		return verdict{}, err
+		return Verdict{}, err
 	}
-	api := check(served, acked, present)
-	if served.Consistent != served.holds() {
-		api.Problems = append(api.Problems, "the server's audit computes consistent wrongly")
+	viaAPI := check(served, acked, present)
+	if served.Consistent != holds(served) {
+		viaAPI.Problems = append(viaAPI.Problems, "the server's audit computes consistent wrongly")
 	}
-	if vf.store == nil {
-		return api, nil
+	if vf.Store == nil {
+		return viaAPI, nil
 	}
 	v := check(own, acked, ownOrders)
 	v.Audit, v.Store = served, &own
 	v.Problems = append(v.Problems, disagreements(own, served)...)
-	for _, p := range api.Problems {
+	for _, p := range viaAPI.Problems {
 		if !slices.Contains(v.Problems, p) {
 			v.Problems = append(v.Problems, "api: "+p)
 		}
@@ -153,10 +152,10 @@ func (vf verifier) verify(ctx context.Context, sku string, acked []ackedOrder) (
 }
 
 // disagreements are the differences between the tool's reading of the tables (own) and the
-// service's audit of the same product: every one fails the verdict, whichever side the invariant
+// service's audit of the same product: every one fails the Verdict, whichever side the invariant
 // holds on, because an audit that says other than the tables cannot be trusted to catch an
 // oversell.
-func disagreements(own, served audit) []string {
+func disagreements(own, served api.Audit) []string {
 	var out []string
 	for _, f := range []struct {
 		name          string
@@ -180,7 +179,7 @@ func disagreements(own, served audit) []string {
 }
 
 // storedOrders asks the API for every acknowledged order.
-func (vf verifier) storedOrders(ctx context.Context, acked []ackedOrder) (map[string]stored, error) {
+func (vf Verifier) storedOrders(ctx context.Context, acked []Order) (map[string]stored, error) {
 	present := map[string]stored{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -192,8 +191,8 @@ func (vf verifier) storedOrders(ctx context.Context, acked []ackedOrder) (map[st
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			var got ackedOrder
-			err := vf.get(ctx, "/api/v1/orders/"+o.OrderID, &got)
+			var got Order
+			err := vf.Get(ctx, "/api/v1/orders/"+o.OrderID, &got)
 			if err != nil && !strings.Contains(err.Error(), "404") {
 				errs <- err
 				return
@@ -210,13 +209,13 @@ func (vf verifier) storedOrders(ctx context.Context, acked []ackedOrder) (map[st
 	return present, <-errs
 }
 
-func (vf verifier) get(ctx context.Context, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, vf.base+path, nil)
+func (vf Verifier) Get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, vf.Base+path, nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+vf.token)
-	resp, err := vf.client.Do(req)
+	req.Header.Set("Authorization", "Bearer "+vf.Token)
+	resp, err := vf.Client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -231,42 +230,31 @@ func (vf verifier) get(ctx context.Context, path string, out any) error {
 	return json.Unmarshal(raw, out)
 }
 
-// storeReader reads the service's database as an outside check does: the tables of the contract
+// Store reads the service's database as an outside check does: the tables of the contract
 // (API.md, "Database": products, orders with their status), straight, never through the service.
-type storeReader struct {
+type Store struct {
 	db    *sql.DB
-	what  string // which store, for the log
+	What  string // which store, for the log
 	owned bool   // the reader opened db, and closes it; the -mysql pool is the run's
 }
 
-// mysqlStore reads the -mysql database; db is the run's pool, which the baseline shares.
-func mysqlStore(db *sql.DB) *storeReader {
-	return &storeReader{db: db, what: "the -mysql database"}
+// MySQL reads the -mysql database; db is the run's pool, which the baseline shares.
+func MySQL(db *sql.DB) *Store {
+	return &Store{db: db, What: "the -mysql database"}
 }
 
-// close closes what the reader opened; a nil reader has nothing open.
-func (s *storeReader) close() {
+// Close closes what the reader opened; a nil reader has nothing open.
+func (s *Store) Close() {
 	if s != nil && s.owned {
 		_ = s.db.Close()
 	}
 }
 
-// storeText is the report's line on where the verdicts come from.
-func storeText(o options) string {
-	switch {
-	case o.mysql != "":
-		return "Every sale verified in the store itself: the tool reads products and orders in the -mysql database and holds the service's audit against them."
-	case o.targets == "":
-		return "Every sale verified in the store itself: the tool reads products and orders in the SQLite file of the processes it starts (read-only) and holds the service's audit against them."
-	}
-	return "The tool cannot read the targets' store (no -mysql): every sale verified from the service's own audit and orders alone."
-}
-
-// openSQLiteStore opens the embedded store of the processes the tool started — the SQLite file
+// OpenSQLite opens the embedded store of the processes the tool started — the SQLite file
 // they named at start — read-only, since the tool must never change what it checks. The
 // processes write it meanwhile: in WAL mode a reader does not block the writer, and a read that
 // meets the writer's lock or a checkpoint waits for it (the busy timeout) instead of failing.
-func openSQLiteStore(ctx context.Context, path string) (*storeReader, error) {
+func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 	u := url.URL{Scheme: "file", Path: path, RawQuery: "mode=ro&_pragma=busy_timeout(5000)"}
 	db, err := sql.Open("sqlite", u.String())
 	if err != nil {
@@ -277,7 +265,7 @@ func openSQLiteStore(ctx context.Context, path string) (*storeReader, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open the service's SQLite store %s: %w", path, err)
 	}
-	return &storeReader{db: db, what: "the SQLite file " + path + ", read-only", owned: true}, nil
+	return &Store{db: db, What: "the SQLite file " + path + ", read-only", owned: true}, nil
 }
 
 // read is the invariant's numbers and every order of sku, from the tables, in one read-only
@@ -285,11 +273,11 @@ func openSQLiteStore(ctx context.Context, path string) (*storeReader, error) {
 // counts and the orders are of the same moment. It is the database's truth: a pending order past
 // its deadline is still pending (active) there until the service expires it, though the API
 // already reads it as expired. The tool verifies once no order is pending.
-func (s *storeReader) read(ctx context.Context, sku string) (audit, map[string]stored, error) {
-	var a audit
+func (s *Store) read(ctx context.Context, sku string) (api.Audit, map[string]stored, error) {
+	var a api.Audit
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return a, nil, fmt.Errorf("store %s: %w", s.what, err)
+		return a, nil, fmt.Errorf("store %s: %w", s.What, err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	err = tx.QueryRowContext(ctx, "SELECT initial_stock, stock FROM products WHERE sku = ?", sku).Scan(&a.InitialStock, &a.Stock)
@@ -324,6 +312,6 @@ func (s *storeReader) read(ctx context.Context, sku string) (audit, map[string]s
 			a.Expired++
 		}
 	}
-	a.Oversold, a.Consistent = max(0, a.OrderedQuantity-a.InitialStock), a.holds()
+	a.Oversold, a.Consistent = max(0, a.OrderedQuantity-a.InitialStock), holds(a)
 	return a, present, rows.Err()
 }
