@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -273,9 +274,9 @@ func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report, e
 		return report{}, err
 	}
 	pool := min(rr.db.pool, o.concurrency) // sized for the run's most clients: fewer use fewer
-	cpu := rr.cpu.start()
+	rec := rr.cpu.Start()
 	orders, began, lastSale, err := baseline(ctx, db, sku, o.users, o.concurrency, pool)
-	cpu.stop()
+	rec.Stop()
 	if err != nil {
 		return report{}, fmt.Errorf("baseline: %w", rr.db.explain(err))
 	}
@@ -284,7 +285,7 @@ func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report, e
 		Outcomes: map[string]int{outcomeOK: len(orders), outcomeSoldOut: o.users - len(orders)}}
 	if len(orders) > 0 && lastSale.After(began) {
 		r.OrdersPerSecond = float64(len(orders)) / lastSale.Sub(began).Seconds()
-		r.CPU = &cpuCost{Selling: rr.cpu.phase(cpu.between(began, lastSale), len(orders))}
+		r.CPU = &cpu.Cost{Selling: rr.cpu.Phase(rec.Between(began, lastSale), len(orders))}
 	}
 	if r.Verdict, err = rr.verifier.Verify(ctx, sku, orders); err != nil {
 		return report{}, fmt.Errorf("verify baseline: %w", err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/flashsale/seckill/loadtest/cpu"
 )
 
 // Outcomes of one request, from its status and the error code of the contract (openapi.yaml).
@@ -130,4 +132,14 @@ func sellingWindow(results []*vegeta.Result) (first, last time.Time, orders int)
 		}
 	}
 	return first, last, orders
+}
+
+// sellingCPU is the cost of a sale's selling phase, recorded by rec: from its first request to its
+// last sale's answer, the window its orders/s is measured over; nil without a sale.
+func sellingCPU(m *cpu.Meter, rec *cpu.Recording, results []*vegeta.Result) *cpu.Phase {
+	from, to, orders := sellingWindow(results)
+	if orders == 0 {
+		return nil
+	}
+	return m.Phase(rec.Between(from, to), orders)
 }

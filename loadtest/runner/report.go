@@ -13,6 +13,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -53,7 +54,7 @@ type report struct {
 	PeakRSSMB         float64          `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
 	PeakRSSSinceStart bool             `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
 	Goals             []goal           `json:"targets,omitempty"`
-	CPU               *cpuCost         `json:"cpu,omitempty"` // CPU seconds per process group in the selling and the sold-out phase
+	CPU               *cpu.Cost        `json:"cpu,omitempty"` // CPU seconds per process group in the selling and the sold-out phase
 	Verdict           verify.Verdict   `json:"verdict"`
 	Fault             string           `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
 	LocksTaken        *int             `json:"locks_taken,omitempty"` // by the fault, from their holders
@@ -457,4 +458,67 @@ func writeFile(path string, fill func(io.Writer) error) error {
 		return err
 	}
 	return f.Close()
+}
+
+// cpuTables are the CPU tables of the rows (all of one client count): the selling phase per 1000
+// orders and the sold-out phase per 1000 answers, each when some row measured it.
+func cpuTables(reports []report) []table {
+	var out []table
+	for _, ph := range []struct {
+		of, unit, intro string
+		get             func(*cpu.Cost) *cpu.Phase
+	}{
+		{"selling", "orders", "CPU seconds per 1000 orders in the selling phase (from the first request to the last sale's answer), per process group, from /proc/<pid>/stat",
+			func(c *cpu.Cost) *cpu.Phase { return c.Selling }},
+		{"sold out", "answers", "CPU seconds per 1000 answers in the steady sold-out phase (the service's slices, not the bare handler's), per process group",
+			func(c *cpu.Cost) *cpu.Phase { return c.SoldOut }},
+	} {
+		var t table
+		var reasons []string
+		for _, r := range reports {
+			if r.CPU == nil || ph.get(r.CPU) == nil {
+				continue
+			}
+			p := ph.get(r.CPU)
+			if t.Head == nil {
+				t.Head = []string{"row", ph.unit, "seconds"}
+				for _, g := range p.Groups {
+					t.Head = append(t.Head, g.Group)
+				}
+				t.Head = append(t.Head, "all groups", "cores busy")
+			}
+			row := []string{r.Strategy, fmt.Sprint(p.Count), fmt.Sprintf("%.2f", p.WallSeconds)}
+			for _, g := range p.Groups {
+				if g.SecondsPer1000 == nil {
+					row = append(row, "n/a")
+					if reason := g.Group + ": " + g.NA; g.NA != "" && !slices.Contains(reasons, reason) {
+						reasons = append(reasons, reason)
+					}
+					continue
+				}
+				row = append(row, fmt.Sprintf("%.3f", *g.SecondsPer1000))
+			}
+			seconds, all := p.Total()
+			sum, busy := fmt.Sprintf("%.3f", 1000*seconds/float64(p.Count)), ""
+			if p.WallSeconds > 0 {
+				busy = fmt.Sprintf("%.2f", seconds/p.WallSeconds)
+			}
+			if !all {
+				sum += " (measured groups)"
+			}
+			row = append(row, sum, busy)
+			t.Rows = append(t.Rows, row)
+		}
+		if len(t.Rows) == 0 {
+			continue
+		}
+		t.Intro = ph.intro + ". The service instances scale out; the database and Redis hold the one hot product; " +
+			"the load generator shares the machine here and would not in a real sale. cores busy is all groups' CPU over the phase's wall time. " +
+			"The database's figure counts every client it served meanwhile."
+		if len(reasons) > 0 {
+			t.Intro += " n/a: " + strings.Join(reasons, "; ") + "."
+		}
+		out = append(out, t)
+	}
+	return out
 }

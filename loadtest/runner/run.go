@@ -25,6 +25,7 @@ import (
 
 	"github.com/flashsale/seckill/api"
 	"github.com/flashsale/seckill/devserver/zkserver"
+	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/proc"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
@@ -286,7 +287,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer bare.stop()
 	}
 	client := &http.Client{Timeout: o.timeout}
-	backends := cpuBackends(o, etcdPid)
+	backends := cpu.Backends(cpu.Run{MySQL: o.mysql, Redis: o.redis, ZooKeeper: o.zk, Spawned: o.targets == "", EtcdPID: etcdPid})
 	var (
 		reports      []report
 		sales        = map[string]sale{}
@@ -316,7 +317,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				vf := verify.Verifier{Client: client, Base: targets[0], Token: o.token, Store: store}
 				rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: proc.Peaks{PIDs: pids},
 					bare: bare, fault: thief, progress: progress, log: stderr, db: budget,
-					cpu: &cpuMeter{groups: append([]cpuGroup{cpuServices(o, targets, pids)}, backends...)}}
+					cpu: cpu.NewMeter(append([]cpu.Group{cpu.Services(targets, pids)}, backends...)...)}
 				if i == 0 && db != nil && o.compare {
 					b, err := rr.baselineReport(ctx, db)
 					if err != nil {
@@ -666,7 +667,7 @@ type roundRunner struct {
 	peaks    proc.Peaks   // of the service processes, when the tool started them
 	bare     *bareServers // nil: sold-out phases are not held against a bare handler
 	fault    *lockThief   // -fault lock-loss: takes the locks during each selling phase; nil: no fault
-	cpu      *cpuMeter    // the CPU time of the processes of the sale, per group
+	cpu      *cpu.Meter   // the CPU time of the processes of the sale, per group
 	db       dbBudget     // the database's connections, as planned before the run (-mysql)
 	progress io.Writer
 	log      io.Writer
@@ -713,9 +714,9 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 				return nil, nil, fmt.Errorf("%s: -fault %s: %w", row, o.fault, err)
 			}
 		}
-		cpu := rr.cpu.start()
+		rec := rr.cpu.Start()
 		s, err := l.run(ctx, row)
-		cpu.stop()
+		rec.Stop()
 		taken, faultErr := fault.stop()
 		var (
 			sold    []sample // after the selling phase: what the fault did to a guarded strategy
@@ -739,7 +740,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		if rr.pass.family != "" {
 			r.Family = rr.pass.family
 		}
-		r.CPU = &cpuCost{Selling: rr.cpu.selling(cpu, s.results)}
+		r.CPU = &cpu.Cost{Selling: sellingCPU(rr.cpu, rec, s.results)}
 		if faulted != "" {
 			r.LocksTaken = &taken
 		}
@@ -835,12 +836,12 @@ func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []ver
 	// Against a bare handler, the phase alternates with it in thirds, so that drift on a shared
 	// machine (a database still flushing the sale, a collector running) weighs on both alike.
 	var own, bare phaseSlices
-	var use cpuUse // over the service's slices only
+	var use cpu.Use // over the service's slices only
 	serviceSlice := func(d time.Duration) {
-		rec := rr.cpu.start()
+		rec := rr.cpu.Start()
 		l.soldOutSlice(ctx, r.Strategy, d, &own)
-		rec.stop()
-		use = use.add(rec.whole())
+		rec.Stop()
+		use = use.Add(rec.Whole())
 	}
 	if rr.bare == nil {
 		serviceSlice(rr.opts.soldOut)
@@ -854,7 +855,7 @@ func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []ver
 		return nil, err
 	}
 	s := own.steady()
-	s.cpu = rr.cpu.phase(use, own.answered)
+	s.cpu = rr.cpu.Phase(use, own.answered)
 	if rr.bare != nil {
 		b := bare.steady()
 		rr.bare.measured(rr.opts.concurrency, b)

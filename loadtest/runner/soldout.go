@@ -9,6 +9,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -40,7 +41,7 @@ type steady struct {
 	Skipped    string          `json:"skipped,omitempty"`
 
 	acked []verify.Order // 201s of the phase: each one is an oversell
-	cpu   *cpuPhase      // what the service's slices cost in CPU, moved to the row's report
+	cpu   *cpu.Phase     // what the service's slices cost in CPU, moved to the row's report
 }
 
 // phaseSlices accumulates a sold-out phase run in slices — interleaved with the bare handler's,

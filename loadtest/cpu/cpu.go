@@ -1,4 +1,8 @@
-package runner
+// Package cpu accounts for what a sale costs in CPU, per process group (the service instances,
+// the database, Redis, etcd, ZooKeeper, the load generator), from /proc/<pid>/stat: it finds
+// each group's processes, samples their CPU time while a phase runs, and gives the seconds a
+// phase used, per 1000 orders or answers.
+package cpu
 
 import (
 	"bufio"
@@ -18,7 +22,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
 // What a sale costs in CPU, per process group and per 1000 orders (selling) or answers (sold
@@ -31,23 +34,23 @@ import (
 // exports as 100 per second whatever its own tick rate (getconf CLK_TCK).
 const clockTicks = 100
 
-// cpuSampleEvery is how often a recording reads the groups while a phase runs: the selling
+// sampleEvery is how often a recording reads the groups while a phase runs: the selling
 // phase ends at the last sale's answer, which is known only afterwards, so its end is
 // interpolated between samples. At 100 ticks a second, 50 ms is five ticks per process.
-const cpuSampleEvery = 50 * time.Millisecond
+const sampleEvery = 50 * time.Millisecond
 
 // The process groups, the columns of the CPU tables.
 const (
-	cpuService   = "service instances"
-	cpuDatabase  = "database"
-	cpuRedis     = "Redis"
-	cpuEtcd      = "etcd"
-	cpuZooKeeper = "ZooKeeper"
-	cpuLoad      = "load generator"
+	Service   = "service instances"
+	Database  = "database"
+	Redis     = "Redis"
+	Etcd      = "etcd"
+	ZooKeeper = "ZooKeeper"
+	Load      = "load generator"
 )
 
-// cpuGroup is a set of processes whose CPU time is reported together.
-type cpuGroup struct {
+// Group is a set of processes whose CPU time is reported together.
+type Group struct {
 	name string
 	pids []int
 	na   string // why the group is not measured ("" when it is): not on this machine, embedded in another group
@@ -85,18 +88,21 @@ func parseStatTicks(stat []byte) (uint64, error) {
 	return user + system, nil
 }
 
-// cpuMeter reads the CPU time of the groups of one pass.
-type cpuMeter struct{ groups []cpuGroup }
+// Meter reads the CPU time of the groups of one pass.
+type Meter struct{ groups []Group }
 
-// cpuSample is every group's CPU time at one moment, in ticks; NaN for a group not measured, or
+// NewMeter is a meter of groups, which are the columns of its phases in this order.
+func NewMeter(groups ...Group) *Meter { return &Meter{groups: groups} }
+
+// sample is every group's CPU time at one moment, in ticks; NaN for a group not measured, or
 // one of whose processes could not be read (it ended).
-type cpuSample struct {
+type sample struct {
 	at    time.Time
 	ticks []float64
 }
 
-func (m *cpuMeter) read() cpuSample {
-	s := cpuSample{at: time.Now(), ticks: make([]float64, len(m.groups))}
+func (m *Meter) read() sample {
+	s := sample{at: time.Now(), ticks: make([]float64, len(m.groups))}
 	for i, g := range m.groups {
 		if g.na != "" {
 			s.ticks[i] = math.NaN()
@@ -114,21 +120,21 @@ func (m *cpuMeter) read() cpuSample {
 	return s
 }
 
-// cpuRecording samples the groups from start until stop.
-type cpuRecording struct {
-	meter   *cpuMeter
+// Recording samples the groups from start until stop.
+type Recording struct {
+	meter   *Meter
 	mu      sync.Mutex
-	samples []cpuSample
+	samples []sample
 	done    chan struct{}
 	stopped chan struct{}
 }
 
-// start begins a recording.
-func (m *cpuMeter) start() *cpuRecording {
-	rec := &cpuRecording{meter: m, samples: []cpuSample{m.read()}, done: make(chan struct{}), stopped: make(chan struct{})}
+// Start begins a recording.
+func (m *Meter) Start() *Recording {
+	rec := &Recording{meter: m, samples: []sample{m.read()}, done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		defer close(rec.stopped)
-		tick := time.NewTicker(cpuSampleEvery)
+		tick := time.NewTicker(sampleEvery)
 		defer tick.Stop()
 		for {
 			select {
@@ -145,15 +151,15 @@ func (m *cpuMeter) start() *cpuRecording {
 	return rec
 }
 
-// stop ends the recording with a last sample.
-func (rec *cpuRecording) stop() {
+// Stop ends the recording with a last sample.
+func (rec *Recording) Stop() {
 	close(rec.done)
 	<-rec.stopped
 	rec.samples = append(rec.samples, rec.meter.read())
 }
 
 // at is every group's CPU time at t, interpolated between the samples around it.
-func (rec *cpuRecording) at(t time.Time) []float64 {
+func (rec *Recording) at(t time.Time) []float64 {
 	s := rec.samples
 	j := sort.Search(len(s), func(i int) bool { return !s[i].at.Before(t) })
 	switch {
@@ -171,65 +177,65 @@ func (rec *cpuRecording) at(t time.Time) []float64 {
 	return out
 }
 
-// between is what each group used from from to to.
-func (rec *cpuRecording) between(from, to time.Time) cpuUse {
+// Between is what each group used from from to to.
+func (rec *Recording) Between(from, to time.Time) Use {
 	a, b := rec.at(from), rec.at(to)
-	u := cpuUse{wall: to.Sub(from), seconds: make([]float64, len(a))}
+	u := Use{wall: to.Sub(from), seconds: make([]float64, len(a))}
 	for i := range a {
 		u.seconds[i] = (b[i] - a[i]) / clockTicks
 	}
 	return u
 }
 
-// whole is what each group used over the whole recording.
-func (rec *cpuRecording) whole() cpuUse {
-	return rec.between(rec.samples[0].at, rec.samples[len(rec.samples)-1].at)
+// Whole is what each group used over the whole recording.
+func (rec *Recording) Whole() Use {
+	return rec.Between(rec.samples[0].at, rec.samples[len(rec.samples)-1].at)
 }
 
-// cpuUse is the CPU seconds of each group over some wall time (NaN: not measured).
-type cpuUse struct {
+// Use is the CPU seconds of each group over some wall time (NaN: not measured).
+type Use struct {
 	wall    time.Duration
 	seconds []float64
 }
 
-// add is u and v together: the slices of one phase.
-func (u cpuUse) add(v cpuUse) cpuUse {
+// Add is u and v together: the slices of one phase.
+func (u Use) Add(v Use) Use {
 	if u.seconds == nil {
 		return v
 	}
-	out := cpuUse{wall: u.wall + v.wall, seconds: slices.Clone(u.seconds)}
+	out := Use{wall: u.wall + v.wall, seconds: slices.Clone(u.seconds)}
 	for i := range out.seconds {
 		out.seconds[i] += v.seconds[i]
 	}
 	return out
 }
 
-// cpuCost is what a row's phases cost in CPU, per group.
-type cpuCost struct {
-	Selling *cpuPhase `json:"selling,omitempty"`
-	SoldOut *cpuPhase `json:"sold_out,omitempty"` // the steady sold-out phase (-soldout), the service's slices only
+// Cost is what a row's phases cost in CPU, per group.
+type Cost struct {
+	Selling *Phase `json:"selling,omitempty"`
+	SoldOut *Phase `json:"sold_out,omitempty"` // the steady sold-out phase (-soldout), the service's slices only
 }
 
-// cpuPhase is one phase's CPU, per group: Count is its orders (selling) or its answers (sold out).
-type cpuPhase struct {
-	Count       int            `json:"count"`
-	WallSeconds float64        `json:"wall_seconds"`
-	Groups      []cpuGroupCost `json:"groups"`
+// Phase is one phase's CPU, per group: Count is its orders (selling) or its answers (sold out).
+type Phase struct {
+	Count       int         `json:"count"`
+	WallSeconds float64     `json:"wall_seconds"`
+	Groups      []GroupCost `json:"groups"`
 }
 
-// cpuGroupCost is one group's CPU in one phase; NA says why it was not measured.
-type cpuGroupCost struct {
+// GroupCost is one group's CPU in one phase; NA says why it was not measured.
+type GroupCost struct {
 	Group          string   `json:"group"`
 	Seconds        *float64 `json:"cpu_seconds,omitempty"`
 	SecondsPer1000 *float64 `json:"cpu_seconds_per_1000,omitempty"`
 	NA             string   `json:"na,omitempty"`
 }
 
-// phase is the cost of a phase that used u and counted count orders or answers.
-func (m *cpuMeter) phase(u cpuUse, count int) *cpuPhase {
-	p := &cpuPhase{Count: count, WallSeconds: u.wall.Seconds()}
+// Phase is the cost of a phase that used u and counted count orders or answers.
+func (m *Meter) Phase(u Use, count int) *Phase {
+	p := &Phase{Count: count, WallSeconds: u.wall.Seconds()}
 	for i, g := range m.groups {
-		c := cpuGroupCost{Group: g.name, NA: g.na}
+		c := GroupCost{Group: g.name, NA: g.na}
 		switch {
 		case g.na != "":
 		case u.seconds == nil || math.IsNaN(u.seconds[i]):
@@ -247,18 +253,8 @@ func (m *cpuMeter) phase(u cpuUse, count int) *cpuPhase {
 	return p
 }
 
-// selling is the cost of a sale's selling phase, recorded by rec: from its first request to its
-// last sale's answer, the window its orders/s is measured over.
-func (m *cpuMeter) selling(rec *cpuRecording, results []*vegeta.Result) *cpuPhase {
-	from, to, orders := sellingWindow(results)
-	if orders == 0 {
-		return nil
-	}
-	return m.phase(rec.between(from, to), orders)
-}
-
-// total is the CPU seconds of every measured group, and whether every group was measured.
-func (p *cpuPhase) total() (seconds float64, all bool) {
+// Total is the CPU seconds of every measured group, and whether every group was measured.
+func (p *Phase) Total() (seconds float64, all bool) {
 	all = true
 	for _, g := range p.Groups {
 		if g.Seconds == nil {
@@ -270,84 +266,21 @@ func (p *cpuPhase) total() (seconds float64, all bool) {
 	return seconds, all
 }
 
-// cpuTables are the CPU tables of the rows (all of one client count): the selling phase per 1000
-// orders and the sold-out phase per 1000 answers, each when some row measured it.
-func cpuTables(reports []report) []table {
-	var out []table
-	for _, ph := range []struct {
-		of, unit, intro string
-		get             func(*cpuCost) *cpuPhase
-	}{
-		{"selling", "orders", "CPU seconds per 1000 orders in the selling phase (from the first request to the last sale's answer), per process group, from /proc/<pid>/stat",
-			func(c *cpuCost) *cpuPhase { return c.Selling }},
-		{"sold out", "answers", "CPU seconds per 1000 answers in the steady sold-out phase (the service's slices, not the bare handler's), per process group",
-			func(c *cpuCost) *cpuPhase { return c.SoldOut }},
-	} {
-		var t table
-		var reasons []string
-		for _, r := range reports {
-			if r.CPU == nil || ph.get(r.CPU) == nil {
-				continue
-			}
-			p := ph.get(r.CPU)
-			if t.Head == nil {
-				t.Head = []string{"row", ph.unit, "seconds"}
-				for _, g := range p.Groups {
-					t.Head = append(t.Head, g.Group)
-				}
-				t.Head = append(t.Head, "all groups", "cores busy")
-			}
-			row := []string{r.Strategy, fmt.Sprint(p.Count), fmt.Sprintf("%.2f", p.WallSeconds)}
-			for _, g := range p.Groups {
-				if g.SecondsPer1000 == nil {
-					row = append(row, "n/a")
-					if reason := g.Group + ": " + g.NA; g.NA != "" && !slices.Contains(reasons, reason) {
-						reasons = append(reasons, reason)
-					}
-					continue
-				}
-				row = append(row, fmt.Sprintf("%.3f", *g.SecondsPer1000))
-			}
-			seconds, all := p.total()
-			sum, busy := fmt.Sprintf("%.3f", 1000*seconds/float64(p.Count)), ""
-			if p.WallSeconds > 0 {
-				busy = fmt.Sprintf("%.2f", seconds/p.WallSeconds)
-			}
-			if !all {
-				sum += " (measured groups)"
-			}
-			row = append(row, sum, busy)
-			t.Rows = append(t.Rows, row)
-		}
-		if len(t.Rows) == 0 {
-			continue
-		}
-		t.Intro = ph.intro + ". The service instances scale out; the database and Redis hold the one hot product; " +
-			"the load generator shares the machine here and would not in a real sale. cores busy is all groups' CPU over the phase's wall time. " +
-			"The database's figure counts every client it served meanwhile."
-		if len(reasons) > 0 {
-			t.Intro += " n/a: " + strings.Join(reasons, "; ") + "."
-		}
-		out = append(out, t)
-	}
-	return out
-}
-
-// cpuServices is the group of the pass's service instances: the processes the tool started, or
+// Services is the group of the pass's service instances: the processes the tool started, or
 // with -target those listening on the targets' ports, when they are on this machine.
-func cpuServices(o options, targets []string, pids []int) cpuGroup {
-	g := cpuGroup{name: cpuService, pids: pids}
+func Services(targets []string, pids []int) Group {
+	g := Group{name: Service, pids: pids}
 	if len(pids) > 0 {
 		return g
 	}
 	for _, t := range targets {
 		u, err := url.Parse(t)
 		if err != nil {
-			return cpuGroup{name: cpuService, na: fmt.Sprintf("-target %s: %v", t, err)}
+			return Group{name: Service, na: fmt.Sprintf("-target %s: %v", t, err)}
 		}
 		found, na := listenerPIDs(hostPort(u))
 		if na != "" {
-			return cpuGroup{name: cpuService, na: "-target " + t + ": " + na}
+			return Group{name: Service, na: "-target " + t + ": " + na}
 		}
 		g.pids = append(g.pids, found...)
 	}
@@ -365,64 +298,73 @@ func hostPort(u *url.URL) string {
 	return u.Host + ":80"
 }
 
-// cpuBackends are the groups that stay for the whole run: the database, Redis, etcd, ZooKeeper
-// (when the run has one) and the load generator itself. etcdPid is the etcd process the tool
-// started for its service processes (0 with -target).
-func cpuBackends(o options, etcdPid int) []cpuGroup {
-	var out []cpuGroup
+// Run is what the CPU groups of a run are found from: its backends, and whether the tool started
+// the service processes itself.
+type Run struct {
+	MySQL     string // the -mysql DSN; "": the processes' embedded SQLite, or unknown with -target
+	Redis     string // the -redis addresses; "": the first process's embedded Redis, or unknown
+	ZooKeeper string // the -zk addresses; "": no ZooKeeper
+	Spawned   bool   // the tool started the service processes (no -target)
+	EtcdPID   int    // the etcd process the tool started for them; 0 with -target
+}
+
+// Backends are the groups that stay for the whole run: the database, Redis, etcd, ZooKeeper
+// (when the run has one) and the load generator itself.
+func Backends(o Run) []Group {
+	var out []Group
 	switch {
-	case o.mysql != "":
-		out = append(out, databaseGroup(o.mysql))
-	case o.targets == "":
-		out = append(out, cpuGroup{name: cpuDatabase, na: "embedded SQLite in the service instances: counted there"})
+	case o.MySQL != "":
+		out = append(out, databaseGroup(o.MySQL))
+	case o.Spawned:
+		out = append(out, Group{name: Database, na: "embedded SQLite in the service instances: counted there"})
 	default:
-		out = append(out, cpuGroup{name: cpuDatabase, na: "no -mysql: the targets' database is not known"})
+		out = append(out, Group{name: Database, na: "no -mysql: the targets' database is not known"})
 	}
 	switch {
-	case o.redis != "":
-		out = append(out, addressesGroup(cpuRedis, o.redis, "redis-server"))
-	case o.targets == "":
-		out = append(out, cpuGroup{name: cpuRedis, na: "embedded (miniredis) in the first service instance: counted there"})
+	case o.Redis != "":
+		out = append(out, addressesGroup(Redis, o.Redis, "redis-server"))
+	case o.Spawned:
+		out = append(out, Group{name: Redis, na: "embedded (miniredis) in the first service instance: counted there"})
 	default:
-		out = append(out, cpuGroup{name: cpuRedis, na: "no -redis: the targets' Redis is not known"})
+		out = append(out, Group{name: Redis, na: "no -redis: the targets' Redis is not known"})
 	}
-	if etcdPid > 0 {
-		out = append(out, cpuGroup{name: cpuEtcd, pids: []int{etcdPid}})
+	if o.EtcdPID > 0 {
+		out = append(out, Group{name: Etcd, pids: []int{o.EtcdPID}})
 	} else {
-		out = append(out, cpuGroup{name: cpuEtcd, na: "the targets' own (-target)"})
+		out = append(out, Group{name: Etcd, na: "the targets' own (-target)"})
 	}
-	if o.zk != "" {
-		out = append(out, addressesGroup(cpuZooKeeper, o.zk, "java"))
+	if o.ZooKeeper != "" {
+		out = append(out, addressesGroup(ZooKeeper, o.ZooKeeper, "java"))
 	}
-	return append(out, cpuGroup{name: cpuLoad, pids: []int{os.Getpid()}})
+	return append(out, Group{name: Load, pids: []int{os.Getpid()}})
 }
 
 // databaseGroup is the database server of dsn, when it is on this machine.
-func databaseGroup(dsn string) cpuGroup {
+func databaseGroup(dsn string) Group {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return cpuGroup{name: cpuDatabase, na: err.Error()}
+		return Group{name: Database, na: err.Error()}
 	}
 	if cfg.Net == "unix" {
 		pids := namedPIDs("", "mariadbd", "mysqld")
 		if len(pids) != 1 {
-			return cpuGroup{name: cpuDatabase, na: fmt.Sprintf("the DSN's socket %s: %d mariadbd/mysqld processes, not one", cfg.Addr, len(pids))}
+			return Group{name: Database, na: fmt.Sprintf("the DSN's socket %s: %d mariadbd/mysqld processes, not one", cfg.Addr, len(pids))}
 		}
-		return cpuGroup{name: cpuDatabase, pids: pids}
+		return Group{name: Database, pids: pids}
 	}
 	pids, na := listenerPIDs(cfg.Addr, "mariadbd", "mysqld")
-	return cpuGroup{name: cpuDatabase, pids: pids, na: na}
+	return Group{name: Database, pids: pids, na: na}
 }
 
 // addressesGroup is the servers at a comma-separated list of host:port, when they are all on
 // this machine; comm names their processes, for when the sockets cannot be traced.
-func addressesGroup(name, addrs, comm string) cpuGroup {
-	g := cpuGroup{name: name}
+func addressesGroup(name, addrs, comm string) Group {
+	g := Group{name: name}
 	for _, addr := range strings.Split(addrs, ",") {
 		addr = strings.TrimSpace(addr)
 		pids, na := listenerPIDs(addr, comm)
 		if na != "" {
-			return cpuGroup{name: name, na: addr + ": " + na}
+			return Group{name: name, na: addr + ": " + na}
 		}
 		g.pids = append(g.pids, pids...)
 	}
