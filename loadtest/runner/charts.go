@@ -11,6 +11,8 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/flashsale/seckill/loadtest/scrape"
 )
 
 // The charts of report.html are inline SVG laid out here, in Go: the page carries no script and
@@ -523,7 +525,7 @@ func lockChart(rows []chartRow) (chart, bool) {
 		s := barSeries{label: r.Strategy, color: r.color}
 		for _, t := range []struct {
 			name string
-			lockTime
+			scrape.LockTime
 		}{{"wait", l.Wait}, {"hold", l.Hold}} {
 			for _, v := range []struct {
 				name string

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashsale/seckill/api"
+	"github.com/flashsale/seckill/loadtest/scrape"
 )
 
 // faultLockLoss is the -fault that takes each sale's lock from its holder, over and over, while
@@ -84,27 +85,16 @@ type lockService struct {
 
 // lockServices are the services the fault knows, in the order they are compared.
 var lockServices = []lockService{
-	{guarded: "hybrid", unguarded: "unguarded-redis", backend: "redis", guard: retriesMetric,
+	{guarded: "hybrid", unguarded: "unguarded-redis", backend: "redis", guard: scrape.Retries,
 		interval: time.Millisecond, take: (*lockThief).takeRedis},
-	{guarded: "etcd", unguarded: "unguarded-etcd", backend: "etcd", guard: fencedOutMetric,
+	{guarded: "etcd", unguarded: "unguarded-etcd", backend: "etcd", guard: scrape.FencedOut,
 		interval: time.Millisecond, take: (*lockThief).takeEtcd},
-	{guarded: "zookeeper", unguarded: "unguarded-zookeeper", backend: "zookeeper", guard: fencedOutMetric,
+	{guarded: "zookeeper", unguarded: "unguarded-zookeeper", backend: "zookeeper", guard: scrape.FencedOut,
 		interval: 2 * time.Millisecond, take: (*lockThief).takeZooKeeper},
 }
 
-// The counters of /metrics (by strategy) that show a guarded strategy's guard at work under the
-// fault (README, Metrics).
-const (
-	retriesMetric   = "seckill_optimistic_retries_total" // a version-guarded write retried after a concurrent change
-	fencedOutMetric = "seckill_fenced_out_total"         // a write refused because a newer holder had written
-	lockLostMetric  = "seckill_lock_lost_total"          // a lock its holder found expired or taken over at release
-)
-
-// guardCounters are the counters sampleMetrics keeps by strategy.
-var guardCounters = []string{retriesMetric, fencedOutMetric, lockLostMetric}
-
 // guardTexts name what a guard's counter counts, in the verdicts.
-var guardTexts = map[string]string{retriesMetric: "optimistic retries", fencedOutMetric: "writes fenced out"}
+var guardTexts = map[string]string{scrape.Retries: "optimistic retries", scrape.FencedOut: "writes fenced out"}
 
 // bite is what the fault did to one sale of a guarded strategy: the locks the thief took from a
 // holder, and what the strategy's series on /metrics grew by over the selling phase, summed over
@@ -126,7 +116,7 @@ type bite struct {
 // newBite is the bite of a sale of strategy, a guarded one, from the thief's count and one
 // sample per instance before and after the selling phase (in the same order); unread is why the
 // samples could not be had.
-func newBite(strategy string, taken int, before, after []sample, unread error) *bite {
+func newBite(strategy string, taken int, before, after []scrape.Sample, unread error) *bite {
 	s, _ := lockServiceOf(strategy)
 	b := &bite{Taken: taken, Guard: s.guard}
 	switch {
@@ -139,14 +129,14 @@ func newBite(strategy string, taken int, before, after []sample, unread error) *
 	}
 	for i := range after {
 		grew := func(metric string) int {
-			return int(after[i].Counters[seriesKey{metric, strategy}] - before[i].Counters[seriesKey{metric, strategy}])
+			return int(after[i].Counters[scrape.Series{Metric: metric, Strategy: strategy}] - before[i].Counters[scrape.Series{Metric: metric, Strategy: strategy}])
 		}
-		key := seriesKey{lockWaitMetric, strategy}
+		key := scrape.Series{Metric: scrape.LockWait, Strategy: strategy}
 		if h := after[i].Locks[key]; h != nil {
-			b.Locked += int(h.minus(before[i].Locks[key]).Count)
+			b.Locked += int(h.Minus(before[i].Locks[key]).Count)
 		}
 		b.Guarded += grew(s.guard)
-		b.LocksLost += grew(lockLostMetric)
+		b.LocksLost += grew(scrape.LockLost)
 	}
 	return b
 }
@@ -161,10 +151,10 @@ func (b *bite) missed(strategy string) string {
 		why = append(why, "the thief took no lock from a holder")
 	}
 	if b.Locked == 0 {
-		why = append(why, fmt.Sprintf("%s took no lock (%s_count{strategy=%q} did not grow)", strategy, lockWaitMetric, strategy))
+		why = append(why, fmt.Sprintf("%s took no lock (%s_count{strategy=%q} did not grow)", strategy, scrape.LockWait, strategy))
 	}
 	if b.Guarded+b.LocksLost == 0 {
-		why = append(why, fmt.Sprintf("its guard never acted (neither %s nor %s{strategy=%q} grew)", b.Guard, lockLostMetric, strategy))
+		why = append(why, fmt.Sprintf("its guard never acted (neither %s nor %s{strategy=%q} grew)", b.Guard, scrape.LockLost, strategy))
 	}
 	return strings.Join(why, "; ")
 }

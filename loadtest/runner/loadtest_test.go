@@ -32,6 +32,7 @@ import (
 	"github.com/flashsale/seckill/api"
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/loadtest/cpu"
+	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -185,10 +186,10 @@ func TestFaultBite(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	scrape := func(text string) []sample {
-		s, err := sampleMetrics(context.Background(), http.DefaultClient, serve(text))
+	scrapeAll := func(text string) []scrape.Sample {
+		s, err := scrape.Read(context.Background(), http.DefaultClient, serve(text))
 		require.NoError(t, err)
-		return []sample{s}
+		return []scrape.Sample{s}
 	}
 	metrics := func(hybridWaits, etcdWaits, retries, etcdFenced, lost int) string {
 		return fmt.Sprintf(`# TYPE seckill_lock_wait_seconds histogram
@@ -205,8 +206,8 @@ seckill_lock_lost_total{strategy="hybrid"} %[5]d
 seckill_lock_lost_total{strategy="unguarded-redis"} 100
 `, hybridWaits, etcdWaits, retries, etcdFenced, lost)
 	}
-	before := scrape(metrics(10, 10, 1, 0, 2))
-	judged := func(strategy string, taken int, after []sample, unread error) report {
+	before := scrapeAll(metrics(10, 10, 1, 0, 2))
+	judged := func(strategy string, taken int, after []scrape.Sample, unread error) report {
 		r := newReport(strategy, strategy, "lt-1", sale{}, faultLockLoss)
 		r.Name, r.LocksTaken = strategy, &taken
 		r.Bite = newBite(strategy, taken, before, after, unread)
@@ -214,11 +215,11 @@ seckill_lock_lost_total{strategy="unguarded-redis"} 100
 		return r
 	}
 
-	bitten := judged("hybrid", 7, scrape(metrics(50, 10, 4, 0, 4)), nil)
+	bitten := judged("hybrid", 7, scrapeAll(metrics(50, 10, 4, 0, 4)), nil)
 	assert.Empty(t, bitten.Failed)
 	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 40 lock acquisitions, 3 optimistic retries, 2 locks lost)",
 		bitten.verdictText(), "the verdict shows the counts")
-	fenced := judged("etcd", 7, scrape(metrics(10, 30, 1, 5, 2)), nil)
+	fenced := judged("etcd", 7, scrapeAll(metrics(10, 30, 1, 5, 2)), nil)
 	assert.Empty(t, fenced.Failed, "etcd's guard is its fence; hybrid's series are not etcd's")
 	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 20 lock acquisitions, 5 writes fenced out, 0 locks lost)",
 		fenced.verdictText())
@@ -227,15 +228,15 @@ seckill_lock_lost_total{strategy="unguarded-redis"} 100
 		name     string
 		strategy string
 		taken    int
-		after    []sample
+		after    []scrape.Sample
 		unread   error
 		why      string
 	}{
-		{"the thief found nothing to take", "hybrid", 0, scrape(metrics(50, 10, 4, 0, 4)), nil,
+		{"the thief found nothing to take", "hybrid", 0, scrapeAll(metrics(50, 10, 4, 0, 4)), nil,
 			"the thief took no lock from a holder"},
-		{"hybrid on the database path", "hybrid", 7, scrape(metrics(10, 10, 4, 0, 2)), nil,
+		{"hybrid on the database path", "hybrid", 7, scrapeAll(metrics(10, 10, 4, 0, 2)), nil,
 			`hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow)`},
-		{"a guard that never acted", "etcd", 7, scrape(metrics(50, 30, 9, 0, 9)), nil,
+		{"a guard that never acted", "etcd", 7, scrapeAll(metrics(50, 30, 9, 0, 9)), nil,
 			`its guard never acted (neither seckill_fenced_out_total nor seckill_lock_lost_total{strategy="etcd"} grew)`},
 		{"nothing at all", "hybrid", 0, before, nil,
 			`the thief took no lock from a holder; hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow); ` +
@@ -525,21 +526,6 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
-}
-
-// TestGrowth: the soak's leak judgement ignores the noise of a busy process and names what keeps
-// growing.
-func TestGrowth(t *testing.T) {
-	base := sample{Goroutines: 100, RSS: 60 << 20, HeapInUse: 20 << 20, OpenConns: 10, Sessions: 1}
-	assert.Empty(t, growth(base, sample{Goroutines: 160, RSS: 100 << 20, HeapInUse: 50 << 20, OpenConns: 12, Sessions: 1}), "noise")
-	for name, last := range map[string]sample{
-		"goroutines": {Goroutines: 400, RSS: 60 << 20, HeapInUse: 20 << 20, Sessions: 1},
-		"resident":   {Goroutines: 100, RSS: 200 << 20, HeapInUse: 20 << 20, Sessions: 1},
-		"heap":       {Goroutines: 100, RSS: 60 << 20, HeapInUse: 90 << 20, Sessions: 1},
-		"sessions":   {Goroutines: 100, RSS: 60 << 20, HeapInUse: 20 << 20, Sessions: 3},
-	} {
-		assert.Len(t, growth(base, last), 1, name)
-	}
 }
 
 // TestBareHandler: the bare reference answers exactly the contract's sold_out error, and the tool

@@ -14,6 +14,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/flashsale/seckill/loadtest/cpu"
+	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -33,35 +34,35 @@ var families = map[string]string{
 
 // report is one strategy's sale, measured and verified: a row of the comparison.
 type report struct {
-	Strategy          string           `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
-	Family            string           `json:"family"`
-	Name              string           `json:"strategy_name,omitempty"` // the strategy alone ("" for the references: the baseline, the bare handler)
-	Pass              string           `json:"pass,omitempty"`          // the label of the row's pass: its group commit, and its client count when the run has several
-	Clients           int              `json:"clients,omitempty"`       // the client count of the row (-concurrency)
-	SKU               string           `json:"sku"`
-	Requests          int              `json:"requests"`
-	Attempts          int              `json:"attempts"`
-	Outcomes          map[string]int   `json:"outcomes"`
-	BusyAnswers       int              `json:"busy_answers"`
-	LocksLost         *int             `json:"locks_lost,omitempty"` // by live holders across the instances (seckill_lock_lost_total), over this row's phases
-	Locks             *lockTimes       `json:"lock_times,omitempty"` // the lock wait and hold histograms across the instances, over this row's phases
-	OrdersPerSecond   float64          `json:"orders_per_second"`
-	VsBaseline        float64          `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
-	Selling           phase            `json:"selling"`
-	SoldOut           phase            `json:"sold_out"` // the tail of the sale's own requests, after the last 201
-	Steady            *steady          `json:"sold_out_steady,omitempty"`
-	Lifecycle         *lifecycleReport `json:"after_sale,omitempty"`           // -cancel, -unpaid
-	PeakRSSMB         float64          `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
-	PeakRSSSinceStart bool             `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
-	Goals             []goal           `json:"targets,omitempty"`
-	CPU               *cpu.Cost        `json:"cpu,omitempty"` // CPU seconds per process group in the selling and the sold-out phase
-	Verdict           verify.Verdict   `json:"verdict"`
-	Fault             string           `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
-	LocksTaken        *int             `json:"locks_taken,omitempty"` // by the fault, from their holders
-	Bite              *bite            `json:"fault_bite,omitempty"`  // a guarded strategy under the fault: what the fault did to it
-	ExpectOversell    bool             `json:"expect_oversell"`
-	Skipped           string           `json:"skipped,omitempty"`
-	Failed            []string         `json:"failed,omitempty"` // why this run fails the tool
+	Strategy          string            `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
+	Family            string            `json:"family"`
+	Name              string            `json:"strategy_name,omitempty"` // the strategy alone ("" for the references: the baseline, the bare handler)
+	Pass              string            `json:"pass,omitempty"`          // the label of the row's pass: its group commit, and its client count when the run has several
+	Clients           int               `json:"clients,omitempty"`       // the client count of the row (-concurrency)
+	SKU               string            `json:"sku"`
+	Requests          int               `json:"requests"`
+	Attempts          int               `json:"attempts"`
+	Outcomes          map[string]int    `json:"outcomes"`
+	BusyAnswers       int               `json:"busy_answers"`
+	LocksLost         *int              `json:"locks_lost,omitempty"` // by live holders across the instances (seckill_lock_lost_total), over this row's phases
+	Locks             *scrape.LockTimes `json:"lock_times,omitempty"` // the lock wait and hold histograms across the instances, over this row's phases
+	OrdersPerSecond   float64           `json:"orders_per_second"`
+	VsBaseline        float64           `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
+	Selling           phase             `json:"selling"`
+	SoldOut           phase             `json:"sold_out"` // the tail of the sale's own requests, after the last 201
+	Steady            *steady           `json:"sold_out_steady,omitempty"`
+	Lifecycle         *lifecycleReport  `json:"after_sale,omitempty"`           // -cancel, -unpaid
+	PeakRSSMB         float64           `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
+	PeakRSSSinceStart bool              `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
+	Goals             []goal            `json:"targets,omitempty"`
+	CPU               *cpu.Cost         `json:"cpu,omitempty"` // CPU seconds per process group in the selling and the sold-out phase
+	Verdict           verify.Verdict    `json:"verdict"`
+	Fault             string            `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
+	LocksTaken        *int              `json:"locks_taken,omitempty"` // by the fault, from their holders
+	Bite              *bite             `json:"fault_bite,omitempty"`  // a guarded strategy under the fault: what the fault did to it
+	ExpectOversell    bool              `json:"expect_oversell"`
+	Skipped           string            `json:"skipped,omitempty"`
+	Failed            []string          `json:"failed,omitempty"` // why this run fails the tool
 }
 
 // newReport measures a sale of strategy, reported as row; fault is the fault that ran on its lock

@@ -28,6 +28,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/flashsale/seckill/api"
+	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -228,10 +229,10 @@ func syntheticRun(t *testing.T) ([]report, map[string]sale) {
 		t.Cleanup(srv.Close)
 		targets = append(targets, srv.URL)
 	}
-	scrape := func() []sample {
-		var out []sample
+	scrapeAll := func() []scrape.Sample {
+		var out []scrape.Sample
 		for _, u := range targets {
-			s, err := sampleMetrics(context.Background(), http.DefaultClient, u)
+			s, err := scrape.Read(context.Background(), http.DefaultClient, u)
 			require.NoError(t, err)
 			out = append(out, s)
 		}
@@ -260,7 +261,7 @@ func syntheticRun(t *testing.T) ([]report, map[string]sale) {
 		{"naive", 3300, 5 * time.Millisecond, 0, 0, 260, 0, 0, false},
 		{"unguarded-redis", 3000, 3 * time.Millisecond, 0, 0, 0, 0, 0, true},
 	} {
-		before := scrape()
+		before := scrapeAll()
 		s := syntheticSale(rnd, stock, buyers, row.perSecond, row.latency, row.busy, row.failed, row.oversell, row.refused)
 		for _, m := range instances {
 			m.observe(rnd, row.strategy, 30, row.wait, row.hold)
@@ -277,7 +278,7 @@ func syntheticRun(t *testing.T) ([]report, map[string]sale) {
 		r.Verdict = verify.Verdict{Audit: api.Audit{InitialStock: stock, Stock: max(0, stock-sold), OrderedQuantity: sold, Orders: sold, DistinctBuyers: sold},
 			Oversold: max(0, sold-stock)}
 		r.VsBaseline = r.OrdersPerSecond / baselineRate
-		r.Locks = newLockTimes(row.strategy, before, scrape())
+		r.Locks = scrape.NewLockTimes(row.strategy, before, scrapeAll())
 		if !r.ExpectOversell {
 			scale := float64(row.latency) / float64(10*time.Millisecond)
 			r.Steady = &steady{Duration: 5 * time.Second, Requests: 60000, Outcomes: map[string]int{outcomeSoldOut: 60000}, Throughput: 12000,
@@ -369,7 +370,7 @@ func (m *fakeMetrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	for _, h := range []struct {
 		metric string
 		values map[string][]float64
-	}{{lockWaitMetric, m.waits}, {lockHoldMetric, m.holds}} {
+	}{{scrape.LockWait, m.waits}, {scrape.LockHold, m.holds}} {
 		fmt.Fprintf(w, "# TYPE %s histogram\n", h.metric)
 		for _, strategy := range slices.Sorted(maps.Keys(h.values)) {
 			values := h.values[strategy]
@@ -392,36 +393,4 @@ func (m *fakeMetrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	fmt.Fprintln(w, `seckill_lock_lost_total{strategy="hybrid"} 0`)
-}
-
-// TestLockTimes: the growth of the lock histograms over a row, summed over the instances, and the
-// quantiles interpolated within buckets as histogram_quantile does.
-func TestLockTimes(t *testing.T) {
-	hist := func(counts ...float64) *histogram {
-		return &histogram{Bounds: []float64{0.001, 0.002, 0.004, math.Inf(1)}, Counts: counts, Sum: counts[len(counts)-1] * 0.0015, Count: counts[len(counts)-1]}
-	}
-	key := seriesKey{lockWaitMetric, "hybrid"}
-	other := seriesKey{lockWaitMetric, "etcd"}
-	before := []sample{{Locks: map[seriesKey]*histogram{key: hist(10, 10, 10, 10)}}, {}}
-	after := []sample{
-		{Locks: map[seriesKey]*histogram{key: hist(10, 60, 60, 60), other: hist(0, 0, 0, 99)}},
-		{Locks: map[seriesKey]*histogram{key: hist(0, 50, 50, 50)}}, // its first observations: no series before
-	}
-	l := newLockTimes("hybrid", before, after)
-	require.NotNil(t, l)
-	us := float64(time.Microsecond)
-	assert.Equal(t, 100, l.Wait.Count, "50 on each instance; etcd's are not hybrid's")
-	assert.InDelta(t, 1500*us, float64(l.Wait.Mean), us)
-	assert.InDelta(t, 1500*us, float64(l.Wait.P50), us, "halfway through the (1 ms, 2 ms] bucket")
-	assert.InDelta(t, 1990*us, float64(l.Wait.P99), us)
-	assert.Zero(t, l.Hold.Count)
-	assert.Nil(t, newLockTimes("hybrid", before[:1], after), "samples that do not pair up")
-
-	inf := histogram{Bounds: []float64{0.001, math.Inf(1)}, Counts: []float64{1, 10}, Count: 10}
-	assert.InDelta(t, 0.001, inf.quantile(0.99), 1e-12, "in the +Inf bucket: the highest finite bound")
-
-	var s sample
-	assert.True(t, s.addLockSeries(lockHoldMetric+"_bucket", lockHoldMetric+`_bucket{strategy="etcd",le="0.0002"}`, 3))
-	assert.False(t, s.addLockSeries("seckill_lock_lost_total", `seckill_lock_lost_total{strategy="etcd"}`, 1))
-	assert.Equal(t, &histogram{Bounds: []float64{0.0002}, Counts: []float64{3}}, s.Locks[seriesKey{lockHoldMetric, "etcd"}])
 }

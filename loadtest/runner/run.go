@@ -27,6 +27,7 @@ import (
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/proc"
+	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -719,7 +720,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		rec.Stop()
 		taken, faultErr := fault.stop()
 		var (
-			sold    []sample // after the selling phase: what the fault did to a guarded strategy
+			sold    []scrape.Sample // after the selling phase: what the fault did to a guarded strategy
 			soldErr error
 		)
 		if fault != nil {
@@ -767,7 +768,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 			// late): what a short TTL costs. Informational, like memory, and so are the lock
 			// times that report.html charts.
 			n := int(locksLost(after) - locksLost(before))
-			r.LocksLost, r.Locks = &n, newLockTimes(strategy, before, after)
+			r.LocksLost, r.Locks = &n, scrape.NewLockTimes(strategy, before, after)
 		}
 		if len(rr.peaks.PIDs) > 0 {
 			// Memory is informational: a process that cannot be read leaves the cell blank and
@@ -816,7 +817,7 @@ func (rr roundRunner) afterSale(ctx context.Context, l load, acked []verify.Orde
 }
 
 // locksLost sums seckill_lock_lost_total over the instances' samples.
-func locksLost(samples []sample) float64 {
+func locksLost(samples []scrape.Sample) float64 {
 	var total float64
 	for _, s := range samples {
 		total += s.LocksLost
@@ -913,10 +914,10 @@ func (rr roundRunner) soak(ctx context.Context, stdout io.Writer) ([]string, err
 }
 
 // samples scrapes every target's /metrics.
-func (rr roundRunner) samples(ctx context.Context) ([]sample, error) {
-	var out []sample
+func (rr roundRunner) samples(ctx context.Context) ([]scrape.Sample, error) {
+	var out []scrape.Sample
 	for _, target := range rr.targets {
-		s, err := sampleMetrics(ctx, rr.client, target)
+		s, err := scrape.Read(ctx, rr.client, target)
 		if err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}

@@ -1,4 +1,4 @@
-package runner
+package scrape
 
 import (
 	"math"
@@ -9,27 +9,27 @@ import (
 
 // The lock histograms of the service's /metrics (README, Metrics), one series per strategy label.
 const (
-	lockWaitMetric = "seckill_lock_wait_seconds"
-	lockHoldMetric = "seckill_lock_hold_seconds"
+	LockWait = "seckill_lock_wait_seconds"
+	LockHold = "seckill_lock_hold_seconds"
 )
 
-// histogram is one Prometheus histogram series as scraped: cumulative counts by upper bound (le,
+// Histogram is one Prometheus Histogram series as scraped: cumulative counts by upper bound (le,
 // ascending, +Inf last), the sum and the count of the observations.
-type histogram struct {
+type Histogram struct {
 	Bounds []float64
 	Counts []float64
 	Sum    float64
 	Count  float64
 }
 
-// seriesKey names one histogram series of an instance: the metric and its strategy label.
-type seriesKey struct{ metric, strategy string }
+// Series names one Histogram series of an instance: the metric and its strategy label.
+type Series struct{ Metric, Strategy string }
 
 // addLockSeries takes one line of the lock histograms into s (name is the series with its
 // labels); ok is false when the line is of another metric.
-func (s *sample) addLockSeries(metric, name string, v float64) (ok bool) {
+func (s *Sample) addLockSeries(metric, name string, v float64) (ok bool) {
 	var base, part string
-	for _, m := range []string{lockWaitMetric, lockHoldMetric} {
+	for _, m := range []string{LockWait, LockHold} {
 		if p, found := strings.CutPrefix(metric, m+"_"); found {
 			base, part = m, p
 		}
@@ -38,12 +38,12 @@ func (s *sample) addLockSeries(metric, name string, v float64) (ok bool) {
 		return false
 	}
 	if s.Locks == nil {
-		s.Locks = map[seriesKey]*histogram{}
+		s.Locks = map[Series]*Histogram{}
 	}
-	key := seriesKey{base, labelValue(name, "strategy")}
+	key := Series{base, labelValue(name, "strategy")}
 	h := s.Locks[key]
 	if h == nil {
-		h = &histogram{}
+		h = &Histogram{}
 		s.Locks[key] = h
 	}
 	switch part {
@@ -76,50 +76,50 @@ func labelValue(name, key string) string {
 	return ""
 }
 
-// lockTimes is what the lock histograms recorded during one row — its sale, resale and sold-out
+// LockTimes is what the lock histograms recorded during one row — its sale, resale and sold-out
 // phase — over all the instances.
-type lockTimes struct {
-	Wait lockTime `json:"wait"`
-	Hold lockTime `json:"hold"`
+type LockTimes struct {
+	Wait LockTime `json:"wait"`
+	Hold LockTime `json:"hold"`
 }
 
-// lockTime is one histogram's growth over a row. Mean is exact (sum over count); P50 and P99 are
+// LockTime is one Histogram's Growth over a row. Mean is exact (sum over count); P50 and P99 are
 // interpolated within the buckets as PromQL's histogram_quantile does, so they are as coarse as
 // the buckets, each twice the one before from 0.1 ms.
-type lockTime struct {
+type LockTime struct {
 	Count int           `json:"count"`
 	Mean  time.Duration `json:"mean"`
 	P50   time.Duration `json:"p50"`
 	P99   time.Duration `json:"p99"`
 }
 
-// newLockTimes is the growth of strategy's lock histograms from before to after (one sample per
+// NewLockTimes is the Growth of strategy's lock histograms from before to after (one Sample per
 // instance, in the same order), summed over the instances; nil when the samples do not pair up.
-// Only one row sells at a time, so the growth is that row's. With the server's default strategy
+// Only one row sells at a time, so the Growth is that row's. With the server's default strategy
 // (strategy "") every strategy label counts.
-func newLockTimes(strategy string, before, after []sample) *lockTimes {
+func NewLockTimes(strategy string, before, after []Sample) *LockTimes {
 	if len(before) != len(after) {
 		return nil
 	}
-	var wait, hold histogram
+	var wait, hold Histogram
 	for i := range after {
 		for key, h := range after[i].Locks {
-			if strategy != "" && key.strategy != strategy {
+			if strategy != "" && key.Strategy != strategy {
 				continue
 			}
 			into := &wait
-			if key.metric == lockHoldMetric {
+			if key.Metric == LockHold {
 				into = &hold
 			}
-			into.add(h.minus(before[i].Locks[key]))
+			into.Add(h.Minus(before[i].Locks[key]))
 		}
 	}
-	return &lockTimes{Wait: wait.summary(), Hold: hold.summary()}
+	return &LockTimes{Wait: wait.summary(), Hold: hold.summary()}
 }
 
-// minus is h's growth since earlier (nil: the series did not exist yet).
-func (h *histogram) minus(earlier *histogram) histogram {
-	d := histogram{Bounds: h.Bounds, Counts: append([]float64(nil), h.Counts...), Sum: h.Sum, Count: h.Count}
+// Minus is h's Growth since earlier (nil: the series did not exist yet).
+func (h *Histogram) Minus(earlier *Histogram) Histogram {
+	d := Histogram{Bounds: h.Bounds, Counts: append([]float64(nil), h.Counts...), Sum: h.Sum, Count: h.Count}
 	if earlier == nil || len(earlier.Counts) != len(h.Counts) {
 		return d
 	}
@@ -131,8 +131,8 @@ func (h *histogram) minus(earlier *histogram) histogram {
 	return d
 }
 
-// add sums o into h; every instance runs the same code, so the buckets are the same.
-func (h *histogram) add(o histogram) {
+// Add sums o into h; every instance runs the same code, so the buckets are the same.
+func (h *Histogram) Add(o Histogram) {
 	if len(h.Bounds) == 0 {
 		h.Bounds, h.Counts = o.Bounds, make([]float64, len(o.Counts))
 	}
@@ -146,17 +146,17 @@ func (h *histogram) add(o histogram) {
 	h.Count += o.Count
 }
 
-func (h histogram) summary() lockTime {
+func (h Histogram) summary() LockTime {
 	if h.Count <= 0 {
-		return lockTime{}
+		return LockTime{}
 	}
 	seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	return lockTime{Count: int(h.Count), Mean: seconds(h.Sum / h.Count), P50: seconds(h.quantile(0.5)), P99: seconds(h.quantile(0.99))}
+	return LockTime{Count: int(h.Count), Mean: seconds(h.Sum / h.Count), P50: seconds(h.quantile(0.5)), P99: seconds(h.quantile(0.99))}
 }
 
 // quantile estimates the q-quantile in seconds as histogram_quantile does: linearly within the
 // bucket the rank falls in (the first from 0); in the +Inf bucket, the highest finite bound.
-func (h histogram) quantile(q float64) float64 {
+func (h Histogram) quantile(q float64) float64 {
 	if len(h.Counts) == 0 {
 		return 0
 	}
