@@ -884,12 +884,14 @@ func (rr roundRunner) soak(ctx context.Context, stdout io.Writer) ([]string, err
 		return nil, err
 	}
 	rounds := 1
+	var skus []string
 	for ; time.Since(began) < rr.opts.soak && ctx.Err() == nil; rounds++ {
 		reports, _, err := rr.round(ctx, fmt.Sprintf("-r%d", rounds))
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range reports {
+			skus = append(skus, r.SKU)
 			if len(r.Failed) > 0 {
 				return []string{fmt.Sprintf("round %d, %s: %s", rounds, r.Strategy, strings.Join(r.Failed, "; "))}, nil
 			}
@@ -902,7 +904,7 @@ func (rr roundRunner) soak(ctx context.Context, stdout io.Writer) ([]string, err
 	problems := soakReport(stdout, rr.targets, first, last, rounds, time.Since(began))
 	if rr.opts.redis != "" {
 		time.Sleep(time.Second) // let the last releases land
-		n, err := leftoverLocks(ctx, rr.opts.redis)
+		n, err := leftoverLocks(ctx, rr.verifier, rr.opts.redis, skus)
 		if err != nil {
 			return nil, err
 		}

@@ -4,20 +4,39 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/api"
 	"github.com/flashsale/seckill/loadtest/scrape"
+	"github.com/flashsale/seckill/loadtest/verify"
 )
 
-// leftoverLocks counts the Redis lock keys still present: after a quiet moment there must be
-// none, or a holder did not release.
-func leftoverLocks(ctx context.Context, addr string) (int, error) {
+// leftoverLocks counts the Redis lock keys of skus still present: after a quiet moment there
+// must be none, or a holder did not release. Where each SKU's locks are, the service says (GET
+// .../locks), as for the fault.
+func leftoverLocks(ctx context.Context, vf verify.Verifier, addr string, skus []string) (int, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	keys, err := c.Keys(ctx, "seckill:{*}:lock").Result()
-	return len(keys), err
+	var keys []string
+	for _, sku := range skus {
+		var locks api.Locks
+		if err := vf.Get(ctx, locksPath(sku), &locks); err != nil {
+			return 0, err
+		}
+		for _, l := range locks.Locks {
+			if l.Backend == "redis" && !slices.Contains(keys, l.Key) {
+				keys = append(keys, l.Key)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	n, err := c.Exists(ctx, keys...).Result()
+	return int(n), err
 }
 
 // soakReport prints the first and last samples of every instance and the problems found.
