@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/proc"
 )
 
@@ -33,7 +34,7 @@ func bareHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/products/{sku}/orders", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 4<<10)) // the body limit of the contract
-		raw, _ := json.Marshal(errorBody{Error: errorDetail{Code: outcomeSoldOut, Message: "product " + r.PathValue("sku") + " is sold out"}})
+		raw, _ := json.Marshal(errorBody{Error: errorDetail{Code: attack.SoldOut, Message: "product " + r.PathValue("sku") + " is sold out"}})
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusConflict)
 		_, _ = w.Write(raw)
@@ -93,7 +94,7 @@ type bareServers struct {
 	urls    []string
 	opts    options
 	log     io.Writer
-	all     map[int][]steady // every measurement by client count, for the report's bare row of each
+	all     map[int][]attack.Steady // every measurement by client count, for the report's bare row of each
 }
 
 // startBare starts n bare servers.
@@ -102,7 +103,7 @@ func startBare(ctx context.Context, o options, n int, dir string, logs io.Writer
 	if err != nil {
 		return nil, fmt.Errorf("bare handler: %w", err)
 	}
-	b := &bareServers{opts: o, log: logs, all: map[int][]steady{}}
+	b := &bareServers{opts: o, log: logs, all: map[int][]attack.Steady{}}
 	for i := range n {
 		log := filepath.Join(dir, fmt.Sprintf("bare-%d.log", i))
 		inst, err := proc.Start(ctx, exe, append(os.Environ(), bareAddrEnv+"=127.0.0.1:0"), log)
@@ -119,15 +120,15 @@ func startBare(ctx context.Context, o options, n int, dir string, logs io.Writer
 
 // slice attacks the bare servers with clients for d into p, exactly as a slice of a sold-out
 // phase attacks the service.
-func (b *bareServers) slice(ctx context.Context, clients int, d time.Duration, p *phaseSlices, progress io.Writer) {
+func (b *bareServers) slice(ctx context.Context, clients int, d time.Duration, p *attack.Slices, progress io.Writer) {
 	// The strategy field only gives the body the shape and size of the strategies' requests.
-	l := load{targets: b.urls, sku: b.opts.sku + "-bare", strategy: allStrategies[0], requests: b.opts.requests,
-		concurrency: clients, timeout: b.opts.timeout, progress: progress}
-	l.soldOutSlice(ctx, bareRow, d, p)
+	l := attack.Load{Targets: b.urls, SKU: b.opts.sku + "-bare", Strategy: allStrategies[0], Requests: b.opts.requests,
+		Concurrency: clients, Timeout: b.opts.timeout, Progress: progress}
+	l.SoldOutSlice(ctx, bareRow, d, p)
 }
 
 // measured records one bare measurement at clients for the report's bare row.
-func (b *bareServers) measured(clients int, s steady) {
+func (b *bareServers) measured(clients int, s attack.Steady) {
 	fmt.Fprintf(b.log, "loadtest: bare handler: %d requests at %.0f req/s, p99 %s ms\n", s.Requests, s.Throughput, ms(s.P99))
 	b.all[clients] = append(b.all[clients], s)
 }
@@ -139,7 +140,7 @@ func (b *bareServers) row(clients int) (report, bool) {
 	if len(all) == 0 {
 		return report{}, false
 	}
-	sorted := slices.SortedFunc(slices.Values(all), func(x, y steady) int { return cmp.Compare(x.Throughput, y.Throughput) })
+	sorted := slices.SortedFunc(slices.Values(all), func(x, y attack.Steady) int { return cmp.Compare(x.Throughput, y.Throughput) })
 	median := sorted[len(sorted)/2]
 	return report{Strategy: bareRow, Steady: &median, Clients: clients,
 		Family: fmt.Sprintf("net/http alone: reads the body, answers 409 sold_out (no service); median of %d measurements, one before each sold-out phase", len(all))}, true

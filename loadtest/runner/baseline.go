@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
@@ -282,7 +283,7 @@ func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report, e
 	}
 	r := report{Strategy: "baseline", SKU: sku, Clients: o.concurrency, Requests: o.users, Attempts: o.users,
 		Family:   fmt.Sprintf("SQL: SELECT ... FOR UPDATE, UPDATE, INSERT per order (no HTTP); %d clients on a pool of %d connections", o.concurrency, pool),
-		Outcomes: map[string]int{outcomeOK: len(orders), outcomeSoldOut: o.users - len(orders)}}
+		Outcomes: map[string]int{attack.OK: len(orders), attack.SoldOut: o.users - len(orders)}}
 	if len(orders) > 0 && lastSale.After(began) {
 		r.OrdersPerSecond = float64(len(orders)) / lastSale.Sub(began).Seconds()
 		r.CPU = &cpu.Cost{Selling: rr.cpu.Phase(rec.Between(began, lastSale), len(orders))}

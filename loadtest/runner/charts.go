@@ -12,6 +12,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/scrape"
 )
 
@@ -39,15 +40,15 @@ const (
 // outcomes are the outcomes of classify in the order the latency charts list them, each with its
 // colour in every chart.
 var outcomes = []struct{ name, color string }{
-	{outcomeOK, "#2ca02c"},
-	{outcomeSoldOut, "#98a2ad"},
-	{outcomeBusy, "#ff7f0e"},
-	{outcomeAlreadyPurchased, "#9467bd"},
-	{outcomeInvalid, "#8c564b"},
-	{outcomeUnavailable, "#e377c2"},
-	{outcomeOtherClient, "#bcbd22"},
-	{outcomeServerError, "#d62728"},
-	{outcomeTransport, "#111111"},
+	{attack.OK, "#2ca02c"},
+	{attack.SoldOut, "#98a2ad"},
+	{attack.Busy, "#ff7f0e"},
+	{attack.AlreadyPurchased, "#9467bd"},
+	{attack.Invalid, "#8c564b"},
+	{attack.Unavailable, "#e377c2"},
+	{attack.OtherClient, "#bcbd22"},
+	{attack.ServerError, "#d62728"},
+	{attack.Transport, "#111111"},
 }
 
 // chart is one SVG chart: what the template draws, element by element.
@@ -261,7 +262,7 @@ type chartRow struct {
 }
 
 // chartRows are the rows to chart, with their colours: every row that was not skipped.
-func chartRows(reports []report, sales map[string]sale) []chartRow {
+func chartRows(reports []report, sales map[string]attack.Sale) []chartRow {
 	var rows []chartRow
 	for _, r := range reports {
 		if r.Skipped != "" {
@@ -271,10 +272,10 @@ func chartRows(reports []report, sales map[string]sale) []chartRow {
 		if r.Strategy == bareRow {
 			row.color = bareColor
 		}
-		if s, ok := sales[r.Strategy]; ok && len(s.results) > 0 {
+		if s, ok := sales[r.Strategy]; ok && len(s.Results) > 0 {
 			row.color = rowPalette[len(rowsWithSales(rows))%len(rowPalette)]
-			row.results, row.start = s.results, s.results[0].Timestamp
-			for _, res := range s.results {
+			row.results, row.start = s.Results, s.Results[0].Timestamp
+			for _, res := range s.Results {
 				if res.Timestamp.Before(row.start) {
 					row.start = res.Timestamp
 				}
@@ -313,7 +314,7 @@ func (r chartRow) lastSale() float64 {
 
 // charts are report.html's charts: those that compare the rows, and one latency chart per row
 // that sold.
-func charts(reports []report, sales map[string]sale) (comparison, perRow []chart) {
+func charts(reports []report, sales map[string]attack.Sale) (comparison, perRow []chart) {
 	rows := chartRows(reports, sales)
 	for _, build := range []func([]chartRow) (chart, bool){unitsChart, ordersChart, sellingLatencyChart, soldOutLatencyChart, lockChart} {
 		if c, ok := build(rows); ok {
@@ -572,7 +573,7 @@ func latencyScatter(r chartRow, lo, hi float64) chart {
 	byOutcome := map[string][]*vegeta.Result{}
 	end := 0.0
 	for _, res := range r.results {
-		o := classify(res)
+		o := attack.Classify(res)
 		byOutcome[o] = append(byOutcome[o], res)
 		end = max(end, r.since(res.End()))
 	}

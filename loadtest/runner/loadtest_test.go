@@ -31,6 +31,7 @@ import (
 
 	"github.com/flashsale/seckill/api"
 	"github.com/flashsale/seckill/devserver/zkserver"
+	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
@@ -60,62 +61,12 @@ func result(code uint16, body string, at, latency time.Duration) *vegeta.Result 
 
 func errBody(code string) string { return `{"error":{"code":"` + code + `","message":"m"}}` }
 
-func TestClassify(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		r    *vegeta.Result
-		want string
-	}{
-		{"created", result(201, `{"order_id":"x"}`, 0, 0), outcomeOK},
-		{"sold out", result(409, errBody("sold_out"), 0, 0), outcomeSoldOut},
-		{"already purchased", result(409, errBody("already_purchased"), 0, 0), outcomeAlreadyPurchased},
-		{"busy", result(429, errBody("busy"), 0, 0), outcomeBusy},
-		{"invalid", result(400, errBody("invalid_argument"), 0, 0), outcomeInvalid},
-		{"unavailable", result(503, errBody("unavailable"), 0, 0), outcomeUnavailable},
-		{"503 without a body", result(503, ``, 0, 0), outcomeUnavailable},
-		{"server error", result(500, errBody("internal"), 0, 0), outcomeServerError},
-		{"bad gateway", result(502, `<html>`, 0, 0), outcomeServerError},
-		{"other 4xx", result(409, errBody("idempotency_conflict"), 0, 0), outcomeOtherClient},
-		{"not json", result(404, `nope`, 0, 0), outcomeOtherClient},
-		{"transport", &vegeta.Result{Code: 0, Error: "connection refused"}, outcomeTransport},
-	} {
-		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, classify(tc.r)) })
-	}
-}
-
-// TestSplit: requests sent up to the last sale's answer are the selling phase; the rest are the
-// sold-out phase, whatever order they arrive in.
-func TestSplit(t *testing.T) {
-	ms := time.Millisecond
-	results := []*vegeta.Result{
-		result(409, errBody("sold_out"), 30*ms, ms),
-		result(201, `{}`, 0, 10*ms),
-		result(201, `{}`, 5*ms, 15*ms), // the last sale: answered at 20ms
-		result(429, errBody("busy"), 12*ms, ms),
-		result(409, errBody("sold_out"), 20*ms, ms),
-		result(409, errBody("sold_out"), 21*ms, ms),
-	}
-	selling, soldOut := split(results)
-	assert.Len(t, selling, 4)
-	assert.Len(t, soldOut, 2)
-	for _, r := range soldOut {
-		assert.True(t, r.Timestamp.After(results[2].End()))
-	}
-	assert.InDelta(t, 100.0, ordersPerSecond(selling), 0.01, "two orders between 0 and 20ms")
-
-	none, all := split([]*vegeta.Result{result(409, errBody("sold_out"), 0, ms)})
-	assert.Empty(t, none, "no sale: everything is sold-out phase")
-	assert.Len(t, all, 1)
-	assert.Zero(t, ordersPerSecond(none))
-	assert.Equal(t, phase{}, newPhase(nil))
-}
-
 // TestJudge: a safe strategy fails on any problem or 5xx; naive fails when it did NOT oversell.
 func TestJudge(t *testing.T) {
 	safe := report{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5}}
 	safe.judge()
 	assert.Empty(t, safe.Failed)
-	broken := report{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5, outcomeServerError: 1}, Verdict: verify.Verdict{Problems: []string{"oversold by 1"}}}
+	broken := report{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5, attack.ServerError: 1}, Verdict: verify.Verdict{Problems: []string{"oversold by 1"}}}
 	broken.judge()
 	assert.Len(t, broken.Failed, 2)
 	blind := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{"ok": 5}}
@@ -125,18 +76,18 @@ func TestJudge(t *testing.T) {
 	caught.judge()
 	assert.Empty(t, caught.Failed)
 
-	held := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", sale{}, faultLockLoss)
+	held := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", attack.Sale{}, faultLockLoss)
 	require.True(t, held.ExpectOversell, "under the fault, the unguarded lock must be seen failing")
 	held.judge()
 	assert.Contains(t, strings.Join(held.Failed, ""), "unguarded-etcd did not oversell under lock-loss", "the message names the strategy")
-	free := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", sale{}, "")
+	free := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", attack.Sale{}, "")
 	assert.False(t, free.ExpectOversell, "no fault: its lock holds, nothing to expect")
 	free.Name = "unguarded-etcd"
 	free.judge()
 	assert.Empty(t, free.Failed)
 	assert.Equal(t, "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)", free.verdictText(),
 		"the verdict says what it judged, and why no oversell was asked for")
-	assert.False(t, newReport("etcd", "etcd", "lt-1", sale{}, faultLockLoss).ExpectOversell, "the guarded one keeps the invariant")
+	assert.False(t, newReport("etcd", "etcd", "lt-1", attack.Sale{}, faultLockLoss).ExpectOversell, "the guarded one keeps the invariant")
 }
 
 // TestFaultTakesPublishedLock: the fault takes the lock where the service says it is (GET
@@ -208,7 +159,7 @@ seckill_lock_lost_total{strategy="unguarded-redis"} 100
 	}
 	before := scrapeAll(metrics(10, 10, 1, 0, 2))
 	judged := func(strategy string, taken int, after []scrape.Sample, unread error) report {
-		r := newReport(strategy, strategy, "lt-1", sale{}, faultLockLoss)
+		r := newReport(strategy, strategy, "lt-1", attack.Sale{}, faultLockLoss)
 		r.Name, r.LocksTaken = strategy, &taken
 		r.Bite = newBite(strategy, taken, before, after, unread)
 		r.judge()
@@ -541,7 +492,7 @@ func TestBareHandler(t *testing.T) {
 	assert.Equal(t, http.StatusConflict, resp.StatusCode)
 	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 	assert.JSONEq(t, `{"error":{"code":"sold_out","message":"product lt-1 is sold out"}}`, string(raw))
-	assert.Equal(t, outcomeSoldOut, classify(&vegeta.Result{Code: uint16(resp.StatusCode), Body: raw}))
+	assert.Equal(t, attack.SoldOut, attack.Classify(&vegeta.Result{Code: uint16(resp.StatusCode), Body: raw}))
 
 	err = serveBare(context.Background(), "0.0.0.0:0", io.Discard)
 	assert.ErrorContains(t, err, "loopback", "the bare server never listens beyond this machine")
@@ -558,14 +509,14 @@ func TestMeasureBare(t *testing.T) {
 	_, ok := b.row(8)
 	assert.False(t, ok, "no row before a measurement")
 	for range 3 {
-		var p phaseSlices
+		var p attack.Slices
 		for range 2 {
 			b.slice(context.Background(), 8, 150*time.Millisecond, &p, nil)
 		}
-		s := p.steady()
+		s := p.Steady()
 		b.measured(8, s)
 		assert.Positive(t, s.Requests)
-		assert.Equal(t, s.Requests, s.Outcomes[outcomeSoldOut], "every answer is 409 sold_out: %v", s.Outcomes)
+		assert.Equal(t, s.Requests, s.Outcomes[attack.SoldOut], "every answer is 409 sold_out: %v", s.Outcomes)
 		assert.Positive(t, s.Throughput)
 	}
 	r, ok := b.row(8)
@@ -614,37 +565,37 @@ func TestSoldOutPhase(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	l := load{targets: []string{srv.URL}, sku: "lt-s", strategy: "hybrid", users: 5, requests: 5, rate: 50, concurrency: 4, timeout: 5 * time.Second}
-	var p phaseSlices // in two slices, as beside the bare handler: buyers stay new across them
-	l.soldOutSlice(context.Background(), "hybrid", 100*time.Millisecond, &p)
-	l.soldOutSlice(context.Background(), "hybrid", 100*time.Millisecond, &p)
-	s := p.steady()
+	l := attack.Load{Targets: []string{srv.URL}, SKU: "lt-s", Strategy: "hybrid", Users: 5, Requests: 5, Rate: 50, Concurrency: 4, Timeout: 5 * time.Second}
+	var p attack.Slices // in two slices, as beside the bare handler: buyers stay new across them
+	l.SoldOutSlice(context.Background(), "hybrid", 100*time.Millisecond, &p)
+	l.SoldOutSlice(context.Background(), "hybrid", 100*time.Millisecond, &p)
+	s := p.Steady()
 	require.Positive(t, s.Requests)
 	assert.Equal(t, 200*time.Millisecond, s.Duration)
-	assert.Equal(t, s.Outcomes[outcomeOK], len(s.acked), "every 201 of the phase is kept for the verifier")
-	assert.Positive(t, s.Outcomes[outcomeOK])
+	assert.Equal(t, s.Outcomes[attack.OK], len(s.Acked), "every 201 of the phase is kept for the verifier")
+	assert.Positive(t, s.Outcomes[attack.OK])
 	assert.Positive(t, s.TooMany)
 	assert.Positive(t, s.Server)
-	assert.Positive(t, s.Outcomes[outcomeSoldOut])
-	assert.Zero(t, s.unexpected())
+	assert.Positive(t, s.Outcomes[attack.SoldOut])
+	assert.Zero(t, s.Unexpected())
 	assert.Greater(t, s.Requests, 50/5, "the closed model, not -rate: the phase measures capacity")
 
-	safe := report{Strategy: "hybrid", Outcomes: map[string]int{outcomeOK: 5}, Steady: &s}
+	safe := report{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5}, Steady: &s}
 	safe.judge()
 	assert.Contains(t, strings.Join(safe.Failed, "; "), "201 in the sold-out phase")
-	naive := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{outcomeOK: 9}, Verdict: verify.Verdict{Oversold: 4}, Steady: &s}
+	naive := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{attack.OK: 9}, Verdict: verify.Verdict{Oversold: 4}, Steady: &s}
 	naive.judge()
 	assert.Empty(t, naive.Failed)
 }
 
 // TestJudgeAfterSoldOut: a problem that appears only after the sold-out phase fails the run, once.
 func TestJudgeAfterSoldOut(t *testing.T) {
-	r := report{Strategy: "hybrid", Outcomes: map[string]int{outcomeOK: 5}, Verdict: verify.Verdict{Problems: []string{"p1"}},
-		Steady: &steady{Outcomes: map[string]int{outcomeSoldOut: 10}, Verdict: &verify.Verdict{Problems: []string{"p1", "p2"}}}}
+	r := report{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5}, Verdict: verify.Verdict{Problems: []string{"p1"}},
+		Steady: &attack.Steady{Outcomes: map[string]int{attack.SoldOut: 10}, Verdict: &verify.Verdict{Problems: []string{"p1", "p2"}}}}
 	r.judge()
 	assert.Equal(t, []string{"p1", "after the sold-out phase: p2"}, r.Failed)
-	clean := report{Strategy: "hybrid", Outcomes: map[string]int{outcomeOK: 5},
-		Steady: &steady{Outcomes: map[string]int{outcomeSoldOut: 10, outcomeBusy: 3}, TooMany: 3, Verdict: &verify.Verdict{}}}
+	clean := report{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5},
+		Steady: &attack.Steady{Outcomes: map[string]int{attack.SoldOut: 10, attack.Busy: 3}, TooMany: 3, Verdict: &verify.Verdict{}}}
 	clean.judge()
 	assert.Empty(t, clean.Failed, "429 and 5xx in the sold-out phase are reported, not failures")
 }
@@ -758,8 +709,8 @@ func TestGoals(t *testing.T) {
 	base := &report{Strategy: "baseline", OrdersPerSecond: 1000}
 	row := func(name string, clients int, ordersPerSecond, vsBare float64, p99 time.Duration, rssMB float64) report {
 		return report{Strategy: name + " (batched 64)", Name: name, Clients: clients, OrdersPerSecond: ordersPerSecond,
-			Selling: phase{Requests: 100, P99: p99}, PeakRSSMB: rssMB,
-			Steady: &steady{Throughput: vsBare * 10000, Bare: &steady{Throughput: 10000}, VsBare: vsBare}}
+			Selling: attack.Phase{Requests: 100, P99: p99}, PeakRSSMB: rssMB,
+			Steady: &attack.Steady{Throughput: vsBare * 10000, Bare: &attack.Steady{Throughput: 10000}, VsBare: vsBare}}
 	}
 	ms := time.Millisecond
 	all := func(met bool) map[int]bool {
@@ -821,10 +772,10 @@ func TestGoals(t *testing.T) {
 	assert.Equal(t, "n/a: no pessimistic row in this pass (it needs -compare)", goals(hybrid, []report{hybrid}, base)[goalHybridVsPessimistic].text())
 	assert.Equal(t, "n/a: pessimistic sold nothing in this pass",
 		goals(hybrid, []report{{Name: "pessimistic", Skipped: "refused"}}, base)[goalHybridVsPessimistic].text())
-	skipped := goals(report{Strategy: "etcd", Name: "etcd", Steady: &steady{Skipped: "the sale did not sell out"}}, nil, base)
+	skipped := goals(report{Strategy: "etcd", Name: "etcd", Steady: &attack.Steady{Skipped: "the sale did not sell out"}}, nil, base)
 	assert.Equal(t, "n/a: the sale did not sell out", skipped[1].text())
 	assert.Nil(t, goals(*base, nil, base))
-	assert.Nil(t, goals(report{Strategy: bareRow, Steady: &steady{Throughput: 1}}, nil, base))
+	assert.Nil(t, goals(report{Strategy: bareRow, Steady: &attack.Steady{Throughput: 1}}, nil, base))
 	assert.Nil(t, goals(report{Strategy: "naive", Name: "naive", ExpectOversell: true}, nil, base))
 }
 
@@ -834,8 +785,8 @@ func TestTablesByCount(t *testing.T) {
 	var reports []report
 	for _, c := range []int{64, 512} {
 		base := report{Strategy: "baseline", Clients: c, OrdersPerSecond: 1000}
-		etcd := report{Strategy: "etcd", Name: "etcd", Clients: c, OrdersPerSecond: 6000, Outcomes: map[string]int{outcomeOK: 10},
-			Selling: phase{Requests: 10, P99: 100 * time.Millisecond}}
+		etcd := report{Strategy: "etcd", Name: "etcd", Clients: c, OrdersPerSecond: 6000, Outcomes: map[string]int{attack.OK: 10},
+			Selling: attack.Phase{Requests: 10, P99: 100 * time.Millisecond}}
 		etcd.Goals = goals(etcd, nil, &base)
 		reports = append(reports, base, etcd)
 	}

@@ -13,6 +13,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
@@ -48,9 +49,9 @@ type report struct {
 	Locks             *scrape.LockTimes `json:"lock_times,omitempty"` // the lock wait and hold histograms across the instances, over this row's phases
 	OrdersPerSecond   float64           `json:"orders_per_second"`
 	VsBaseline        float64           `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
-	Selling           phase             `json:"selling"`
-	SoldOut           phase             `json:"sold_out"` // the tail of the sale's own requests, after the last 201
-	Steady            *steady           `json:"sold_out_steady,omitempty"`
+	Selling           attack.Phase      `json:"selling"`
+	SoldOut           attack.Phase      `json:"sold_out"` // the tail of the sale's own requests, after the last 201
+	Steady            *attack.Steady    `json:"sold_out_steady,omitempty"`
 	Lifecycle         *lifecycleReport  `json:"after_sale,omitempty"`           // -cancel, -unpaid
 	PeakRSSMB         float64           `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
 	PeakRSSSinceStart bool              `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
@@ -67,23 +68,23 @@ type report struct {
 
 // newReport measures a sale of strategy, reported as row; fault is the fault that ran on its lock
 // ("": none). The verdict is added by the caller.
-func newReport(row, strategy, sku string, s sale, fault string) report {
-	r := report{Strategy: row, Family: families[strategy], SKU: sku, Requests: len(s.final), Attempts: len(s.results),
+func newReport(row, strategy, sku string, s attack.Sale, fault string) report {
+	r := report{Strategy: row, Family: families[strategy], SKU: sku, Requests: len(s.Final), Attempts: len(s.Results),
 		Outcomes: map[string]int{}, Fault: fault, ExpectOversell: mustOversell(strategy, fault)}
 	if r.Family == "" {
 		r.Family = "server default"
 	}
-	for _, res := range s.final {
-		r.Outcomes[classify(res)]++
+	for _, res := range s.Final {
+		r.Outcomes[attack.Classify(res)]++
 	}
-	for _, res := range s.results {
-		if classify(res) == outcomeBusy {
+	for _, res := range s.Results {
+		if attack.Classify(res) == attack.Busy {
 			r.BusyAnswers++
 		}
 	}
-	selling, soldOut := split(s.results)
-	r.Selling, r.SoldOut = newPhase(selling), newPhase(soldOut)
-	r.OrdersPerSecond = ordersPerSecond(selling)
+	selling, soldOut := attack.Split(s.Results)
+	r.Selling, r.SoldOut = attack.NewPhase(selling), attack.NewPhase(soldOut)
+	r.OrdersPerSecond = attack.OrdersPerSecond(selling)
 	return r
 }
 
@@ -98,7 +99,7 @@ func (r *report) judge() {
 	if r.Skipped != "" {
 		return
 	}
-	if n := r.Outcomes[outcomeServerError]; n > 0 {
+	if n := r.Outcomes[attack.ServerError]; n > 0 {
 		r.Failed = append(r.Failed, fmt.Sprintf("%d requests answered 5xx", n))
 	}
 	if r.ExpectOversell {
@@ -124,7 +125,7 @@ func (r *report) judge() {
 	if r.Steady == nil {
 		return
 	}
-	if n := r.Steady.Outcomes[outcomeOK]; n > 0 {
+	if n := r.Steady.Outcomes[attack.OK]; n > 0 {
 		r.Failed = append(r.Failed, fmt.Sprintf("%d orders answered 201 in the sold-out phase: oversold", n))
 	}
 	if r.Steady.Verdict != nil {
@@ -200,7 +201,7 @@ func tables(reports []report) []table {
 		if r.VsBaseline > 0 {
 			vs = fmt.Sprintf("%.2fx", r.VsBaseline)
 		}
-		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.Outcomes[outcomeOK]), fmt.Sprintf("%.0f", r.OrdersPerSecond), vs,
+		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.Outcomes[attack.OK]), fmt.Sprintf("%.0f", r.OrdersPerSecond), vs,
 			ms(r.Selling.P50) + " / " + ms(r.Selling.P99), fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy), r.locksLostText(),
 			fmt.Sprintf("%.0f", r.SoldOut.Throughput), ms(r.SoldOut.P99), r.rssText(), fmt.Sprint(r.Verdict.Oversold), r.verdictText()})
 	}
@@ -314,8 +315,8 @@ func steadyTable(reports []report) (t table, ok bool) {
 			after = "FAIL: " + strings.Join(s.Verdict.Problems, "; ")
 		}
 		t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(s.Requests), fmt.Sprintf("%.0f", s.Throughput), vs,
-			ms(s.P50) + " / " + ms(s.P99), fmt.Sprint(s.Outcomes[outcomeSoldOut]), fmt.Sprint(s.Outcomes[outcomeOK]),
-			fmt.Sprint(s.TooMany), fmt.Sprint(s.Server), fmt.Sprint(s.unexpected()), after})
+			ms(s.P50) + " / " + ms(s.P99), fmt.Sprint(s.Outcomes[attack.SoldOut]), fmt.Sprint(s.Outcomes[attack.OK]),
+			fmt.Sprint(s.TooMany), fmt.Sprint(s.Server), fmt.Sprint(s.Unexpected()), after})
 	}
 	return t, len(t.Rows) > 0
 }
@@ -412,7 +413,7 @@ func fileName(row string) string {
 
 // write saves the report files in dir: report.md, report.html with its charts, summary.json,
 // and every result of every sale as JSON lines (results-<row>.json).
-func write(dir, description string, reports []report, sales map[string]sale) error {
+func write(dir, description string, reports []report, sales map[string]attack.Sale) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -431,7 +432,7 @@ func write(dir, description string, reports []report, sales map[string]sale) err
 	for name, s := range sales {
 		if err := writeFile(filepath.Join(dir, "results-"+fileName(name)+".json"), func(w io.Writer) error {
 			enc := vegeta.NewJSONEncoder(w)
-			for _, r := range s.results {
+			for _, r := range s.Results {
 				if err := enc.Encode(r); err != nil {
 					return err
 				}

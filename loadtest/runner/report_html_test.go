@@ -28,6 +28,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/flashsale/seckill/api"
+	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
@@ -219,7 +220,7 @@ func figuresOf(figures []figure, id string) []figure {
 // syntheticRun is a comparison as the tool would have measured it, through the tool's own
 // functions: sales of synthetic answers measured by newReport, the lock histograms scraped
 // from two instances' /metrics by sampleMetrics around each row.
-func syntheticRun(t *testing.T) ([]report, map[string]sale) {
+func syntheticRun(t *testing.T) ([]report, map[string]attack.Sale) {
 	t.Helper()
 	rnd := rand.New(rand.NewPCG(14, 4))
 	instances := []*fakeMetrics{{}, {}}
@@ -240,11 +241,11 @@ func syntheticRun(t *testing.T) ([]report, map[string]sale) {
 	}
 	const stock, buyers, baselineRate = 300, 1200, 950.0
 	base := report{Strategy: "baseline", Family: "SQL: SELECT ... FOR UPDATE, UPDATE, INSERT per order (no HTTP)", OrdersPerSecond: baselineRate,
-		Requests: buyers, Attempts: buyers, Outcomes: map[string]int{outcomeOK: stock, outcomeSoldOut: buyers - stock}}
-	bare := report{Strategy: bareRow, Family: "net/http alone", Steady: &steady{Duration: 5 * time.Second, Requests: 92000,
-		Outcomes: map[string]int{outcomeSoldOut: 92000}, Throughput: 18400, P50: 1800 * time.Microsecond, P90: 3 * time.Millisecond, P99: 7 * time.Millisecond}}
+		Requests: buyers, Attempts: buyers, Outcomes: map[string]int{attack.OK: stock, attack.SoldOut: buyers - stock}}
+	bare := report{Strategy: bareRow, Family: "net/http alone", Steady: &attack.Steady{Duration: 5 * time.Second, Requests: 92000,
+		Outcomes: map[string]int{attack.SoldOut: 92000}, Throughput: 18400, P50: 1800 * time.Microsecond, P90: 3 * time.Millisecond, P99: 7 * time.Millisecond}}
 	reports := []report{base, bare}
-	sales := map[string]sale{}
+	sales := map[string]attack.Sale{}
 	for _, row := range []struct {
 		strategy     string
 		perSecond    float64       // requests sent per second while selling
@@ -274,14 +275,14 @@ func syntheticRun(t *testing.T) ([]report, map[string]sale) {
 			reports = append(reports, r)
 			continue
 		}
-		sold := int64(r.Outcomes[outcomeOK])
+		sold := int64(r.Outcomes[attack.OK])
 		r.Verdict = verify.Verdict{Audit: api.Audit{InitialStock: stock, Stock: max(0, stock-sold), OrderedQuantity: sold, Orders: sold, DistinctBuyers: sold},
 			Oversold: max(0, sold-stock)}
 		r.VsBaseline = r.OrdersPerSecond / baselineRate
 		r.Locks = scrape.NewLockTimes(row.strategy, before, scrapeAll())
 		if !r.ExpectOversell {
 			scale := float64(row.latency) / float64(10*time.Millisecond)
-			r.Steady = &steady{Duration: 5 * time.Second, Requests: 60000, Outcomes: map[string]int{outcomeSoldOut: 60000}, Throughput: 12000,
+			r.Steady = &attack.Steady{Duration: 5 * time.Second, Requests: 60000, Outcomes: map[string]int{attack.SoldOut: 60000}, Throughput: 12000,
 				P50: time.Duration(scale * 2.6 * float64(time.Millisecond)), P90: time.Duration(scale * 4.5 * float64(time.Millisecond)),
 				P99: time.Duration(scale * 11 * float64(time.Millisecond))}
 			r.Steady.VsBare = r.Steady.Throughput / bare.Steady.Throughput
@@ -296,30 +297,30 @@ func syntheticRun(t *testing.T) ([]report, map[string]sale) {
 // 201s — but for the shares answered busy (retried in a second round after a Retry-After of a
 // second) and unavailable — the rest 409 sold_out, much faster; latencies spread around typical
 // as a real sale's do. A refused sale is all 400s.
-func syntheticSale(rnd *rand.Rand, stock, buyers int, perSecond float64, typical time.Duration, busy, failed float64, oversell int, refused bool) sale {
-	s := sale{final: map[int]*vegeta.Result{}}
+func syntheticSale(rnd *rand.Rand, stock, buyers int, perSecond float64, typical time.Duration, busy, failed float64, oversell int, refused bool) attack.Sale {
+	s := attack.Sale{Final: map[int]*vegeta.Result{}}
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	spread := func(d time.Duration) time.Duration {
 		return time.Duration(float64(d) * math.Exp(0.55*rnd.NormFloat64()))
 	}
 	sold, end := 0, time.Duration(0)
 	answer := func(i int, at time.Duration, round bool) (retry bool) {
-		code, body, latency := 409, errBody(outcomeSoldOut), spread(typical/12)
+		code, body, latency := 409, errBody(attack.SoldOut), spread(typical/12)
 		switch p := rnd.Float64(); {
 		case refused:
-			code, body, latency = 400, errBody(outcomeInvalid), spread(time.Millisecond)
+			code, body, latency = 400, errBody(attack.Invalid), spread(time.Millisecond)
 		case sold >= stock+oversell:
 		case !round && p < busy:
-			code, body, latency, retry = 429, errBody(outcomeBusy), spread(2*typical), true
+			code, body, latency, retry = 429, errBody(attack.Busy), spread(2*typical), true
 		case !round && p < busy+failed:
-			code, body, latency = 503, errBody(outcomeUnavailable), spread(3*typical)
+			code, body, latency = 503, errBody(attack.Unavailable), spread(3*typical)
 		default:
 			sold++
 			code, body, latency = 201, fmt.Sprintf(`{"order_id":"o%d","user_id":"u%d"}`, i, i), spread(typical)
 		}
-		r := &vegeta.Result{Attack: "sale", Seq: uint64(len(s.results)), Code: uint16(code), Body: []byte(body),
+		r := &vegeta.Result{Attack: "sale", Seq: uint64(len(s.Results)), Code: uint16(code), Body: []byte(body),
 			Timestamp: start.Add(at), Latency: latency, URL: fmt.Sprintf("http://127.0.0.1/api/v1/products/p/orders?lt=%d", i)}
-		s.results, s.final[i] = append(s.results, r), r
+		s.Results, s.Final[i] = append(s.Results, r), r
 		end = max(end, at+latency)
 		return retry
 	}

@@ -21,10 +21,12 @@ import (
 	"strings"
 	"time"
 
+	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"golang.org/x/term"
 
 	"github.com/flashsale/seckill/api"
 	"github.com/flashsale/seckill/devserver/zkserver"
+	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/proc"
 	"github.com/flashsale/seckill/loadtest/scrape"
@@ -291,7 +293,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	backends := cpu.Backends(cpu.Run{MySQL: o.mysql, Redis: o.redis, ZooKeeper: o.zk, Spawned: o.targets == "", EtcdPID: etcdPid})
 	var (
 		reports      []report
-		sales        = map[string]sale{}
+		sales        = map[string]attack.Sale{}
 		soakProblems []string
 	)
 	// The whole comparison at each client count in turn — the baseline, every pass on fresh
@@ -676,7 +678,7 @@ type roundRunner struct {
 
 // round sells, measures and verifies once per strategy, then (with -soldout) keeps ordering the
 // sold-out product and verifies again; suffix keeps the SKUs of later rounds apart.
-func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[string]sale, error) {
+func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[string]attack.Sale, error) {
 	o := rr.opts
 	strategies := []string{o.strategy}
 	switch {
@@ -686,7 +688,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		strategies = o.strategies()
 	}
 	var reports []report
-	sales := map[string]sale{}
+	sales := map[string]attack.Sale{}
 	for _, strategy := range strategies {
 		name := strategy
 		if name == "" {
@@ -702,8 +704,8 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock, o.after.timeout); err != nil {
 			return nil, nil, err
 		}
-		l := load{targets: rr.targets, sku: sku, strategy: strategy, users: o.users, requests: o.requests, rate: o.rate,
-			concurrency: o.concurrency, duration: o.duration, timeout: o.timeout, retryRounds: o.retryRounds, progress: rr.progress}
+		l := attack.Load{Targets: rr.targets, SKU: sku, Strategy: strategy, Users: o.users, Requests: o.requests, Rate: o.rate,
+			Concurrency: o.concurrency, Duration: o.duration, Timeout: o.timeout, RetryRounds: o.retryRounds, Progress: rr.progress}
 		var fault *faultRun
 		if rr.fault != nil {
 			var locks api.Locks
@@ -716,7 +718,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 			}
 		}
 		rec := rr.cpu.Start()
-		s, err := l.run(ctx, row)
+		s, err := l.Run(ctx, row)
 		rec.Stop()
 		taken, faultErr := fault.stop()
 		var (
@@ -741,26 +743,26 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		if rr.pass.family != "" {
 			r.Family = rr.pass.family
 		}
-		r.CPU = &cpu.Cost{Selling: sellingCPU(rr.cpu, rec, s.results)}
+		r.CPU = &cpu.Cost{Selling: sellingCPU(rr.cpu, rec, s.Results)}
 		if faulted != "" {
 			r.LocksTaken = &taken
 		}
-		if r.Outcomes[outcomeInvalid] == r.Requests {
+		if r.Outcomes[attack.Invalid] == r.Requests {
 			r.Skipped = "refused by the server (the unsafe strategies need SECKILL_ALLOW_UNSAFE=true)"
 		} else {
 			if o.after.on() && !r.ExpectOversell {
-				if s.acked, r.Lifecycle, l, err = rr.afterSale(ctx, l, s.acked); err != nil {
+				if s.Acked, r.Lifecycle, l, err = rr.afterSale(ctx, l, s.Acked); err != nil {
 					return nil, nil, fmt.Errorf("%s after the sale: %w", row, err)
 				}
 			}
-			if r.Verdict, err = rr.verifier.Verify(ctx, sku, s.acked); err != nil {
+			if r.Verdict, err = rr.verifier.Verify(ctx, sku, s.Acked); err != nil {
 				return nil, nil, fmt.Errorf("verify %s: %w", row, err)
 			}
 			if o.soldOut > 0 {
-				if r.Steady, err = rr.soldOut(ctx, l, r, s.acked); err != nil {
+				if r.Steady, err = rr.soldOut(ctx, l, r, s.Acked); err != nil {
 					return nil, nil, err
 				}
-				r.CPU.SoldOut = r.Steady.cpu
+				r.CPU.SoldOut = r.Steady.CPU
 			}
 		}
 		if after, err := rr.samples(ctx); err == nil && beforeErr == nil {
@@ -793,26 +795,26 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 // unpaid ones have expired, and has fresh buyers buy the units that came back, paying for
 // theirs. It returns every order with the state it must end in, and the load of the resale —
 // what comes next starts past its buyers.
-func (rr roundRunner) afterSale(ctx context.Context, l load, acked []verify.Order) ([]verify.Order, *lifecycleReport, load, error) {
+func (rr roundRunner) afterSale(ctx context.Context, l attack.Load, acked []verify.Order) ([]verify.Order, *lifecycleReport, attack.Load, error) {
 	a := rr.opts.after
 	acted, rep := a.act(ctx, rr.client, rr.targets, acked, false, 32)
-	returnedIn, err := a.awaitNoPending(ctx, rr.verifier, l.sku)
+	returnedIn, err := a.awaitNoPending(ctx, rr.verifier, l.SKU)
 	if err != nil {
 		rep.Problems = append(rep.Problems, err.Error())
 	}
 	rep.ReturnedIn = returnedIn
 	resale := l
-	resale.first, resale.users = l.first+l.requests, 2*(rep.Cancelled+rep.Unpaid)+64
-	resale.requests, resale.progress = resale.users, nil
-	s, err := resale.run(ctx, "resale")
+	resale.First, resale.Users = l.First+l.Requests, 2*(rep.Cancelled+rep.Unpaid)+64
+	resale.Requests, resale.Progress = resale.Users, nil
+	s, err := resale.Run(ctx, "resale")
 	if err != nil {
 		return nil, nil, l, err
 	}
-	resold, payments := a.act(ctx, rr.client, rr.targets, s.acked, true, 32)
+	resold, payments := a.act(ctx, rr.client, rr.targets, s.Acked, true, 32)
 	rep.Resold = len(resold)
 	rep.Problems = append(rep.Problems, payments.Problems...)
 	fmt.Fprintf(rr.log, "loadtest: %s: after the sale %d cancelled, %d unpaid (back on sale %s after the payments), %d paid; %d resold\n",
-		l.strategy, rep.Cancelled, rep.Unpaid, returnedIn.Round(time.Millisecond), rep.Paid, rep.Resold)
+		l.Strategy, rep.Cancelled, rep.Unpaid, returnedIn.Round(time.Millisecond), rep.Paid, rep.Resold)
 	return append(acted, resold...), &rep, resale, nil
 }
 
@@ -830,17 +832,17 @@ const bareSlices = 3
 
 // soldOut runs the steady sold-out phase on a sale that sold out and was verified, and checks
 // the invariant again after it, counting any 201 of the phase as an order the store must hold.
-func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []verify.Order) (*steady, error) {
+func (rr roundRunner) soldOut(ctx context.Context, l attack.Load, r report, acked []verify.Order) (*attack.Steady, error) {
 	if left := r.Verdict.Audit.Stock; left != 0 {
-		return &steady{Duration: rr.opts.soldOut, Skipped: fmt.Sprintf("the sale ended with stock %d left", left)}, nil
+		return &attack.Steady{Duration: rr.opts.soldOut, Skipped: fmt.Sprintf("the sale ended with stock %d left", left)}, nil
 	}
 	// Against a bare handler, the phase alternates with it in thirds, so that drift on a shared
 	// machine (a database still flushing the sale, a collector running) weighs on both alike.
-	var own, bare phaseSlices
+	var own, bare attack.Slices
 	var use cpu.Use // over the service's slices only
 	serviceSlice := func(d time.Duration) {
 		rec := rr.cpu.Start()
-		l.soldOutSlice(ctx, r.Strategy, d, &own)
+		l.SoldOutSlice(ctx, r.Strategy, d, &own)
 		rec.Stop()
 		use = use.Add(rec.Whole())
 	}
@@ -855,16 +857,16 @@ func (rr roundRunner) soldOut(ctx context.Context, l load, r report, acked []ver
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s := own.steady()
-	s.cpu = rr.cpu.Phase(use, own.answered)
+	s := own.Steady()
+	s.CPU = rr.cpu.Phase(use, own.Answered())
 	if rr.bare != nil {
-		b := bare.steady()
+		b := bare.Steady()
 		rr.bare.measured(rr.opts.concurrency, b)
 		if b.Throughput > 0 {
 			s.Bare, s.VsBare = &b, s.Throughput/b.Throughput
 		}
 	}
-	v, err := rr.verifier.Verify(ctx, l.sku, append(slices.Clip(acked), s.acked...))
+	v, err := rr.verifier.Verify(ctx, l.SKU, append(slices.Clip(acked), s.Acked...))
 	if err != nil {
 		return nil, fmt.Errorf("verify %s after the sold-out phase: %w", r.Strategy, err)
 	}
@@ -937,4 +939,18 @@ func storeText(o options) string {
 		return "Every sale verified in the store itself: the tool reads products and orders in the SQLite file of the processes it starts (read-only) and holds the service's audit against them."
 	}
 	return "The tool cannot read the targets' store (no -mysql): every sale verified from the service's own audit and orders alone."
+}
+
+// defaultSoldOut is how long the steady sold-out phase lasts with -compare unless -soldout
+// says otherwise: long enough for a stable rate, short enough to run once per strategy.
+const defaultSoldOut = 5 * time.Second
+
+// sellingCPU is the cost of a sale's selling phase, recorded by rec: from its first request to its
+// last sale's answer, the window its orders/s is measured over; nil without a sale.
+func sellingCPU(m *cpu.Meter, rec *cpu.Recording, results []*vegeta.Result) *cpu.Phase {
+	from, to, orders := attack.SellingWindow(results)
+	if orders == 0 {
+		return nil
+	}
+	return m.Phase(rec.Between(from, to), orders)
 }

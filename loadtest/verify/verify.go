@@ -209,6 +209,8 @@ func (vf Verifier) storedOrders(ctx context.Context, acked []Order) (map[string]
 	return present, <-errs
 }
 
+// Get decodes the JSON answer of an admin GET of path on the instance into out; any status but
+// 200 is an error.
 func (vf Verifier) Get(ctx context.Context, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, vf.Base+path, nil)
 	if err != nil {

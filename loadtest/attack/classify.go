@@ -1,4 +1,4 @@
-package runner
+package attack
 
 import (
 	"encoding/json"
@@ -7,32 +7,30 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
-
-	"github.com/flashsale/seckill/loadtest/cpu"
 )
 
 // Outcomes of one request, from its status and the error code of the contract (openapi.yaml).
 const (
-	outcomeOK               = "ok"
-	outcomeSoldOut          = "sold_out"
-	outcomeAlreadyPurchased = "already_purchased"
-	outcomeBusy             = "busy"
-	outcomeInvalid          = "invalid_argument"
-	outcomeUnavailable      = "unavailable"
-	outcomeOtherClient      = "other_4xx"
-	outcomeServerError      = "server_error"
-	outcomeTransport        = "transport_error"
+	OK               = "ok"
+	SoldOut          = "sold_out"
+	AlreadyPurchased = "already_purchased"
+	Busy             = "busy"
+	Invalid          = "invalid_argument"
+	Unavailable      = "unavailable"
+	OtherClient      = "other_4xx"
+	ServerError      = "server_error"
+	Transport        = "transport_error"
 )
 
-// classify names the outcome of one result.
-func classify(r *vegeta.Result) string {
+// Classify names the outcome of one result.
+func Classify(r *vegeta.Result) string {
 	switch {
 	case r.Code == 0:
-		return outcomeTransport
+		return Transport
 	case r.Code == http.StatusCreated:
-		return outcomeOK
+		return OK
 	case r.Code >= 500 && r.Code != http.StatusServiceUnavailable:
-		return outcomeServerError
+		return ServerError
 	}
 	var body struct {
 		Error struct {
@@ -41,17 +39,17 @@ func classify(r *vegeta.Result) string {
 	}
 	_ = json.Unmarshal(r.Body, &body)
 	switch code := body.Error.Code; code {
-	case outcomeSoldOut, outcomeAlreadyPurchased, outcomeBusy, outcomeInvalid, outcomeUnavailable:
+	case SoldOut, AlreadyPurchased, Busy, Invalid, Unavailable:
 		return code
 	}
 	if r.Code == http.StatusServiceUnavailable {
-		return outcomeUnavailable
+		return Unavailable
 	}
-	return outcomeOtherClient
+	return OtherClient
 }
 
-// phase is a slice of a sale's results with their vegeta metrics.
-type phase struct {
+// Phase is a slice of a sale's results with their vegeta metrics.
+type Phase struct {
 	Requests   int           `json:"requests"`
 	Throughput float64       `json:"requests_per_second"`
 	P50        time.Duration `json:"p50"`
@@ -59,9 +57,10 @@ type phase struct {
 	P99        time.Duration `json:"p99"`
 }
 
-func newPhase(results []*vegeta.Result) phase {
+// NewPhase measures results as one phase: how many, how fast, and the latency percentiles.
+func NewPhase(results []*vegeta.Result) Phase {
 	if len(results) == 0 {
-		return phase{}
+		return Phase{}
 	}
 	var m vegeta.Metrics
 	for _, r := range results {
@@ -77,18 +76,18 @@ func newPhase(results []*vegeta.Result) phase {
 			last = r.End()
 		}
 	}
-	p := phase{Requests: len(results), P50: m.Latencies.P50, P90: m.Latencies.P90, P99: m.Latencies.P99}
+	p := Phase{Requests: len(results), P50: m.Latencies.P50, P90: m.Latencies.P90, P99: m.Latencies.P99}
 	if d := last.Sub(first); d > 0 {
 		p.Throughput = float64(len(results)) / d.Seconds()
 	}
 	return p
 }
 
-// split divides results into the selling phase — requests sent before the last sale was
+// Split divides results into the selling phase — requests sent before the last sale was
 // answered — and the sold-out phase after it. The two behave differently (the selling phase
 // queues on the lock; the sold-out phase should be answered without it), so they are reported
 // apart.
-func split(results []*vegeta.Result) (selling, soldOut []*vegeta.Result) {
+func Split(results []*vegeta.Result) (selling, soldOut []*vegeta.Result) {
 	var lastSale time.Time
 	for _, r := range results {
 		if r.Code == http.StatusCreated && r.End().After(lastSale) {
@@ -107,19 +106,19 @@ func split(results []*vegeta.Result) (selling, soldOut []*vegeta.Result) {
 	return selling, soldOut
 }
 
-// ordersPerSecond is the rate of successful orders over the selling phase.
-func ordersPerSecond(selling []*vegeta.Result) float64 {
-	first, last, orders := sellingWindow(selling)
+// OrdersPerSecond is the rate of successful orders over the selling phase.
+func OrdersPerSecond(selling []*vegeta.Result) float64 {
+	first, last, orders := SellingWindow(selling)
 	if orders == 0 || !last.After(first) {
 		return 0
 	}
 	return float64(orders) / last.Sub(first).Seconds()
 }
 
-// sellingWindow is the span a sale's orders/s is measured over — from its first request to its
+// SellingWindow is the span a sale's orders/s is measured over — from its first request to its
 // last sale's answer — and the orders in it. The results may include the sold-out phase's: it
 // begins after the window.
-func sellingWindow(results []*vegeta.Result) (first, last time.Time, orders int) {
+func SellingWindow(results []*vegeta.Result) (first, last time.Time, orders int) {
 	for _, r := range results {
 		if first.IsZero() || r.Timestamp.Before(first) {
 			first = r.Timestamp
@@ -132,14 +131,4 @@ func sellingWindow(results []*vegeta.Result) (first, last time.Time, orders int)
 		}
 	}
 	return first, last, orders
-}
-
-// sellingCPU is the cost of a sale's selling phase, recorded by rec: from its first request to its
-// last sale's answer, the window its orders/s is measured over; nil without a sale.
-func sellingCPU(m *cpu.Meter, rec *cpu.Recording, results []*vegeta.Result) *cpu.Phase {
-	from, to, orders := sellingWindow(results)
-	if orders == 0 {
-		return nil
-	}
-	return m.Phase(rec.Between(from, to), orders)
 }

@@ -1,4 +1,4 @@
-package runner
+package attack
 
 import (
 	"context"
@@ -13,19 +13,15 @@ import (
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
-// defaultSoldOut is how long the steady sold-out phase lasts with -compare unless -soldout
-// says otherwise: long enough for a stable rate, short enough to run once per strategy.
-const defaultSoldOut = 5 * time.Second
-
 // soldOutMaxRate bounds the steady phase in count as well as in time: at most this many requests
 // per second of the phase. It is well above what one machine's loopback serves, so it only stops
 // a phase whose clock went wrong, never a real one.
 const soldOutMaxRate = 100_000
 
-// steady is the steady sold-out measurement: after a product sold out, fresh buyers keep ordering
+// Steady is the steady sold-out measurement: after a product sold out, fresh buyers keep ordering
 // it for a fixed time. Every answer should be 409 sold_out, given without touching the hot row;
 // its rate next to a bare handler's is what rejecting early is worth.
-type steady struct {
+type Steady struct {
 	Duration   time.Duration   `json:"duration"`
 	Requests   int             `json:"requests"`
 	Outcomes   map[string]int  `json:"outcomes"`
@@ -36,42 +32,42 @@ type steady struct {
 	P90        time.Duration   `json:"p90"`
 	P99        time.Duration   `json:"p99"`
 	VsBare     float64         `json:"vs_bare,omitempty"` // Throughput over Bare's
-	Bare       *steady         `json:"bare,omitempty"`    // the bare handler, measured just before this phase
+	Bare       *Steady         `json:"bare,omitempty"`    // the bare handler, measured just before this phase
 	Verdict    *verify.Verdict `json:"verdict,omitempty"` // the invariant checked again after the phase
 	Skipped    string          `json:"skipped,omitempty"`
 
-	acked []verify.Order // 201s of the phase: each one is an oversell
-	cpu   *cpu.Phase     // what the service's slices cost in CPU, moved to the row's report
+	Acked []verify.Order `json:"-"` // 201s of the phase: each one is an oversell
+	CPU   *cpu.Phase     `json:"-"` // what the service's slices cost in CPU, moved to the row's report
 }
 
-// phaseSlices accumulates a sold-out phase run in slices — interleaved with the bare handler's,
+// Slices accumulates a sold-out phase run in slices — interleaved with the bare handler's,
 // so that both see the same machine — into one measurement.
-type phaseSlices struct {
-	s        steady
+type Slices struct {
+	s        Steady
 	m        vegeta.Metrics
 	answered int
 	window   time.Duration // the slices' own time, from each one's first request to its last answer
 	sent     int           // buyers used so far: each slice's are new
 }
 
-// soldOutSlice attacks the product for d, one slice of the phase, into p: the closed model with
+// SoldOutSlice attacks the product for d, one slice of the phase, into p: the closed model with
 // l.concurrency clients, whatever l.rate says (the phase measures capacity, which a fixed rate
 // would hide). Every request is a fresh buyer with a fresh Idempotency-Key, so none can be
 // answered from a repeat-buyer or idempotency shortcut. Results are aggregated as they arrive,
 // not kept: a fast phase sends far more requests than a sale.
-func (l load) soldOutSlice(ctx context.Context, name string, d time.Duration, p *phaseSlices) {
+func (l Load) SoldOutSlice(ctx context.Context, name string, d time.Duration, p *Slices) {
 	attacker, transport := l.newAttacker()
 	defer transport.CloseIdleConnections()
 	stop := context.AfterFunc(ctx, func() { attacker.Stop() })
 	defer stop()
-	l.rate = 0
-	limit := max(l.concurrency, int(d.Seconds()*soldOutMaxRate))
-	first, from := l.first+l.requests, p.sent // indexes of the sale's own requests stay theirs: keys and buyers are new
+	l.Rate = 0
+	limit := max(l.Concurrency, int(d.Seconds()*soldOutMaxRate))
+	first, from := l.First+l.Requests, p.sent // indexes of the sale's own requests stay theirs: keys and buyers are new
 	p.sent += limit
 	at := func(n int) request {
-		return request{index: first + from + n, user: fmt.Sprintf("%s-s%07d", l.sku, from+n)}
+		return request{index: first + from + n, user: fmt.Sprintf("%s-s%07d", l.SKU, from+n)}
 	}
-	bar := newBar(l.progress, -1, name+" sold out")
+	bar := newBar(l.Progress, -1, name+" sold out")
 	if p.s.Outcomes == nil {
 		p.s.Outcomes = map[string]int{}
 	}
@@ -88,7 +84,7 @@ func (l load) soldOutSlice(ctx context.Context, name string, d time.Duration, p 
 		if end := r.Timestamp.Add(r.Latency); end.After(ended) {
 			ended = end
 		}
-		outcome := classify(r)
+		outcome := Classify(r)
 		p.s.Outcomes[outcome]++
 		switch {
 		case r.Code == http.StatusTooManyRequests:
@@ -102,7 +98,7 @@ func (l load) soldOutSlice(ctx context.Context, name string, d time.Duration, p 
 		if r.Code == http.StatusCreated {
 			var o verify.Order
 			if json.Unmarshal(r.Body, &o) == nil && o.OrderID != "" {
-				p.s.acked = append(p.s.acked, o)
+				p.s.Acked = append(p.s.Acked, o)
 			}
 		}
 		if bar != nil {
@@ -117,9 +113,9 @@ func (l load) soldOutSlice(ctx context.Context, name string, d time.Duration, p 
 	}
 }
 
-// steady is the measurement of all the slices: answered requests over their own time, latency
+// Steady is the measurement of all the slices: answered requests over their own time, latency
 // percentiles over all their requests.
-func (p *phaseSlices) steady() steady {
+func (p *Slices) Steady() Steady {
 	p.m.Close()
 	s := p.s
 	s.Requests = int(p.m.Requests)
@@ -130,8 +126,11 @@ func (p *phaseSlices) steady() steady {
 	return s
 }
 
-// unexpected is how many answers were none of 409 sold_out, 201, 429 or 5xx (which are
+// Answered is how many of the slices' requests were answered (a transport error is not).
+func (p *Slices) Answered() int { return p.answered }
+
+// Unexpected is how many answers were none of 409 sold_out, 201, 429 or 5xx (which are
 // reported on their own): a transport error, another 4xx.
-func (s steady) unexpected() int {
-	return s.Requests - s.Outcomes[outcomeSoldOut] - s.Outcomes[outcomeOK] - s.TooMany - s.Server
+func (s Steady) Unexpected() int {
+	return s.Requests - s.Outcomes[SoldOut] - s.Outcomes[OK] - s.TooMany - s.Server
 }

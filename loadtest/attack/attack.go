@@ -1,4 +1,8 @@
-package runner
+// Package attack is the load tool's traffic: one sale's orders sent through vegeta (one buyer and
+// one Idempotency-Key per request, busy answers retried after their Retry-After), each answer
+// classified by status and error code, the selling phase split from the sold-out phase, and the
+// steady sold-out measurement run in slices.
+package attack
 
 import (
 	"context"
@@ -17,20 +21,20 @@ import (
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
-// load describes one sale's traffic.
-type load struct {
-	targets     []string      // base URLs, used round-robin
-	sku         string        // the product on sale
-	first       int           // the index of the first request (and buyer): rounds of fresh buyers start past the last
-	strategy    string        // "" = the server's default
-	users       int           // distinct buyers
-	requests    int           // order requests in the first round (more than users: repeat buyers)
-	rate        int           // requests per second (open model); 0 = closed model
-	concurrency int           // workers (closed model) or a cap on in-flight requests (open model)
-	duration    time.Duration // upper bound of one round
-	timeout     time.Duration // per request
-	retryRounds int           // rounds that retry the busy (429) answers, honouring Retry-After
-	progress    io.Writer     // where the progress bar goes; nil: none
+// Load describes one sale's traffic.
+type Load struct {
+	Targets     []string      // base URLs, used round-robin
+	SKU         string        // the product on sale
+	First       int           // the index of the first request (and buyer): rounds of fresh buyers start past the last
+	Strategy    string        // "" = the server's default
+	Users       int           // distinct buyers
+	Requests    int           // order requests in the first round (more than users: repeat buyers)
+	Rate        int           // requests per second (open model); 0 = closed model
+	Concurrency int           // workers (closed model) or a cap on in-flight requests (open model)
+	Duration    time.Duration // upper bound of one round
+	Timeout     time.Duration // per request
+	RetryRounds int           // rounds that retry the busy (429) answers, honouring Retry-After
+	Progress    io.Writer     // where the progress bar goes; nil: none
 }
 
 // request is one order attempt: the buyer, and the Idempotency-Key that its retries reuse.
@@ -39,24 +43,24 @@ type request struct {
 	user  string
 }
 
-// sale is everything one sale's clients saw.
-type sale struct {
-	results []*vegeta.Result       // every attempt of every round
-	final   map[int]*vegeta.Result // request index -> its last attempt
-	acked   []verify.Order         // one per request answered 201
+// Sale is everything one sale's clients saw.
+type Sale struct {
+	Results []*vegeta.Result       // every attempt of every round
+	Final   map[int]*vegeta.Result // request index -> its last attempt
+	Acked   []verify.Order         // one per request answered 201
 }
 
-// run sends the load: a first round with every request, then, while some were answered busy
+// Run sends the load: a first round with every request, then, while some were answered busy
 // and rounds remain, a round with just those after the longest Retry-After they were given.
-func (l load) run(ctx context.Context, name string) (sale, error) {
-	s := sale{final: map[int]*vegeta.Result{}}
-	round := make([]request, l.requests)
+func (l Load) Run(ctx context.Context, name string) (Sale, error) {
+	s := Sale{Final: map[int]*vegeta.Result{}}
+	round := make([]request, l.Requests)
 	for i := range round {
-		round[i] = request{index: l.first + i, user: l.user(l.first + i)}
+		round[i] = request{index: l.First + i, user: l.user(l.First + i)}
 	}
 	for n := 0; len(round) > 0 && ctx.Err() == nil; n++ {
 		results := l.attack(ctx, name, round)
-		s.results = append(s.results, results...)
+		s.Results = append(s.Results, results...)
 		var busy []request
 		wait := time.Duration(0)
 		for _, r := range results {
@@ -64,13 +68,13 @@ func (l load) run(ctx context.Context, name string) (sale, error) {
 			if i < 0 {
 				continue
 			}
-			s.final[i] = r
-			if classify(r) == outcomeBusy {
+			s.Final[i] = r
+			if Classify(r) == Busy {
 				busy = append(busy, request{index: i, user: l.user(i)})
 				wait = max(wait, retryAfter(r))
 			}
 		}
-		if n >= l.retryRounds {
+		if n >= l.RetryRounds {
 			break
 		}
 		round = busy
@@ -81,13 +85,13 @@ func (l load) run(ctx context.Context, name string) (sale, error) {
 			}
 		}
 	}
-	for _, r := range s.final {
+	for _, r := range s.Final {
 		if r.Code == http.StatusCreated {
 			var o verify.Order
 			if err := json.Unmarshal(r.Body, &o); err != nil || o.OrderID == "" {
 				return s, fmt.Errorf("a 201 without an order: %q", r.Body)
 			}
-			s.acked = append(s.acked, o)
+			s.Acked = append(s.Acked, o)
 		}
 	}
 	return s, ctx.Err()
@@ -95,17 +99,17 @@ func (l load) run(ctx context.Context, name string) (sale, error) {
 
 // user is the buyer of request i: users of their own per load, repeated when it sends more
 // requests than it has users.
-func (l load) user(i int) string { return fmt.Sprintf("%s-u%06d", l.sku, l.first+(i-l.first)%l.users) }
+func (l Load) user(i int) string { return fmt.Sprintf("%s-u%06d", l.SKU, l.First+(i-l.First)%l.Users) }
 
 // attack runs one round through vegeta.
-func (l load) attack(ctx context.Context, name string, round []request) []*vegeta.Result {
+func (l Load) attack(ctx context.Context, name string, round []request) []*vegeta.Result {
 	attacker, transport := l.newAttacker()
 	defer transport.CloseIdleConnections()
 	stop := context.AfterFunc(ctx, func() { attacker.Stop() })
 	defer stop()
-	bar := newBar(l.progress, len(round), name)
+	bar := newBar(l.Progress, len(round), name)
 	var results []*vegeta.Result
-	for r := range attacker.Attack(l.targeter(len(round), func(n int) request { return round[n] }), l.pacer(), l.duration, name) {
+	for r := range attacker.Attack(l.targeter(len(round), func(n int) request { return round[n] }), l.pacer(), l.Duration, name) {
 		if r.Error == vegeta.ErrNoTargets.Error() {
 			continue // a worker asked for a target after the last one: not a request
 		}
@@ -123,21 +127,21 @@ func (l load) attack(ctx context.Context, name string, round []request) []*veget
 // newAttacker builds the attacker of a round or phase: concurrency workers, and its own
 // transport, which the caller closes when the round ends (CloseIdleConnections): left idle,
 // every round's connections would pile up on the servers and look like a leak in a soak.
-func (l load) newAttacker() (*vegeta.Attacker, *http.Transport) {
-	workers := uint64(l.concurrency)
-	transport := &http.Transport{MaxIdleConnsPerHost: l.concurrency, MaxConnsPerHost: l.concurrency, IdleConnTimeout: 30 * time.Second}
+func (l Load) newAttacker() (*vegeta.Attacker, *http.Transport) {
+	workers := uint64(l.Concurrency)
+	transport := &http.Transport{MaxIdleConnsPerHost: l.Concurrency, MaxConnsPerHost: l.Concurrency, IdleConnTimeout: 30 * time.Second}
 	attacker := vegeta.NewAttacker(
 		vegeta.Workers(workers), vegeta.MaxWorkers(workers), vegeta.MaxBody(4096),
-		vegeta.Client(&http.Client{Transport: transport, Timeout: l.timeout}),
+		vegeta.Client(&http.Client{Transport: transport, Timeout: l.Timeout}),
 	)
 	return attacker, transport
 }
 
-// pacer is the open model at l.rate, or the closed model: each worker sends its next request
+// pacer is the open model at l.Rate, or the closed model: each worker sends its next request
 // when answered.
-func (l load) pacer() vegeta.Pacer {
-	if l.rate > 0 {
-		return vegeta.Rate{Freq: l.rate, Per: time.Second}
+func (l Load) pacer() vegeta.Pacer {
+	if l.Rate > 0 {
+		return vegeta.Rate{Freq: l.Rate, Per: time.Second}
 	}
 	return vegeta.Rate{Freq: 0}
 }
@@ -156,7 +160,7 @@ func newBar(w io.Writer, total int, name string) *progressbar.ProgressBar {
 // targets. The request index rides in the query string (the server ignores it) so that each
 // result can be matched to its request; the Idempotency-Key makes a retried request safe to send
 // again.
-func (l load) targeter(n int, at func(int) request) vegeta.Targeter {
+func (l Load) targeter(n int, at func(int) request) vegeta.Targeter {
 	var next atomic.Int64
 	return func(t *vegeta.Target) error {
 		i := int(next.Add(1) - 1)
@@ -165,19 +169,19 @@ func (l load) targeter(n int, at func(int) request) vegeta.Targeter {
 		}
 		r := at(i)
 		body := map[string]any{"user_id": r.user, "quantity": 1}
-		if l.strategy != "" {
-			body["strategy"] = l.strategy
+		if l.Strategy != "" {
+			body["strategy"] = l.Strategy
 		}
 		raw, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
 		t.Method = http.MethodPost
-		t.URL = fmt.Sprintf("%s/api/v1/products/%s/orders?lt=%d", l.targets[r.index%len(l.targets)], url.PathEscape(l.sku), r.index)
+		t.URL = fmt.Sprintf("%s/api/v1/products/%s/orders?lt=%d", l.Targets[r.index%len(l.Targets)], url.PathEscape(l.SKU), r.index)
 		t.Body = raw
 		t.Header = http.Header{
 			"Content-Type":    []string{"application/json"},
-			"Idempotency-Key": []string{fmt.Sprintf("%s/%d", l.sku, r.index)},
+			"Idempotency-Key": []string{fmt.Sprintf("%s/%d", l.SKU, r.index)},
 		}
 		return nil
 	}
