@@ -29,10 +29,10 @@ import (
 	"github.com/stretchr/testify/require"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/flashsale/seckill/api"
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
+	"github.com/flashsale/seckill/loadtest/lockloss"
 	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
@@ -76,7 +76,7 @@ func TestJudge(t *testing.T) {
 	caught.judge()
 	assert.Empty(t, caught.Failed)
 
-	held := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", attack.Sale{}, faultLockLoss)
+	held := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", attack.Sale{}, lockloss.Name)
 	require.True(t, held.ExpectOversell, "under the fault, the unguarded lock must be seen failing")
 	held.judge()
 	assert.Contains(t, strings.Join(held.Failed, ""), "unguarded-etcd did not oversell under lock-loss", "the message names the strategy")
@@ -87,41 +87,7 @@ func TestJudge(t *testing.T) {
 	assert.Empty(t, free.Failed)
 	assert.Equal(t, "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)", free.verdictText(),
 		"the verdict says what it judged, and why no oversell was asked for")
-	assert.False(t, newReport("etcd", "etcd", "lt-1", attack.Sale{}, faultLockLoss).ExpectOversell, "the guarded one keeps the invariant")
-}
-
-// TestFaultTakesPublishedLock: the fault takes the lock where the service says it is (GET
-// .../locks), and a strategy the service names no lock of — a key layout the tool cannot find —
-// is an error before the sale, never a sale that ran with nothing taken.
-func TestFaultTakesPublishedLock(t *testing.T) {
-	addr := testRedis(t)
-	if addr == "" {
-		t.Skip("needs a real Redis")
-	}
-	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = c.Close() })
-	thief := &lockThief{redis: []*redis.Client{c}}
-	sku := fmt.Sprintf("lt-fault-%d", time.Now().UnixNano())
-	key := "published:{" + sku + "}:lock" // not the service's layout: the thief must take it anyway
-	locks := api.Locks{SKU: sku, Locks: []api.Lock{{Strategy: "hybrid", Backend: "redis", Key: key}}}
-
-	require.NoError(t, c.Set(ctx, key, "a holder", time.Minute).Err())
-	f, err := thief.start(ctx, "hybrid", locks)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return c.Exists(ctx, key).Val() == 0 }, 5*time.Second, time.Millisecond,
-		"the published key was taken from its holder")
-	taken, err := f.stop()
-	require.NoError(t, err)
-	assert.Equal(t, 1, taken)
-
-	_, err = thief.start(ctx, "unguarded-redis", locks)
-	assert.ErrorContains(t, err, "names no lock of unguarded-redis", "a lock the service does not name")
-	_, err = thief.start(ctx, "hybrid", api.Locks{SKU: sku, Locks: []api.Lock{{Strategy: "hybrid", Backend: "etcd", Key: key}}})
-	assert.ErrorContains(t, err, "the fault takes locks in redis", "a lock in another backend than the fault's")
-	f, err = thief.start(ctx, "naive", locks)
-	assert.NoError(t, err)
-	assert.Nil(t, f, "naive has no lock to take")
+	assert.False(t, newReport("etcd", "etcd", "lt-1", attack.Sale{}, lockloss.Name).ExpectOversell, "the guarded one keeps the invariant")
 }
 
 // TestFaultBite: a guarded row under the fault passes only if the fault bit — the thief took a
@@ -159,9 +125,9 @@ seckill_lock_lost_total{strategy="unguarded-redis"} 100
 	}
 	before := scrapeAll(metrics(10, 10, 1, 0, 2))
 	judged := func(strategy string, taken int, after []scrape.Sample, unread error) report {
-		r := newReport(strategy, strategy, "lt-1", attack.Sale{}, faultLockLoss)
+		r := newReport(strategy, strategy, "lt-1", attack.Sale{}, lockloss.Name)
 		r.Name, r.LocksTaken = strategy, &taken
-		r.Bite = newBite(strategy, taken, before, after, unread)
+		r.Bite = lockloss.NewBite(strategy, taken, before, after, unread)
 		r.judge()
 		return r
 	}
@@ -232,16 +198,6 @@ func TestParseFault(t *testing.T) {
 			assert.ErrorContains(t, err, tc.err)
 		})
 	}
-}
-
-// TestLowestNode: the ZooKeeper holder is the lowest sequence number, whatever the guids before
-// it — sorting the names as a whole would take a waiter's node.
-func TestLowestNode(t *testing.T) {
-	holder, ok := lowestNode([]string{"_c_aaa-lock-0000000012", "_c_zzz-lock-0000000003", "_c_mmm-lock-0000000007"})
-	require.True(t, ok)
-	assert.Equal(t, "_c_zzz-lock-0000000003", holder)
-	_, ok = lowestNode(nil)
-	assert.False(t, ok)
 }
 
 // backends finds the test backends the way the service's tests do, without importing them (the
@@ -349,8 +305,8 @@ func TestSmokeCompare(t *testing.T) {
 // alone — must be caught overselling, every guarded one must keep the invariant with the same
 // lock failing under it: the version check and the fencing tokens are what hold, not the lock.
 func TestSmokeLockLoss(t *testing.T) {
-	args := []string{"-fault", faultLockLoss, "-stock", "200", "-users", "800", "-concurrency", "32", "-retry-busy", "5", "-soldout", "0"}
-	o := options{fault: faultLockLoss}
+	args := []string{"-fault", lockloss.Name, "-stock", "200", "-users", "800", "-concurrency", "32", "-retry-busy", "5", "-soldout", "0"}
+	o := options{fault: lockloss.Name}
 	if err := zkserver.Available(); err == nil || os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
 		args, o.zk = append(args, "-zk", zkStart), zkStart
 	} else {
@@ -364,7 +320,7 @@ func TestSmokeLockLoss(t *testing.T) {
 	// guard at work (the guard's counter and the locks lost), each counted over its sale.
 	bit := regexp.MustCompile(`invariant holds under lock-loss \((\d+) locks taken from a holder; (\d+) lock acquisitions, (\d+) (?:optimistic retries|writes fenced out), (\d+) locks lost\)`)
 	for _, s := range o.strategies() {
-		if mustOversell(s, faultLockLoss) {
+		if lockloss.MustOversell(s, lockloss.Name) {
 			assert.Regexp(t, "(?m)^\\| `"+s+"` \\|.*caught as expected", out, s)
 			continue
 		}
@@ -444,7 +400,7 @@ func TestDefaultRun(t *testing.T) {
 	for _, s := range allStrategies {
 		t.Logf("%-11s %s", s, verdicts[s])
 		want := "invariant holds"
-		if mustOversell(s, "") {
+		if lockloss.MustOversell(s, "") {
 			want = "oversold by [1-9][0-9]*, caught as expected"
 		}
 		assert.Regexp(t, "^"+want+"$", verdicts[s], "%s's verdict", s)
@@ -692,7 +648,7 @@ func TestRowLockPasses(t *testing.T) {
 		"with -target":    {"-target", "http://x", "-token", "t", "-mysql", dsn, "-strategy", "pessimistic"},
 		"no pessimistic":  {"-mysql", dsn, "-strategy", "hybrid"},
 		"soak":            {"-mysql", dsn, "-soak", "1m"},
-		"lock-loss fault": {"-mysql", dsn, "-redis", "127.0.0.1:6379", "-fault", faultLockLoss},
+		"lock-loss fault": {"-mysql", dsn, "-redis", "127.0.0.1:6379", "-fault", lockloss.Name},
 	} {
 		o, err := parse(args, io.Discard)
 		require.NoError(t, err, name)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
+	"github.com/flashsale/seckill/loadtest/lockloss"
 	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
@@ -60,7 +61,7 @@ type report struct {
 	Verdict           verify.Verdict    `json:"verdict"`
 	Fault             string            `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
 	LocksTaken        *int              `json:"locks_taken,omitempty"` // by the fault, from their holders
-	Bite              *bite             `json:"fault_bite,omitempty"`  // a guarded strategy under the fault: what the fault did to it
+	Bite              *lockloss.Bite    `json:"fault_bite,omitempty"`  // a guarded strategy under the fault: what the fault did to it
 	ExpectOversell    bool              `json:"expect_oversell"`
 	Skipped           string            `json:"skipped,omitempty"`
 	Failed            []string          `json:"failed,omitempty"` // why this run fails the tool
@@ -70,7 +71,7 @@ type report struct {
 // ("": none). The verdict is added by the caller.
 func newReport(row, strategy, sku string, s attack.Sale, fault string) report {
 	r := report{Strategy: row, Family: families[strategy], SKU: sku, Requests: len(s.Final), Attempts: len(s.Results),
-		Outcomes: map[string]int{}, Fault: fault, ExpectOversell: mustOversell(strategy, fault)}
+		Outcomes: map[string]int{}, Fault: fault, ExpectOversell: lockloss.MustOversell(strategy, fault)}
 	if r.Family == "" {
 		r.Family = "server default"
 	}
@@ -114,7 +115,7 @@ func (r *report) judge() {
 		return
 	}
 	if r.Bite != nil {
-		if why := r.Bite.missed(r.Name); why != "" {
+		if why := r.Bite.Missed(r.Name); why != "" {
 			r.Failed = append(r.Failed, fmt.Sprintf("the fault did not bite: %s", why))
 		}
 	}
@@ -145,7 +146,7 @@ func (r report) verdictText() string {
 		return "FAIL: " + strings.Join(r.Failed, "; ")
 	case r.ExpectOversell:
 		return fmt.Sprintf("oversold by %d%s, caught as expected", r.Verdict.Oversold, r.faultText())
-	case r.Fault == "" && unguarded(r.Name):
+	case r.Fault == "" && lockloss.Unguarded(r.Name):
 		return "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)"
 	}
 	return "invariant holds" + r.faultText()

@@ -28,6 +28,7 @@ import (
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
+	"github.com/flashsale/seckill/loadtest/lockloss"
 	"github.com/flashsale/seckill/loadtest/proc"
 	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
@@ -52,7 +53,7 @@ var allStrategies = []string{"hybrid", "etcd", "pessimistic", "dblock", "naive"}
 
 // strategies are the strategies a comparison runs.
 func (o options) strategies() []string {
-	if o.fault == faultLockLoss {
+	if o.fault == lockloss.Name {
 		return o.lockLossStrategies()
 	}
 	if o.zk == "" {
@@ -126,7 +127,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.after.unpaid, "unpaid", 0, "after each sale, this share of the orders is never paid and expires (the products get a payment timeout); the rest are paid")
 	fs.DurationVar(&o.after.timeout, "payment-timeout", 0, "the products' payment timeout, whole seconds (default 20s with -unpaid, else none)")
 	fs.StringVar(&o.fault, "fault", "", "when the tool starts the service, with -redis: inject this fault during each selling phase; "+
-		"\""+faultLockLoss+"\": take the lock from its holder every 1-2 ms (Redis, etcd, ZooKeeper) and compare each lock strategy with its unguarded twin, "+
+		"\""+lockloss.Name+"\": take the lock from its holder every 1-2 ms (Redis, etcd, ZooKeeper) and compare each lock strategy with its unguarded twin, "+
 		"which must be caught overselling")
 	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
 	if err := fs.Parse(args); err != nil {
@@ -159,8 +160,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-zk start configures the processes the tool starts: with -target, the targets have their ZooKeeper")
 	case (o.strategy == "zookeeper" || o.strategy == "unguarded-zookeeper") && o.zk == "":
 		return o, fmt.Errorf("-strategy %s needs -zk (the service offers it only with a ZooKeeper)", o.strategy)
-	case o.fault != "" && o.fault != faultLockLoss:
-		return o, fmt.Errorf("-fault: %q is not a fault the tool injects (%s, or none)", o.fault, faultLockLoss)
+	case o.fault != "" && o.fault != lockloss.Name:
+		return o, fmt.Errorf("-fault: %q is not a fault the tool injects (%s, or none)", o.fault, lockloss.Name)
 	case o.fault != "" && o.targets != "":
 		return o, fmt.Errorf("-fault %s takes the locks in the backends of the processes the tool starts: leave out -target", o.fault)
 	case o.fault != "" && o.redis == "":
@@ -264,14 +265,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o), faultText(o))
 	}
 	description += " " + storeText(o)
-	var thief *lockThief
+	var thief *lockloss.Thief
 	if o.fault != "" {
-		if thief, err = newLockThief(o, stderr); err != nil {
+		if thief, err = lockloss.NewThief(o.redis, o.etcd, o.zk, stderr); err != nil {
 			return err
 		}
-		defer thief.close()
+		defer thief.Close()
 		if o.mysql != "" {
-			slow, stopSlow, err := slowDatabase(o.mysql, faultDBLatency)
+			slow, stopSlow, err := lockloss.SlowDatabase(o.mysql, lockloss.DBLatency)
 			if err != nil {
 				return err
 			}
@@ -598,7 +599,7 @@ func faultText(o options) string {
 	}
 	return fmt.Sprintf("; fault %s: during each selling phase the tool takes the lock from its holder, over and over "+
 		"(Redis DEL every 1 ms, the etcd holder's key once it has held for 1 ms, the ZooKeeper holder's node every 2 ms; at most %d per sale), as a failover or an expiry under a paused holder does, "+
-		"while the database answers the service %s late (a database under load)", o.fault, faultMaxTakes, faultDBLatency)
+		"while the database answers the service %s late (a database under load)", o.fault, lockloss.MaxTakes, lockloss.DBLatency)
 }
 
 func model(o options) string {
@@ -667,11 +668,11 @@ type roundRunner struct {
 	targets  []string
 	client   *http.Client
 	verifier verify.Verifier
-	peaks    proc.Peaks   // of the service processes, when the tool started them
-	bare     *bareServers // nil: sold-out phases are not held against a bare handler
-	fault    *lockThief   // -fault lock-loss: takes the locks during each selling phase; nil: no fault
-	cpu      *cpu.Meter   // the CPU time of the processes of the sale, per group
-	db       dbBudget     // the database's connections, as planned before the run (-mysql)
+	peaks    proc.Peaks      // of the service processes, when the tool started them
+	bare     *bareServers    // nil: sold-out phases are not held against a bare handler
+	fault    *lockloss.Thief // -fault lock-loss: takes the locks during each selling phase; nil: no fault
+	cpu      *cpu.Meter      // the CPU time of the processes of the sale, per group
+	db       dbBudget        // the database's connections, as planned before the run (-mysql)
 	progress io.Writer
 	log      io.Writer
 }
@@ -706,21 +707,21 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		}
 		l := attack.Load{Targets: rr.targets, SKU: sku, Strategy: strategy, Users: o.users, Requests: o.requests, Rate: o.rate,
 			Concurrency: o.concurrency, Duration: o.duration, Timeout: o.timeout, RetryRounds: o.retryRounds, Progress: rr.progress}
-		var fault *faultRun
+		var fault *lockloss.Run
 		if rr.fault != nil {
 			var locks api.Locks
 			if err := rr.verifier.Get(ctx, locksPath(sku), &locks); err != nil {
 				return nil, nil, fmt.Errorf("%s: -fault %s: %w", row, o.fault, err)
 			}
 			var err error
-			if fault, err = rr.fault.start(ctx, strategy, locks); err != nil {
+			if fault, err = rr.fault.Start(ctx, strategy, locks); err != nil {
 				return nil, nil, fmt.Errorf("%s: -fault %s: %w", row, o.fault, err)
 			}
 		}
 		rec := rr.cpu.Start()
 		s, err := l.Run(ctx, row)
 		rec.Stop()
-		taken, faultErr := fault.stop()
+		taken, faultErr := fault.Stop()
 		var (
 			sold    []scrape.Sample // after the selling phase: what the fault did to a guarded strategy
 			soldErr error
@@ -781,7 +782,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 			r.PeakRSSSinceStart = rr.peaks.SinceStart
 		}
 		if fault != nil && !r.ExpectOversell {
-			r.Bite = newBite(strategy, taken, before, sold, errors.Join(beforeErr, soldErr))
+			r.Bite = lockloss.NewBite(strategy, taken, before, sold, errors.Join(beforeErr, soldErr))
 		}
 		r.judge()
 		reports = append(reports, r)
@@ -954,3 +955,10 @@ func sellingCPU(m *cpu.Meter, rec *cpu.Recording, results []*vegeta.Result) *cpu
 	}
 	return m.Phase(rec.Between(from, to), orders)
 }
+
+// lockLossStrategies are the strategies compared under -fault lock-loss: each lock beside its
+// unguarded twin (zookeeper's only with -zk), and naive last, as always.
+func (o options) lockLossStrategies() []string { return lockloss.Strategies(o.zk != "") }
+
+// locksPath is the path of the service's lock keys of sku.
+func locksPath(sku string) string { return "/api/v1/products/" + sku + "/locks" }

@@ -1,4 +1,8 @@
-package runner
+// Package lockloss is the load tool's -fault lock-loss: a thief that takes each sale's lock from
+// its holder, over and over, in the backends the service processes share — at the keys the
+// service publishes (GET /api/v1/products/{sku}/locks) — and what the fault did to a sale
+// (Bite), from the instances' /metrics.
+package lockloss
 
 import (
 	"context"
@@ -23,26 +27,26 @@ import (
 	"github.com/flashsale/seckill/loadtest/scrape"
 )
 
-// faultLockLoss is the -fault that takes each sale's lock from its holder, over and over, while
+// Name is the -fault that takes each sale's lock from its holder, over and over, while
 // the sale sells: what a Redis failover (a replica promoted without the key), a lease that
 // expired under a paused holder or a ZooKeeper session that timed out does to a lock once in a
 // while, made to happen every millisecond or two, so that two holders are inside the section at
 // once in every sale. A guarded strategy must keep the invariant through it — its version check
 // or fencing token refuses the write of the holder that lost its lock — and its unguarded twin,
 // the lock alone, must be caught overselling: a checker that misses it would miss the incident.
-const faultLockLoss = "lock-loss"
+const Name = "lock-loss"
 
-// faultDBLatency is what the fault adds to every answer of the database to the service
+// DBLatency is what the fault adds to every answer of the database to the service
 // processes (a database under load, the setting of the documents' first pitfall). A lock taken
 // from its holder lets a second holder in only if the first is still between its read and its
 // write when the second reads; a millisecond-long section, as this service's is on an idle
 // database, rarely is — an unguarded strategy would oversell in one sale and not in the next.
 // A few milliseconds a statement widen that window past the lock's hand-off in every sale.
-const faultDBLatency = 3 * time.Millisecond
+const DBLatency = 3 * time.Millisecond
 
-// slowDatabase starts a proxy in front of the database of dsn that delays every answer by
+// SlowDatabase starts a proxy in front of the database of dsn that delays every answer by
 // latency, and returns the DSN that goes through it.
-func slowDatabase(dsn string, latency time.Duration) (string, func(), error) {
+func SlowDatabase(dsn string, latency time.Duration) (string, func(), error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return "", nil, fmt.Errorf("-mysql: %w", err)
@@ -61,10 +65,10 @@ func slowDatabase(dsn string, latency time.Duration) (string, func(), error) {
 	return cfg.FormatDSN(), proxy.Stop, nil
 }
 
-// faultMaxTakes bounds the locks the fault takes in one sale. Taking them for ever would be an
+// MaxTakes bounds the locks the fault takes in one sale. Taking them for ever would be an
 // outage, not a failover: past the bound the lock holds again, so that a guarded strategy the
 // fault kept answering busy still finishes its sale.
-const faultMaxTakes = 20000
+const MaxTakes = 20000
 
 // lockService is a lock service the fault takes locks from, with the strategy that locks with it
 // and that strategy's unguarded twin (the same lock, no version check or fence).
@@ -80,23 +84,23 @@ type lockService struct {
 	// millisecond but takes only a holder seen at two looks (takeEtcd).
 	interval time.Duration
 	// take takes the lock published under key (GET .../locks) from its holder, if one holds it.
-	take func(t *lockThief, ctx context.Context, key string) (took bool, err error)
+	take func(t *Thief, ctx context.Context, key string) (took bool, err error)
 }
 
 // lockServices are the services the fault knows, in the order they are compared.
 var lockServices = []lockService{
 	{guarded: "hybrid", unguarded: "unguarded-redis", backend: "redis", guard: scrape.Retries,
-		interval: time.Millisecond, take: (*lockThief).takeRedis},
+		interval: time.Millisecond, take: (*Thief).takeRedis},
 	{guarded: "etcd", unguarded: "unguarded-etcd", backend: "etcd", guard: scrape.FencedOut,
-		interval: time.Millisecond, take: (*lockThief).takeEtcd},
+		interval: time.Millisecond, take: (*Thief).takeEtcd},
 	{guarded: "zookeeper", unguarded: "unguarded-zookeeper", backend: "zookeeper", guard: scrape.FencedOut,
-		interval: 2 * time.Millisecond, take: (*lockThief).takeZooKeeper},
+		interval: 2 * time.Millisecond, take: (*Thief).takeZooKeeper},
 }
 
 // guardTexts name what a guard's counter counts, in the verdicts.
 var guardTexts = map[string]string{scrape.Retries: "optimistic retries", scrape.FencedOut: "writes fenced out"}
 
-// bite is what the fault did to one sale of a guarded strategy: the locks the thief took from a
+// Bite is what the fault did to one sale of a guarded strategy: the locks the thief took from a
 // holder, and what the strategy's series on /metrics grew by over the selling phase, summed over
 // the instances. A guarded row's invariant proves something only if all three happened: a lock
 // taken, a strategy that locked (hybrid that fell back to the database path, say, takes no
@@ -104,7 +108,7 @@ var guardTexts = map[string]string{scrape.Retries: "optimistic retries", scrape.
 // not bite. The guard acted when its counter grew, or when a holder found its lock gone at
 // release: zookeeper's section looks for its node just before it writes and abandons without
 // one, which leaves no refused write to count, only the lost lock.
-type bite struct {
+type Bite struct {
 	Taken     int    `json:"taken"`            // locks the thief took from a holder
 	Locked    int    `json:"locked"`           // seckill_lock_wait_seconds_count{strategy}: the sections that took the lock
 	Guard     string `json:"guard"`            // the guard's counter
@@ -113,12 +117,12 @@ type bite struct {
 	Unread    string `json:"unread,omitempty"` // why /metrics could not be read around the sale; then nothing above but Taken is known
 }
 
-// newBite is the bite of a sale of strategy, a guarded one, from the thief's count and one
+// NewBite is the bite of a sale of strategy, a guarded one, from the thief's count and one
 // sample per instance before and after the selling phase (in the same order); unread is why the
 // samples could not be had.
-func newBite(strategy string, taken int, before, after []scrape.Sample, unread error) *bite {
+func NewBite(strategy string, taken int, before, after []scrape.Sample, unread error) *Bite {
 	s, _ := lockServiceOf(strategy)
-	b := &bite{Taken: taken, Guard: s.guard}
+	b := &Bite{Taken: taken, Guard: s.guard}
 	switch {
 	case unread != nil:
 		b.Unread = unread.Error()
@@ -141,8 +145,8 @@ func newBite(strategy string, taken int, before, after []scrape.Sample, unread e
 	return b
 }
 
-// missed says why the fault did not bite strategy's sale; "" when it did.
-func (b *bite) missed(strategy string) string {
+// Missed says why the fault did not bite strategy's sale; "" when it did.
+func (b *Bite) Missed(strategy string) string {
 	if b.Unread != "" {
 		return "/metrics could not be read around the sale: " + b.Unread
 	}
@@ -160,7 +164,7 @@ func (b *bite) missed(strategy string) string {
 }
 
 // String is the bite as the verdict gives it.
-func (b *bite) String() string {
+func (b *Bite) String() string {
 	if b.Unread != "" {
 		return fmt.Sprintf("%d locks taken from a holder; /metrics unread", b.Taken)
 	}
@@ -177,12 +181,12 @@ func lockServiceOf(strategy string) (lockService, bool) {
 	return lockServices[i], true
 }
 
-// lockLossStrategies are the strategies compared under -fault lock-loss: each lock beside its
-// unguarded twin (zookeeper's only with -zk), and naive last, as always.
-func (o options) lockLossStrategies() []string {
+// Strategies are the strategies compared under the fault: each lock beside its unguarded twin
+// (zookeeper's only withZooKeeper), and naive last, as always.
+func Strategies(withZooKeeper bool) []string {
 	var out []string
 	for _, s := range lockServices {
-		if s.guarded == "zookeeper" && o.zk == "" {
+		if s.guarded == "zookeeper" && !withZooKeeper {
 			continue
 		}
 		out = append(out, s.guarded, s.unguarded)
@@ -190,27 +194,27 @@ func (o options) lockLossStrategies() []string {
 	return append(out, "naive")
 }
 
-// mustOversell reports whether a sale of strategy must be caught overselling, fault being the
+// MustOversell reports whether a sale of strategy must be caught overselling, fault being the
 // fault that ran on its lock ("": none): naive always, since it has no lock, and an unguarded
 // strategy whose lock was taken from it, since nothing else stands between two holders. With no
 // fault an unguarded strategy's lock holds, one holder at a time, so no oversell is asked of it:
 // it is judged by the invariant like a safe one.
-func mustOversell(strategy, fault string) bool {
-	return strategy == "naive" || fault == faultLockLoss && unguarded(strategy)
+func MustOversell(strategy, fault string) bool {
+	return strategy == "naive" || fault == Name && Unguarded(strategy)
 }
 
-// unguarded reports whether strategy is a lock alone, the unguarded twin of a lock strategy.
-func unguarded(strategy string) bool {
+// Unguarded reports whether strategy is a lock alone, the unguarded twin of a lock strategy.
+func Unguarded(strategy string) bool {
 	s, ok := lockServiceOf(strategy)
 	return ok && strategy == s.unguarded
 }
 
-// lockThief takes locks from their holders in the backends the service processes share: the
+// Thief takes locks from their holders in the backends the service processes share: the
 // -redis addresses, the etcd process the tool started, and the ZooKeeper of -zk. It reaches
 // into them as an operator's failover would, not through the service — but where each lock is,
 // it learns from the service (GET /api/v1/products/{sku}/locks), never from a copy of the key
 // layouts: a key renamed in the service is then the key the fault takes.
-type lockThief struct {
+type Thief struct {
 	redis []*redis.Client
 	etcd  *clientv3.Client
 	zk    *zk.Conn // nil without -zk
@@ -225,31 +229,32 @@ type etcdKey struct {
 	rev  int64
 }
 
-// newLockThief connects to the backends of o; close it when the run ends.
-func newLockThief(o options, logs io.Writer) (*lockThief, error) {
-	t := &lockThief{}
-	for _, addr := range strings.Split(o.redis, ",") {
+// NewThief connects to the backends the service processes share: the Redis addresses, the etcd
+// and the ZooKeeper servers (none: "", comma-separated); close it when the run ends.
+func NewThief(redisAddrs, etcd, zkServers string, logs io.Writer) (*Thief, error) {
+	t := &Thief{}
+	for _, addr := range strings.Split(redisAddrs, ",") {
 		t.redis = append(t.redis, redis.NewClient(&redis.Options{Addr: strings.TrimSpace(addr)}))
 	}
 	var err error
-	t.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{o.etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	t.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		t.close()
-		return nil, fmt.Errorf("-fault %s: etcd: %w", o.fault, err)
+		t.Close()
+		return nil, fmt.Errorf("-fault %s: etcd: %w", Name, err)
 	}
-	if o.zk != "" {
+	if zkServers != "" {
 		// Only the client's errors are worth a line: its connection chatter is not the sale's.
-		t.zk, _, err = zk.Connect(strings.Split(o.zk, ","), 10*time.Second,
+		t.zk, _, err = zk.Connect(strings.Split(zkServers, ","), 10*time.Second,
 			zk.WithLogger(log.New(logs, "loadtest: fault zookeeper client: ", 0)), zk.WithLogInfo(false))
 		if err != nil {
-			t.close()
-			return nil, fmt.Errorf("-fault %s: zookeeper: %w", o.fault, err)
+			t.Close()
+			return nil, fmt.Errorf("-fault %s: zookeeper: %w", Name, err)
 		}
 	}
 	return t, nil
 }
 
-func (t *lockThief) close() {
+func (t *Thief) Close() {
 	for _, c := range t.redis {
 		_ = c.Close()
 	}
@@ -265,7 +270,7 @@ func (t *lockThief) close() {
 // got the key does (or the key's expiry under a paused holder whose watchdog paused too): the
 // next waiter's SET NX succeeds while the holder is still inside. With several addresses
 // (Redlock) it goes on all of them.
-func (t *lockThief) takeRedis(ctx context.Context, key string) (bool, error) {
+func (t *Thief) takeRedis(ctx context.Context, key string) (bool, error) {
 	took := false
 	for _, c := range t.redis {
 		n, err := c.Del(ctx, key).Result()
@@ -284,7 +289,7 @@ func (t *lockThief) takeRedis(ctx context.Context, key string) (bool, error) {
 // key to confirm it (etcdlock.Mutex.Lock), and one whose key is gone by then fails its attempt — an
 // error, not two holders. A lease expires under a holder that is inside its section. And only
 // that key while it is still the one read (same create revision), never a waiter's.
-func (t *lockThief) takeEtcd(ctx context.Context, mutex string) (bool, error) {
+func (t *Thief) takeEtcd(ctx context.Context, mutex string) (bool, error) {
 	prefix := mutex + "/" // each waiter's key is <mutex>/<lease id>
 	held, err := t.etcd.Get(ctx, prefix, clientv3.WithFirstCreate()...)
 	if err != nil {
@@ -311,7 +316,7 @@ func (t *lockThief) takeEtcd(ctx context.Context, mutex string) (bool, error) {
 // takeZooKeeper deletes the holder's node in the lock directory dir, as the expiry of the holder's session
 // would: the holder is the node with the lowest sequence number, and the waiter watching it
 // looks again and finds itself the lowest.
-func (t *lockThief) takeZooKeeper(_ context.Context, dir string) (bool, error) {
+func (t *Thief) takeZooKeeper(_ context.Context, dir string) (bool, error) {
 	children, _, err := t.zk.Children(dir)
 	if errors.Is(err, zk.ErrNoNode) {
 		return false, nil // no one has locked it yet, or the last one left (a container node)
@@ -350,38 +355,38 @@ func lowestNode(children []string) (string, bool) {
 	return lowest, lowest != ""
 }
 
-// faultRun is the fault on one sale's lock, running until stopped.
-type faultRun struct {
+// Run is the fault on one sale's lock, running until stopped.
+type Run struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	taken  int   // locks taken; read after done
 	err    error // what stopped it early; read after done
 }
 
-// start takes strategy's lock of the product of locks (the service's GET .../locks) from its
+// Start takes strategy's lock of the product of locks (the service's GET .../locks) from its
 // holder every interval of the strategy's lock service, until stop or faultMaxTakes locks. It
 // returns nil for a strategy whose lock it does not take, and an error when the service names no
 // such lock: a sale run under the fault with nothing to take would prove nothing.
-func (t *lockThief) start(ctx context.Context, strategy string, locks api.Locks) (*faultRun, error) {
+func (t *Thief) Start(ctx context.Context, strategy string, locks api.Locks) (*Run, error) {
 	s, ok := lockServiceOf(strategy)
 	if !ok {
 		return nil, nil
 	}
 	i := slices.IndexFunc(locks.Locks, func(l api.Lock) bool { return l.Strategy == strategy })
 	if i < 0 {
-		return nil, fmt.Errorf("the service names no lock of %s for %s (GET %s): nothing to take", strategy, locks.SKU, locksPath(locks.SKU))
+		return nil, fmt.Errorf("the service names no lock of %s for %s (GET %s): nothing to take", strategy, locks.SKU, "/api/v1/products/"+locks.SKU+"/locks")
 	}
 	key := locks.Locks[i].Key
 	if b := locks.Locks[i].Backend; b != s.backend {
 		return nil, fmt.Errorf("the service says %s locks %s in %s, the fault takes locks in %s", strategy, key, b, s.backend)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	f := &faultRun{cancel: cancel, done: make(chan struct{})}
+	f := &Run{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		tick := time.NewTicker(s.interval)
 		defer tick.Stop()
-		for f.taken < faultMaxTakes {
+		for f.taken < MaxTakes {
 			select {
 			case <-ctx.Done():
 				return
@@ -403,12 +408,9 @@ func (t *lockThief) start(ctx context.Context, strategy string, locks api.Locks)
 	return f, nil
 }
 
-// locksPath is the path of the service's lock keys of sku.
-func locksPath(sku string) string { return "/api/v1/products/" + sku + "/locks" }
-
-// stop ends the fault and says how many locks it took; a nil run (no fault) took none. An error
+// Stop ends the fault and says how many locks it took; a nil run (no fault) took none. An error
 // means it could not reach the lock service: the sale did not have the fault it is reported under.
-func (f *faultRun) stop() (int, error) {
+func (f *Run) Stop() (int, error) {
 	if f == nil {
 		return 0, nil
 	}
