@@ -16,6 +16,7 @@ import (
 
 	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/proc"
+	"github.com/flashsale/seckill/loadtest/report"
 )
 
 // bareAddrEnv, when set, turns the tool's own binary into a bare server listening on its value
@@ -23,9 +24,6 @@ import (
 // as separate processes, like the service instances it is compared with, and needs no other
 // binary.
 const bareAddrEnv = "LOADTEST_BARE_ADDR"
-
-// bareRow names the bare handler's row in the report.
-const bareRow = "bare handler"
 
 // bareHandler is the ceiling for a sold-out answer: what net/http alone costs to read an order
 // and answer the contract's 409 sold_out (internal/handler/openapi.yaml), with no routing library, no validation, no Redis, no database.
@@ -124,25 +122,25 @@ func (b *bareServers) slice(ctx context.Context, clients int, d time.Duration, p
 	// The strategy field only gives the body the shape and size of the strategies' requests.
 	l := attack.Load{Targets: b.urls, SKU: b.opts.sku + "-bare", Strategy: allStrategies[0], Requests: b.opts.requests,
 		Concurrency: clients, Timeout: b.opts.timeout, Progress: progress}
-	l.SoldOutSlice(ctx, bareRow, d, p)
+	l.SoldOutSlice(ctx, report.BareRow, d, p)
 }
 
 // measured records one bare measurement at clients for the report's bare row.
 func (b *bareServers) measured(clients int, s attack.Steady) {
-	fmt.Fprintf(b.log, "loadtest: bare handler: %d requests at %.0f req/s, p99 %s ms\n", s.Requests, s.Throughput, ms(s.P99))
+	fmt.Fprintf(b.log, "loadtest: bare handler: %d requests at %.0f req/s, p99 %s ms\n", s.Requests, s.Throughput, report.Milliseconds(s.P99))
 	b.all[clients] = append(b.all[clients], s)
 }
 
 // row is the bare handler's row of the report at clients: the measurement of median rate among
 // all taken at that count.
-func (b *bareServers) row(clients int) (report, bool) {
+func (b *bareServers) row(clients int) (report.Row, bool) {
 	all := b.all[clients]
 	if len(all) == 0 {
-		return report{}, false
+		return report.Row{}, false
 	}
 	sorted := slices.SortedFunc(slices.Values(all), func(x, y attack.Steady) int { return cmp.Compare(x.Throughput, y.Throughput) })
 	median := sorted[len(sorted)/2]
-	return report{Strategy: bareRow, Steady: &median, Clients: clients,
+	return report.Row{Strategy: report.BareRow, Steady: &median, Clients: clients,
 		Family: fmt.Sprintf("net/http alone: reads the body, answers 409 sold_out (no service); median of %d measurements, one before each sold-out phase", len(all))}, true
 }
 

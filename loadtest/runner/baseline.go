@@ -20,6 +20,7 @@ import (
 
 	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
+	"github.com/flashsale/seckill/loadtest/report"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -268,20 +269,20 @@ func baseline(ctx context.Context, db *sql.DB, sku string, buyers, clients, pool
 }
 
 // baselineReport runs the baseline on a fresh product and verifies it like any sale.
-func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report, error) {
+func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report.Row, error) {
 	o := rr.opts
 	sku := o.sku + "-baseline" + rr.pass.suffix
 	if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock, 0); err != nil {
-		return report{}, err
+		return report.Row{}, err
 	}
 	pool := min(rr.db.pool, o.concurrency) // sized for the run's most clients: fewer use fewer
 	rec := rr.cpu.Start()
 	orders, began, lastSale, err := baseline(ctx, db, sku, o.users, o.concurrency, pool)
 	rec.Stop()
 	if err != nil {
-		return report{}, fmt.Errorf("baseline: %w", rr.db.explain(err))
+		return report.Row{}, fmt.Errorf("baseline: %w", rr.db.explain(err))
 	}
-	r := report{Strategy: "baseline", SKU: sku, Clients: o.concurrency, Requests: o.users, Attempts: o.users,
+	r := report.Row{Strategy: "baseline", SKU: sku, Clients: o.concurrency, Requests: o.users, Attempts: o.users,
 		Family:   fmt.Sprintf("SQL: SELECT ... FOR UPDATE, UPDATE, INSERT per order (no HTTP); %d clients on a pool of %d connections", o.concurrency, pool),
 		Outcomes: map[string]int{attack.OK: len(orders), attack.SoldOut: o.users - len(orders)}}
 	if len(orders) > 0 && lastSale.After(began) {
@@ -289,11 +290,11 @@ func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report, e
 		r.CPU = &cpu.Cost{Selling: rr.cpu.Phase(rec.Between(began, lastSale), len(orders))}
 	}
 	if r.Verdict, err = rr.verifier.Verify(ctx, sku, orders); err != nil {
-		return report{}, fmt.Errorf("verify baseline: %w", err)
+		return report.Row{}, fmt.Errorf("verify baseline: %w", err)
 	}
-	r.judge()
+	r.Judge()
 	fmt.Fprintf(rr.log, "loadtest: baseline: %d orders at %.0f orders/s (%d clients, a pool of %d); %s\n",
-		len(orders), r.OrdersPerSecond, o.concurrency, pool, r.verdictText())
+		len(orders), r.OrdersPerSecond, o.concurrency, pool, r.VerdictText())
 	return r, nil
 }
 

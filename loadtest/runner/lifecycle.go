@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flashsale/seckill/api"
+	"github.com/flashsale/seckill/loadtest/report"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -40,25 +41,15 @@ func (a afterSale) fate(orderID string) string {
 	return "confirmed"
 }
 
-// lifecycleReport is what the buyers did after the sale, and how the units came back.
-type lifecycleReport struct {
-	Cancelled  int           `json:"cancelled"`   // orders the buyers cancelled
-	Unpaid     int           `json:"unpaid"`      // orders left to expire
-	Paid       int           `json:"paid"`        // orders paid
-	ReturnedIn time.Duration `json:"returned_in"` // from the end of the payments until no order was pending
-	Resold     int           `json:"resold"`      // orders of the second round, on the returned units
-	Problems   []string      `json:"problems,omitempty"`
-}
-
 // act pays or cancels each order as its fate says (with workers requests at a time, round-robin
 // over the targets) and returns the orders with the state they must end in. An answer other
 // than 200 is a problem: the buyer acted in time, so the service must agree.
 func (a afterSale) act(ctx context.Context, client *http.Client, targets []string, acked []verify.Order, payAll bool,
-	workers int) ([]verify.Order, lifecycleReport) {
+	workers int) ([]verify.Order, report.Lifecycle) {
 	out := make([]verify.Order, len(acked))
 	var (
 		mu  sync.Mutex
-		rep lifecycleReport
+		rep report.Lifecycle
 		wg  sync.WaitGroup
 	)
 	jobs := make(chan int)

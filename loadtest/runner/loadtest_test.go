@@ -31,9 +31,8 @@ import (
 
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/loadtest/attack"
-	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/lockloss"
-	"github.com/flashsale/seckill/loadtest/scrape"
+	"github.com/flashsale/seckill/loadtest/report"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -53,121 +52,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// result builds a vegeta result as the attacker would record it.
-func result(code uint16, body string, at, latency time.Duration) *vegeta.Result {
-	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
-	return &vegeta.Result{Code: code, Body: []byte(body), Timestamp: t0.Add(at), Latency: latency}
-}
-
 func errBody(code string) string { return `{"error":{"code":"` + code + `","message":"m"}}` }
-
-// TestJudge: a safe strategy fails on any problem or 5xx; naive fails when it did NOT oversell.
-func TestJudge(t *testing.T) {
-	safe := report{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5}}
-	safe.judge()
-	assert.Empty(t, safe.Failed)
-	broken := report{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5, attack.ServerError: 1}, Verdict: verify.Verdict{Problems: []string{"oversold by 1"}}}
-	broken.judge()
-	assert.Len(t, broken.Failed, 2)
-	blind := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{"ok": 5}}
-	blind.judge()
-	assert.Contains(t, strings.Join(blind.Failed, ""), "did not oversell")
-	caught := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{"ok": 9}, Verdict: verify.Verdict{Oversold: 4, Problems: []string{"oversold by 4"}}}
-	caught.judge()
-	assert.Empty(t, caught.Failed)
-
-	held := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", attack.Sale{}, lockloss.Name)
-	require.True(t, held.ExpectOversell, "under the fault, the unguarded lock must be seen failing")
-	held.judge()
-	assert.Contains(t, strings.Join(held.Failed, ""), "unguarded-etcd did not oversell under lock-loss", "the message names the strategy")
-	free := newReport("unguarded-etcd", "unguarded-etcd", "lt-1", attack.Sale{}, "")
-	assert.False(t, free.ExpectOversell, "no fault: its lock holds, nothing to expect")
-	free.Name = "unguarded-etcd"
-	free.judge()
-	assert.Empty(t, free.Failed)
-	assert.Equal(t, "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)", free.verdictText(),
-		"the verdict says what it judged, and why no oversell was asked for")
-	assert.False(t, newReport("etcd", "etcd", "lt-1", attack.Sale{}, lockloss.Name).ExpectOversell, "the guarded one keeps the invariant")
-}
-
-// TestFaultBite: a guarded row under the fault passes only if the fault bit — the thief took a
-// lock from a holder, the strategy locked (its lock wait count grew on /metrics), and its guard
-// acted (its guard's counter or its lost locks grew) — or its invariant held trivially. The
-// counts come from /metrics as the instances serve it, scraped before and after the sale.
-func TestFaultBite(t *testing.T) {
-	serve := func(text string) string {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			assert.Equal(t, "/metrics", r.URL.Path)
-			_, _ = io.WriteString(w, text)
-		}))
-		t.Cleanup(srv.Close)
-		return srv.URL
-	}
-	scrapeAll := func(text string) []scrape.Sample {
-		s, err := scrape.Read(context.Background(), http.DefaultClient, serve(text))
-		require.NoError(t, err)
-		return []scrape.Sample{s}
-	}
-	metrics := func(hybridWaits, etcdWaits, retries, etcdFenced, lost int) string {
-		return fmt.Sprintf(`# TYPE seckill_lock_wait_seconds histogram
-seckill_lock_wait_seconds_bucket{strategy="hybrid",le="+Inf"} %[1]d
-seckill_lock_wait_seconds_sum{strategy="hybrid"} 0.5
-seckill_lock_wait_seconds_count{strategy="hybrid"} %[1]d
-seckill_lock_wait_seconds_bucket{strategy="etcd",le="+Inf"} %[2]d
-seckill_lock_wait_seconds_sum{strategy="etcd"} 0.5
-seckill_lock_wait_seconds_count{strategy="etcd"} %[2]d
-seckill_optimistic_retries_total{strategy="hybrid"} %[3]d
-seckill_optimistic_retries_total{strategy="etcd"} 100
-seckill_fenced_out_total{strategy="etcd"} %[4]d
-seckill_lock_lost_total{strategy="hybrid"} %[5]d
-seckill_lock_lost_total{strategy="unguarded-redis"} 100
-`, hybridWaits, etcdWaits, retries, etcdFenced, lost)
-	}
-	before := scrapeAll(metrics(10, 10, 1, 0, 2))
-	judged := func(strategy string, taken int, after []scrape.Sample, unread error) report {
-		r := newReport(strategy, strategy, "lt-1", attack.Sale{}, lockloss.Name)
-		r.Name, r.LocksTaken = strategy, &taken
-		r.Bite = lockloss.NewBite(strategy, taken, before, after, unread)
-		r.judge()
-		return r
-	}
-
-	bitten := judged("hybrid", 7, scrapeAll(metrics(50, 10, 4, 0, 4)), nil)
-	assert.Empty(t, bitten.Failed)
-	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 40 lock acquisitions, 3 optimistic retries, 2 locks lost)",
-		bitten.verdictText(), "the verdict shows the counts")
-	fenced := judged("etcd", 7, scrapeAll(metrics(10, 30, 1, 5, 2)), nil)
-	assert.Empty(t, fenced.Failed, "etcd's guard is its fence; hybrid's series are not etcd's")
-	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 20 lock acquisitions, 5 writes fenced out, 0 locks lost)",
-		fenced.verdictText())
-
-	for _, tc := range []struct {
-		name     string
-		strategy string
-		taken    int
-		after    []scrape.Sample
-		unread   error
-		why      string
-	}{
-		{"the thief found nothing to take", "hybrid", 0, scrapeAll(metrics(50, 10, 4, 0, 4)), nil,
-			"the thief took no lock from a holder"},
-		{"hybrid on the database path", "hybrid", 7, scrapeAll(metrics(10, 10, 4, 0, 2)), nil,
-			`hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow)`},
-		{"a guard that never acted", "etcd", 7, scrapeAll(metrics(50, 30, 9, 0, 9)), nil,
-			`its guard never acted (neither seckill_fenced_out_total nor seckill_lock_lost_total{strategy="etcd"} grew)`},
-		{"nothing at all", "hybrid", 0, before, nil,
-			`the thief took no lock from a holder; hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow); ` +
-				`its guard never acted (neither seckill_optimistic_retries_total nor seckill_lock_lost_total{strategy="hybrid"} grew)`},
-		{"metrics unread", "hybrid", 7, nil, errors.New("metrics: connection refused"),
-			"/metrics could not be read around the sale: metrics: connection refused"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := judged(tc.strategy, tc.taken, tc.after, tc.unread)
-			assert.Equal(t, []string{"the fault did not bite: " + tc.why}, r.Failed)
-			assert.True(t, strings.HasPrefix(r.verdictText(), "FAIL: the fault did not bite: "), r.verdictText())
-		})
-	}
-}
 
 // TestParseFault: -fault lock-loss runs only where the tool can reach the locks — processes it
 // starts, on a Redis it knows — and compares each lock with its unguarded twin, naive last.
@@ -289,7 +174,7 @@ func TestSmokeCompare(t *testing.T) {
 		assert.Contains(t, out, "`"+s+"`")
 	}
 	assert.Contains(t, out, "caught as expected")
-	assert.Contains(t, out, "`"+bareRow+"`", "the bare handler was measured")
+	assert.Contains(t, out, "`"+report.BareRow+"`", "the bare handler was measured")
 	assert.Contains(t, out, "Sold-out phase")
 	assert.Contains(t, out, "Targets at 16 clients, judged against those stated at 64")
 	assert.Contains(t, out, "CPU seconds per 1000 orders")
@@ -477,7 +362,7 @@ func TestMeasureBare(t *testing.T) {
 	}
 	r, ok := b.row(8)
 	require.True(t, ok)
-	assert.Equal(t, bareRow, r.Strategy)
+	assert.Equal(t, report.BareRow, r.Strategy)
 	assert.Equal(t, 8, r.Clients)
 	rates := []float64{b.all[8][0].Throughput, b.all[8][1].Throughput, b.all[8][2].Throughput}
 	slices.Sort(rates)
@@ -536,24 +421,12 @@ func TestSoldOutPhase(t *testing.T) {
 	assert.Zero(t, s.Unexpected())
 	assert.Greater(t, s.Requests, 50/5, "the closed model, not -rate: the phase measures capacity")
 
-	safe := report{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5}, Steady: &s}
-	safe.judge()
+	safe := report.Row{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5}, Steady: &s}
+	safe.Judge()
 	assert.Contains(t, strings.Join(safe.Failed, "; "), "201 in the sold-out phase")
-	naive := report{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{attack.OK: 9}, Verdict: verify.Verdict{Oversold: 4}, Steady: &s}
-	naive.judge()
+	naive := report.Row{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{attack.OK: 9}, Verdict: verify.Verdict{Oversold: 4}, Steady: &s}
+	naive.Judge()
 	assert.Empty(t, naive.Failed)
-}
-
-// TestJudgeAfterSoldOut: a problem that appears only after the sold-out phase fails the run, once.
-func TestJudgeAfterSoldOut(t *testing.T) {
-	r := report{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5}, Verdict: verify.Verdict{Problems: []string{"p1"}},
-		Steady: &attack.Steady{Outcomes: map[string]int{attack.SoldOut: 10}, Verdict: &verify.Verdict{Problems: []string{"p1", "p2"}}}}
-	r.judge()
-	assert.Equal(t, []string{"p1", "after the sold-out phase: p2"}, r.Failed)
-	clean := report{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5},
-		Steady: &attack.Steady{Outcomes: map[string]int{attack.SoldOut: 10, attack.Busy: 3}, TooMany: 3, Verdict: &verify.Verdict{}}}
-	clean.judge()
-	assert.Empty(t, clean.Failed, "429 and 5xx in the sold-out phase are reported, not failures")
 }
 
 func TestParseGroupCommit(t *testing.T) {
@@ -639,7 +512,7 @@ func TestRowLockPasses(t *testing.T) {
 	passes = o.passes()
 	require.Len(t, passes, 2)
 	assert.Equal(t, "wait", passes[1].label, "rows pessimistic and pessimistic (wait)")
-	rows := []report{{Name: "hybrid"}, {Name: "pessimistic"}, {Name: "naive"}}
+	rows := []report.Row{{Name: "hybrid"}, {Name: "pessimistic"}, {Name: "naive"}}
 	assert.Equal(t, 2, passes[1].rowsAt(rows), "beside pessimistic")
 	assert.Equal(t, 3, passes[0].rowsAt(rows), "at the end")
 
@@ -655,114 +528,6 @@ func TestRowLockPasses(t *testing.T) {
 		assert.Len(t, o.passes(), 1, name)
 		assert.NotContains(t, passesText(o), "SECKILL_ROW_LOCK", name)
 	}
-}
-
-// TestGoals: each row is judged against the targets of its own client count — 5x the baseline
-// and hybrid at 0.8x pessimistic at both, sold-out at 0.8x bare and p99 at 50 ms at 64 clients,
-// 0.7x and 200 ms at 512 — with its numbers, on the edge of each threshold and just past it; a
-// count that is neither is judged against the nearest and says so.
-func TestGoals(t *testing.T) {
-	base := &report{Strategy: "baseline", OrdersPerSecond: 1000}
-	row := func(name string, clients int, ordersPerSecond, vsBare float64, p99 time.Duration, rssMB float64) report {
-		return report{Strategy: name + " (batched 64)", Name: name, Clients: clients, OrdersPerSecond: ordersPerSecond,
-			Selling: attack.Phase{Requests: 100, P99: p99}, PeakRSSMB: rssMB,
-			Steady: &attack.Steady{Throughput: vsBare * 10000, Bare: &attack.Steady{Throughput: 10000}, VsBare: vsBare}}
-	}
-	ms := time.Millisecond
-	all := func(met bool) map[int]bool {
-		return map[int]bool{goalVsBaseline: met, goalHybridVsPessimistic: met, goalVsBare: met, goalP99: met, goalRSS: met}
-	}
-	for _, tc := range []struct {
-		name        string
-		r           report
-		pessimistic float64 // pessimistic's orders/s in the same pass
-		stated      int     // the count of the targets it is judged against
-		want        map[int]bool
-	}{
-		{"64 clients, every target just met", row("hybrid", 64, 5000, 0.8, 50*ms, 100), 6250, 64, all(true)},
-		{"64 clients, every target just missed", row("hybrid", 64, 4990, 0.79, 51*ms, 101), 6250, 64, all(false)},
-		{"512 clients, every target just met", row("hybrid", 512, 5000, 0.7, 200*ms, 100), 6250, 512, all(true)},
-		{"512 clients, every target just missed", row("hybrid", 512, 4990, 0.69, 201*ms, 101), 6250, 512, all(false)},
-		{"0.75x bare and 150 ms miss at 64", row("hybrid", 64, 6000, 0.75, 150*ms, 60), 6000, 64,
-			map[int]bool{goalVsBaseline: true, goalHybridVsPessimistic: true, goalVsBare: false, goalP99: false, goalRSS: true}},
-		{"and meet at 512", row("hybrid", 512, 6000, 0.75, 150*ms, 60), 6000, 512, all(true)},
-		{"100 clients: the targets of 64", row("hybrid", 100, 6000, 0.75, 150*ms, 60), 6000, 64,
-			map[int]bool{goalVsBaseline: true, goalHybridVsPessimistic: true, goalVsBare: false, goalP99: false, goalRSS: true}},
-		{"400 clients: the targets of 512", row("hybrid", 400, 6000, 0.75, 150*ms, 60), 6000, 512, all(true)},
-		{"etcd has no hybrid target", row("etcd", 64, 6000, 0.9, 10*ms, 60), 6000, 64,
-			map[int]bool{goalVsBaseline: true, goalVsBare: true, goalP99: true, goalRSS: true}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pass := []report{tc.r, {Strategy: "pessimistic (batched 64)", Name: "pessimistic", Clients: tc.r.Clients, OrdersPerSecond: tc.pessimistic}}
-			g := goals(tc.r, pass, base)
-			require.Len(t, g, len(tc.want))
-			names := targetsAt(tc.stated).names()
-			for i, met := range tc.want {
-				j := slices.IndexFunc(g, func(x goal) bool { return x.Name == names[i] })
-				require.GreaterOrEqual(t, j, 0, "%s is judged", names[i])
-				require.NotNil(t, g[j].Met, names[i])
-				assert.Equal(t, met, *g[j].Met, "%s: %s", names[i], g[j].text())
-				assert.Equal(t, tc.stated, g[j].StatedAt)
-			}
-		})
-	}
-
-	good := goals(row("hybrid", 512, 5000, 0.7, 200*ms, 80), []report{{Name: "pessimistic", OrdersPerSecond: 6250}}, base)
-	assert.Equal(t, []string{"yes: 5.00x (5000 vs 1000 orders/s)", "yes: 0.80x (5000 vs 6250 orders/s)", "yes: 0.70x (7000 vs 10000 req/s)",
-		"yes: 200.0 ms", "yes: 80 MB"}, []string{good[0].text(), good[1].text(), good[2].text(), good[3].text(), good[4].text()})
-	assert.Equal(t, []string{"orders/s >= 5x baseline", "hybrid >= 0.8x pessimistic", "sold-out req/s >= 0.7x bare", "selling p99 <= 200.0 ms",
-		"peak RSS <= 100 MB"}, targetsAt(512).names())
-	assert.Equal(t, "sold-out req/s >= 0.8x bare", targetsAt(64).names()[goalVsBare])
-	assert.Equal(t, "selling p99 <= 50.0 ms", targetsAt(64).names()[goalP99])
-	assert.Equal(t, 64, targetsAt(288).Clients, "a tie goes to the stricter, lower count")
-	assert.Equal(t, "at 100 clients, judged against those stated at 64, the nearest stated count", targetsAt(100).statedText(100))
-	assert.Equal(t, "at 512 clients", targetsAt(512).statedText(512))
-
-	since := goals(report{Strategy: "etcd", Name: "etcd", Clients: 64, PeakRSSMB: 101, PeakRSSSinceStart: true}, nil, base)
-	assert.Contains(t, since[len(since)-1].Detail, "since the process started")
-	for _, x := range goals(report{Strategy: "hybrid", Name: "hybrid", Clients: 64}, nil, nil) {
-		assert.Nil(t, x.Met, "%s: nothing was measured", x.Name)
-		assert.True(t, strings.HasPrefix(x.text(), "n/a: "), x.text())
-	}
-	hybrid := row("hybrid", 64, 5000, 0.8, 50*ms, 100)
-	assert.Equal(t, "n/a: no pessimistic row in this pass (it needs -compare)", goals(hybrid, []report{hybrid}, base)[goalHybridVsPessimistic].text())
-	assert.Equal(t, "n/a: pessimistic sold nothing in this pass",
-		goals(hybrid, []report{{Name: "pessimistic", Skipped: "refused"}}, base)[goalHybridVsPessimistic].text())
-	skipped := goals(report{Strategy: "etcd", Name: "etcd", Steady: &attack.Steady{Skipped: "the sale did not sell out"}}, nil, base)
-	assert.Equal(t, "n/a: the sale did not sell out", skipped[1].text())
-	assert.Nil(t, goals(*base, nil, base))
-	assert.Nil(t, goals(report{Strategy: bareRow, Steady: &attack.Steady{Throughput: 1}}, nil, base))
-	assert.Nil(t, goals(report{Strategy: "naive", Name: "naive", ExpectOversell: true}, nil, base))
-}
-
-// TestTablesByCount: a run at two client counts reports each count's tables apart, each
-// targets table with the thresholds of its count, and only the columns some row was judged on.
-func TestTablesByCount(t *testing.T) {
-	var reports []report
-	for _, c := range []int{64, 512} {
-		base := report{Strategy: "baseline", Clients: c, OrdersPerSecond: 1000}
-		etcd := report{Strategy: "etcd", Name: "etcd", Clients: c, OrdersPerSecond: 6000, Outcomes: map[string]int{attack.OK: 10},
-			Selling: attack.Phase{Requests: 10, P99: 100 * time.Millisecond}}
-		etcd.Goals = goals(etcd, nil, &base)
-		reports = append(reports, base, etcd)
-	}
-	var out strings.Builder
-	markdown(&out, reports)
-	text := out.String()
-	at64, at512, ok := strings.Cut(text, "At 512 clients:")
-	require.True(t, ok, text)
-	assert.Contains(t, at64, "At 64 clients:")
-	assert.Contains(t, at64, "| `etcd` | yes: 6.00x (6000 vs 1000 orders/s) | n/a: no sold-out phase | NO: 100.0 ms |")
-	assert.Contains(t, at512, "| `etcd` | yes: 6.00x (6000 vs 1000 orders/s) | n/a: no sold-out phase | yes: 100.0 ms |")
-	assert.Contains(t, at512, "sold-out req/s >= 0.7x bare")
-	assert.NotContains(t, text, "hybrid >= ", "no hybrid row: no column for it")
-	assert.Equal(t, 2, strings.Count(text, "| strategy | lock |"), "a comparison table per count")
-}
-
-func TestFileName(t *testing.T) {
-	assert.Equal(t, "hybrid-batched-64", fileName("hybrid (batched 64)"))
-	assert.Equal(t, "hybrid-per-order", fileName("hybrid (per-order)"))
-	assert.Equal(t, "pessimistic", fileName("pessimistic"))
 }
 
 // TestParseClients: -concurrency takes one count or a list; with a list the whole comparison
@@ -820,23 +585,6 @@ func TestParseClients(t *testing.T) {
 
 	_, err = parse([]string{"-concurrency", "64,512", "-soak", "1m"}, io.Discard)
 	assert.ErrorContains(t, err, "give -concurrency one value")
-}
-
-// TestCPUTables: one row per measured row, a column per group, n/a where a group was not
-// measured with the reason once in the intro, and the sum of the measured groups.
-func TestCPUTables(t *testing.T) {
-	one, two := 1.0, 2.0
-	per := func(v float64) *float64 { v = 1000 * v / 500; return &v }
-	cost := &cpu.Phase{Count: 500, WallSeconds: 2, Groups: []cpu.GroupCost{
-		{Group: cpu.Service, Seconds: &one, SecondsPer1000: per(one)},
-		{Group: cpu.Database, Seconds: &two, SecondsPer1000: per(two)},
-		{Group: cpu.Redis, NA: "embedded (miniredis) in the first service instance: counted there"},
-	}}
-	ts := cpuTables([]report{{Strategy: "hybrid (batched 64)", CPU: &cpu.Cost{Selling: cost}}, {Strategy: "etcd (batched 64)"}})
-	require.Len(t, ts, 1, "no row had a sold-out phase")
-	assert.Equal(t, []string{"row", "orders", "seconds", cpu.Service, cpu.Database, cpu.Redis, "all groups", "cores busy"}, ts[0].Head)
-	assert.Equal(t, [][]string{{"hybrid (batched 64)", "500", "2.00", "2.000", "4.000", "n/a", "6.000 (measured groups)", "1.50"}}, ts[0].Rows)
-	assert.Contains(t, ts[0].Intro, "n/a: Redis: embedded (miniredis) in the first service instance: counted there.")
 }
 
 // TestDBBudget: the baseline's pool is sized into what max_connections leaves beside the service

@@ -30,6 +30,7 @@ import (
 	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/loadtest/lockloss"
 	"github.com/flashsale/seckill/loadtest/proc"
+	"github.com/flashsale/seckill/loadtest/report"
 	"github.com/flashsale/seckill/loadtest/scrape"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
@@ -293,7 +294,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	client := &http.Client{Timeout: o.timeout}
 	backends := cpu.Backends(cpu.Run{MySQL: o.mysql, Redis: o.redis, ZooKeeper: o.zk, Spawned: o.targets == "", EtcdPID: etcdPid})
 	var (
-		reports      []report
+		reports      []report.Row
 		sales        = map[string]attack.Sale{}
 		soakProblems []string
 	)
@@ -303,8 +304,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, clients := range o.clients {
 		o.concurrency = clients
 		var (
-			base *report
-			rows []report
+			base *report.Row
+			rows []report.Row
 		)
 		for i, p := range o.passes() {
 			err := func() error {
@@ -337,7 +338,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					if base != nil && base.OrdersPerSecond > 0 {
 						rs[j].VsBaseline = rs[j].OrdersPerSecond / base.OrdersPerSecond
 					}
-					rs[j].Goals = goals(rs[j], rs, base)
+					rs[j].Goals = report.Goals(rs[j], rs, base)
 				}
 				rows = slices.Insert(rows, p.rowsAt(rows), rs...)
 				maps.Copy(sales, ss)
@@ -352,17 +353,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if bare != nil {
 			if row, ok := bare.row(clients); ok {
-				rows = append([]report{row}, rows...)
+				rows = append([]report.Row{row}, rows...)
 			}
 		}
 		if base != nil {
-			rows = append([]report{*base}, rows...)
+			rows = append([]report.Row{*base}, rows...)
 		}
 		reports = append(reports, rows...)
 	}
 	fmt.Fprintf(stdout, "\n%s\n\n", description)
-	markdown(stdout, reports)
-	if err := write(o.out, description, reports, sales); err != nil {
+	report.Markdown(stdout, reports)
+	if err := report.Write(o.out, description, reports, sales); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "\nreport: %s (report.md, report.html, summary.json, results-*.json)\n", o.out)
@@ -545,7 +546,7 @@ func (p *pass) stop() {
 
 // rowsAt is where the rows of the pass go among rows, those of the passes before: at the end, or
 // for a pass of one strategy beside that strategy's last row, which it is run against.
-func (p *pass) rowsAt(rows []report) int {
+func (p *pass) rowsAt(rows []report.Row) int {
 	for i := len(rows) - 1; i >= 0 && p.only != ""; i-- {
 		if rows[i].Name == p.only {
 			return i + 1
@@ -679,7 +680,7 @@ type roundRunner struct {
 
 // round sells, measures and verifies once per strategy, then (with -soldout) keeps ordering the
 // sold-out product and verifies again; suffix keeps the SKUs of later rounds apart.
-func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[string]attack.Sale, error) {
+func (rr roundRunner) round(ctx context.Context, suffix string) ([]report.Row, map[string]attack.Sale, error) {
 	o := rr.opts
 	strategies := []string{o.strategy}
 	switch {
@@ -688,7 +689,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 	case o.compare:
 		strategies = o.strategies()
 	}
-	var reports []report
+	var reports []report.Row
 	sales := map[string]attack.Sale{}
 	for _, strategy := range strategies {
 		name := strategy
@@ -739,7 +740,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		if fault != nil {
 			faulted = o.fault
 		}
-		r := newReport(row, strategy, sku, s, faulted)
+		r := report.NewRow(row, strategy, sku, s, faulted)
 		r.Name, r.Pass, r.Clients = name, rr.pass.label, o.concurrency
 		if rr.pass.family != "" {
 			r.Family = rr.pass.family
@@ -784,10 +785,10 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 		if fault != nil && !r.ExpectOversell {
 			r.Bite = lockloss.NewBite(strategy, taken, before, sold, errors.Join(beforeErr, soldErr))
 		}
-		r.judge()
+		r.Judge()
 		reports = append(reports, r)
 		sales[row] = s
-		fmt.Fprintf(rr.log, "loadtest: %s: %v; %s\n", row, r.Outcomes, r.verdictText())
+		fmt.Fprintf(rr.log, "loadtest: %s: %v; %s\n", row, r.Outcomes, r.VerdictText())
 	}
 	return reports, sales, nil
 }
@@ -796,7 +797,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report, map[s
 // unpaid ones have expired, and has fresh buyers buy the units that came back, paying for
 // theirs. It returns every order with the state it must end in, and the load of the resale —
 // what comes next starts past its buyers.
-func (rr roundRunner) afterSale(ctx context.Context, l attack.Load, acked []verify.Order) ([]verify.Order, *lifecycleReport, attack.Load, error) {
+func (rr roundRunner) afterSale(ctx context.Context, l attack.Load, acked []verify.Order) ([]verify.Order, *report.Lifecycle, attack.Load, error) {
 	a := rr.opts.after
 	acted, rep := a.act(ctx, rr.client, rr.targets, acked, false, 32)
 	returnedIn, err := a.awaitNoPending(ctx, rr.verifier, l.SKU)
@@ -833,7 +834,7 @@ const bareSlices = 3
 
 // soldOut runs the steady sold-out phase on a sale that sold out and was verified, and checks
 // the invariant again after it, counting any 201 of the phase as an order the store must hold.
-func (rr roundRunner) soldOut(ctx context.Context, l attack.Load, r report, acked []verify.Order) (*attack.Steady, error) {
+func (rr roundRunner) soldOut(ctx context.Context, l attack.Load, r report.Row, acked []verify.Order) (*attack.Steady, error) {
 	if left := r.Verdict.Audit.Stock; left != 0 {
 		return &attack.Steady{Duration: rr.opts.soldOut, Skipped: fmt.Sprintf("the sale ended with stock %d left", left)}, nil
 	}
@@ -872,7 +873,7 @@ func (rr roundRunner) soldOut(ctx context.Context, l attack.Load, r report, acke
 		return nil, fmt.Errorf("verify %s after the sold-out phase: %w", r.Strategy, err)
 	}
 	s.Verdict = &v
-	fmt.Fprintf(rr.log, "loadtest: %s sold out: %d requests at %.0f req/s, p99 %s ms; %v\n", r.Strategy, s.Requests, s.Throughput, ms(s.P99), s.Outcomes)
+	fmt.Fprintf(rr.log, "loadtest: %s sold out: %d requests at %.0f req/s, p99 %s ms; %v\n", r.Strategy, s.Requests, s.Throughput, report.Milliseconds(s.P99), s.Outcomes)
 	return &s, nil
 }
 

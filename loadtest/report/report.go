@@ -1,4 +1,8 @@
-package runner
+// Package report is the load tool's report: a row per sale (Row), measured and judged — the
+// invariant, the fault's bite, the performance targets of its client count (Goals) — and
+// written as Markdown on stdout and in report.md, as report.html with its inline SVG charts, and
+// as JSON.
+package report
 
 import (
 	"encoding/json"
@@ -34,8 +38,21 @@ var families = map[string]string{
 	"unguarded-zookeeper": "ZooKeeper node alone, no fencing token (unsafe on purpose)",
 }
 
-// report is one strategy's sale, measured and verified: a row of the comparison.
-type report struct {
+// BareRow names the bare handler's row in the report.
+const BareRow = "bare handler"
+
+// Lifecycle is what the buyers did after the sale, and how the units came back.
+type Lifecycle struct {
+	Cancelled  int           `json:"cancelled"`   // orders the buyers cancelled
+	Unpaid     int           `json:"unpaid"`      // orders left to expire
+	Paid       int           `json:"paid"`        // orders paid
+	ReturnedIn time.Duration `json:"returned_in"` // from the end of the payments until no order was pending
+	Resold     int           `json:"resold"`      // orders of the second round, on the returned units
+	Problems   []string      `json:"problems,omitempty"`
+}
+
+// Row is one strategy's sale, measured and verified: a row of the comparison.
+type Row struct {
 	Strategy          string            `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
 	Family            string            `json:"family"`
 	Name              string            `json:"strategy_name,omitempty"` // the strategy alone ("" for the references: the baseline, the bare handler)
@@ -53,7 +70,7 @@ type report struct {
 	Selling           attack.Phase      `json:"selling"`
 	SoldOut           attack.Phase      `json:"sold_out"` // the tail of the sale's own requests, after the last 201
 	Steady            *attack.Steady    `json:"sold_out_steady,omitempty"`
-	Lifecycle         *lifecycleReport  `json:"after_sale,omitempty"`           // -cancel, -unpaid
+	Lifecycle         *Lifecycle        `json:"after_sale,omitempty"`           // -cancel, -unpaid
 	PeakRSSMB         float64           `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
 	PeakRSSSinceStart bool              `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
 	Goals             []goal            `json:"targets,omitempty"`
@@ -67,10 +84,10 @@ type report struct {
 	Failed            []string          `json:"failed,omitempty"` // why this run fails the tool
 }
 
-// newReport measures a sale of strategy, reported as row; fault is the fault that ran on its lock
+// NewRow measures a sale of strategy, reported as row; fault is the fault that ran on its lock
 // ("": none). The verdict is added by the caller.
-func newReport(row, strategy, sku string, s attack.Sale, fault string) report {
-	r := report{Strategy: row, Family: families[strategy], SKU: sku, Requests: len(s.Final), Attempts: len(s.Results),
+func NewRow(row, strategy, sku string, s attack.Sale, fault string) Row {
+	r := Row{Strategy: row, Family: families[strategy], SKU: sku, Requests: len(s.Final), Attempts: len(s.Results),
 		Outcomes: map[string]int{}, Fault: fault, ExpectOversell: lockloss.MustOversell(strategy, fault)}
 	if r.Family == "" {
 		r.Family = "server default"
@@ -89,14 +106,14 @@ func newReport(row, strategy, sku string, s attack.Sale, fault string) report {
 	return r
 }
 
-// judge decides whether the run passes: a safe strategy must keep the invariant, never answer
+// Judge decides whether the run passes: a safe strategy must keep the invariant, never answer
 // 5xx while selling, and never answer 201 once sold out (that unit does not exist), and the
 // invariant must still hold after the sold-out phase; an unsafe one (naive; an unguarded one
 // under a fault that took its lock) must be caught overselling, or the checks are blind. An
 // unguarded one with no fault is judged as a safe one: its lock alone holds (mustOversell). A
 // guarded one under the fault must also show that the fault bit — its lock taken, its guard at
 // work — or its invariant held trivially and proves nothing of the guard.
-func (r *report) judge() {
+func (r *Row) Judge() {
 	if r.Skipped != "" {
 		return
 	}
@@ -138,7 +155,7 @@ func (r *report) judge() {
 	}
 }
 
-func (r report) verdictText() string {
+func (r Row) VerdictText() string {
 	switch {
 	case r.Skipped != "":
 		return "skipped: " + r.Skipped
@@ -154,7 +171,7 @@ func (r report) verdictText() string {
 
 // faultText says which fault ran on the row's lock, how many locks it took, and, on a guarded
 // row, what it did to the strategy.
-func (r report) faultText() string {
+func (r Row) faultText() string {
 	if r.Fault == "" {
 		return ""
 	}
@@ -167,8 +184,8 @@ func (r report) faultText() string {
 	return fmt.Sprintf(" under %s (%d locks taken)", r.Fault, *r.LocksTaken)
 }
 
-// ms is a duration in milliseconds with one decimal, the unit of every latency in the report.
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
+// Milliseconds is a duration in milliseconds with one decimal, the unit of every latency in the report.
+func Milliseconds(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
 
 // table is one table of the report, rendered as Markdown on stdout and in report.md, and as
 // HTML in report.html, from the same cells.
@@ -180,7 +197,7 @@ type table struct {
 
 // tables are the report's tables: the comparison, then, when the run measured them, the steady
 // sold-out phase beside the bare handler, the performance targets and the CPU cost per order.
-func tables(reports []report) []table {
+func tables(reports []Row) []table {
 	if counts := clientCounts(reports); len(counts) > 1 {
 		return tablesByCount(reports, counts)
 	}
@@ -188,10 +205,10 @@ func tables(reports []report) []table {
 		"busy answers", "locks lost", "tail sold-out req/s", "tail sold-out p99 ms", "peak RSS MB", "oversold", "verdict"}}
 	for _, r := range reports {
 		switch {
-		case r.Strategy == bareRow:
+		case r.Strategy == BareRow:
 			continue
 		case r.Skipped != "":
-			comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, "", "", "", "", "", "", "", "", "", "", r.verdictText()})
+			comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, "", "", "", "", "", "", "", "", "", "", r.VerdictText()})
 			continue
 		}
 		busy := 0.0
@@ -203,8 +220,8 @@ func tables(reports []report) []table {
 			vs = fmt.Sprintf("%.2fx", r.VsBaseline)
 		}
 		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.Outcomes[attack.OK]), fmt.Sprintf("%.0f", r.OrdersPerSecond), vs,
-			ms(r.Selling.P50) + " / " + ms(r.Selling.P99), fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy), r.locksLostText(),
-			fmt.Sprintf("%.0f", r.SoldOut.Throughput), ms(r.SoldOut.P99), r.rssText(), fmt.Sprint(r.Verdict.Oversold), r.verdictText()})
+			Milliseconds(r.Selling.P50) + " / " + Milliseconds(r.Selling.P99), fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy), r.locksLostText(),
+			fmt.Sprintf("%.0f", r.SoldOut.Throughput), Milliseconds(r.SoldOut.P99), r.rssText(), fmt.Sprint(r.Verdict.Oversold), r.VerdictText()})
 	}
 	out := []table{comparison}
 	if t, ok := lifecycleTable(reports); ok {
@@ -221,10 +238,10 @@ func tables(reports []report) []table {
 
 // tablesByCount are the tables of a run at several client counts (-concurrency 64,512): each
 // count's tables apart, the first of them saying which count it is.
-func tablesByCount(reports []report, counts []int) []table {
+func tablesByCount(reports []Row, counts []int) []table {
 	var out []table
 	for _, c := range counts {
-		var at []report
+		var at []Row
 		for _, r := range reports {
 			if r.Clients == c {
 				at = append(at, r)
@@ -238,7 +255,7 @@ func tablesByCount(reports []report, counts []int) []table {
 }
 
 // clientCounts are the client counts of the rows, in the order they ran.
-func clientCounts(reports []report) []int {
+func clientCounts(reports []Row) []int {
 	var out []int
 	for _, r := range reports {
 		if !slices.Contains(out, r.Clients) {
@@ -249,7 +266,7 @@ func clientCounts(reports []report) []int {
 }
 
 // locksLostText is the locks-lost cell: blank when not measured.
-func (r report) locksLostText() string {
+func (r Row) locksLostText() string {
 	if r.LocksLost == nil {
 		return ""
 	}
@@ -257,7 +274,7 @@ func (r report) locksLostText() string {
 }
 
 // rssText is the peak RSS cell: blank when not measured.
-func (r report) rssText() string {
+func (r Row) rssText() string {
 	switch {
 	case r.PeakRSSMB == 0:
 		return ""
@@ -269,7 +286,7 @@ func (r report) rssText() string {
 
 // lifecycleTable is what the buyers did after each sale (-cancel, -unpaid); ok is false if they
 // did nothing.
-func lifecycleTable(reports []report) (t table, ok bool) {
+func lifecycleTable(reports []Row) (t table, ok bool) {
 	t.Intro = "After the sale: the buyers cancelled a share of their orders and left a share unpaid (they expire when the payment timeout runs out); " +
 		"the rest paid. Fresh buyers then bought the units that came back, and the verifier checked that every order is in the state its buyer's choice leads to " +
 		"and that each unit came back once."
@@ -285,7 +302,7 @@ func lifecycleTable(reports []report) (t table, ok bool) {
 }
 
 // steadyTable is the steady sold-out phase of every row that had one; ok is false if none did.
-func steadyTable(reports []report) (t table, ok bool) {
+func steadyTable(reports []Row) (t table, ok bool) {
 	t.Head = []string{"row", "requests", "req/s", "vs bare", "p50 / p99 ms", "409 sold_out", "201 (oversold)", "429", "5xx", "other", "invariant after"}
 	for _, r := range reports {
 		s := r.Steady
@@ -316,14 +333,14 @@ func steadyTable(reports []report) (t table, ok bool) {
 			after = "FAIL: " + strings.Join(s.Verdict.Problems, "; ")
 		}
 		t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(s.Requests), fmt.Sprintf("%.0f", s.Throughput), vs,
-			ms(s.P50) + " / " + ms(s.P99), fmt.Sprint(s.Outcomes[attack.SoldOut]), fmt.Sprint(s.Outcomes[attack.OK]),
+			Milliseconds(s.P50) + " / " + Milliseconds(s.P99), fmt.Sprint(s.Outcomes[attack.SoldOut]), fmt.Sprint(s.Outcomes[attack.OK]),
 			fmt.Sprint(s.TooMany), fmt.Sprint(s.Server), fmt.Sprint(s.Unexpected()), after})
 	}
 	return t, len(t.Rows) > 0
 }
 
-// markdown writes the report's tables.
-func markdown(w io.Writer, reports []report) {
+// Markdown writes the report's tables.
+func Markdown(w io.Writer, reports []Row) {
 	for i, t := range tables(reports) {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -412,15 +429,15 @@ func fileName(row string) string {
 	return b.String()
 }
 
-// write saves the report files in dir: report.md, report.html with its charts, summary.json,
+// Write saves the report files in dir: report.md, report.html with its charts, summary.json,
 // and every result of every sale as JSON lines (results-<row>.json).
-func write(dir, description string, reports []report, sales map[string]attack.Sale) error {
+func Write(dir, description string, reports []Row, sales map[string]attack.Sale) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var md strings.Builder
 	fmt.Fprintf(&md, "# seckill load test\n\n%s\n\n", description)
-	markdown(&md, reports)
+	Markdown(&md, reports)
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
@@ -465,7 +482,7 @@ func writeFile(path string, fill func(io.Writer) error) error {
 
 // cpuTables are the CPU tables of the rows (all of one client count): the selling phase per 1000
 // orders and the sold-out phase per 1000 answers, each when some row measured it.
-func cpuTables(reports []report) []table {
+func cpuTables(reports []Row) []table {
 	var out []table
 	for _, ph := range []struct {
 		of, unit, intro string

@@ -1,4 +1,4 @@
-package runner
+package report
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func TestReportHTML(t *testing.T) {
 	chromium := needChromium(t)
 	reports, sales := syntheticRun(t)
 	dir := t.TempDir()
-	require.NoError(t, write(dir, "A synthetic run: 300 units, 1200 buyers per row.", reports, sales))
+	require.NoError(t, Write(dir, "A synthetic run: 300 units, 1200 buyers per row.", reports, sales))
 	page := "file://" + filepath.Join(dir, "report.html")
 
 	dom := string(runChromium(t, chromium, "--dump-dom", page))
@@ -62,7 +62,7 @@ func TestReportHTML(t *testing.T) {
 		"units":           {sold, func(f figure) int { return min(f.paths, f.circles) }, len(sold)},
 		"orders":          {append([]string{"baseline"}, sold...), func(f figure) int { return f.rects }, 1 + len(sold)},
 		"latency-selling": {sold, func(f figure) int { return f.rects }, 3 * len(sold)},
-		"latency-soldout": {[]string{bareRow, "hybrid", "etcd", "pessimistic", "dblock"}, func(f figure) int { return f.rects }, 3 * 5},
+		"latency-soldout": {[]string{BareRow, "hybrid", "etcd", "pessimistic", "dblock"}, func(f figure) int { return f.rects }, 3 * 5},
 		// pessimistic times its wait only; naive takes no lock.
 		"locks": {[]string{"hybrid", "etcd", "pessimistic", "dblock"}, func(f figure) int { return f.rects }, 6 + 6 + 3 + 6},
 	}
@@ -220,7 +220,7 @@ func figuresOf(figures []figure, id string) []figure {
 // syntheticRun is a comparison as the tool would have measured it, through the tool's own
 // functions: sales of synthetic answers measured by newReport, the lock histograms scraped
 // from two instances' /metrics by sampleMetrics around each row.
-func syntheticRun(t *testing.T) ([]report, map[string]attack.Sale) {
+func syntheticRun(t *testing.T) ([]Row, map[string]attack.Sale) {
 	t.Helper()
 	rnd := rand.New(rand.NewPCG(14, 4))
 	instances := []*fakeMetrics{{}, {}}
@@ -240,11 +240,11 @@ func syntheticRun(t *testing.T) ([]report, map[string]attack.Sale) {
 		return out
 	}
 	const stock, buyers, baselineRate = 300, 1200, 950.0
-	base := report{Strategy: "baseline", Family: "SQL: SELECT ... FOR UPDATE, UPDATE, INSERT per order (no HTTP)", OrdersPerSecond: baselineRate,
+	base := Row{Strategy: "baseline", Family: "SQL: SELECT ... FOR UPDATE, UPDATE, INSERT per order (no HTTP)", OrdersPerSecond: baselineRate,
 		Requests: buyers, Attempts: buyers, Outcomes: map[string]int{attack.OK: stock, attack.SoldOut: buyers - stock}}
-	bare := report{Strategy: bareRow, Family: "net/http alone", Steady: &attack.Steady{Duration: 5 * time.Second, Requests: 92000,
+	bare := Row{Strategy: BareRow, Family: "net/http alone", Steady: &attack.Steady{Duration: 5 * time.Second, Requests: 92000,
 		Outcomes: map[string]int{attack.SoldOut: 92000}, Throughput: 18400, P50: 1800 * time.Microsecond, P90: 3 * time.Millisecond, P99: 7 * time.Millisecond}}
-	reports := []report{base, bare}
+	reports := []Row{base, bare}
 	sales := map[string]attack.Sale{}
 	for _, row := range []struct {
 		strategy     string
@@ -267,7 +267,7 @@ func syntheticRun(t *testing.T) ([]report, map[string]attack.Sale) {
 		for _, m := range instances {
 			m.observe(rnd, row.strategy, 30, row.wait, row.hold)
 		}
-		r := newReport(row.strategy, row.strategy, "lt-"+row.strategy, s, "")
+		r := NewRow(row.strategy, row.strategy, "lt-"+row.strategy, s, "")
 		r.Family = families[row.strategy]
 		sales[r.Strategy] = s
 		if row.refused {
@@ -287,7 +287,7 @@ func syntheticRun(t *testing.T) ([]report, map[string]attack.Sale) {
 				P99: time.Duration(scale * 11 * float64(time.Millisecond))}
 			r.Steady.VsBare = r.Steady.Throughput / bare.Steady.Throughput
 		}
-		r.judge()
+		r.Judge()
 		reports = append(reports, r)
 	}
 	return reports, sales

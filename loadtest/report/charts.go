@@ -1,4 +1,4 @@
-package runner
+package report
 
 import (
 	"cmp"
@@ -255,21 +255,21 @@ func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisec
 
 // chartRow is one row of the report as the charts see it.
 type chartRow struct {
-	report
+	Row
 	color   string
 	results []*vegeta.Result // every attempt of the sale; nil for a reference row (baseline, bare handler)
 	start   time.Time        // the sale's first request: time 0 of its time axes
 }
 
 // chartRows are the rows to chart, with their colours: every row that was not skipped.
-func chartRows(reports []report, sales map[string]attack.Sale) []chartRow {
+func chartRows(reports []Row, sales map[string]attack.Sale) []chartRow {
 	var rows []chartRow
 	for _, r := range reports {
 		if r.Skipped != "" {
 			continue
 		}
-		row := chartRow{report: r, color: baselineColor}
-		if r.Strategy == bareRow {
+		row := chartRow{Row: r, color: baselineColor}
+		if r.Strategy == BareRow {
 			row.color = bareColor
 		}
 		if s, ok := sales[r.Strategy]; ok && len(s.Results) > 0 {
@@ -314,7 +314,7 @@ func (r chartRow) lastSale() float64 {
 
 // charts are report.html's charts: those that compare the rows, and one latency chart per row
 // that sold.
-func charts(reports []report, sales map[string]attack.Sale) (comparison, perRow []chart) {
+func charts(reports []Row, sales map[string]attack.Sale) (comparison, perRow []chart) {
 	rows := chartRows(reports, sales)
 	for _, build := range []func([]chartRow) (chart, bool){unitsChart, ordersChart, sellingLatencyChart, soldOutLatencyChart, lockChart} {
 		if c, ok := build(rows); ok {

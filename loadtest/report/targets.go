@@ -1,4 +1,4 @@
-package runner
+package report
 
 import (
 	"fmt"
@@ -54,7 +54,7 @@ func (ts targetSet) names() []string {
 		goalVsBaseline:          fmt.Sprintf("orders/s >= %gx baseline", ts.VsBaseline),
 		goalHybridVsPessimistic: fmt.Sprintf("hybrid >= %gx pessimistic", ts.HybridVsPessimistic),
 		goalVsBare:              fmt.Sprintf("sold-out req/s >= %gx bare", ts.VsBare),
-		goalP99:                 fmt.Sprintf("selling p99 <= %s ms", ms(ts.P99)),
+		goalP99:                 fmt.Sprintf("selling p99 <= %s ms", Milliseconds(ts.P99)),
 		goalRSS:                 fmt.Sprintf("peak RSS <= %g MB", ts.RSSMB),
 	}
 }
@@ -87,14 +87,14 @@ func (g goal) text() string {
 	return "NO: " + g.Detail
 }
 
-// goals judges a strategy's row against the targets of its client count, given the other rows
+// Goals judges a strategy's row against the targets of its client count, given the other rows
 // of its pass (hybrid is held against pessimistic there: the same processes, configuration and
 // load) and the baseline measured at the same count (nil when not measured); the sold-out phase
 // carries its own bare measurement. Only the hybrid row has the hybrid-vs-pessimistic goal. It
 // returns nil for rows that are not judged: the references themselves, skipped rows, and the
 // unsafe controls, whose speed is beside the point.
-func goals(r report, pass []report, baseline *report) []goal {
-	if r.Strategy == bareRow || r.Strategy == "baseline" || r.Skipped != "" || r.ExpectOversell {
+func Goals(r Row, pass []Row, baseline *Row) []goal {
+	if r.Strategy == BareRow || r.Strategy == "baseline" || r.Skipped != "" || r.ExpectOversell {
 		return nil
 	}
 	ts := targetsAt(r.Clients)
@@ -134,7 +134,7 @@ func goals(r report, pass []report, baseline *report) []goal {
 	if r.Selling.Requests == 0 {
 		out = append(out, unmeasured(goalP99, "no selling phase"))
 	} else {
-		out = append(out, judged(goalP99, r.Selling.P99 <= ts.P99, ms(r.Selling.P99)+" ms"))
+		out = append(out, judged(goalP99, r.Selling.P99 <= ts.P99, Milliseconds(r.Selling.P99)+" ms"))
 	}
 
 	if r.PeakRSSMB == 0 {
@@ -151,7 +151,7 @@ func goals(r report, pass []report, baseline *report) []goal {
 
 // hybridVsPessimistic holds hybrid's selling rate against pessimistic's in the same pass: the
 // recommended pattern should not cost much against the plain row lock it keeps off the hot row.
-func hybridVsPessimistic(r report, pass []report, ts targetSet, judged func(int, bool, string) goal, unmeasured func(int, string) goal) goal {
+func hybridVsPessimistic(r Row, pass []Row, ts targetSet, judged func(int, bool, string) goal, unmeasured func(int, string) goal) goal {
 	for _, p := range pass {
 		if p.Name != "pessimistic" {
 			continue
@@ -169,8 +169,8 @@ func hybridVsPessimistic(r report, pass []report, ts targetSet, judged func(int,
 // goalsTable is the targets of every judged row, the rows all of one client count; ok is false if
 // none was judged. A target no row was judged on (hybrid against pessimistic, without hybrid)
 // has no column.
-func goalsTable(reports []report) (t table, ok bool) {
-	var judged []report
+func goalsTable(reports []Row) (t table, ok bool) {
+	var judged []Row
 	for _, r := range reports {
 		if len(r.Goals) > 0 {
 			judged = append(judged, r)
@@ -184,7 +184,7 @@ func goalsTable(reports []report) (t table, ok bool) {
 	t.Intro = fmt.Sprintf("Targets %s (informational: only the invariant fails a run):", ts.statedText(clients))
 	var names []string
 	for _, name := range ts.names() {
-		if slices.ContainsFunc(judged, func(r report) bool { return slices.ContainsFunc(r.Goals, func(g goal) bool { return g.Name == name }) }) {
+		if slices.ContainsFunc(judged, func(r Row) bool { return slices.ContainsFunc(r.Goals, func(g goal) bool { return g.Name == name }) }) {
 			names = append(names, name)
 		}
 	}
