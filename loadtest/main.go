@@ -17,9 +17,12 @@
 // per order.
 //
 // It is a black-box client of the HTTP contract (internal/handler/openapi.yaml, served at
-// /openapi.yaml) and imports no package of the service's internal/: only the public dev servers
-// (devserver/) that start the etcd and the ZooKeeper of the instances it spawns. With no -target it builds cmd/api, starts it on the embedded default, runs the
-// comparison and stops it.
+// /openapi.yaml) and imports no package of the service's internal/: only the contract's wire
+// types (api) and the public dev servers (devserver/) that start the etcd and the ZooKeeper of
+// the instances it spawns. Where each strategy locks a product, for -fault lock-loss, it asks the
+// service (GET /api/v1/products/{sku}/locks). With no -target it builds cmd/api, starts it on
+// the embedded default, runs the comparison and stops it. The body is package runner; main only
+// catches the signals and runs it.
 package main
 
 import (

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,4 +56,46 @@ func soakReport(w io.Writer, targets []string, first, last []scrape.Sample, roun
 		}
 	}
 	return problems
+}
+
+// soak repeats rounds until the soak time is up, failing on the first round that breaks the
+// invariant, and compares each instance's metrics after the first round with the last: nothing
+// may keep growing. It returns what grew.
+func (rr roundRunner) soak(ctx context.Context, stdout io.Writer) ([]string, error) {
+	rr.opts.soldOut = 0 // the soak looks for leaks round after round, not for rates: no sold-out phases
+	began := time.Now()
+	first, err := rr.samples(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rounds := 1
+	var skus []string
+	for ; time.Since(began) < rr.opts.soak && ctx.Err() == nil; rounds++ {
+		reports, _, err := rr.round(ctx, fmt.Sprintf("-r%d", rounds))
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range reports {
+			skus = append(skus, r.SKU)
+			if len(r.Failed) > 0 {
+				return []string{fmt.Sprintf("round %d, %s: %s", rounds, r.Strategy, strings.Join(r.Failed, "; "))}, nil
+			}
+		}
+	}
+	last, err := rr.samples(ctx)
+	if err != nil {
+		return nil, err
+	}
+	problems := soakReport(stdout, rr.targets, first, last, rounds, time.Since(began))
+	if rr.opts.redis != "" {
+		time.Sleep(time.Second) // let the last releases land
+		n, err := leftoverLocks(ctx, rr.verifier, rr.opts.redis, skus)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			problems = append(problems, fmt.Sprintf("%d Redis lock keys left behind", n))
+		}
+	}
+	return problems, nil
 }
