@@ -16,10 +16,10 @@ package backendtest
 
 import (
 	"context"
-	"errors"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"

@@ -350,6 +350,7 @@ func TestAdminRequiresToken(t *testing.T) {
 		{"PUT product", http.MethodPut, productPath(sku), `{"name":"hijacked","stock":1000}`},
 		{"PUT new product", http.MethodPut, productPath(backendtest.SKU(t)), `{"name":"x","stock":1}`},
 		{"GET audit", http.MethodGet, auditPath(sku), ""},
+		{"GET locks", http.MethodGet, locksPath(sku), ""},
 	}
 	for _, e := range endpoints {
 		for _, a := range auths {

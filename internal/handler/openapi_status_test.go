@@ -43,6 +43,7 @@ var serviceErrors = map[string][]error{
 	"Audit":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
 	"Reconcile":   {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
 	"Checks":      {stock.ErrUnavailable},
+	"Locks":       nil, // names only: no backend is asked
 }
 
 // probeSales answers every call with success, or with fail[method] for that method, and notes
@@ -83,6 +84,10 @@ func (p *probeSales) Audit(context.Context, string) (service.Audit, error) {
 }
 func (p *probeSales) Reconcile(context.Context, string) (service.Audit, error) {
 	return service.Audit{}, p.err("Reconcile")
+}
+func (p *probeSales) Locks(string) service.Locks {
+	p.called["Locks"] = true
+	return service.Locks{}
 }
 func (p *probeSales) Checks() []service.Check {
 	return []service.Check{{Name: "database", Ping: func(context.Context) error { return p.err("Checks") }}}

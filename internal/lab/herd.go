@@ -18,10 +18,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/flashsale/seckill/internal/embeddedetcd"
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/lock/zklock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // herd is the herd effect of a queue lock. Waiters that watch the lock itself — the prefix in
@@ -154,7 +154,7 @@ func runHerd(ctx context.Context, env *Env) (Result, error) {
 
 	var runs [2][]herdRun // by form: etcd, then ZooKeeper
 	for i, f := range forms {
-		r, err := herdEtcd(ctx, embeddedetcd.Endpoints(e.member), env.key("herd", fmt.Sprint(i)), n, f.etcd)
+		r, err := herdEtcd(ctx, etcdserver.Endpoints(e.member), env.key("herd", fmt.Sprint(i)), n, f.etcd)
 		if err != nil {
 			return Result{}, fmt.Errorf("%s: %w", f.etcdName, err)
 		}

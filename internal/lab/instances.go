@@ -12,11 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/app"
-	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // instance is one service instance, built by app.Open as cmd/api builds it.
@@ -247,7 +247,7 @@ type services struct {
 
 // startedEtcd and startedZK are servers started in the background, or why they did not start.
 type startedEtcd struct {
-	member *embeddedetcd.Member
+	member *etcdserver.Member
 	err    error
 }
 
@@ -259,7 +259,7 @@ type startedZK struct {
 func startServices(dir string) *services {
 	etcdUp, zkUp := make(chan startedEtcd, 1), make(chan startedZK, 1)
 	go func() {
-		m, err := embeddedetcd.Start(filepath.Join(dir, "etcd"))
+		m, err := etcdserver.Start(filepath.Join(dir, "etcd"))
 		etcdUp <- startedEtcd{m, err}
 	}()
 	s := &services{zkMissing: zkserver.Available(),

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/devserver/etcdserver"
 	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/redisclient"
@@ -149,7 +150,7 @@ type Env struct {
 	prefix    string
 
 	etcdMu    sync.Mutex // the lab's own etcd, started by the first instance when base names none
-	etcd      *embeddedetcd.Member
+	etcd      *etcdserver.Member
 	etcdDir   string
 	etcdErr   error
 	etcdTried bool
@@ -267,7 +268,7 @@ func (e *Env) etcdEndpoints() ([]string, error) {
 	if e.etcdErr != nil {
 		return nil, fmt.Errorf("the lab's etcd: %w", e.etcdErr)
 	}
-	return embeddedetcd.Endpoints(e.etcd), nil
+	return etcdserver.Endpoints(e.etcd), nil
 }
 
 // Close closes the backends, and stops the lab's etcd if an instance started it.

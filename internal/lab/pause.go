@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/stock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // pause is 坑二 (pitfall two) of «Locks in practice» (docs/sources.md), on a real ZooKeeper: a holder

@@ -14,10 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/flashsale/seckill/internal/embeddedetcd"
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/lock/zklock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // reentrancy is a holder that, holding a lock, asks for it again — a locked function calling
@@ -261,8 +261,8 @@ func reenterLockTable(ctx context.Context, env *Env) (reentryTest, error) {
 // second finds its key already there and the oldest: it "holds" at once. Reentrant by accident —
 // without a count: the first Unlock deletes the one key, and the outer holder, still inside its
 // section, holds nothing. Another session's Lock shows it.
-func reenterEtcd(ctx context.Context, m *embeddedetcd.Member, pfx string, bound time.Duration) (reentryTest, error) {
-	client, err := etcdlock.NewClient(embeddedetcd.Endpoints(m))
+func reenterEtcd(ctx context.Context, m *etcdserver.Member, pfx string, bound time.Duration) (reentryTest, error) {
+	client, err := etcdlock.NewClient(etcdserver.Endpoints(m))
 	if err != nil {
 		return reentryTest{}, err
 	}

@@ -19,12 +19,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/flashsale/seckill/internal/embeddedetcd"
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/redisserver"
 	"github.com/flashsale/seckill/internal/stock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // throughput puts the sources' performance rows (docs/sources.md) to the test: how many
@@ -347,9 +347,9 @@ func rowLockFamily(env *Env) lockFamily {
 
 // etcdFamily is etcdlock.Mutex with a session per client: two mutexes on one session do not exclude
 // each other, so a shared session would measure no lock at all.
-func etcdFamily(m *embeddedetcd.Member) lockFamily {
+func etcdFamily(m *etcdserver.Member) lockFamily {
 	return lockFamily{slug: "etcd", name: "etcd (etcdlock.Mutex)", open: func(ctx context.Context, n int) ([]lockCycle, func(), error) {
-		client, err := etcdlock.NewClient(embeddedetcd.Endpoints(m))
+		client, err := etcdlock.NewClient(etcdserver.Endpoints(m))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/stock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 func zkReq(sku, user string) stock.OrderRequest {

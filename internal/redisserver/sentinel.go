@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashsale/seckill/internal/freeport"
+	"github.com/flashsale/seckill/devserver/freeport"
 )
 
 // startReplica starts one server in dir that replicates master (host:port — which may be a
