@@ -40,8 +40,8 @@ type Order struct {
 type Verdict struct {
 	Audit    contract.Audit  `json:"audit"`           // the service's GET /audit
 	Store    *contract.Audit `json:"store,omitempty"` // the tool's own reading of the tables; nil when it cannot read them
-	Oversold int64      `json:"oversold"`
-	Problems []string   `json:"problems,omitempty"`
+	Oversold int64           `json:"oversold"`
+	Problems []string        `json:"problems,omitempty"`
 }
 
 // OK reports whether the invariant held and every 201 was backed by its order.
