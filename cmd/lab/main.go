@@ -1,7 +1,7 @@
 // Command lab runs the failures that distributed locks exist for, each beside its fix, on real
 // backends, and says which reproduced (package lab):
 //
-//	go run ./cmd/lab -list                 the experiments and their seeds
+//	go run ./cmd/lab -list                 the experiments and their sources
 //	go run ./cmd/lab [experiment...|all]   run them; the table on stdout, the report files in -out
 //
 // It exits non-zero, saying why, when an experiment did not reproduce — its failure did not
@@ -19,7 +19,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
+	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -45,6 +48,23 @@ func main() {
 	}
 }
 
+// provenance is the line that goes with the lab's figures wherever they are pasted (docs/lab.md
+// checks for it): the command, the commit and the machine that produced them.
+func provenance(ctx context.Context, args []string, env *lab.Env) string {
+	commit := "unknown"
+	if out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty", "--abbrev=7").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+	}
+	machine := []string{fmt.Sprintf("%d cores", runtime.NumCPU())}
+	for _, v := range []string{env.DBVersion, env.RedisVersion} {
+		if v != "" {
+			machine = append(machine, v)
+		}
+	}
+	command := strings.TrimSpace("go run ./cmd/lab " + strings.Join(args, " "))
+	return fmt.Sprintf("Measured by `%s` at commit %s on %s, %s.", command, commit, strings.Join(machine, ", "), time.Now().UTC().Format(time.DateOnly))
+}
+
 // quietRedis drops go-redis's own log lines.
 type quietRedis struct{}
 
@@ -53,7 +73,7 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	list := fs.Bool("list", false, "list the experiments and their seeds, and exit")
+	list := fs.Bool("list", false, "list the experiments and their sources, and exit")
 	out := fs.String("out", "lab-report", "directory for report.md, report.html and summary.json")
 	small := fs.Bool("small", false, "run each experiment at the size CI runs it")
 	bound := fs.Duration("bound", 3*time.Minute, "upper bound of one experiment")
@@ -90,12 +110,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})
 	defer env.Close()
 
+	prov := provenance(ctx, args, env) // the commit that runs, before anyone edits the tree meanwhile
 	reports := lab.Run(ctx, env, exps, *bound, stderr)
-	fmt.Fprint(stdout, lab.Markdown(reports))
-	if err := lab.Write(*out, reports); err != nil {
+	fmt.Fprintf(stdout, "%s\n\n%s", prov, lab.Console(reports))
+	if err := lab.Write(*out, prov, reports); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nreport: %s (report.md, report.html, summary.json)\n", *out)
+	fmt.Fprintf(stdout, "\nthe detail of each: %s (report.md, report.html, summary.json)\n", *out)
 	fmt.Fprintln(stdout, lab.Summary(reports))
 	return lab.Check(reports)
 }

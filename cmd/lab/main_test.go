@@ -18,8 +18,8 @@ import (
 
 func TestMain(m *testing.M) { backendtest.Main(m) }
 
-// TestRun runs one experiment as a user would, small: the table on stdout, the three report
-// files, and the last line.
+// TestRun runs one experiment as a user would, small: the provenance line and the short table
+// on stdout, the three report files, and the last line.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	getenv := func(k string) string {
@@ -33,11 +33,17 @@ func TestRun(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	assert.Equal(t, "lab: 1/1 experiments reproduced", lines[len(lines)-1])
 	assert.Contains(t, out.String(), "| `unlock-race` |")
+	assert.Regexp(t, "^Measured by `go run ./cmd/lab -small -out .* unlock-race` at commit [0-9a-f]{7}.* on [0-9]+ cores, (MariaDB [0-9.]+, )?Redis [0-9.]+, ", lines[0])
+	for _, l := range lines {
+		assert.LessOrEqual(t, len([]rune(l)), 250, "a console line runs on: %s", l)
+	}
 	for _, f := range []string{"report.md", "report.html", "summary.json"} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		require.NoError(t, err)
 		assert.Contains(t, string(b), "unlock-race", f)
 	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	assert.Contains(t, string(md), lines[0], "report.md carries the provenance line")
 	var summary struct{ Reproduced, Total int }
 	b, _ := os.ReadFile(filepath.Join(dir, "summary.json"))
 	require.NoError(t, json.Unmarshal(b, &summary))

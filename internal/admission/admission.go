@@ -197,6 +197,19 @@ func keys(sku string) []string {
 	return []string{p + "stock", p + "buyers", p + "reserved"}
 }
 
+// Keys are the Redis keys of one product's admission (lua/admit.lua).
+type Keys struct {
+	Stock    string // the admission counter: the database's stock, minus the reservations
+	Buyers   string // the users admitted in this sale round
+	Reserved string // the reservations: user -> reservation id, units, instance, Idempotency-Key
+}
+
+// KeysOf returns sku's admission keys, for the service to publish (GET .../locks).
+func KeysOf(sku string) Keys {
+	ks := keys(sku)
+	return Keys{Stock: ks[0], Buyers: ks[1], Reserved: ks[2]}
+}
+
 // sweptKey is the sweeper's marker of a reservation it returned (lua/sweep.lua).
 func sweptKey(sku, reservation string) string { return "seckill:{" + sku + "}:swept:" + reservation }
 

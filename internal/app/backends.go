@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/flashsale/seckill/devserver/etcdserver"
 	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/lock/zklock"
@@ -120,7 +121,7 @@ func redisText(mode redisclient.Mode, addrs []string, master string) string {
 // is configured.
 type etcdBackend struct {
 	client   *clientv3.Client
-	embedded *embeddedetcd.Member
+	embedded *etcdserver.Member
 }
 
 // openEtcd connects to the configured etcd cluster, or starts a real etcd server in-process
@@ -130,9 +131,6 @@ func openEtcd(cfg Config, out io.Writer) (*etcdBackend, error) {
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
 		dir := filepath.Join(cfg.DataDir, "etcd")
-		if err := embeddedetcd.Fresh(dir); err != nil {
-			return nil, err
-		}
 		m, err := embeddedetcd.Start(dir)
 		if err != nil {
 			return nil, fmt.Errorf("start embedded etcd: %w", err)

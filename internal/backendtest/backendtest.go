@@ -19,6 +19,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -97,6 +98,13 @@ func connect() {
 		}
 		if Required() {
 			initErr = fmt.Errorf("MariaDB at %s is required (SECKILL_TEST_REQUIRE_BACKENDS=1) but unreachable: %w", cfg.Addr, err)
+			return
+		}
+		// A server that answered and refused (a password, a missing grant) is there: falling
+		// back to SQLite would run every test on the wrong database without a word.
+		var refused *mysql.MySQLError
+		if errors.As(err, &refused) {
+			initErr = fmt.Errorf("MariaDB at %s refused the tests (%w): set SECKILL_TEST_MYSQL_DSN, e.g. user:password@tcp(127.0.0.1:3306)/", cfg.Addr, err)
 			return
 		}
 		useSQLite()

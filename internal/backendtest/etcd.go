@@ -8,13 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/flashsale/seckill/internal/embeddedetcd"
+	"github.com/flashsale/seckill/devserver/etcdserver"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 )
 
 var (
 	etcdOnce   sync.Once
-	etcdMember *embeddedetcd.Member
+	etcdMember *etcdserver.Member
 	etcdDir    string
 	etcdErr    error
 )
@@ -23,7 +23,7 @@ var (
 func startEtcd() {
 	etcdDir, etcdErr = os.MkdirTemp("", "seckill-test-etcd-")
 	if etcdErr == nil {
-		etcdMember, etcdErr = embeddedetcd.Start(etcdDir)
+		etcdMember, etcdErr = etcdserver.Start(etcdDir)
 	}
 }
 
@@ -63,10 +63,10 @@ func EtcdClient(t testing.TB, endpoints []string) *clientv3.Client {
 }
 
 // StartEtcdCluster starts an etcd cluster of n members of the test's own, stopped in t.Cleanup.
-func StartEtcdCluster(t testing.TB, n int) []*embeddedetcd.Member {
+func StartEtcdCluster(t testing.TB, n int) []*etcdserver.Member {
 	t.Helper()
-	members, err := embeddedetcd.StartCluster(t.TempDir(), n)
+	members, err := etcdserver.StartCluster(t.TempDir(), n)
 	require.NoError(t, err)
-	t.Cleanup(func() { embeddedetcd.Close(members...) })
+	t.Cleanup(func() { etcdserver.Close(members...) })
 	return members
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashsale/seckill/internal/natsserver"
+	"github.com/flashsale/seckill/devserver/natsserver"
 	"github.com/flashsale/seckill/internal/orderqueue"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/lock/zklock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // ZooKeeper is a Java server: the tests run Debian's package (apt-get install -y zookeeper,

@@ -31,8 +31,8 @@ var (
 	errPanic            = errors.New("panic")             // a handler panicked; answered as 500 internal
 )
 
-// answers is the one place where error codes become HTTP statuses and messages (the README's
-// error table): the code comes from stock.Code, which also labels the order metrics, so an
+// answers is the one place where error codes become HTTP statuses and messages (the error table of
+// docs/lifecycle.md): the code comes from stock.Code, which also labels the order metrics, so an
 // answer, its metric and its log line always say the same thing.
 var answers = map[string]struct {
 	status  int

@@ -42,6 +42,8 @@ type Sales interface {
 	Audit(ctx context.Context, sku string) (service.Audit, error)
 	// Reconcile rebuilds state outside the database from it, then audits.
 	Reconcile(ctx context.Context, sku string) (service.Audit, error)
+	// Locks names where the strategies lock the product, and its admission keys.
+	Locks(sku string) service.Locks
 	// Checks are the backends /readyz asks.
 	Checks() []service.Check
 }
@@ -100,6 +102,7 @@ func New(cfg Config) (http.Handler, error) {
 	v1.GET("/products/:sku", h.getProduct)
 	v1.GET("/products/:sku/audit", admin, h.audit)
 	v1.POST("/products/:sku/reconcile", admin, h.reconcile)
+	v1.GET("/products/:sku/locks", admin, h.locks)
 	v1.POST("/products/:sku/orders", h.placeOrder)
 	v1.GET("/orders/:order_id", h.getOrder)
 	v1.POST("/orders/:order_id/pay", h.payOrder)
@@ -194,6 +197,16 @@ func (h *handler) reconcile(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, auditJSON(a))
+}
+
+// locks names the product's locks and admission keys: names only, read from the code, so the
+// product need not exist and no backend is asked.
+func (h *handler) locks(c *gin.Context) {
+	sku, ok := skuParam(c)
+	if !ok {
+		return
+	}
+	c.JSON(http.StatusOK, locksJSON(sku, h.Sales.Locks(sku)))
 }
 
 func (h *handler) placeOrder(c *gin.Context) {

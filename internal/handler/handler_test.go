@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/flashsale/seckill/contract"
 	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/handler"
@@ -113,25 +114,6 @@ type (
 		ExpiresAt *time.Time `json:"expires_at"`
 		CreatedAt time.Time  `json:"created_at"`
 	}
-	auditResponse struct {
-		SKU             string `json:"sku"`
-		InitialStock    int64  `json:"initial_stock"`
-		Stock           int64  `json:"stock"`
-		OrderedQuantity int64  `json:"ordered_quantity"`
-		Orders          int64  `json:"orders"`
-		DistinctBuyers  int64  `json:"distinct_buyers"`
-		Oversold        int64  `json:"oversold"`
-		Consistent      bool   `json:"consistent"`
-		// With Redis: the admission state.
-		RedisStock        *int64 `json:"redis_stock"`
-		RedisReservations *int64 `json:"redis_reservations"`
-		RedisReserved     *int64 `json:"redis_reserved"`
-		HeldBack          *int64 `json:"held_back"`
-		// The orders by state.
-		Pending   int64 `json:"pending"`
-		Cancelled int64 `json:"cancelled"`
-		Expired   int64 `json:"expired"`
-	}
 )
 
 var (
@@ -214,9 +196,9 @@ func (s *server) product(t *testing.T, sku string) productResponse {
 }
 
 // audit reads sku's audit through the admin API.
-func (s *server) audit(t *testing.T, sku string) auditResponse {
+func (s *server) audit(t *testing.T, sku string) contract.Audit {
 	t.Helper()
-	return decode[auditResponse](t, s.do(t, http.MethodGet, auditPath(sku), "", admin), http.StatusOK, auditFields)
+	return decode[contract.Audit](t, s.do(t, http.MethodGet, auditPath(sku), "", admin), http.StatusOK, auditFields)
 }
 
 // order places an order that must succeed.
@@ -350,6 +332,7 @@ func TestAdminRequiresToken(t *testing.T) {
 		{"PUT product", http.MethodPut, productPath(sku), `{"name":"hijacked","stock":1000}`},
 		{"PUT new product", http.MethodPut, productPath(backendtest.SKU(t)), `{"name":"x","stock":1}`},
 		{"GET audit", http.MethodGet, auditPath(sku), ""},
+		{"GET locks", http.MethodGet, locksPath(sku), ""},
 	}
 	for _, e := range endpoints {
 		for _, a := range auths {
@@ -452,7 +435,7 @@ func TestPlaceOrder(t *testing.T) {
 
 	a := s.audit(t, sku)
 	redisStock, zero, heldBack := int64(4), int64(0), int64(0) // warmed by the PUT with 10; only hybrid orders (6 units) move the admission counter
-	assert.Equal(t, auditResponse{
+	assert.Equal(t, contract.Audit{
 		SKU: sku, InitialStock: 10, Stock: 1, OrderedQuantity: 9, Orders: 6, DistinctBuyers: 6, Oversold: 0, Consistent: true,
 		RedisStock: &redisStock, RedisReservations: &zero, RedisReserved: &zero, HeldBack: &heldBack,
 	}, a, "no reservation is left in flight; admission offers more than the database has (4 > 1: dblock and pessimistic sold 3 units it never saw), so it holds nothing back")
@@ -864,7 +847,7 @@ func TestRedisAdmissionState(t *testing.T) {
 	require.NotNil(t, a.HeldBack)
 	assert.EqualValues(t, 2, *a.HeldBack, "the audit shows the units the database has that admission holds back")
 	assertError(t, s.do(t, http.MethodPost, reconcilePath(sku), "", nil), http.StatusUnauthorized, "unauthenticated")
-	rec := decode[auditResponse](t, s.do(t, http.MethodPost, reconcilePath(sku), "", admin), http.StatusOK, auditFields)
+	rec := decode[contract.Audit](t, s.do(t, http.MethodPost, reconcilePath(sku), "", admin), http.StatusOK, auditFields)
 	require.NotNil(t, rec.RedisStock)
 	assert.EqualValues(t, 2, *rec.RedisStock, "rebuilt from the database")
 	s.order(t, sku, `{"user_id":"u-2","strategy":"hybrid"}`, nil)

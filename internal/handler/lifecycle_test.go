@@ -80,7 +80,7 @@ func TestPayAndCancel(t *testing.T) {
 }
 
 // TestPayAfterExpiry: an order unpaid past its deadline reads as expired at once; a late payment
-// is refused (the textbook oversell — restock, then the late payment succeeds — cannot happen)
+// is refused (the classic oversell — restock, then the late payment succeeds — cannot happen)
 // and so is a late cancel; the unit is back on sale.
 func TestPayAfterExpiry(t *testing.T) {
 	s := newServer(t)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/contract"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/service"
 )
@@ -56,7 +57,7 @@ func TestQueuedOrderHTTP(t *testing.T) {
 	rec = s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil)
 	require.Equal(t, http.StatusOK, rec.Code)
 	assert.Equal(t, "queued", decodeOrder(t, rec.Body.Bytes()).Status)
-	var a auditQueued
+	var a contract.Audit
 	rec = s.do(t, http.MethodGet, auditPath(sku), "", admin)
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &a))
 	require.NotNil(t, a.Queued)
@@ -85,12 +86,6 @@ func TestQueuedOrderHTTP(t *testing.T) {
 	assertError(t, s.do(t, http.MethodGet, orderPath("01J00000000000000000000000")+"?wait=100ms", "", nil), http.StatusNotFound, "not_found")
 }
 
-// auditQueued is the audit with the queued strategy's count.
-type auditQueued struct {
-	auditResponse
-	Queued *int64 `json:"queued"`
-}
-
 // TestQueuedRejectedHTTP: an order the database cannot back — it had less than admission
 // thought — reads as rejected, with the reason, and its unit is back on sale in admission.
 func TestQueuedRejectedHTTP(t *testing.T) {
@@ -110,7 +105,7 @@ func TestQueuedRejectedHTTP(t *testing.T) {
 	o := decodeOrder(t, rec.Body.Bytes())
 	assert.Equal(t, "rejected", o.Status)
 	assert.Equal(t, "sold_out", o.Reason)
-	var a auditQueued
+	var a contract.Audit
 	require.NoError(t, json.Unmarshal(s.do(t, http.MethodGet, auditPath(sku), "", admin).Body.Bytes(), &a))
 	assert.True(t, a.Consistent)
 	assert.Zero(t, a.Orders)

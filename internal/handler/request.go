@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashsale/seckill/contract"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -303,38 +304,22 @@ func waitParam(c *gin.Context) (time.Duration, error) {
 	return min(d, maxWait), nil
 }
 
-type auditResponse struct {
-	SKU             string `json:"sku"`
-	InitialStock    int64  `json:"initial_stock"`
-	Stock           int64  `json:"stock"`
-	OrderedQuantity int64  `json:"ordered_quantity"`
-	Orders          int64  `json:"orders"`
-	DistinctBuyers  int64  `json:"distinct_buyers"`
-	Oversold        int64  `json:"oversold"`
-	Consistent      bool   `json:"consistent"`
-	// Orders by state: the pending ones are active too (in the counts above); cancelled and
-	// expired ones hold no units.
-	Pending   int64 `json:"pending"`
-	Cancelled int64 `json:"cancelled"`
-	Expired   int64 `json:"expired"`
-	// The Redis admission state, absent when Redis does not answer: its counter, the reservations
-	// in flight and their units, and the units the database has that admission holds back.
-	RedisStock        *int64 `json:"redis_stock,omitempty"`
-	RedisReservations *int64 `json:"redis_reservations,omitempty"`
-	RedisReserved     *int64 `json:"redis_reserved,omitempty"`
-	HeldBack          *int64 `json:"held_back,omitempty"`
-	// Orders the queued strategy accepted and has not yet written, absent without an order
-	// queue: active orders plus these never exceed the initial stock.
-	Queued *int64 `json:"queued,omitempty"`
-}
-
-func auditJSON(a service.Audit) auditResponse {
-	out := auditResponse{SKU: a.SKU, InitialStock: a.InitialStock, Stock: a.Stock, OrderedQuantity: a.OrderedQuantity,
+func auditJSON(a service.Audit) contract.Audit {
+	out := contract.Audit{SKU: a.SKU, InitialStock: a.InitialStock, Stock: a.Stock, OrderedQuantity: a.OrderedQuantity,
 		Orders: a.Orders, DistinctBuyers: a.DistinctBuyers, Oversold: a.Oversold(), Consistent: a.Consistent(),
 		Pending: a.Pending, Cancelled: a.Cancelled, Expired: a.Expired, Queued: a.Queued}
 	if r := a.Redis; r != nil {
 		held := a.HeldBack()
 		out.RedisStock, out.RedisReservations, out.RedisReserved, out.HeldBack = r.Stock, &r.Reservations, &r.Reserved, &held
+	}
+	return out
+}
+
+func locksJSON(sku string, l service.Locks) contract.Locks {
+	out := contract.Locks{SKU: sku, Locks: []contract.Lock{}, Admission: contract.AdmissionKeys{
+		Stock: l.Admission.Stock, Buyers: l.Admission.Buyers, Reserved: l.Admission.Reserved}}
+	for _, k := range l.Locks {
+		out.Locks = append(out.Locks, contract.Lock{Strategy: k.Strategy, Backend: k.Backend, Key: k.Key})
 	}
 	return out
 }

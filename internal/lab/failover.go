@@ -14,7 +14,7 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// failover is the incident of the post-mortem: service instances lock a SKU on a Redis master
+// failover is the oversell incident that opens «Locks in practice» (docs/sources.md): service instances lock a SKU on a Redis master
 // managed by Sentinel, with one replica. Replication is asynchronous, so a lock the master has
 // granted may not have reached the replica when the master dies; the replica is promoted, and it
 // grants the same lock again. Here that is made certain — the replication link is cut just
@@ -27,7 +27,7 @@ import (
 func failover() Experiment {
 	return Experiment{
 		Name: "failover",
-		Seed: "002, the incident: eight servers, a Redis master with replicas, a SET NX EX lock, 100 units sold 170 times after a failover",
+		Seed: "«Locks in practice», the incident: eight servers, a Redis master with replicas, a SET NX EX lock, 100 units sold 170 times after a failover",
 		Claim: "A Redis lock that had not reached the replica is granted again after a failover, and the lock alone writes the stock it read over the others' sales; " +
 			"the database's version check keeps the stock column and the orders in step. Both forms are behind hybrid's Redis admission.",
 		Fix: `UPDATE products SET stock = stock - ?, version = version + 1 WHERE sku = ? AND version = ? AND stock >= ?`,

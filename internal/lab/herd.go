@@ -18,10 +18,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/flashsale/seckill/internal/embeddedetcd"
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/lock/zklock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // herd is the herd effect of a queue lock. Waiters that watch the lock itself — the prefix in
@@ -29,11 +29,11 @@ import (
 // at the queue, find they are not next, and go back to sleep. N waiters and N hand-offs cost about
 // N²/2 wake-ups, each a read on the lock service, and the one waiter that matters queues its read
 // behind everyone else's. Watching only the key or node just below one's own wakes one waiter per
-// release: the documents' recipe, and what etcdlock.Mutex and zklock.Mutex do.
+// release: the recipe of all three sources (docs/sources.md), and what etcdlock.Mutex and zklock.Mutex do.
 func herd() Experiment {
 	return Experiment{
 		Name:  "herd",
-		Seed:  "000, 002 and 003: watch only the next-lower node, not the lock (the herd effect)",
+		Seed:  "«Choosing a lock», «Locks in practice» and «Which lock»: watch only the next-lower node, not the lock (the herd effect)",
 		Claim: "Waiters that watch the whole lock are all woken by every release, so a hand-off costs a wake-up per waiter; a waiter that watches only its predecessor is woken once, when its turn comes.",
 		Fix:   "conn.ExistsW(path.Join(dir, predecessor)) // zklock.Mutex; etcdlock.Mutex: client.Watch(ctx, predecessorKey, clientv3.WithFilterPut())",
 		Run:   runHerd,
@@ -154,7 +154,7 @@ func runHerd(ctx context.Context, env *Env) (Result, error) {
 
 	var runs [2][]herdRun // by form: etcd, then ZooKeeper
 	for i, f := range forms {
-		r, err := herdEtcd(ctx, embeddedetcd.Endpoints(e.member), env.key("herd", fmt.Sprint(i)), n, f.etcd)
+		r, err := herdEtcd(ctx, etcdserver.Endpoints(e.member), env.key("herd", fmt.Sprint(i)), n, f.etcd)
 		if err != nil {
 			return Result{}, fmt.Errorf("%s: %w", f.etcdName, err)
 		}

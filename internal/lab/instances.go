@@ -12,11 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/app"
-	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // instance is one service instance, built by app.Open as cmd/api builds it.
@@ -116,7 +116,7 @@ type overlaps struct {
 }
 
 // hold is a section hook: it counts the section in, holds it for d — the database latency of
-// the documents' pitfall, or a paused holder — and counts it out.
+// pitfall one of «Locks in practice», or a paused holder — and counts it out.
 func (o *overlaps) hold(d time.Duration) func(ctx context.Context, _ []stock.OrderRequest) {
 	return func(ctx context.Context, _ []stock.OrderRequest) {
 		o.entered.Add(1)
@@ -255,7 +255,7 @@ type services struct {
 
 // startedEtcd and startedZK are servers started in the background, or why they did not start.
 type startedEtcd struct {
-	member *embeddedetcd.Member
+	member *etcdserver.Member
 	err    error
 }
 
@@ -267,7 +267,7 @@ type startedZK struct {
 func startServices(dir string) *services {
 	etcdUp, zkUp := make(chan startedEtcd, 1), make(chan startedZK, 1)
 	go func() {
-		m, err := embeddedetcd.Start(filepath.Join(dir, "etcd"))
+		m, err := etcdserver.Start(filepath.Join(dir, "etcd"))
 		etcdUp <- startedEtcd{m, err}
 	}()
 	s := &services{zkMissing: zkserver.Available(),

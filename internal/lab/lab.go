@@ -1,11 +1,12 @@
 // Package lab runs the failures that distributed locks exist for, each beside the fix that
-// stops it: a claim of the documents this project was made from (README, "Pitfalls, running"),
+// stops it: a claim of the sources this project was made from (docs/sources.md, docs/lab.md),
 // reproduced on real backends, measured, and judged. An experiment reproduces when its failing
 // form fails and its fix holds; one that does not is a finding, not a flake to retry.
 package lab
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/devserver/etcdserver"
 	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/redisclient"
@@ -28,13 +30,13 @@ import (
 // An Experiment is one claim: the failing form and the fix, run the same way.
 type Experiment struct {
 	Name  string
-	Seed  string // where the claim is made: the document and its section
+	Seed  string // where the claim is made: the source, by its short title in docs/sources.md, and its section
 	Claim string // the claim, in a sentence
-	// Fix is the line of code that makes the difference, for the README and the report; for a
+	// Fix is the line of code that makes the difference, for docs/lab.md and the report; for a
 	// measurement, how the figures are taken.
 	Fix string
 	// Measures marks a measurement (throughput): Run returns Result.Measured — figures, and the
-	// documents' claims judged against them one by one — not a failing form and a fix.
+	// sources' claims judged against them one by one — not a failing form and a fix.
 	Measures bool
 	// Run runs both forms on env, within ctx, at env.Size.
 	Run func(ctx context.Context, env *Env) (Result, error)
@@ -63,7 +65,7 @@ type Outcome struct {
 	Failed   bool   // the failure the experiment is about happened
 }
 
-// Measurement is what a measurement took and how the documents' claims fared against it.
+// Measurement is what a measurement took and how the sources' claims fared against it.
 type Measurement struct {
 	Method   string // how the figures were taken
 	Figures  string // the figures
@@ -84,7 +86,7 @@ func (m Measurement) Held() int {
 
 // Judgement is one claim held against one measured figure.
 type Judgement struct {
-	Claim    string // the claim and where it is made, e.g. "002: Redis (Redisson) 10万+/s"
+	Claim    string // the claim and where it is made, e.g. "«Locks in practice»: Redis (Redisson) 10万+/s (100,000+)"
 	Subject  string // what was measured for it, e.g. "one Redis (redsync)"
 	Measured string // the figure it was judged on
 	Held     bool   // the figure is what the claim says; false: the figure contradicts it
@@ -139,6 +141,9 @@ type Env struct {
 	Store *stock.Store  // nil: MySQL/MariaDB did not answer (StoreErr says why)
 
 	RedisErr, StoreErr error
+	// DBVersion and RedisVersion are what the servers said they are ("" when they did not
+	// answer): a figure is only worth the machine it was taken on.
+	DBVersion, RedisVersion string
 	// base is the configuration of every service instance an experiment starts (newInstance):
 	// cmd/api's, on the lab's backends.
 	base      app.Config
@@ -146,7 +151,7 @@ type Env struct {
 	prefix    string
 
 	etcdMu    sync.Mutex // the lab's own etcd, started by the first instance when base names none
-	etcd      *embeddedetcd.Member
+	etcd      *etcdserver.Member
 	etcdDir   string
 	etcdErr   error
 	etcdTried bool
@@ -190,7 +195,46 @@ func Open(ctx context.Context, o Options) *Env {
 		}
 	}
 	env.Store, env.StoreErr = openStore(openCtx, o.Config, o.Log)
+	if env.Store != nil {
+		env.DBVersion = dbVersion(openCtx, o.Config.MySQLDSN)
+	}
+	if env.Redis != nil {
+		env.RedisVersion = redisVersion(openCtx, env.Redis)
+	}
 	return env
+}
+
+// dbVersion is the server's name and version, "MariaDB 10.11.19" or "MySQL 8.4.3"; "" when
+// it does not say.
+func dbVersion(ctx context.Context, dsn string) string {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return ""
+	}
+	defer db.Close()
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return ""
+	}
+	number, _, _ := strings.Cut(v, "-")
+	if strings.Contains(v, "MariaDB") {
+		return "MariaDB " + number
+	}
+	return "MySQL " + number
+}
+
+// redisVersion is "Redis 7.0.15", from INFO server; "" when it does not say.
+func redisVersion(ctx context.Context, rdb *redis.Client) string {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return "Redis " + v
+		}
+	}
+	return ""
 }
 
 func openStore(ctx context.Context, cfg app.Config, log *slog.Logger) (*stock.Store, error) {
@@ -229,7 +273,7 @@ func (e *Env) etcdEndpoints() ([]string, error) {
 	if e.etcdErr != nil {
 		return nil, fmt.Errorf("the lab's etcd: %w", e.etcdErr)
 	}
-	return embeddedetcd.Endpoints(e.etcd), nil
+	return etcdserver.Endpoints(e.etcd), nil
 }
 
 // queueDir is where the instance named name keeps its embedded NATS server's store: one

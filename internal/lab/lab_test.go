@@ -3,6 +3,7 @@ package lab_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -101,4 +102,24 @@ func TestVerdicts(t *testing.T) {
 	assert.Contains(t, md, "| x |  |  | held |")
 	assert.Contains(t, md, "| y |  |  | contradicted |")
 	assert.NotContains(t, md, "| `e` |", "a measurement has no failing form and no fix")
+}
+
+// TestConsole: one short line per experiment — the claim to its first clause, what the chart
+// measures, the failing form's figure and the fix's — however long the report's own cells run.
+func TestConsole(t *testing.T) {
+	long := strings.Repeat("a holder that waits ", 20)
+	chart := lab.Chart{Title: "Units oversold", Unit: "units", Bars: []lab.Bar{
+		{Label: "the lock alone", Value: 50, Failed: true}, {Label: "watchdog", Value: 0}, {Label: "version check", Value: 0.25}}}
+	reports := []lab.Report{
+		{Name: "ttl", Claim: "A short TTL (a 5 s one; or less) lets two holders in; the watchdog stops it.", Reproduced: true,
+			Result: lab.Result{Failing: lab.Outcome{Happened: long, Failed: true}, Fixed: lab.Outcome{Happened: long}, Chart: chart}},
+		{Name: "pool", Claim: long, NotRun: "no MariaDB"},
+	}
+	lines := strings.Split(strings.TrimSpace(lab.Console(reports)), "\n")
+	require.Len(t, lines, 4, "a header, its rule and one line per experiment")
+	assert.Equal(t, "| `ttl` | A short TTL (a 5 s one; or less) lets two holders in | Units oversold | 50 units | 0.25 units | reproduced |", lines[2])
+	assert.Equal(t, "| `pool` | a holder that waits a holder that waits a holder that waits a holder that waits … |  |  |  | not run |", lines[3])
+	for _, l := range lines {
+		assert.LessOrEqual(t, len([]rune(l)), 250, l)
+	}
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// lockTableNoExpiry is the lock table of the documents without its expiry column: a unique key
+// lockTableNoExpiry is the lock table of the sources (docs/sources.md) without its expiry column: a unique key
 // taken by INSERT and released by DELETE (stock.Store.InsertLock and Unlock). A holder that dies
 // before its DELETE leaves the row, and every INSERT after it fails — for good. The project's
 // lock table (stock.Store.TryLock) has an expiry and reclaims an expired row with one
@@ -14,7 +14,7 @@ import (
 func lockTableNoExpiry() Experiment {
 	return Experiment{
 		Name:  "locktable-noexpiry",
-		Seed:  "003, the lock table's first problem (no expiry: a failed unlock is a deadlock); 000, its expire_at column",
+		Seed:  "«Which lock», the lock table's first problem (no expiry: a failed unlock is a deadlock); «Choosing a lock», its expire_at column",
 		Claim: "A lock table without expiry stays locked after its holder dies; with an expiry and an atomic reclaim, another holder has it after the TTL.",
 		Fix:   `UPDATE distributed_locks SET holder = ?, expire_at = ? WHERE lock_name = ? AND expire_at < NOW(6)`,
 		Run:   runLockTableNoExpiry,

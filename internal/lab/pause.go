@@ -11,15 +11,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/stock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
-// pause is 坑二 of the post-mortem, on a real ZooKeeper: a holder stops (a GC pause) for longer
-// than its session, the server ends the session and deletes its lock node, another instance is
-// granted the lock and sells — and the first wakes up still inside its section and writes. The
-// pause is made real for ZooKeeper: the holder's section is held and its connection cut, so its
-// heartbeats stop as a stopped process's would. The documents give three fixes; each is run:
+// pause is 坑二 (pitfall two) of «Locks in practice» (docs/sources.md), on a real ZooKeeper: a holder
+// stops (a GC pause) for longer than its session, the server ends the session and deletes its lock
+// node, another instance is granted the lock and sells — and the first wakes up still inside its
+// section and writes. The pause is made real for ZooKeeper: the holder's section is held and its
+// connection cut, so its heartbeats stop as a stopped process's would. The sources give three
+// fixes; each is run:
 //  1. a session longer than the pause: no second holder, but the sale waits out the pause;
 //  2. a lock in the process in front of the section (Java's synchronized) — present in every
 //     form here (the batcher runs one section per SKU and instance), and no help: the second
@@ -31,7 +32,7 @@ import (
 func pause() Experiment {
 	return Experiment{
 		Name:  "pause",
-		Seed:  "002, 坑二: an 8 s GC pause, a 5 s ZooKeeper session, the lock node gone, two writers",
+		Seed:  "«Locks in practice», 坑二 (pitfall two): an 8 s GC pause, a 5 s ZooKeeper session, the lock node gone, two writers",
 		Claim: "A holder paused longer than its session loses its lock and the lock alone oversells when it wakes; a longer session avoids it at the cost of a frozen sale, and the fence refuses the late write.",
 		Fix:   `UPDATE products SET ..., zk_fence = ? WHERE sku = ? AND version = ? AND zk_fence <= ?`,
 		Run:   runPause,

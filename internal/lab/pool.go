@@ -12,7 +12,7 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// pool is the database lock of the documents under a flash sale's burst: every order takes the
+// pool is the database lock of «Choosing a lock» and «Locks in practice» under a flash sale's burst: every order takes the
 // product row with SELECT ... FOR UPDATE in a transaction of its own, on the service's connection
 // pool, and holds it while the handler does its few milliseconds of work. The orders queue for
 // the row one at a time, each holding a connection while it waits, the rest wait for a
@@ -28,10 +28,10 @@ import (
 func pool() Experiment {
 	return Experiment{
 		Name: "pool",
-		Seed: "002, 坑三: SELECT ... FOR UPDATE as a lock, 200 concurrent requests, the pool exhausted",
+		Seed: "«Locks in practice», 坑三 (pitfall three): SELECT ... FOR UPDATE as a lock, 200 concurrent requests, the pool exhausted",
 		Claim: "Per-order SELECT ... FOR UPDATE under a burst runs the service's pool dry behind one row, and another product's reads stall with it; " +
-			"the batched row-lock queue on a pool of its own keeps the main pool from running dry. NOWAIT, the documents' fix, is judged the same way.",
-		Fix: "SECKILL_STRATEGY=pessimistic SECKILL_ROW_LOCK=wait SECKILL_GROUP_COMMIT=64: one waiting section per product, on a pool of its own; the documents': SELECT ... FOR UPDATE NOWAIT",
+			"the batched row-lock queue on a pool of its own keeps the main pool from running dry. NOWAIT, the fix «Locks in practice» gives, is judged the same way.",
+		Fix: "SECKILL_STRATEGY=pessimistic SECKILL_ROW_LOCK=wait SECKILL_GROUP_COMMIT=64: one waiting section per product, on a pool of its own; «Locks in practice»'s: SELECT ... FOR UPDATE NOWAIT",
 		Run: runPool,
 	}
 }
@@ -162,7 +162,7 @@ func runPool(ctx context.Context, env *Env) (Result, error) {
 	}
 	return Result{
 		Failing: Outcome{Form: forms[0].name + ", the row held " + ms(hold), Happened: said[0] + ". The claim: " + runs[0].claim(), Failed: runs[0].dry() && runs[0].stalled()},
-		Fixed: Outcome{Form: forms[2].name + " (the project's); beside it " + forms[1].name + " (the documents')",
+		Fixed: Outcome{Form: forms[2].name + " (the project's); beside it " + forms[1].name + " («Locks in practice»'s)",
 			Happened: "The queue: " + said[2] + ". NOWAIT, judged the same way, " + nowait + ": " + said[1],
 			Failed:   !runs[2].held()},
 		Chart: chart,

@@ -14,7 +14,7 @@ import (
 // hybrid: admission, a redsync lock with its watchdog, the batcher, the release messages — with
 // both writes the lock can guard: hybrid's version check, and its unguarded twin's write of the
 // stock it read (the unguarded-redis strategy). As the service offers it, unguarded-redis has no
-// admission — the post-mortem's code had none — so beside hybrid it differs in two mechanisms,
+// admission — the incident's code in «Locks in practice» had none — so beside hybrid it differs in two mechanisms,
 // and admission alone caps the orders at the stock whatever the write does. Here both writes sit
 // behind the same admission — for the twin, a ledger of the instance's own name on its Redis —
 // so that the version check is the one difference between the forms: a lock that fails then

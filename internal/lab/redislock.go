@@ -10,18 +10,18 @@ import (
 )
 
 // releaseScript is the release every Redis lock of this project uses (redsync's, and the
-// documents'): the value is compared and the key deleted in one atomic step, so nothing can
+// sources'): the value is compared and the key deleted in one atomic step, so nothing can
 // happen between the two.
 var releaseScript = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 
 // unlockRace is the release race of the Redis lock: A checks that the lock is its own (GET),
-// the lock expires, B takes it, A deletes it (DEL) — B's lock. The documents give the four steps
+// the lock expires, B takes it, A deletes it (DEL) — B's lock. The sources give the four steps
 // and the Lua release as the fix; here A's pause between the steps is made certain, the same
 // pause in both forms, so every round meets the window.
 func unlockRace() Experiment {
 	return Experiment{
 		Name:  "unlock-race",
-		Seed:  "002, why unlocking needs a Lua script; 000, the Redis lock's release",
+		Seed:  "«Locks in practice», why unlocking needs a Lua script; «Choosing a lock», the Redis lock's release",
 		Claim: "Releasing a Redis lock by GET, then DEL deletes another client's lock when it expires between the two; the compare-and-delete script cannot.",
 		Fix:   `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end`,
 		Run:   runUnlockRace,
@@ -105,7 +105,7 @@ func runUnlockRace(ctx context.Context, env *Env) (Result, error) {
 func setnxExpire() Experiment {
 	return Experiment{
 		Name:  "setnx-expire",
-		Seed:  "003, the Redis lock from setnx and expire",
+		Seed:  "«Which lock», the Redis lock from setnx and expire",
 		Claim: "SETNX then EXPIRE, with the holder gone between them, leaves a lock without expiry that blocks the SKU for good; SET NX PX frees it after the TTL.",
 		Fix:   `client.SetNX(ctx, key, value, ttl) // SET key value NX PX ttl: value and expiry in one command`,
 		Run:   runSetnxExpire,

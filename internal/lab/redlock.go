@@ -25,7 +25,7 @@ import (
 func redlockValidity() Experiment {
 	return Experiment{
 		Name:  "redlock-validity",
-		Seed:  "000 and 003, the Redlock algorithm: validity = TTL - elapsed - drift",
+		Seed:  "«Choosing a lock» and «Which lock», the Redlock algorithm: validity = TTL - elapsed - drift",
 		Claim: "A Redlock client that works for its planned section after a slow acquisition still works when its keys expire on the majority, and another client holds the lock beside it; one that starts only a section shorter than TTL - elapsed - drift never overlaps.",
 		Fix:   `if time.Until(m.Until())-2*time.Millisecond < section { m.Unlock(); /* take it again */ }`,
 		Run:   runRedlockValidity,

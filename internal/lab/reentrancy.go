@@ -14,10 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/flashsale/seckill/internal/embeddedetcd"
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/lock/zklock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 // reentrancy is a holder that, holding a lock, asks for it again — a locked function calling
@@ -28,7 +28,7 @@ import (
 func reentrancy() Experiment {
 	return Experiment{
 		Name:  "reentrancy",
-		Seed:  "000, a distributed lock's requirements (reentrancy); 002, Curator's InterProcessMutex example; 003, the lock table is not reentrant",
+		Seed:  "«Choosing a lock», a distributed lock's requirements (可重入性, reentrancy); «Locks in practice», Curator's InterProcessMutex example; «Which lock», the lock table is not reentrant",
 		Claim: "A holder that asks again for a lock it holds blocks itself on a non-reentrant lock; a lock with a hold count per owner lets it through at once and frees only after as many releases.",
 		Fix:   `if redis.call("EXISTS", KEYS[1]) == 0 or redis.call("HEXISTS", KEYS[1], ARGV[1]) == 1 then redis.call("HINCRBY", KEYS[1], ARGV[1], 1) ...`,
 		Run:   runReentrancy,
@@ -261,8 +261,8 @@ func reenterLockTable(ctx context.Context, env *Env) (reentryTest, error) {
 // second finds its key already there and the oldest: it "holds" at once. Reentrant by accident —
 // without a count: the first Unlock deletes the one key, and the outer holder, still inside its
 // section, holds nothing. Another session's Lock shows it.
-func reenterEtcd(ctx context.Context, m *embeddedetcd.Member, pfx string, bound time.Duration) (reentryTest, error) {
-	client, err := etcdlock.NewClient(embeddedetcd.Endpoints(m))
+func reenterEtcd(ctx context.Context, m *etcdserver.Member, pfx string, bound time.Duration) (reentryTest, error) {
+	client, err := etcdlock.NewClient(etcdserver.Endpoints(m))
 	if err != nil {
 		return reentryTest{}, err
 	}

@@ -97,10 +97,88 @@ func Run(ctx context.Context, env *Env, exps []Experiment, bound time.Duration, 
 	return out
 }
 
+// Console is the terminal's table: one short line per experiment — its claim cut to its first
+// clause, what its chart measures, the failing form's figure (the chart's first failed bar), the
+// fix's (its last bar that held) and the verdict. The whole story of each stays in report.md
+// and report.html: a console table whose cells run to paragraphs is one nobody reads.
+func Console(reports []Report) string {
+	var b strings.Builder
+	b.WriteString("| experiment | claim | figure | failing form | fix | verdict |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range reports {
+		c := r.Result.Chart
+		failing, fixed := figure(c, true), figure(c, false)
+		switch m := r.Result.Measured; {
+		case r.NotRun != "" || r.Error != "":
+			failing, fixed = "", ""
+		case m != nil:
+			failing, fixed = "", fmt.Sprintf("%d of %d claims held", m.Held(), len(m.Claims))
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", r.Name, cell(short(r.Claim, consoleClaim)), cell(clip(c.Title, consoleFigure)),
+			cell(failing), cell(fixed), cell(clip(r.Verdict(), consoleVerdict)))
+	}
+	return b.String()
+}
+
+// consoleClaim, consoleFigure and consoleVerdict bound a console cell, in characters.
+const (
+	consoleClaim   = 80
+	consoleFigure  = 60
+	consoleVerdict = 70
+)
+
+// figure is the value of the first bar of c that failed (failed), or of the last that held.
+func figure(c Chart, failed bool) string {
+	var found *Bar
+	for i, b := range c.Bars {
+		if b.Failed == failed {
+			found = &c.Bars[i]
+			if failed {
+				break
+			}
+		}
+	}
+	if found == nil {
+		return ""
+	}
+	v := fmt.Sprintf("%.3g", found.Value)
+	if found.Value >= 100 {
+		v = fmt.Sprintf("%.0f", found.Value)
+	}
+	return strings.TrimSpace(v + " " + c.Unit)
+}
+
+// short is s up to its first clause (a semicolon outside parentheses), clipped to n characters.
+func short(s string, n int) string {
+	depth := 0
+	for i, r := range s {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')':
+			depth--
+		case r == ';' && depth == 0:
+			return clip(s[:i], n)
+		}
+	}
+	return clip(s, n)
+}
+
+// clip cuts s at a word to at most n characters, marking the cut.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n])
+		if i := strings.LastIndex(s, " "); i > n/2 {
+			s = s[:i]
+		}
+		s += " …"
+	}
+	return s
+}
+
 // Markdown is the table of the reproductions, and one of the claims of each measurement.
 func Markdown(reports []Report) string {
 	var b strings.Builder
-	b.WriteString("| experiment | seed and claim | failing form: what happened | fix: what happened | verdict |\n")
+	b.WriteString("| experiment | source and claim | failing form: what happened | fix: what happened | verdict |\n")
 	b.WriteString("| --- | --- | --- | --- | --- |\n")
 	var measurements []Report
 	for _, r := range reports {
@@ -205,12 +283,13 @@ func Check(reports []Report) error {
 	return errors.New(strings.Join(problems, "; "))
 }
 
-// Write writes report.md, report.html and summary.json into dir.
-func Write(dir string, reports []Report) error {
+// Write writes report.md, report.html and summary.json into dir. provenance, the line that
+// says which command, commit and machine produced the figures, heads report.md.
+func Write(dir, provenance string, reports []Report) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	md := "# seckill lab\n\n" + Markdown(reports) + "\n" + Summary(reports) + "\n"
+	md := "# seckill lab\n\n" + provenance + "\n\n" + Markdown(reports) + "\n" + Summary(reports) + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644); err != nil {
 		return err
 	}

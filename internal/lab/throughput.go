@@ -19,26 +19,26 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/flashsale/seckill/internal/embeddedetcd"
+	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/redisserver"
 	"github.com/flashsale/seckill/internal/stock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
-// throughput puts the documents' performance rows to the test: how many acquire+release pairs
-// a second each lock family does, measured here rather than quoted. Every figure is a loop of N
-// clients, each taking the lock and releasing it at once for a fixed time, on one shared key
-// (the clients queue or poll for it) and on a key per client (no contention: the lock's own
-// cost). It is a measurement, not a failure beside its fix: each claim of the tables is held
-// against the figures on its own, and comes out held or contradicted here.
+// throughput puts the sources' performance rows (docs/sources.md) to the test: how many
+// acquire+release pairs a second each lock family does, measured here rather than quoted. Every
+// figure is a loop of N clients, each taking the lock and releasing it at once for a fixed time, on
+// one shared key (the clients queue or poll for it) and on a key per client (no contention: the
+// lock's own cost). It is a measurement, not a failure beside its fix: each claim of the tables is
+// held against the figures on its own, and comes out held or contradicted here.
 func throughput() Experiment {
 	return Experiment{
 		Name: "throughput",
-		Seed: "000 and 002, the comparison tables (性能)",
-		Claim: "A Redis lock does 10万+ acquisitions a second (002; 000: 万级 to 十万级), ZooKeeper's 1-5万 (002; 000: ZooKeeper/etcd 千级), " +
-			"MySQL's under 1000 (002; 000: 千级): Redis first, the database last.",
+		Seed: "«Choosing a lock» and «Locks in practice», their comparison tables (性能, performance)",
+		Claim: "A Redis lock does 10万+ (100,000+) acquisitions a second («Locks in practice»; «Choosing a lock»: 万级 to 十万级, tens to hundreds of thousands), ZooKeeper's 1-5万 (10,000-50,000; «Choosing a lock»: ZooKeeper/etcd 千级, thousands), " +
+			"MySQL's under 1000 («Locks in practice»; «Choosing a lock»: 千级, thousands): Redis first, the database last.",
 		Fix:      "pairs / elapsed of N clients looping lock -> unlock, per lock, at 1, 8 and 64 clients, on one key and a key per client",
 		Measures: true,
 		Run:      runThroughput,
@@ -347,9 +347,9 @@ func rowLockFamily(env *Env) lockFamily {
 
 // etcdFamily is etcdlock.Mutex with a session per client: two mutexes on one session do not exclude
 // each other, so a shared session would measure no lock at all.
-func etcdFamily(m *embeddedetcd.Member) lockFamily {
+func etcdFamily(m *etcdserver.Member) lockFamily {
 	return lockFamily{slug: "etcd", name: "etcd (etcdlock.Mutex)", open: func(ctx context.Context, n int) ([]lockCycle, func(), error) {
-		client, err := etcdlock.NewClient(embeddedetcd.Endpoints(m))
+		client, err := etcdlock.NewClient(etcdserver.Endpoints(m))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -443,7 +443,7 @@ func repeat(cycle lockCycle, n int) []lockCycle {
 	return clients
 }
 
-// throughputClaim is one cell of the documents' tables: a range of pairs a second, for the
+// throughputClaim is one cell of the sources' tables: a range of pairs a second, for the
 // families it names. high 0: no upper end.
 type throughputClaim struct {
 	says      string
@@ -456,17 +456,17 @@ func (c throughputClaim) holds(rate float64) bool {
 	return rate >= c.low && (c.high == 0 || rate < c.high)
 }
 
-// throughputClaims are the tables' performance rows. 千级 is read as 1,000-9,999 a second, 万级
-// as 10,000-99,999 and 十万级 as 100,000-999,999. The two tables do not agree (002 has MySQL
-// under 1000, 000 the database at 千级), so no figure can bear out every claim: each is a
-// judgement of its own.
+// throughputClaims are the tables' performance rows. 千级 is read as 1,000-9,999 a second, 万级 as
+// 10,000-99,999 and 十万级 as 100,000-999,999. The two tables do not agree («Locks in practice» has
+// MySQL under 1000, «Choosing a lock» the database at 千级), so no figure can bear out every claim:
+// each is a judgement of its own.
 var throughputClaims = []throughputClaim{
-	{"002: Redis (Redisson) 10万+/s", []string{"redis"}, 100_000, 0},
-	{"000: Redis 万级 ~ 十万级", []string{"redis"}, 10_000, 1_000_000},
-	{"002: ZooKeeper 1-5万/s", []string{"zk"}, 10_000, 50_000},
-	{"000: ZooKeeper/etcd 千级", []string{"zk", "etcd"}, 1_000, 10_000},
-	{"002: MySQL 1000/s以下", []string{"table", "row"}, 0, 1_000},
-	{"000: database 千级", []string{"table", "row"}, 1_000, 10_000},
+	{"«Locks in practice»: Redis (Redisson) 10万+/s", []string{"redis"}, 100_000, 0},
+	{"«Choosing a lock»: Redis 万级 ~ 十万级", []string{"redis"}, 10_000, 1_000_000},
+	{"«Locks in practice»: ZooKeeper 1-5万/s", []string{"zk"}, 10_000, 50_000},
+	{"«Choosing a lock»: ZooKeeper/etcd 千级", []string{"zk", "etcd"}, 1_000, 10_000},
+	{"«Locks in practice»: MySQL 1000/s以下", []string{"table", "row"}, 0, 1_000},
+	{"«Choosing a lock»: database 千级", []string{"table", "row"}, 1_000, 10_000},
 }
 
 // databaseFamilies are the locks the tables call the database's.
@@ -513,7 +513,7 @@ func judgeClaims(claims []throughputClaim, best []familyBest) []Judgement {
 				next = &best[i]
 			}
 		}
-		out = append(out, Judgement{Claim: "000 and 002: Redis first", Subject: redis.name + " against the fastest other lock",
+		out = append(out, Judgement{Claim: "«Choosing a lock» and «Locks in practice»: Redis first", Subject: redis.name + " against the fastest other lock",
 			Measured: fmt.Sprintf("%s %s; %s %s", redis.name, perSec(redis.cell.rate), next.name, perSec(next.cell.rate)),
 			Held:     redis.cell.rate > next.cell.rate})
 	}
@@ -527,7 +527,7 @@ func judgeClaims(claims []throughputClaim, best []familyBest) []Judgement {
 		}
 	}
 	if fastestDB != nil && slowestOther != nil {
-		out = append(out, Judgement{Claim: "000 and 002: the database last", Subject: "the faster database lock against the slowest other",
+		out = append(out, Judgement{Claim: "«Choosing a lock» and «Locks in practice»: the database last", Subject: "the faster database lock against the slowest other",
 			Measured: fmt.Sprintf("%s %s; %s %s", fastestDB.name, perSec(fastestDB.cell.rate), slowestOther.name, perSec(slowestOther.cell.rate)),
 			Held:     fastestDB.cell.rate < slowestOther.cell.rate})
 	}

@@ -44,5 +44,5 @@ func TestThroughputClaims(t *testing.T) {
 		got[j.Claim] = j.Held
 	}
 	assert.Equal(t, map[string]bool{"under 1000": false, "千级": true, "10万+": false,
-		"000 and 002: Redis first": true, "000 and 002: the database last": false}, got)
+		"«Choosing a lock» and «Locks in practice»: Redis first": true, "«Choosing a lock» and «Locks in practice»: the database last": false}, got)
 }

@@ -6,19 +6,19 @@ import (
 	"time"
 )
 
-// ttl is 坑一 of the post-mortem: a Redis lock whose TTL is shorter than the critical section
-// (the database slowed down). The lock expires under its holder, a second holder comes in, both
-// read the same stock and both sell it: the first write is written over. The documents' fix is
-// the watchdog, which extends the lock while its holder lives; this project's answer is also the
-// version check, which holds with or without it. All three forms run the same sale — two
-// instances, the section slowed past the TTL by injected latency — behind the same Redis
-// admission (redisLock): each fix differs from the failing form in one mechanism, the watchdog
-// or the version check. With admission in front the orders never outnumber the stock, so the
-// failure is judged where it lands, in the database's stock column (stock.Store.Audit).
+// ttl is 坑一 (pitfall one) of «Locks in practice» (docs/sources.md): a Redis lock whose TTL is
+// shorter than the critical section (the database slowed down). The lock expires under its holder,
+// a second holder comes in, both read the same stock and both sell it: the first write is written
+// over. «Locks in practice»'s fix is the watchdog, which extends the lock while its holder lives;
+// this project's answer is also the version check, which holds with or without it. All three forms
+// run the same sale — two instances, the section slowed past the TTL by injected latency — behind
+// the same Redis admission (redisLock): each fix differs from the failing form in one mechanism,
+// the watchdog or the version check. With admission in front the orders never outnumber the stock,
+// so the failure is judged where it lands, in the database's stock column (stock.Store.Audit).
 func ttl() Experiment {
 	return Experiment{
 		Name: "ttl",
-		Seed: "002, 坑一: a 5 s Redis lock, a database slower than that, two holders, oversold",
+		Seed: "«Locks in practice», 坑一 (pitfall one): a 5 s Redis lock, a database slower than that, two holders, oversold",
 		Claim: "A lock TTL shorter than the critical section lets two holders in, and the lock alone writes one's sale over the other's; " +
 			"a watchdog that extends the lock prevents it, and the version check holds either way. Every form here is behind hybrid's Redis admission.",
 		Fix: `section, stop := h.metrics.watchdog(ctx, h.Name(), key, h.opts.Extend, extend) // and UPDATE ... WHERE version = ?`,

@@ -47,6 +47,9 @@ func NewTableLock(store *stock.Store, opts TableLockOptions, metrics *LockMetric
 	return &TableLock{store: store, opts: opts, turns: newTurns(), log: metrics.log}
 }
 
+// Backend implements Locker.
+func (*TableLock) Backend() string { return "database" }
+
 // Key implements Locker: the lock's name in the table.
 func (*TableLock) Key(sku string) string { return "products/" + sku }
 

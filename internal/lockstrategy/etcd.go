@@ -67,6 +67,9 @@ func (e *EtcdLock) forStrategy(strategy string) Locker {
 	return e
 }
 
+// Backend implements Locker.
+func (*EtcdLock) Backend() string { return "etcd" }
+
 // Key implements Locker: the prefix under which each waiter's mutex key is its lease.
 func (e *EtcdLock) Key(sku string) string { return e.opts.Prefix + sku }
 

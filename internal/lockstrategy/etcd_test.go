@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/flashsale/seckill/devserver/etcdserver"
 	"github.com/flashsale/seckill/internal/backendtest"
-	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -76,7 +76,7 @@ func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 func TestEtcdClusterMemberStopped(t *testing.T) {
 	sellThroughMemberLoss(t, "etcd", "one of three members stopped", func(t *testing.T, _ string) (backendtest.Wiring, func()) {
 		members := backendtest.StartEtcdCluster(t, 3)
-		return backendtest.Wiring{EtcdEndpoints: embeddedetcd.Endpoints(members...)}, members[2].Close
+		return backendtest.Wiring{EtcdEndpoints: etcdserver.Endpoints(members...)}, members[2].Close
 	})
 }
 
@@ -88,7 +88,7 @@ func TestEtcdReplacedCluster(t *testing.T) {
 	ctx := context.Background()
 	s, sku := onSale(t, 3)
 
-	old := embeddedetcd.Endpoints(backendtest.StartEtcdCluster(t, 1)...)
+	old := etcdserver.Endpoints(backendtest.StartEtcdCluster(t, 1)...)
 	oldClient := backendtest.EtcdClient(t, old)
 	for i := range 50 { // the old cluster has lived a while: its revisions are well ahead
 		_, err := oldClient.Put(ctx, fmt.Sprintf("/filler/%d", i), "x")
@@ -101,7 +101,7 @@ func TestEtcdReplacedCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, p.Fence, int64(50))
 
-	fresh := embeddedetcd.Endpoints(backendtest.StartEtcdCluster(t, 1)...)
+	fresh := etcdserver.Endpoints(backendtest.StartEtcdCluster(t, 1)...)
 	after := backendtest.NewInstance(t, config("etcd"), backendtest.Wiring{Store: s, EtcdEndpoints: fresh})
 	second, err := place(after, etcdReq(sku, "u2"))
 	require.NoError(t, err, "the stale fence was recognised and reset")

@@ -23,7 +23,7 @@ const (
 	// lock ran out can never write after a newer holder has (etcd, zookeeper).
 	Fence
 	// NoGuard writes the stock computed from the read with no condition on the row — the lock
-	// alone, as in the oversell post-mortem this project started from (eight servers, a Redis
+	// alone, as in the oversell that opens «Locks in practice» (docs/sources.md) (eight servers, a Redis
 	// master with replicas, a SET NX EX lock; after a failover 100 units were sold 170 times). It
 	// is correct exactly as long as the lock is: a lock granted again after a failover, a lease
 	// or session that ran out under a paused holder, and a second holder's sale is written over —

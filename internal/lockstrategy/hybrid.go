@@ -50,6 +50,9 @@ func (*Hybrid) Name() string { return "hybrid" }
 // LockKey names sku's lock in Redis.
 func (h *Hybrid) LockKey(sku string) string { return h.run.locker.Key(sku) }
 
+// LockBackend names its lock service: redis.
+func (h *Hybrid) LockBackend() string { return h.run.locker.Backend() }
+
 // PlaceOrder implements Strategy.
 func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	res, err := h.admission.Admit(ctx, req)

@@ -389,7 +389,7 @@ func TestHybridLostGiveBack(t *testing.T) {
 	recovered := time.Since(lost)
 	t.Logf("a lost give-back's unit was back on sale %s after the order failed (instance TTL %s)", recovered.Round(100*time.Millisecond),
 		cfg.InstanceTTL)
-	assert.Less(t, recovered, 3*time.Second, "the stated bound (README, No stranded stock)")
+	assert.Less(t, recovered, 3*time.Second, "the stated bound (README, The invariant: no stranded stock within 3 s)")
 
 	res := wave(t, insts, sku, 0, 3*units, fault{})
 	assert.Equal(t, map[string]int{"ok": units, "sold_out": 2 * units}, res.outcome, "every unit sold, the returned one too")

@@ -11,6 +11,8 @@ import (
 // Redlock quorum), an etcd mutex, a ZooKeeper lock node, a row of the lock table. It is one half
 // of a strategy; the guard (guard.go) is the other.
 type Locker interface {
+	// Backend names the lock service: redis, etcd, zookeeper or database.
+	Backend() string
 	// Key names sku's lock in its backend: the Redis key, the etcd prefix of the mutex, the
 	// ZooKeeper directory, the lock-table name.
 	Key(sku string) string

@@ -66,6 +66,9 @@ func (r *RedisLock) Close() error {
 	return err
 }
 
+// Backend implements Locker.
+func (*RedisLock) Backend() string { return "redis" }
+
 // Key implements Locker: the redsync key of sku, in the same Redis Cluster slot as its
 // admission keys.
 func (*RedisLock) Key(sku string) string { return "seckill:{" + sku + "}:lock" }

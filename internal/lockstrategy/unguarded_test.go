@@ -55,7 +55,7 @@ func lockFamilies() []lockFamily {
 	}
 }
 
-// TestUnguardedOversells is the oversell post-mortem's incident (NoGuard, guard.go) on each lock
+// TestUnguardedOversells is the oversell that opens «Locks in practice» (docs/sources.md; NoGuard, guard.go) on each lock
 // service, beside the guard that stops it. A holder has read the product (2 units) and is paused inside its section; its
 // lock runs out (the Redis key expires, the etcd lease is revoked, the ZooKeeper node goes);
 // another instance is granted the lock and sells a unit. The holder wakes and writes:

@@ -46,6 +46,9 @@ func NewZooKeeperLock(conn *zk.Conn, prefix string, log *slog.Logger) *ZooKeeper
 	return &ZooKeeperLock{conn: conn, prefix: prefix, log: log}
 }
 
+// Backend implements Locker.
+func (*ZooKeeperLock) Backend() string { return "zookeeper" }
+
 // Key implements Locker: the directory of sku's lock nodes.
 func (z *ZooKeeperLock) Key(sku string) string { return z.prefix + "/" + sku }
 

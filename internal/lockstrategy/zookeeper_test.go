@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/stock"
-	"github.com/flashsale/seckill/internal/zkserver"
 )
 
 func zkReq(sku, user string) stock.OrderRequest {
@@ -28,7 +28,7 @@ func zkSession(t *testing.T) *zk.Conn {
 	return backendtest.ZooKeeper(t, backendtest.ZooKeeperServers(t), config("zookeeper").LockTTL)
 }
 
-// TestZooKeeperSessionExpiredMidHold is the seeds' 坑二 on a real ZooKeeper: a holder inside its
+// TestZooKeeperSessionExpiredMidHold is pitfall two (坑二) of «Locks in practice» (docs/sources.md) on a real ZooKeeper: a holder inside its
 // critical section, past its last check, is cut off from ZooKeeper longer than its session (as
 // a long GC pause does). The server ends the session, its lock node goes, and another instance
 // is granted the lock and sells; the old holder then writes with its old token and is fenced

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashsale/seckill/internal/natsserver"
+	"github.com/flashsale/seckill/devserver/natsserver"
 )
 
 // realURL is the NATS server the tests use: SECKILL_TEST_NATS_URL, or the machine's at

@@ -15,7 +15,7 @@ import (
 )
 
 // Mode is how an instance reaches Redis, which decides what one lock is and what survives
-// a failover (README, "Redis modes").
+// a failover (docs/operations.md, "Redis modes").
 type Mode string
 
 const (
@@ -141,7 +141,7 @@ func NewSingle(addr string) *redis.Client {
 // addrs — Sentinels when master is set — as NewSingle explains them. RESP2, not go-redis's
 // default RESP3: nothing here uses RESP3's push notifications, and with RESP3 the client looks
 // for pending ones around every command, one of the larger costs of an order's admission in a
-// CPU profile of the service (README, Performance).
+// CPU profile of the service (docs/performance.md).
 func clientOptions(addrs []string, master string) *redis.UniversalOptions {
 	return &redis.UniversalOptions{
 		Addrs:                 addrs,

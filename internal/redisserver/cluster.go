@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/seckill/internal/freeport"
+	"github.com/flashsale/seckill/devserver/freeport"
 )
 
 // Cluster is a Redis Cluster of servers on this machine: masters that share the hash slots and

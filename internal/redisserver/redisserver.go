@@ -21,7 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/seckill/internal/freeport"
+	"github.com/flashsale/seckill/devserver/freeport"
 )
 
 // Available says why no server can be started here, or nil.

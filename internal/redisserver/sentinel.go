@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashsale/seckill/internal/freeport"
+	"github.com/flashsale/seckill/devserver/freeport"
 )
 
 // startReplica starts one server in dir that replicates master (host:port — which may be a
@@ -69,7 +69,7 @@ func startSentinels(dir string, n int, name, master string, downAfter time.Durat
 }
 
 // SentinelSet is a master, one replica, and three Sentinels watching the master under Name: the
-// deployment of the seeds' incident, and of a service in Sentinel mode.
+// deployment of the oversell incident of «Locks in practice» (docs/sources.md), and of a service in Sentinel mode.
 type SentinelSet struct {
 	Name            string
 	Master, Replica *Server

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -14,11 +16,14 @@ import (
 // sale opens, its buyers flood the endpoint — that is the normal case, and it must cost no more
 // than a sold-out answer. An entry is read from the database at most every ttl, and dropped at
 // once when a reset of the product is heard (a PUT on any instance: the sold-out flags' channel);
-// a window changes only with a PUT. The database's clock has the last word: a section decides
+// a window changes only with a PUT. The orders that find an entry missing at the same moment —
+// the first seconds of a sale on a cold instance — share one read (singleflight) rather than
+// take a connection each from the pool the sale needs. The database's clock has the last word: a section decides
 // the window again (stock.Window.Check in the batch), so a skewed instance cannot sell outside.
 type catalog struct {
-	store *stock.Store
-	ttl   time.Duration
+	read   func(ctx context.Context, sku string) (stock.Product, error) // Store.Product
+	ttl    time.Duration
+	flight singleflight.Group
 
 	mu      sync.Mutex
 	entries map[string]catalogEntry
@@ -30,8 +35,11 @@ type catalogEntry struct {
 	checked time.Time
 }
 
-func newCatalog(store *stock.Store, ttl time.Duration) *catalog {
-	return &catalog{store: store, ttl: ttl, entries: map[string]catalogEntry{}}
+// catalogRead bounds the shared read of a product's window.
+const catalogRead = time.Second
+
+func newCatalog(read func(ctx context.Context, sku string) (stock.Product, error), ttl time.Duration) *catalog {
+	return &catalog{read: read, ttl: ttl, entries: map[string]catalogEntry{}}
 }
 
 // check answers an order for sku at now from the window: nil (go on), a
@@ -42,10 +50,15 @@ func (c *catalog) check(ctx context.Context, sku string, now time.Time) error {
 	e, ok := c.entries[sku]
 	c.mu.Unlock()
 	if !ok || now.Sub(e.checked) > c.ttl {
-		p, err := c.store.Product(ctx, sku)
+		// The read is shared: it must not end with the request that happened to start it.
+		v, err, _ := c.flight.Do(sku, func() (any, error) {
+			readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), catalogRead)
+			defer cancel()
+			return c.read(readCtx, sku)
+		})
 		switch {
 		case err == nil:
-			e = catalogEntry{window: p.Window, known: true, checked: now}
+			e = catalogEntry{window: v.(stock.Product).Window, known: true, checked: now}
 		case errors.Is(err, stock.ErrNotFound):
 			e = catalogEntry{checked: now}
 		default:

@@ -125,7 +125,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	})
 	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.restocked)
 	reg.MustRegister(newStranded(s.admission, b.Store, log))
-	s.catalog = newCatalog(b.Store, time.Second)
+	s.catalog = newCatalog(b.Store.Product, time.Second)
 	if cfg.SoldOutFlag > 0 {
 		s.soldOut = newSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)
 	}

@@ -10,7 +10,7 @@ import (
 
 // lifecycleEvery is how often an instance expires orders past their payment deadline and relays
 // returned units to Redis admission: it bounds how long an unpaid order's units stay off sale
-// after its deadline (with the relay's own time, under 2 s; the contract says 5).
+// after its deadline (with the relay's own time, under 2 s; TestReturnedUnitsSellAtOnce allows 5).
 const lifecycleEvery = time.Second
 
 // PayOrder confirms the buyer's pending order (stock.Store.Pay). An order found past its

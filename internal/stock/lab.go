@@ -11,7 +11,7 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// PlaceOneForUpdate is the database lock as the documents write it, kept — deliberately — so
+// PlaceOneForUpdate is the database lock as the sources (docs/sources.md) write it, kept — deliberately — so
 // that the lab can measure it beside PlaceLocked: one order per transaction, on the store's main
 // pool (the one every request of the service shares), the product row taken with SELECT ... FOR
 // UPDATE and held for hold — the handler's own few milliseconds of work — before the order is
@@ -74,7 +74,7 @@ func (s *Store) LockRow(ctx context.Context, sku string) error {
 	return nil
 }
 
-// InsertLock is the lock table as the documents first write it, kept — deliberately — so that
+// InsertLock is the lock table as the sources first write it, kept — deliberately — so that
 // the lab can show what its expiry is for: a lock is taken by INSERTing its row (a duplicate key
 // means it is taken) and released by DELETEing it (Unlock), and nothing else — no expiry anyone
 // checks, no reclaim. A holder that dies before its DELETE leaves the row, and the lock, for

@@ -12,7 +12,7 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// TestPlaceOneForUpdate holds the product row from another client: the documents' form waits for
+// TestPlaceOneForUpdate holds the product row from another client: the sources' form waits for
 // it, a connection of the pool held all the while, until the request gives up; NOWAIT answers
 // busy at once. Once the row is free, either places the order, holding the row for hold first.
 func TestPlaceOneForUpdate(t *testing.T) {

@@ -10,16 +10,16 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// The order as a state machine — the "lock and business record as a state machine" that the
-// textbook recommends over a bare lock: pending (holding its units until its deadline) ->
-// confirmed; pending or confirmed -> cancelled; pending -> expired. Each transition runs in one
-// transaction that first locks the product row — the order of locks a sale takes too (product
-// row, then order rows), so a transition and a sale never deadlock — and then changes the order
-// with one conditional UPDATE (WHERE status = ...). A transition that ends an active order gives
-// its units back to the product in the same transaction, and marks the order restock_pending
+// The order as a state machine — the "lock and business record as a state machine" that «Choosing a
+// lock» (docs/sources.md) recommends over a bare lock: pending (holding its units until its
+// deadline) -> confirmed; pending or confirmed -> cancelled; pending -> expired. Each transition
+// runs in one transaction that first locks the product row — the order of locks a sale takes too
+// (product row, then order rows), so a transition and a sale never deadlock — and then changes the
+// order with one conditional UPDATE (WHERE status = ...). A transition that ends an active order
+// gives its units back to the product in the same transaction, and marks the order restock_pending
 // until Redis admission has them back as well: so a unit comes back exactly once, however many
-// cancels, expiries and late payments race, on however many instances. Deadlines are the
-// database's clock's.
+// cancels, expiries and late payments race, on however many instances. Deadlines are the database's
+// clock's.
 
 // Cancel cancels the order: pending or confirmed -> cancelled, its units back on sale. userID is
 // the buyer's, or empty for the admin. A cancelled order answers as it is (idempotent); an

@@ -167,7 +167,7 @@ func (w RowWait) String() string {
 // buyers read here stay true until the commit (the unique keys back that up).
 //
 // NoWait answers ErrBusy at once when another transaction has the row, having written nothing
-// and holding no connection: the textbook answer to hundreds of buyers parking connections
+// and holding no connection: the answer of «Locks in practice» (docs/sources.md) to hundreds of buyers parking connections
 // behind one row until the pool runs dry, and the caller's to retry. It runs on the store's main
 // pool, like every transaction that never waits for a lock. WaitForRow waits in the row's lock
 // queue for at most Options.LockWait (then ErrBusy, nothing written), on a small pool of its
@@ -202,7 +202,7 @@ func rowLock(wait RowWait) clause.Locking {
 }
 
 // placeLocked is PlaceLocked's section on pool db, the row taken with lock (FOR UPDATE, or FOR
-// UPDATE NOWAIT). The lab runs it on the main pool whichever the lock, as the documents do
+// UPDATE NOWAIT). The lab runs it on the main pool whichever the lock, as the sources do
 // (PlaceOneForUpdate).
 func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Locking, sku string, take func() []OrderRequest) ([]Placed, error) {
 	var (

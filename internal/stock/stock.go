@@ -76,8 +76,8 @@ var codes = []struct {
 	{context.DeadlineExceeded, "unavailable"}, // a backend too slow to answer in time
 }
 
-// Code names err in the one vocabulary of the project: the error code of the HTTP answer (the
-// README's error table), the outcome label of the order metrics and the code in the logs all
+// Code names err in the one vocabulary of the project: the error code of the HTTP answer (the error
+// table of docs/lifecycle.md), the outcome label of the order metrics and the code in the logs all
 // come from here. An error that names its own code (a Code() string method: the HTTP layer's own
 // errors) keeps it; nil is "ok"; anything unknown is "internal".
 func Code(err error) string {

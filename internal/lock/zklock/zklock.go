@@ -17,8 +17,8 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Mutex is the ZooKeeper lock recipe, as the seeds give it and as Curator's InterProcessMutex
-// does it, to be read top to bottom:
+// Mutex is the ZooKeeper lock recipe, as «Locks in practice» and «Choosing a lock» give it
+// (docs/sources.md) and as Curator's InterProcessMutex does it, to be read top to bottom:
 //
 //  1. Every waiter creates an EPHEMERAL|SEQUENTIAL node under the lock's directory,
 //     /seckill/locks/<sku>/_c_<guid>-lock-0000000042. Ephemeral: it lives only as long as the
@@ -40,9 +40,9 @@ import (
 //
 // The node's creation zxid is the fencing token: nodes are created in order, the lowest holds,
 // so the zxids of successive holders only grow. A lock alone is not mutual exclusion — a holder
-// paused past its session timeout is still running when its successor is granted the lock (the
-// seeds' 坑二: an 8 s GC pause, a 5 s session) — so the database refuses a write whose zxid is
-// older than the last one written.
+// paused past its session timeout is still running when its successor is granted the lock
+// (pitfall two, 坑二, of «Locks in practice»: an 8 s GC pause, a 5 s session) — so the database
+// refuses a write whose zxid is older than the last one written.
 //
 // A Mutex is one acquisition's handle, on a connection that may be shared; two handles on
 // the same directory exclude each other even on one connection (each has its own node).

@@ -1,0 +1,176 @@
+// Package natsserver runs NATS servers with JetStream — one, or a cluster of several — as
+// processes of Debian's nats-server (apt-get install -y nats-server), on free loopback ports, for
+// the tests (internal/backendtest) and the load tool. The service embeds its own server when it
+// is given none (internal/orderqueue); a fault test needs servers it can SIGKILL and start again
+// on their data, which only a process of its own gives. It is public so that the load tool, a
+// black box of the service, starts its NATS the same way.
+package natsserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flashsale/seckill/devserver/freeport"
+)
+
+// binary is where Debian's package installs the server.
+const binary = "/usr/sbin/nats-server"
+
+// Available says why no server can be started here, or nil.
+func Available() error {
+	if _, err := os.Stat(binary); err != nil {
+		return fmt.Errorf("nats-server is not installed (apt-get install -y nats-server): %w", err)
+	}
+	return nil
+}
+
+// Server is one nats-server process: standalone, or a member of a cluster.
+type Server struct {
+	URL  string // the client URL, nats://127.0.0.1:port
+	Name string // its server name, unique in the cluster
+	Dir  string // its JetStream store and its log
+	args []string
+	cmd  *exec.Cmd
+}
+
+// New lays out n servers under dir (n = 1: standalone; more: one cluster whose routes name every
+// member), each with JetStream and its own store, on free loopback ports, and returns them, not
+// started.
+func New(dir string, n int) ([]*Server, error) {
+	if n < 1 {
+		return nil, errors.New("natsserver: at least one server")
+	}
+	ports, err := freeport.Ports(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[2*i+1]))
+	}
+	var servers []*Server
+	for i := range n {
+		s := &Server{
+			URL:  fmt.Sprintf("nats://127.0.0.1:%d", ports[2*i]),
+			Name: "n" + strconv.Itoa(i+1),
+			Dir:  filepath.Join(dir, "n"+strconv.Itoa(i+1)),
+		}
+		if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+			return nil, err
+		}
+		s.args = []string{"-a", "127.0.0.1", "-p", strconv.Itoa(ports[2*i]), "-js", "-sd", s.Dir, "-n", s.Name,
+			"-l", filepath.Join(s.Dir, "server.log")}
+		if n > 1 {
+			s.args = append(s.args, "--cluster_name", "sk", "--cluster", routes[i], "--routes", strings.Join(routes, ","))
+		}
+		servers = append(servers, s)
+	}
+	return servers, nil
+}
+
+// URLs returns the client URLs of servers, for a connection string.
+func URLs(servers ...*Server) []string {
+	var out []string
+	for _, s := range servers {
+		out = append(out, s.URL)
+	}
+	return out
+}
+
+// StartAll starts every server and waits until JetStream answers on each — in a cluster, until
+// the members have elected a metadata leader; on failure it stops those it started.
+func StartAll(servers []*Server) error {
+	for _, s := range servers {
+		if err := s.launch(); err != nil {
+			Kill(servers...)
+			return err
+		}
+	}
+	errs := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { errs <- s.waitServing() }()
+	}
+	var err error
+	for range servers {
+		err = errors.Join(err, <-errs)
+	}
+	if err != nil {
+		Kill(servers...)
+	}
+	return err
+}
+
+// Kill stops servers abruptly (SIGKILL), as a crash would.
+func Kill(servers ...*Server) {
+	for _, s := range servers {
+		s.Kill()
+	}
+}
+
+// Start starts the server (again, on its store: a restarted member rejoins its cluster and
+// catches up) and waits until JetStream answers on it.
+func (s *Server) Start() error {
+	if err := s.launch(); err != nil {
+		return err
+	}
+	return s.waitServing()
+}
+
+func (s *Server) launch() error {
+	s.cmd = exec.Command(binary, s.args...)
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive its starter
+	return s.cmd.Start()
+}
+
+// waitServing waits up to 30 s for the server to answer a JetStream account request, which needs
+// a metadata leader in a cluster: before that, streams cannot be created.
+func (s *Server) waitServing() error {
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = s.ping(); last == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(s.Dir, "server.log"))
+	return fmt.Errorf("nats-server %s not serving JetStream after 30 s (%v); its log ends:\n%s", s.URL, last,
+		log[max(0, len(log)-2000):])
+}
+
+func (s *Server) ping() error {
+	nc, err := nats.Connect(s.URL, nats.Timeout(time.Second), nats.NoReconnect())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = js.AccountInfo(ctx)
+	return err
+}
+
+// Kill stops the server abruptly (SIGKILL), as a crash would.
+func (s *Server) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}

@@ -1,0 +1,270 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/loadtest/attack"
+	"github.com/flashsale/seckill/loadtest/cpu"
+	"github.com/flashsale/seckill/loadtest/lockloss"
+	"github.com/flashsale/seckill/loadtest/scrape"
+	"github.com/flashsale/seckill/loadtest/verify"
+)
+
+func errBody(code string) string { return `{"error":{"code":"` + code + `","message":"m"}}` }
+
+// TestJudge: a safe strategy fails on any problem or 5xx; naive fails when it did NOT oversell.
+func TestJudge(t *testing.T) {
+	safe := Row{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5}}
+	safe.Judge()
+	assert.Empty(t, safe.Failed)
+	broken := Row{Strategy: "hybrid", Outcomes: map[string]int{"ok": 5, attack.ServerError: 1}, Verdict: verify.Verdict{Problems: []string{"oversold by 1"}}}
+	broken.Judge()
+	assert.Len(t, broken.Failed, 2)
+	blind := Row{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{"ok": 5}}
+	blind.Judge()
+	assert.Contains(t, strings.Join(blind.Failed, ""), "did not oversell")
+	caught := Row{Strategy: "naive", ExpectOversell: true, Outcomes: map[string]int{"ok": 9}, Verdict: verify.Verdict{Oversold: 4, Problems: []string{"oversold by 4"}}}
+	caught.Judge()
+	assert.Empty(t, caught.Failed)
+
+	held := NewRow("unguarded-etcd", "unguarded-etcd", "lt-1", attack.Sale{}, lockloss.Name)
+	require.True(t, held.ExpectOversell, "under the fault, the unguarded lock must be seen failing")
+	held.Judge()
+	assert.Contains(t, strings.Join(held.Failed, ""), "unguarded-etcd did not oversell under lock-loss", "the message names the strategy")
+	free := NewRow("unguarded-etcd", "unguarded-etcd", "lt-1", attack.Sale{}, "")
+	assert.False(t, free.ExpectOversell, "no fault: its lock holds, nothing to expect")
+	free.Name = "unguarded-etcd"
+	free.Judge()
+	assert.Empty(t, free.Failed)
+	assert.Equal(t, "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)", free.VerdictText(),
+		"the verdict says what it judged, and why no oversell was asked for")
+	assert.False(t, NewRow("etcd", "etcd", "lt-1", attack.Sale{}, lockloss.Name).ExpectOversell, "the guarded one keeps the invariant")
+}
+
+// TestFaultBite: a guarded row under the fault passes only if the fault bit — the thief took a
+// lock from a holder, the strategy locked (its lock wait count grew on /metrics), and its guard
+// acted (its guard's counter or its lost locks grew) — or its invariant held trivially. The
+// counts come from /metrics as the instances serve it, scraped before and after the sale.
+func TestFaultBite(t *testing.T) {
+	serve := func(text string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			assert.Equal(t, "/metrics", r.URL.Path)
+			_, _ = io.WriteString(w, text)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	scrapeAll := func(text string) []scrape.Sample {
+		s, err := scrape.Read(context.Background(), http.DefaultClient, serve(text))
+		require.NoError(t, err)
+		return []scrape.Sample{s}
+	}
+	metrics := func(hybridWaits, etcdWaits, retries, etcdFenced, lost int) string {
+		return fmt.Sprintf(`# TYPE seckill_lock_wait_seconds histogram
+seckill_lock_wait_seconds_bucket{strategy="hybrid",le="+Inf"} %[1]d
+seckill_lock_wait_seconds_sum{strategy="hybrid"} 0.5
+seckill_lock_wait_seconds_count{strategy="hybrid"} %[1]d
+seckill_lock_wait_seconds_bucket{strategy="etcd",le="+Inf"} %[2]d
+seckill_lock_wait_seconds_sum{strategy="etcd"} 0.5
+seckill_lock_wait_seconds_count{strategy="etcd"} %[2]d
+seckill_optimistic_retries_total{strategy="hybrid"} %[3]d
+seckill_optimistic_retries_total{strategy="etcd"} 100
+seckill_fenced_out_total{strategy="etcd"} %[4]d
+seckill_lock_lost_total{strategy="hybrid"} %[5]d
+seckill_lock_lost_total{strategy="unguarded-redis"} 100
+`, hybridWaits, etcdWaits, retries, etcdFenced, lost)
+	}
+	before := scrapeAll(metrics(10, 10, 1, 0, 2))
+	judged := func(strategy string, taken int, after []scrape.Sample, unread error) Row {
+		r := NewRow(strategy, strategy, "lt-1", attack.Sale{}, lockloss.Name)
+		r.Name, r.LocksTaken = strategy, &taken
+		r.Bite = lockloss.NewBite(strategy, taken, before, after, unread)
+		r.Judge()
+		return r
+	}
+
+	bitten := judged("hybrid", 7, scrapeAll(metrics(50, 10, 4, 0, 4)), nil)
+	assert.Empty(t, bitten.Failed)
+	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 40 lock acquisitions, 3 optimistic retries, 2 locks lost)",
+		bitten.VerdictText(), "the verdict shows the counts")
+	fenced := judged("etcd", 7, scrapeAll(metrics(10, 30, 1, 5, 2)), nil)
+	assert.Empty(t, fenced.Failed, "etcd's guard is its fence; hybrid's series are not etcd's")
+	assert.Equal(t, "invariant holds under lock-loss (7 locks taken from a holder; 20 lock acquisitions, 5 writes fenced out, 0 locks lost)",
+		fenced.VerdictText())
+
+	for _, tc := range []struct {
+		name     string
+		strategy string
+		taken    int
+		after    []scrape.Sample
+		unread   error
+		why      string
+	}{
+		{"the thief found nothing to take", "hybrid", 0, scrapeAll(metrics(50, 10, 4, 0, 4)), nil,
+			"the thief took no lock from a holder"},
+		{"hybrid on the database path", "hybrid", 7, scrapeAll(metrics(10, 10, 4, 0, 2)), nil,
+			`hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow)`},
+		{"a guard that never acted", "etcd", 7, scrapeAll(metrics(50, 30, 9, 0, 9)), nil,
+			`its guard never acted (neither seckill_fenced_out_total nor seckill_lock_lost_total{strategy="etcd"} grew)`},
+		{"nothing at all", "hybrid", 0, before, nil,
+			`the thief took no lock from a holder; hybrid took no lock (seckill_lock_wait_seconds_count{strategy="hybrid"} did not grow); ` +
+				`its guard never acted (neither seckill_optimistic_retries_total nor seckill_lock_lost_total{strategy="hybrid"} grew)`},
+		{"metrics unread", "hybrid", 7, nil, errors.New("metrics: connection refused"),
+			"/metrics could not be read around the sale: metrics: connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := judged(tc.strategy, tc.taken, tc.after, tc.unread)
+			assert.Equal(t, []string{"the fault did not bite: " + tc.why}, r.Failed)
+			assert.True(t, strings.HasPrefix(r.VerdictText(), "FAIL: the fault did not bite: "), r.VerdictText())
+		})
+	}
+}
+
+// TestJudgeAfterSoldOut: a problem that appears only after the sold-out phase fails the run, once.
+func TestJudgeAfterSoldOut(t *testing.T) {
+	r := Row{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5}, Verdict: verify.Verdict{Problems: []string{"p1"}},
+		Steady: &attack.Steady{Outcomes: map[string]int{attack.SoldOut: 10}, Verdict: &verify.Verdict{Problems: []string{"p1", "p2"}}}}
+	r.Judge()
+	assert.Equal(t, []string{"p1", "after the sold-out phase: p2"}, r.Failed)
+	clean := Row{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5},
+		Steady: &attack.Steady{Outcomes: map[string]int{attack.SoldOut: 10, attack.Busy: 3}, TooMany: 3, Verdict: &verify.Verdict{}}}
+	clean.Judge()
+	assert.Empty(t, clean.Failed, "429 and 5xx in the sold-out phase are reported, not failures")
+}
+
+// TestGoals: each row is judged against the targets of its own client count — 5x the baseline
+// and hybrid at 0.8x pessimistic at both, sold-out at 0.8x bare and p99 at 50 ms at 64 clients,
+// 0.7x and 200 ms at 512 — with its numbers, on the edge of each threshold and just past it; a
+// count that is neither is judged against the nearest and says so.
+func TestGoals(t *testing.T) {
+	base := &Row{Strategy: "baseline", OrdersPerSecond: 1000}
+	row := func(name string, clients int, ordersPerSecond, vsBare float64, p99 time.Duration, rssMB float64) Row {
+		return Row{Strategy: name + " (batched 64)", Name: name, Clients: clients, OrdersPerSecond: ordersPerSecond,
+			Selling: attack.Phase{Requests: 100, P99: p99}, PeakRSSMB: rssMB,
+			Steady: &attack.Steady{Throughput: vsBare * 10000, Bare: &attack.Steady{Throughput: 10000}, VsBare: vsBare}}
+	}
+	ms := time.Millisecond
+	all := func(met bool) map[int]bool {
+		return map[int]bool{goalVsBaseline: met, goalHybridVsPessimistic: met, goalVsBare: met, goalP99: met, goalRSS: met}
+	}
+	for _, tc := range []struct {
+		name        string
+		r           Row
+		pessimistic float64 // pessimistic's orders/s in the same pass
+		stated      int     // the count of the targets it is judged against
+		want        map[int]bool
+	}{
+		{"64 clients, every target just met", row("hybrid", 64, 5000, 0.8, 50*ms, 100), 6250, 64, all(true)},
+		{"64 clients, every target just missed", row("hybrid", 64, 4990, 0.79, 51*ms, 101), 6250, 64, all(false)},
+		{"512 clients, every target just met", row("hybrid", 512, 5000, 0.7, 200*ms, 100), 6250, 512, all(true)},
+		{"512 clients, every target just missed", row("hybrid", 512, 4990, 0.69, 201*ms, 101), 6250, 512, all(false)},
+		{"0.75x bare and 150 ms miss at 64", row("hybrid", 64, 6000, 0.75, 150*ms, 60), 6000, 64,
+			map[int]bool{goalVsBaseline: true, goalHybridVsPessimistic: true, goalVsBare: false, goalP99: false, goalRSS: true}},
+		{"and meet at 512", row("hybrid", 512, 6000, 0.75, 150*ms, 60), 6000, 512, all(true)},
+		{"100 clients: the targets of 64", row("hybrid", 100, 6000, 0.75, 150*ms, 60), 6000, 64,
+			map[int]bool{goalVsBaseline: true, goalHybridVsPessimistic: true, goalVsBare: false, goalP99: false, goalRSS: true}},
+		{"400 clients: the targets of 512", row("hybrid", 400, 6000, 0.75, 150*ms, 60), 6000, 512, all(true)},
+		{"etcd has no hybrid target", row("etcd", 64, 6000, 0.9, 10*ms, 60), 6000, 64,
+			map[int]bool{goalVsBaseline: true, goalVsBare: true, goalP99: true, goalRSS: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pass := []Row{tc.r, {Strategy: "pessimistic (batched 64)", Name: "pessimistic", Clients: tc.r.Clients, OrdersPerSecond: tc.pessimistic}}
+			g := Goals(tc.r, pass, base)
+			require.Len(t, g, len(tc.want))
+			names := targetsAt(tc.stated).names()
+			for i, met := range tc.want {
+				j := slices.IndexFunc(g, func(x goal) bool { return x.Name == names[i] })
+				require.GreaterOrEqual(t, j, 0, "%s is judged", names[i])
+				require.NotNil(t, g[j].Met, names[i])
+				assert.Equal(t, met, *g[j].Met, "%s: %s", names[i], g[j].text())
+				assert.Equal(t, tc.stated, g[j].StatedAt)
+			}
+		})
+	}
+
+	good := Goals(row("hybrid", 512, 5000, 0.7, 200*ms, 80), []Row{{Name: "pessimistic", OrdersPerSecond: 6250}}, base)
+	assert.Equal(t, []string{"yes: 5.00x (5000 vs 1000 orders/s)", "yes: 0.80x (5000 vs 6250 orders/s)", "yes: 0.70x (7000 vs 10000 req/s)",
+		"yes: 200.0 ms", "yes: 80 MB"}, []string{good[0].text(), good[1].text(), good[2].text(), good[3].text(), good[4].text()})
+	assert.Equal(t, []string{"orders/s >= 5x baseline", "hybrid >= 0.8x pessimistic", "sold-out req/s >= 0.7x bare", "selling p99 <= 200.0 ms",
+		"peak RSS <= 100 MB"}, targetsAt(512).names())
+	assert.Equal(t, "sold-out req/s >= 0.8x bare", targetsAt(64).names()[goalVsBare])
+	assert.Equal(t, "selling p99 <= 50.0 ms", targetsAt(64).names()[goalP99])
+	assert.Equal(t, 64, targetsAt(288).Clients, "a tie goes to the stricter, lower count")
+	assert.Equal(t, "at 100 clients, judged against those stated at 64, the nearest stated count", targetsAt(100).statedText(100))
+	assert.Equal(t, "at 512 clients", targetsAt(512).statedText(512))
+
+	since := Goals(Row{Strategy: "etcd", Name: "etcd", Clients: 64, PeakRSSMB: 101, PeakRSSSinceStart: true}, nil, base)
+	assert.Contains(t, since[len(since)-1].Detail, "since the process started")
+	for _, x := range Goals(Row{Strategy: "hybrid", Name: "hybrid", Clients: 64}, nil, nil) {
+		assert.Nil(t, x.Met, "%s: nothing was measured", x.Name)
+		assert.True(t, strings.HasPrefix(x.text(), "n/a: "), x.text())
+	}
+	hybrid := row("hybrid", 64, 5000, 0.8, 50*ms, 100)
+	assert.Equal(t, "n/a: no pessimistic row in this pass (it needs -compare)", Goals(hybrid, []Row{hybrid}, base)[goalHybridVsPessimistic].text())
+	assert.Equal(t, "n/a: pessimistic sold nothing in this pass",
+		Goals(hybrid, []Row{{Name: "pessimistic", Skipped: "refused"}}, base)[goalHybridVsPessimistic].text())
+	skipped := Goals(Row{Strategy: "etcd", Name: "etcd", Steady: &attack.Steady{Skipped: "the sale did not sell out"}}, nil, base)
+	assert.Equal(t, "n/a: the sale did not sell out", skipped[1].text())
+	assert.Nil(t, Goals(*base, nil, base))
+	assert.Nil(t, Goals(Row{Strategy: BareRow, Steady: &attack.Steady{Throughput: 1}}, nil, base))
+	assert.Nil(t, Goals(Row{Strategy: "naive", Name: "naive", ExpectOversell: true}, nil, base))
+}
+
+// TestTablesByCount: a run at two client counts reports each count's tables apart, each
+// targets table with the thresholds of its count, and only the columns some row was judged on.
+func TestTablesByCount(t *testing.T) {
+	var reports []Row
+	for _, c := range []int{64, 512} {
+		base := Row{Strategy: "baseline", Clients: c, OrdersPerSecond: 1000}
+		etcd := Row{Strategy: "etcd", Name: "etcd", Clients: c, OrdersPerSecond: 6000, Outcomes: map[string]int{attack.OK: 10},
+			Selling: attack.Phase{Requests: 10, P99: 100 * time.Millisecond}}
+		etcd.Goals = Goals(etcd, nil, &base)
+		reports = append(reports, base, etcd)
+	}
+	var out strings.Builder
+	Markdown(&out, reports)
+	text := out.String()
+	at64, at512, ok := strings.Cut(text, "At 512 clients:")
+	require.True(t, ok, text)
+	assert.Contains(t, at64, "At 64 clients:")
+	assert.Contains(t, at64, "| `etcd` | yes: 6.00x (6000 vs 1000 orders/s) | n/a: no sold-out phase | NO: 100.0 ms |")
+	assert.Contains(t, at512, "| `etcd` | yes: 6.00x (6000 vs 1000 orders/s) | n/a: no sold-out phase | yes: 100.0 ms |")
+	assert.Contains(t, at512, "sold-out req/s >= 0.7x bare")
+	assert.NotContains(t, text, "hybrid >= ", "no hybrid row: no column for it")
+	assert.Equal(t, 2, strings.Count(text, "| strategy | lock |"), "a comparison table per count")
+}
+
+func TestFileName(t *testing.T) {
+	assert.Equal(t, "hybrid-batched-64", fileName("hybrid (batched 64)"))
+	assert.Equal(t, "hybrid-per-order", fileName("hybrid (per-order)"))
+	assert.Equal(t, "pessimistic", fileName("pessimistic"))
+}
+
+// TestCPUTables: one row per measured row, a column per group, n/a where a group was not
+// measured with the reason once in the intro, and the sum of the measured groups.
+func TestCPUTables(t *testing.T) {
+	one, two := 1.0, 2.0
+	per := func(v float64) *float64 { v = 1000 * v / 500; return &v }
+	cost := &cpu.Phase{Count: 500, WallSeconds: 2, Groups: []cpu.GroupCost{
+		{Group: cpu.Service, Seconds: &one, SecondsPer1000: per(one)},
+		{Group: cpu.Database, Seconds: &two, SecondsPer1000: per(two)},
+		{Group: cpu.Redis, NA: "embedded (miniredis) in the first service instance: counted there"},
+	}}
+	ts := cpuTables([]Row{{Strategy: "hybrid (batched 64)", CPU: &cpu.Cost{Selling: cost}}, {Strategy: "etcd (batched 64)"}})
+	require.Len(t, ts, 1, "no row had a sold-out phase")
+	assert.Equal(t, []string{"row", "orders", "seconds", cpu.Service, cpu.Database, cpu.Redis, "all groups", "cores busy"}, ts[0].Head)
+	assert.Equal(t, [][]string{{"hybrid (batched 64)", "500", "2.00", "2.000", "4.000", "n/a", "6.000 (measured groups)", "1.50"}}, ts[0].Rows)
+	assert.Contains(t, ts[0].Intro, "n/a: Redis: embedded (miniredis) in the first service instance: counted there.")
+}

@@ -1,0 +1,204 @@
+package report
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// targetSet is the performance targets (README, Performance) at one client count, each row
+// judged against those of its own count, measured side by side in one run. They inform and
+// never fail the run: only a broken invariant does.
+type targetSet struct {
+	Clients             int           // the concurrency the set is stated at
+	VsBaseline          float64       // selling orders/s over the per-order FOR UPDATE baseline's, same client count
+	HybridVsPessimistic float64       // hybrid's selling orders/s over pessimistic's, same pass
+	VsBare              float64       // steady sold-out req/s over the bare handler's
+	P99                 time.Duration // selling p99
+	RSSMB               float64       // peak RSS of any one instance under load
+}
+
+// targetSets are the stated sets, by client count. At 512 clients the sold-out ceiling and the
+// tail are looser: eight times the clients queue eight times as deep on the same two cores.
+var targetSets = []targetSet{
+	{Clients: 64, VsBaseline: 5, HybridVsPessimistic: 0.8, VsBare: 0.8, P99: 50 * time.Millisecond, RSSMB: 100},
+	{Clients: 512, VsBaseline: 5, HybridVsPessimistic: 0.8, VsBare: 0.7, P99: 200 * time.Millisecond, RSSMB: 100},
+}
+
+// targetsAt is the set a run at clients is judged against: the one stated at that count, or
+// else the nearest (the lower one on a tie: the stricter).
+func targetsAt(clients int) targetSet {
+	best := targetSets[0]
+	for _, ts := range targetSets[1:] {
+		if abs(ts.Clients-clients) < abs(best.Clients-clients) {
+			best = ts
+		}
+	}
+	return best
+}
+
+func abs(n int) int { return max(n, -n) }
+
+// The targets in the order goals judges them and the targets table shows them.
+const (
+	goalVsBaseline = iota
+	goalHybridVsPessimistic
+	goalVsBare
+	goalP99
+	goalRSS
+)
+
+// names head the targets table, indexed by the goal constants.
+func (ts targetSet) names() []string {
+	return []string{
+		goalVsBaseline:          fmt.Sprintf("orders/s >= %gx baseline", ts.VsBaseline),
+		goalHybridVsPessimistic: fmt.Sprintf("hybrid >= %gx pessimistic", ts.HybridVsPessimistic),
+		goalVsBare:              fmt.Sprintf("sold-out req/s >= %gx bare", ts.VsBare),
+		goalP99:                 fmt.Sprintf("selling p99 <= %s ms", Milliseconds(ts.P99)),
+		goalRSS:                 fmt.Sprintf("peak RSS <= %g MB", ts.RSSMB),
+	}
+}
+
+// statedText says which set a count is judged against, when it is not its own.
+func (ts targetSet) statedText(clients int) string {
+	if clients == ts.Clients {
+		return fmt.Sprintf("at %d clients", clients)
+	}
+	return fmt.Sprintf("at %d clients, judged against those stated at %d, the nearest stated count", clients, ts.Clients)
+}
+
+// goal is one target judged on one row. Met is nil when the run did not measure what the
+// target needs, and Detail then says why.
+type goal struct {
+	Name     string `json:"name"`
+	Met      *bool  `json:"met,omitempty"`
+	Detail   string `json:"detail"`
+	StatedAt int    `json:"stated_at"` // the client count of the set it was judged against
+}
+
+// text is the table cell: the judgement with its numbers.
+func (g goal) text() string {
+	switch {
+	case g.Met == nil:
+		return "n/a: " + g.Detail
+	case *g.Met:
+		return "yes: " + g.Detail
+	}
+	return "NO: " + g.Detail
+}
+
+// Goals judges a strategy's row against the targets of its client count, given the other rows
+// of its pass (hybrid is held against pessimistic there: the same processes, configuration and
+// load) and the baseline measured at the same count (nil when not measured); the sold-out phase
+// carries its own bare measurement. Only the hybrid row has the hybrid-vs-pessimistic goal. It
+// returns nil for rows that are not judged: the references themselves, skipped rows, and the
+// unsafe controls, whose speed is beside the point.
+func Goals(r Row, pass []Row, baseline *Row) []goal {
+	if r.Strategy == BareRow || r.Strategy == "baseline" || r.Skipped != "" || r.ExpectOversell {
+		return nil
+	}
+	ts := targetsAt(r.Clients)
+	names := ts.names()
+	judged := func(i int, met bool, detail string) goal {
+		return goal{Name: names[i], Met: &met, Detail: detail, StatedAt: ts.Clients}
+	}
+	unmeasured := func(i int, why string) goal { return goal{Name: names[i], Detail: why, StatedAt: ts.Clients} }
+	var out []goal
+
+	switch {
+	case baseline == nil || baseline.OrdersPerSecond == 0:
+		out = append(out, unmeasured(goalVsBaseline, "no baseline (it needs -mysql and -compare)"))
+	default:
+		ratio := r.OrdersPerSecond / baseline.OrdersPerSecond
+		out = append(out, judged(goalVsBaseline, ratio >= ts.VsBaseline,
+			fmt.Sprintf("%.2fx (%.0f vs %.0f orders/s)", ratio, r.OrdersPerSecond, baseline.OrdersPerSecond)))
+	}
+
+	if r.Name == "hybrid" {
+		out = append(out, hybridVsPessimistic(r, pass, ts, judged, unmeasured))
+	}
+
+	switch {
+	case r.Steady == nil:
+		out = append(out, unmeasured(goalVsBare, "no sold-out phase"))
+	case r.Steady.Skipped != "":
+		out = append(out, unmeasured(goalVsBare, r.Steady.Skipped))
+	case r.Steady.Bare == nil || r.Steady.Bare.Throughput == 0:
+		out = append(out, unmeasured(goalVsBare, "no bare handler (it needs -compare and -soldout)"))
+	default:
+		ratio := r.Steady.VsBare
+		out = append(out, judged(goalVsBare, ratio >= ts.VsBare,
+			fmt.Sprintf("%.2fx (%.0f vs %.0f req/s)", ratio, r.Steady.Throughput, r.Steady.Bare.Throughput)))
+	}
+
+	if r.Selling.Requests == 0 {
+		out = append(out, unmeasured(goalP99, "no selling phase"))
+	} else {
+		out = append(out, judged(goalP99, r.Selling.P99 <= ts.P99, Milliseconds(r.Selling.P99)+" ms"))
+	}
+
+	if r.PeakRSSMB == 0 {
+		out = append(out, unmeasured(goalRSS, "not measured (it needs processes the tool starts)"))
+	} else {
+		since := ""
+		if r.PeakRSSSinceStart {
+			since = " (peak since the process started)"
+		}
+		out = append(out, judged(goalRSS, r.PeakRSSMB <= ts.RSSMB, fmt.Sprintf("%.0f MB%s", r.PeakRSSMB, since)))
+	}
+	return out
+}
+
+// hybridVsPessimistic holds hybrid's selling rate against pessimistic's in the same pass: the
+// recommended pattern should not cost much against the plain row lock it keeps off the hot row.
+func hybridVsPessimistic(r Row, pass []Row, ts targetSet, judged func(int, bool, string) goal, unmeasured func(int, string) goal) goal {
+	for _, p := range pass {
+		if p.Name != "pessimistic" {
+			continue
+		}
+		if p.Skipped != "" || p.OrdersPerSecond == 0 {
+			return unmeasured(goalHybridVsPessimistic, "pessimistic sold nothing in this pass")
+		}
+		ratio := r.OrdersPerSecond / p.OrdersPerSecond
+		return judged(goalHybridVsPessimistic, ratio >= ts.HybridVsPessimistic,
+			fmt.Sprintf("%.2fx (%.0f vs %.0f orders/s)", ratio, r.OrdersPerSecond, p.OrdersPerSecond))
+	}
+	return unmeasured(goalHybridVsPessimistic, "no pessimistic row in this pass (it needs -compare)")
+}
+
+// goalsTable is the targets of every judged row, the rows all of one client count; ok is false if
+// none was judged. A target no row was judged on (hybrid against pessimistic, without hybrid)
+// has no column.
+func goalsTable(reports []Row) (t table, ok bool) {
+	var judged []Row
+	for _, r := range reports {
+		if len(r.Goals) > 0 {
+			judged = append(judged, r)
+		}
+	}
+	if len(judged) == 0 {
+		return t, false
+	}
+	clients := judged[0].Clients
+	ts := targetsAt(clients)
+	t.Intro = fmt.Sprintf("Targets %s (informational: only the invariant fails a run):", ts.statedText(clients))
+	var names []string
+	for _, name := range ts.names() {
+		if slices.ContainsFunc(judged, func(r Row) bool { return slices.ContainsFunc(r.Goals, func(g goal) bool { return g.Name == name }) }) {
+			names = append(names, name)
+		}
+	}
+	t.Head = append([]string{"row"}, names...)
+	for _, r := range judged {
+		row := []string{r.Strategy}
+		for _, name := range names {
+			cell := ""
+			if i := slices.IndexFunc(r.Goals, func(g goal) bool { return g.Name == name }); i >= 0 {
+				cell = r.Goals[i].text()
+			}
+			row = append(row, cell)
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t, true
+}
