@@ -437,7 +437,7 @@ func TestPlaceOrder(t *testing.T) {
 	redisStock, zero, heldBack := int64(4), int64(0), int64(0) // warmed by the PUT with 10; only hybrid orders (6 units) move the admission counter
 	assert.Equal(t, contract.Audit{
 		SKU: sku, InitialStock: 10, Stock: 1, OrderedQuantity: 9, Orders: 6, DistinctBuyers: 6, Oversold: 0, Consistent: true,
-		RedisStock: &redisStock, RedisReservations: &zero, RedisReserved: &zero, HeldBack: &heldBack,
+		RedisStock: &redisStock, RedisReservations: &zero, RedisReserved: &zero, HeldBack: &heldBack, Queued: &zero,
 	}, a, "no reservation is left in flight; admission offers more than the database has (4 > 1: dblock and pessimistic sold 3 units it never saw), so it holds nothing back")
 }
 

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -38,6 +39,7 @@ var serviceErrors = map[string][]error{
 	"PutProduct":  {stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"Product":     {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
 	"Order":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"WaitOrder":   {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
 	"PayOrder":    {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrOrderCancelled, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"CancelOrder": {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"Audit":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
@@ -53,6 +55,7 @@ type probeSales struct {
 	Sales
 	fail   map[string]error
 	called map[string]bool
+	queued bool // PlaceOrder succeeds as the queued strategy does: accepted, not yet written
 }
 
 func (p *probeSales) err(method string) error {
@@ -62,6 +65,9 @@ func (p *probeSales) err(method string) error {
 
 func (p *probeSales) Resolve(requested string) (string, error) { return "hybrid", p.err("Resolve") }
 func (p *probeSales) PlaceOrder(context.Context, stock.OrderRequest) (stock.Order, bool, error) {
+	if p.queued {
+		return stock.Order{Status: stock.Queued}, false, p.err("PlaceOrder")
+	}
 	return stock.Order{}, false, p.err("PlaceOrder")
 }
 func (p *probeSales) PutProduct(context.Context, stock.ProductSpec) (stock.Product, error) {
@@ -72,6 +78,9 @@ func (p *probeSales) Product(context.Context, string) (stock.Product, error) {
 }
 func (p *probeSales) Order(context.Context, string) (stock.Order, error) {
 	return stock.Order{}, p.err("Order")
+}
+func (p *probeSales) WaitOrder(context.Context, string, time.Duration) (stock.Order, error) {
+	return stock.Order{}, p.err("WaitOrder")
 }
 func (p *probeSales) PayOrder(context.Context, string, string) (stock.Order, error) {
 	return stock.Order{}, p.err("PayOrder")
@@ -236,6 +245,19 @@ func deriveStatuses(t *testing.T, ops map[string]operation) map[string][]int {
 					path = strings.ReplaceAll(path, ":"+p.Name, v)
 				}
 			}
+			query := url.Values{}
+			for _, p := range o.params {
+				if p.In == "query" {
+					v := values[p.Name]
+					if v == "" {
+						v = fmt.Sprint(p.Example)
+					}
+					query.Set(p.Name, v)
+				}
+			}
+			if len(query) > 0 {
+				path += "?" + query.Encode()
+			}
 			r := httptest.NewRequest(route.Method, path, strings.NewReader(string(o.body)))
 			r.Header.Set("Authorization", "Bearer token")
 			for _, p := range o.params {
@@ -259,7 +281,7 @@ func deriveStatuses(t *testing.T, ops map[string]operation) map[string][]int {
 			t.Errorf("%s answers 500 to the valid request built from its examples: does it call a Sales method probeSales lacks?", key)
 		}
 		for _, p := range o.params {
-			if p.In == "path" || p.In == "header" {
+			if p.In == "path" || p.In == "header" || p.In == "query" {
 				seen[send(valid(map[string]string{p.Name: strings.Repeat("x", 200)}), false)] = true
 			}
 		}
@@ -271,6 +293,11 @@ func deriveStatuses(t *testing.T, ops map[string]operation) map[string][]int {
 				seen[send(valid(nil), false)] = true
 			}
 			sales.fail = nil
+		}
+		if slices.Contains(called, "PlaceOrder") {
+			sales.queued = true // the queued strategy's answer
+			seen[send(valid(nil), false)] = true
+			sales.queued = false
 		}
 		send(valid(nil), false)
 		seen[send(valid(nil), true)] = true // the same client at once: over its rate, where the limiter covers the route
