@@ -86,6 +86,11 @@ func waitsOn(r Row) string {
 	}
 	held := float64(l.Hold.Count) * l.Hold.Mean.Seconds() / r.CPU.Selling.WallSeconds
 	switch {
+	case held > 1:
+		// One holder at a time cannot hold longer than the window: the histograms, taken over
+		// all the row's phases, then hold more than its selling phase, and do not tell.
+		return fmt.Sprintf("unknown: the lock's holds (%d of %s ms on average) add up to more than the selling window, so its histograms do not isolate it",
+			l.Hold.Count, Milliseconds(l.Hold.Mean))
 	case held >= heldShare:
 		return fmt.Sprintf("the lock: held %.0f%% of the selling window (%d holds of %s ms on average), one holder at a time",
 			100*held, l.Hold.Count, Milliseconds(l.Hold.Mean))

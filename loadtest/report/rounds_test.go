@@ -139,6 +139,8 @@ func TestWaitsOn(t *testing.T) {
 		waitsOn(row(0.3, 100, held(100, 18*time.Millisecond, 50*time.Millisecond))))
 	assert.Equal(t, "the lock hand-off: the lock was held 25% of the selling window, while acquisitions waited 20.0 ms on average for holds of 5.0 ms",
 		waitsOn(row(0.3, 100, held(100, 5*time.Millisecond, 20*time.Millisecond))))
+	assert.Equal(t, "unknown: the lock's holds (100 of 30.0 ms on average) add up to more than the selling window, so its histograms do not isolate it",
+		waitsOn(row(0.3, 100, held(100, 30*time.Millisecond, 50*time.Millisecond))), "3 s of holds in a 2 s window: more than the selling phase")
 	assert.Equal(t, "unknown", waitsOn(row(0.3, 100, held(100, 5*time.Millisecond, 1*time.Millisecond))), "a lock idle and not waited on")
 	assert.Equal(t, "unknown", waitsOn(row(0.3, 100, held(0, 0, 30*time.Millisecond))), "a row lock: its hold is timed inside its wait")
 	assert.Equal(t, "unknown", waitsOn(row(0.3, 100, nil)), "no lock measured")
