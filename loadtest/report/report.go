@@ -76,7 +76,7 @@ type Row struct {
 	Goals             []goal            `json:"targets,omitempty"`
 	CPU               *cpu.Cost         `json:"cpu,omitempty"`     // CPU seconds per process group in the selling and the sold-out phase
 	Ceiling           *Ceiling          `json:"ceiling,omitempty"` // the CPU-bound ceiling of the selling phase, and how close the row came to it
-	Round             int               `json:"round,omitempty"`   // of a row of several rounds: its median round by orders/s, whose cells are not medians
+	Round             int               `json:"round,omitempty"`   // the round the row ran in; of a row of several rounds, its median round by orders/s, whose cells are not medians
 	Spread            map[string]Range  `json:"spread,omitempty"`  // of a row of several rounds: the min–max of each median figure
 	Rounds            []Row             `json:"rounds,omitempty"`  // of a row of several rounds: each round's row, as measured and judged
 	Verdict           verify.Verdict    `json:"verdict"`
