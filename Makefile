@@ -20,11 +20,11 @@ build:
 loadtest: ## compare every strategy on the embedded default (builds and starts the service)
 	go run ./loadtest
 
-bench: ## the critical sections per order and batched, the etcd mutex hand-off, then the load tool's comparison per order and batched at 64 and 512 clients (needs local MariaDB and Redis; about 10 minutes on 2 cores)
+bench: ## the critical sections per order and batched, the etcd mutex hand-off, then the load tool's comparison at 64 and 512 clients, three interleaved rounds of 12000-unit sales (needs local MariaDB and Redis; under 10 minutes on 2 cores)
 	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$$' -bench CriticalSection -benchtime 2000x ./internal/stock
 	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$$' -bench EtcdMutexHandoff -benchtime 200x ./internal/lock/etcdlock
 	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
-		-stock 5000 -users 20000 -concurrency 64,512 -retry-busy 0 -soldout 5s -group-commit 0,64
+		-stock 12000 -users 24000 -concurrency 64,512 -retry-busy 0 -soldout 3s -rounds 3
 
 compare: ## per order vs batched on three processes, local MariaDB and Redis (docs/performance.md)
 	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \

@@ -4,8 +4,10 @@
 // verifies the invariant in the store itself — the tables of the -mysql database, or the SQLite
 // file of the processes it starts — holding the service's audit endpoint and every acknowledged
 // order against them (against -target without -mysql it cannot read the store, and verifies
-// through the API alone). With -compare it runs every strategy in turn on a fresh product and
-// writes the comparison as Markdown, HTML with latency plots, and JSON. With -soldout it keeps
+// through the API alone). With -compare it runs every strategy in turn on a fresh product —
+// each row -rounds times (3 by default), interleaved, reporting the median of each figure with its
+// min–max — and writes the comparison as Markdown headed by the line that says which command,
+// commit and machine measured it, HTML with latency plots, and JSON. With -soldout it keeps
 // ordering each sold-out product and holds the rejections against a bare net/http handler
 // measured in the same run; with -group-commit it repeats the comparison once per service
 // configuration, and on MySQL it runs pessimistic once more in its waiting form
@@ -14,7 +16,8 @@
 // strategy with its unguarded twin, which must be caught overselling; with a -concurrency list
 // it repeats the whole comparison at each client count. It judges every row against the performance targets of its count, and reports what each
 // process group — the service, the database, Redis, etcd, the load generator — costs in CPU
-// per order.
+// per order, the CPU-bound ceiling that cost sets on this machine's cores, and how close each row
+// came to it.
 //
 // It is a black-box client of the HTTP contract (internal/handler/openapi.yaml, served at
 // /openapi.yaml) and imports no package of the service's internal/: only the contract's wire

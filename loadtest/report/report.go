@@ -74,7 +74,11 @@ type Row struct {
 	PeakRSSMB         float64           `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
 	PeakRSSSinceStart bool              `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
 	Goals             []goal            `json:"targets,omitempty"`
-	CPU               *cpu.Cost         `json:"cpu,omitempty"` // CPU seconds per process group in the selling and the sold-out phase
+	CPU               *cpu.Cost         `json:"cpu,omitempty"`     // CPU seconds per process group in the selling and the sold-out phase
+	Ceiling           *Ceiling          `json:"ceiling,omitempty"` // the CPU-bound ceiling of the selling phase, and how close the row came to it
+	Round             int               `json:"round,omitempty"`   // the round the row ran in; of a row of several rounds, its median round by orders/s, whose cells are not medians
+	Spread            map[string]Range  `json:"spread,omitempty"`  // of a row of several rounds: the min–max of each median figure
+	Rounds            []Row             `json:"rounds,omitempty"`  // of a row of several rounds: each round's row, as measured and judged
 	Verdict           verify.Verdict    `json:"verdict"`
 	Fault             string            `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
 	LocksTaken        *int              `json:"locks_taken,omitempty"` // by the fault, from their holders
@@ -219,9 +223,15 @@ func tables(reports []Row) []table {
 		if r.VsBaseline > 0 {
 			vs = fmt.Sprintf("%.2fx", r.VsBaseline)
 		}
-		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.Outcomes[attack.OK]), fmt.Sprintf("%.0f", r.OrdersPerSecond), vs,
-			Milliseconds(r.Selling.P50) + " / " + Milliseconds(r.Selling.P99), fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy), r.locksLostText(),
+		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.Outcomes[attack.OK]), r.figure(figOrdersPerSecond, "%.0f", r.OrdersPerSecond), vs,
+			r.figure(figSellingP50, "%.1f", ms(r.Selling.P50)) + " / " + r.figure(figSellingP99, "%.1f", ms(r.Selling.P99)),
+			fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy), r.locksLostText(),
 			fmt.Sprintf("%.0f", r.SoldOut.Throughput), Milliseconds(r.SoldOut.P99), r.rssText(), fmt.Sprint(r.Verdict.Oversold), r.VerdictText()})
+	}
+	if n := roundsOf(reports); n > 1 {
+		comparison.Intro = fmt.Sprintf("Each row ran %d times, interleaved (round 1 of every row, then round 2 of every row, ...), each round on a fresh product and verified. "+
+			"orders/s, p50 / p99, the sold-out req/s and vs bare, and the CPU per 1000 orders with the ceiling are the medians of the rounds, min–max in brackets; "+
+			"the other cells are the median round's (by orders/s), and a round that failed fails its row.", n)
 	}
 	out := []table{comparison}
 	if t, ok := lifecycleTable(reports); ok {
@@ -320,9 +330,6 @@ func steadyTable(reports []Row) (t table, ok bool) {
 			continue
 		}
 		vs, after := "", ""
-		if s.VsBare > 0 {
-			vs = fmt.Sprintf("%.2fx", s.VsBare)
-		}
 		switch {
 		case s.Verdict == nil:
 		case s.Verdict.OK():
@@ -332,7 +339,10 @@ func steadyTable(reports []Row) (t table, ok bool) {
 		default:
 			after = "FAIL: " + strings.Join(s.Verdict.Problems, "; ")
 		}
-		t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(s.Requests), fmt.Sprintf("%.0f", s.Throughput), vs,
+		if s.VsBare > 0 {
+			vs = r.figure(figVsBare, "%.2fx", s.VsBare)
+		}
+		t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(s.Requests), r.figure(figSoldOutPerSecond, "%.0f", s.Throughput), vs,
 			Milliseconds(s.P50) + " / " + Milliseconds(s.P99), fmt.Sprint(s.Outcomes[attack.SoldOut]), fmt.Sprint(s.Outcomes[attack.OK]),
 			fmt.Sprint(s.TooMany), fmt.Sprint(s.Server), fmt.Sprint(s.Unexpected()), after})
 	}
@@ -384,6 +394,7 @@ svg .axis{stroke:#888;stroke-width:1}
 svg .ref{stroke:#888;stroke-width:1.2;stroke-dasharray:6 4}
 </style></head><body>
 <h1>seckill load test</h1>
+<p>{{.Provenance}}</p>
 <p>{{.Description}}</p>
 {{with .Charts}}<h2>The rows side by side</h2>
 {{range .}}{{template "chart" .}}{{end}}{{end}}
@@ -430,20 +441,21 @@ func fileName(row string) string {
 }
 
 // Write saves the report files in dir: report.md, report.html with its charts, summary.json,
-// and every result of every sale as JSON lines (results-<row>.json).
-func Write(dir, description string, reports []Row, sales map[string]attack.Sale) error {
+// and every result of every sale as JSON lines (results-<row>.json). provenance heads the
+// reports, then description.
+func Write(dir, provenance, description string, reports []Row, sales map[string]attack.Sale) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var md strings.Builder
-	fmt.Fprintf(&md, "# seckill load test\n\n%s\n\n", description)
+	fmt.Fprintf(&md, "# seckill load test\n\n%s\n\n%s\n\n", provenance, description)
 	Markdown(&md, reports)
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
 	comparison, perRow := charts(reports, sales)
 	if err := writeFile(filepath.Join(dir, "report.html"), func(w io.Writer) error {
-		return htmlReport.Execute(w, map[string]any{"Description": description, "Charts": comparison, "Tables": tables(reports), "Scatters": perRow})
+		return htmlReport.Execute(w, map[string]any{"Provenance": provenance, "Description": description, "Charts": comparison, "Tables": tables(reports), "Scatters": perRow})
 	}); err != nil {
 		return err
 	}
@@ -481,20 +493,23 @@ func writeFile(path string, fill func(io.Writer) error) error {
 }
 
 // cpuTables are the CPU tables of the rows (all of one client count): the selling phase per 1000
-// orders and the sold-out phase per 1000 answers, each when some row measured it.
+// orders with each row's CPU-bound ceiling, and the sold-out phase per 1000 answers, each when
+// some row measured it.
 func cpuTables(reports []Row) []table {
 	var out []table
 	for _, ph := range []struct {
-		of, unit, intro string
-		get             func(*cpu.Cost) *cpu.Phase
+		unit, intro string
+		selling     bool
+		get         func(*cpu.Cost) *cpu.Phase
 	}{
-		{"selling", "orders", "CPU seconds per 1000 orders in the selling phase (from the first request to the last sale's answer), per process group, from /proc/<pid>/stat",
-			func(c *cpu.Cost) *cpu.Phase { return c.Selling }},
-		{"sold out", "answers", "CPU seconds per 1000 answers in the steady sold-out phase (the service's slices, not the bare handler's), per process group",
-			func(c *cpu.Cost) *cpu.Phase { return c.SoldOut }},
+		{"orders", "CPU seconds per 1000 orders in the selling phase (from the first request to the last sale's answer), per process group, from /proc/<pid>/stat",
+			true, func(c *cpu.Cost) *cpu.Phase { return c.Selling }},
+		{"answers", "CPU seconds per 1000 answers in the steady sold-out phase (the service's slices, not the bare handler's), per process group",
+			false, func(c *cpu.Cost) *cpu.Phase { return c.SoldOut }},
 	} {
 		var t table
 		var reasons []string
+		cores := 0
 		for _, r := range reports {
 			if r.CPU == nil || ph.get(r.CPU) == nil {
 				continue
@@ -506,6 +521,16 @@ func cpuTables(reports []Row) []table {
 					t.Head = append(t.Head, g.Group)
 				}
 				t.Head = append(t.Head, "all groups", "cores busy")
+				if ph.selling {
+					t.Head = append(t.Head, "ceiling orders/s", "reached", "waits on")
+				}
+			}
+			// Only the selling phase's figures are medians of the rounds (Combine).
+			figure := func(name, format string, v float64) string {
+				if !ph.selling {
+					return fmt.Sprintf(format, v)
+				}
+				return r.figure(name, format, v)
 			}
 			row := []string{r.Strategy, fmt.Sprint(p.Count), fmt.Sprintf("%.2f", p.WallSeconds)}
 			for _, g := range p.Groups {
@@ -516,10 +541,13 @@ func cpuTables(reports []Row) []table {
 					}
 					continue
 				}
-				row = append(row, fmt.Sprintf("%.3f", *g.SecondsPer1000))
+				row = append(row, figure(figGroupPrefix+g.Group, "%.3f", *g.SecondsPer1000))
 			}
 			seconds, all := p.Total()
 			sum, busy := fmt.Sprintf("%.3f", 1000*seconds/float64(p.Count)), ""
+			if c := r.Ceiling; ph.selling && c != nil {
+				sum = figure(figAllGroups, "%.3f", 1000*c.SecondsPerOrder)
+			}
 			if p.WallSeconds > 0 {
 				busy = fmt.Sprintf("%.2f", seconds/p.WallSeconds)
 			}
@@ -527,6 +555,12 @@ func cpuTables(reports []Row) []table {
 				sum += " (measured groups)"
 			}
 			row = append(row, sum, busy)
+			if ph.selling {
+				row = append(row, r.ceilingCells()...)
+				if r.Ceiling != nil {
+					cores = r.Ceiling.Cores
+				}
+			}
 			t.Rows = append(t.Rows, row)
 		}
 		if len(t.Rows) == 0 {
@@ -535,10 +569,35 @@ func cpuTables(reports []Row) []table {
 		t.Intro = ph.intro + ". The service instances scale out; the database and Redis hold the one hot product; " +
 			"the load generator shares the machine here and would not in a real sale. cores busy is all groups' CPU over the phase's wall time. " +
 			"The database's figure counts every client it served meanwhile."
+		if cores > 0 {
+			t.Intro += fmt.Sprintf(" ceiling orders/s is the CPU-bound ceiling: the %d cores over all groups' CPU per order (with a group n/a, a bound above it), "+
+				"and reached the row's orders/s over it. A row below %.1f of its ceiling waits on something other than the cores: "+
+				"waits on names it where the tool measured it (busy answers retried after their Retry-After; the lock, held most of the window, or its hand-off, "+
+				"acquisitions waiting longer than the lock is held, from the lock histograms), and says unknown where it did not "+
+				"(the row lock, timed inside its wait; round trips, which the tool does not count).", cores, waitShare)
+		}
 		if len(reasons) > 0 {
 			t.Intro += " n/a: " + strings.Join(reasons, "; ") + "."
 		}
 		out = append(out, t)
 	}
 	return out
+}
+
+// ceilingCells are the ceiling's cells of the selling CPU table: blank when not measured.
+func (r Row) ceilingCells() []string {
+	c := r.Ceiling
+	if c == nil {
+		return []string{"", "", ""}
+	}
+	return []string{r.figure(figCeiling, "%.0f", c.OrdersPerSecond), r.figure(figReached, "%.2f", c.Reached), c.WaitsOn}
+}
+
+// roundsOf is the most rounds any row ran.
+func roundsOf(reports []Row) int {
+	n := 1
+	for _, r := range reports {
+		n = max(n, len(r.Rounds))
+	}
+	return n
 }

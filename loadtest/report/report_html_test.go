@@ -43,7 +43,7 @@ func TestReportHTML(t *testing.T) {
 	chromium := needChromium(t)
 	reports, sales := syntheticRun(t)
 	dir := t.TempDir()
-	require.NoError(t, Write(dir, "A synthetic run: 300 units, 1200 buyers per row.", reports, sales))
+	require.NoError(t, Write(dir, testProvenance, "A synthetic run: 300 units, 1200 buyers per row.", reports, sales))
 	page := "file://" + filepath.Join(dir, "report.html")
 
 	dom := string(runChromium(t, chromium, "--dump-dom", page))

@@ -262,9 +262,11 @@ func TestCPUTables(t *testing.T) {
 		{Group: cpu.Database, Seconds: &two, SecondsPer1000: per(two)},
 		{Group: cpu.Redis, NA: "embedded (miniredis) in the first service instance: counted there"},
 	}}
-	ts := cpuTables([]Row{{Strategy: "hybrid (batched 64)", CPU: &cpu.Cost{Selling: cost}}, {Strategy: "etcd (batched 64)"}})
+	ts := cpuTables(Combine([][]Row{{{Strategy: "hybrid (batched 64)", CPU: &cpu.Cost{Selling: cost}, Ceiling: NewCeiling(250, cost, 2)}, {Strategy: "etcd (batched 64)"}}}))
 	require.Len(t, ts, 1, "no row had a sold-out phase")
-	assert.Equal(t, []string{"row", "orders", "seconds", cpu.Service, cpu.Database, cpu.Redis, "all groups", "cores busy"}, ts[0].Head)
-	assert.Equal(t, [][]string{{"hybrid (batched 64)", "500", "2.00", "2.000", "4.000", "n/a", "6.000 (measured groups)", "1.50"}}, ts[0].Rows)
+	assert.Equal(t, []string{"row", "orders", "seconds", cpu.Service, cpu.Database, cpu.Redis, "all groups", "cores busy", "ceiling orders/s", "reached", "waits on"}, ts[0].Head)
+	assert.Equal(t, [][]string{{"hybrid (batched 64)", "500", "2.00", "2.000", "4.000", "n/a", "6.000 (measured groups)", "1.50",
+		"333", "0.75", "the cores: it gains only by costing less"}}, ts[0].Rows, "2 cores over 6 ms of CPU per order: 333 orders/s, of which 250 is 0.75")
+	assert.Contains(t, ts[0].Intro, "the 2 cores over all groups' CPU per order")
 	assert.Contains(t, ts[0].Intro, "n/a: Redis: embedded (miniredis) in the first service instance: counted there.")
 }

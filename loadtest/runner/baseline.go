@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -269,9 +270,9 @@ func baseline(ctx context.Context, db *sql.DB, sku string, buyers, clients, pool
 }
 
 // baselineReport runs the baseline on a fresh product and verifies it like any sale.
-func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report.Row, error) {
+func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB, suffix string) (report.Row, error) {
 	o := rr.opts
-	sku := o.sku + "-baseline" + rr.pass.suffix
+	sku := o.sku + "-baseline" + rr.pass.suffix + suffix
 	if err := putProduct(ctx, rr.client, rr.targets[0], o.token, sku, o.stock, 0); err != nil {
 		return report.Row{}, err
 	}
@@ -288,6 +289,7 @@ func (rr roundRunner) baselineReport(ctx context.Context, db *sql.DB) (report.Ro
 	if len(orders) > 0 && lastSale.After(began) {
 		r.OrdersPerSecond = float64(len(orders)) / lastSale.Sub(began).Seconds()
 		r.CPU = &cpu.Cost{Selling: rr.cpu.Phase(rec.Between(began, lastSale), len(orders))}
+		r.Ceiling = report.NewCeiling(r.OrdersPerSecond, r.CPU.Selling, runtime.NumCPU())
 	}
 	if r.Verdict, err = rr.verifier.Verify(ctx, sku, orders); err != nil {
 		return report.Row{}, fmt.Errorf("verify baseline: %w", err)

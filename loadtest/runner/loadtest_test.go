@@ -148,7 +148,7 @@ func smoke(t *testing.T, args ...string) string {
 	if redisAddr != "" {
 		args = append(args, "-redis", redisAddr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	var out strings.Builder
 	err := Run(ctx, args, &out, testWriter{t})
@@ -159,10 +159,11 @@ func smoke(t *testing.T, args ...string) string {
 
 // TestSmokeCompare is the CI smoke test of the tool: three service processes on one database,
 // Redis and etcd — and a ZooKeeper the tool starts (-zk start) where one can run — every
-// strategy compared with small numbers. It passes only if every safe strategy kept the invariant
-// (in the audit, every order, and SQL) and naive was caught overselling.
+// strategy compared with small numbers, in two interleaved rounds. It passes only if every safe
+// strategy kept the invariant (in the audit, every order, and SQL) in every round and naive was
+// caught overselling; the report gives the medians with their min–max, and each row's ceiling.
 func TestSmokeCompare(t *testing.T) {
-	args := []string{"-compare", "-stock", "30", "-users", "120", "-concurrency", "16", "-retry-busy", "5", "-soldout", "1s"}
+	args := []string{"-compare", "-stock", "30", "-users", "120", "-concurrency", "16", "-retry-busy", "5", "-soldout", "1s", "-rounds", "2"}
 	o := options{}
 	if err := zkserver.Available(); err == nil || os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
 		args, o.zk = append(args, "-zk", zkStart), zkStart
@@ -179,6 +180,10 @@ func TestSmokeCompare(t *testing.T) {
 	assert.Contains(t, out, "Targets at 16 clients, judged against those stated at 64")
 	assert.Contains(t, out, "CPU seconds per 1000 orders")
 	assert.Contains(t, out, "CPU seconds per 1000 answers")
+	assert.Contains(t, out, "Each row ran 2 times, interleaved")
+	assert.Regexp(t, "(?m)^\\| `hybrid` \\| [^|]+ \\| [0-9]+ \\| [0-9]+ \\([0-9]+–[0-9]+\\) \\|", out, "hybrid's orders/s: the median with its min–max")
+	assert.Contains(t, out, "| ceiling orders/s | reached | waits on |")
+	assert.Regexp(t, "(?m)^Measured by `go run ./loadtest -compare .*` at commit \\S+ on [0-9]+ cores, ", out, "the provenance line heads the report")
 	if strings.Contains(out, "MySQL/MariaDB") {
 		assert.Contains(t, out, "`pessimistic (wait)`", "on MySQL: pessimistic's waiting form beside its default")
 	}
@@ -190,7 +195,7 @@ func TestSmokeCompare(t *testing.T) {
 // alone — must be caught overselling, every guarded one must keep the invariant with the same
 // lock failing under it: the version check and the fencing tokens are what hold, not the lock.
 func TestSmokeLockLoss(t *testing.T) {
-	args := []string{"-fault", lockloss.Name, "-stock", "200", "-users", "800", "-concurrency", "32", "-retry-busy", "5", "-soldout", "0"}
+	args := []string{"-fault", lockloss.Name, "-stock", "200", "-users", "800", "-concurrency", "32", "-retry-busy", "5", "-soldout", "0", "-rounds", "1"}
 	o := options{fault: lockloss.Name}
 	if err := zkserver.Available(); err == nil || os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
 		args, o.zk = append(args, "-zk", zkStart), zkStart
@@ -243,7 +248,7 @@ func TestSmokeLifecycle(t *testing.T) {
 // overselling, so that on the default too the checks are seen to fail where they should.
 func TestDefaultRun(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the tool and the service and runs the default comparison (about a minute); skipped with -short")
+		t.Skip("builds the tool and the service and runs the default comparison (three rounds, about three minutes); skipped with -short")
 	}
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
@@ -253,7 +258,7 @@ func TestDefaultRun(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "build the tool: %s", out)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin)
 	cmd.Dir = root // where the README runs it: the tool builds cmd/api from the module

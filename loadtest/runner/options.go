@@ -47,6 +47,7 @@ type options struct {
 	duration    time.Duration
 	timeout     time.Duration
 	retryRounds int
+	rounds      int // -rounds: how many times each row runs, interleaved
 	strategy    string
 	compare     bool
 	mysql       string
@@ -81,6 +82,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", time.Minute, "upper bound of one round of requests")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-request timeout")
 	fs.IntVar(&o.retryRounds, "retry-busy", 3, "rounds retrying 429 busy answers after their Retry-After (0: no retries)")
+	fs.IntVar(&o.rounds, "rounds", 0, "run each row this many times, interleaved (round 1 of every row, then round 2, ...), each on a fresh product and verified, "+
+		"and report the median with min-max of each figure (default 3 with -compare, 1 for one strategy and with -soak)")
 	fs.StringVar(&o.strategy, "strategy", "", "strategy to run (default: the server's); see -compare")
 	fs.BoolVar(&o.compare, "compare", false, "run every strategy in turn (default when the tool starts the service)")
 	fs.StringVar(&o.mysql, "mysql", "", "MySQL DSN: the tool reads its tables to verify every sale (without it, against -target, only the service's audit is left), and with -compare measure the per-order FOR UPDATE baseline (when the tool starts the service, it uses this database)")
@@ -124,6 +127,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-soak watches one set of processes: give -group-commit at most one value")
 	case o.soak > 0 && len(o.clients) > 1:
 		return o, errors.New("-soak watches one set of processes: give -concurrency one value")
+	case o.soak > 0 && o.rounds > 1:
+		return o, errors.New("-soak repeats the sale itself: leave out -rounds")
 	case o.soldOut < 0:
 		return o, errors.New("-soldout must not be negative")
 	case o.zk == zkStart && o.targets != "":
@@ -156,10 +161,22 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.targets == "" && o.strategy == "" {
 		o.compare = true
 	}
-	soldOutSet := false
-	fs.Visit(func(f *flag.Flag) { soldOutSet = soldOutSet || f.Name == "soldout" })
+	soldOutSet, roundsSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		soldOutSet = soldOutSet || f.Name == "soldout"
+		roundsSet = roundsSet || f.Name == "rounds"
+	})
+	if roundsSet && o.rounds < 1 {
+		return o, errors.New("-rounds must be at least 1")
+	}
 	if o.compare && !soldOutSet {
 		o.soldOut = defaultSoldOut
+	}
+	if o.rounds == 0 {
+		o.rounds = 1
+		if o.compare && o.soak == 0 {
+			o.rounds = defaultRounds
+		}
 	}
 	stamp := time.Now().UTC().Format("20060102-150405")
 	if o.sku == "" {
@@ -222,6 +239,21 @@ func groupCommitLabel(v int) string {
 // defaultSoldOut is how long the steady sold-out phase lasts with -compare unless -soldout
 // says otherwise: long enough for a stable rate, short enough to run once per strategy.
 const defaultSoldOut = 5 * time.Second
+
+// defaultRounds is how many rounds a comparison runs unless -rounds says otherwise: the fewest
+// with a median that one slow or fast round does not move. A run of one strategy has no other
+// row whose ratio the spread could blur: it is a check of one deployment, and one verified sale
+// answers it.
+const defaultRounds = 3
+
+// roundSuffix keeps the SKUs of round k (from 0) apart from the other rounds'; "" in a run of
+// one round, whose SKUs are as they always were.
+func (o options) roundSuffix(k int) string {
+	if o.rounds == 1 {
+		return ""
+	}
+	return fmt.Sprintf("-r%d", k+1)
+}
 
 // lockLossStrategies are the strategies compared under -fault lock-loss: each lock beside its
 // unguarded twin (zookeeper's only with -zk), and naive last, as always.

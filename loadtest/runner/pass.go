@@ -70,6 +70,33 @@ func (o options) passes() []*pass {
 	return out
 }
 
+// step is one pass of one round at one client count: a set of processes started, sold on
+// and stopped.
+type step struct {
+	round   int   // from 0
+	clients int   // the client count of the step (-concurrency)
+	pass    *pass // its pass at that count
+	first   bool  // the first pass of its round at its count: the one the baseline runs beside
+}
+
+// schedule is the order the run's steps go in: round 1 of every row — at each client count in
+// turn, every pass of it — then round 2 of every row, and so on, so that drift on a shared
+// machine weighs on every row alike. Each count's rows are judged against references measured
+// at that count (the baseline beside its first pass, the bare handler beside each sold-out
+// phase).
+func (o options) schedule() []step {
+	var out []step
+	for k := range o.rounds {
+		for _, c := range o.clients {
+			o.concurrency = c
+			for i, p := range o.passes() {
+				out = append(out, step{round: k, clients: c, pass: p, first: i == 0})
+			}
+		}
+	}
+	return out
+}
+
 // start returns the targets of the pass: the -target URLs, or (with bin, the built service) the
 // URLs and process ids of the processes it starts in a folder of its own under dir.
 func (p *pass) start(ctx context.Context, o options, bin, dir string, logs io.Writer) ([]string, []int, error) {

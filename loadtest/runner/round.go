@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -127,6 +128,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report.Row, m
 			r.Family = rr.pass.family
 		}
 		r.CPU = &cpu.Cost{Selling: sellingCPU(rr.cpu, rec, s.Results)}
+		r.Ceiling = report.NewCeiling(r.OrdersPerSecond, r.CPU.Selling, runtime.NumCPU())
 		if faulted != "" {
 			r.LocksTaken = &taken
 		}

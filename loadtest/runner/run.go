@@ -69,6 +69,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "loadtest: %s\n", budget)
 	}
+	prov := provenance(ctx, args, o, db) // the commit that runs, before anyone edits the tree meanwhile
 	var progress io.Writer
 	if o.progress {
 		progress = stderr
@@ -102,7 +103,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s)%s%s.",
 			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o), faultText(o))
 	}
-	description += " " + storeText(o)
+	description += roundsText(o) + " " + storeText(o)
 	var thief *lockloss.Thief
 	if o.fault != "" {
 		if thief, err = lockloss.NewThief(o.redis, o.etcd, o.zk, stderr); err != nil {
@@ -131,76 +132,69 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	client := &http.Client{Timeout: o.timeout}
 	backends := cpu.Backends(cpu.Run{MySQL: o.mysql, Redis: o.redis, ZooKeeper: o.zk, Spawned: o.targets == "", EtcdPID: etcdPid})
 	var (
-		reports      []report.Row
-		sales        = map[string]attack.Sale{}
+		perRound     = make([][]report.Row, o.rounds) // every row of each round
+		roundSales   = make([]map[string]attack.Sale, o.rounds)
 		soakProblems []string
 	)
-	// The whole comparison at each client count in turn — the baseline, every pass on fresh
-	// processes, the bare handler — so that each count's rows are judged against references
-	// measured at that count.
-	for _, clients := range o.clients {
-		o.concurrency = clients
-		var (
-			base *report.Row
-			rows []report.Row
-		)
-		for i, p := range o.passes() {
-			err := func() error {
-				targets, pids, err := p.start(ctx, o, bin, dir, stderr)
-				if err != nil {
-					return err
-				}
-				defer p.stop()
-				store, err := p.store(ctx, db, stderr)
-				if err != nil {
-					return err
-				}
-				defer store.Close()
-				vf := verify.Verifier{Client: client, Base: targets[0], Token: o.token, Store: store}
-				rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: proc.Peaks{PIDs: pids},
-					bare: bare, fault: thief, progress: progress, log: stderr, db: budget,
-					cpu: cpu.NewMeter(append([]cpu.Group{cpu.Services(targets, pids)}, backends...)...)}
-				if i == 0 && db != nil && o.compare {
-					b, err := rr.baselineReport(ctx, db)
-					if err != nil {
-						return err
-					}
-					base = &b
-				}
-				rs, ss, err := rr.round(ctx, "")
-				if err != nil {
-					return err
-				}
-				for j := range rs {
-					if base != nil && base.OrdersPerSecond > 0 {
-						rs[j].VsBaseline = rs[j].OrdersPerSecond / base.OrdersPerSecond
-					}
-					rs[j].Goals = report.Goals(rs[j], rs, base)
-				}
-				rows = slices.Insert(rows, p.rowsAt(rows), rs...)
-				maps.Copy(sales, ss)
-				if o.soak > 0 {
-					soakProblems, err = rr.soak(ctx, stdout)
-				}
-				return err
-			}()
+	for k := range roundSales {
+		roundSales[k] = map[string]attack.Sale{}
+	}
+	var (
+		rows []report.Row // of the round and client count running now, in the order of the report
+		last int          // their round
+	)
+	for _, st := range o.schedule() {
+		if st.first {
+			perRound[last] = append(perRound[last], rows...)
+			rows, last = nil, st.round
+		}
+		if o.rounds > 1 && st.first && st.clients == o.clients[0] {
+			fmt.Fprintf(stderr, "loadtest: round %d of %d\n", st.round+1, o.rounds)
+		}
+		o.concurrency = st.clients
+		p, k := st.pass, st.round
+		err := func() error {
+			targets, pids, err := p.start(ctx, o, bin, dir, stderr)
 			if err != nil {
 				return err
 			}
-		}
-		if bare != nil {
-			if row, ok := bare.row(clients); ok {
-				rows = append([]report.Row{row}, rows...)
+			defer p.stop()
+			store, err := p.store(ctx, db, stderr)
+			if err != nil {
+				return err
 			}
+			defer store.Close()
+			vf := verify.Verifier{Client: client, Base: targets[0], Token: o.token, Store: store}
+			rr := roundRunner{opts: o, pass: p, targets: targets, client: client, verifier: vf, peaks: proc.Peaks{PIDs: pids},
+				bare: bare, fault: thief, progress: progress, log: stderr, db: budget,
+				cpu: cpu.NewMeter(append([]cpu.Group{cpu.Services(targets, pids)}, backends...)...)}
+			if st.first && db != nil && o.compare {
+				b, err := rr.baselineReport(ctx, db, o.roundSuffix(k))
+				if err != nil {
+					return err
+				}
+				perRound[k] = append(perRound[k], b)
+			}
+			rs, ss, err := rr.round(ctx, o.roundSuffix(k))
+			if err != nil {
+				return err
+			}
+			rows = slices.Insert(rows, p.rowsAt(rows), rs...)
+			maps.Copy(roundSales[k], ss)
+			if o.soak > 0 {
+				soakProblems, err = rr.soak(ctx, stdout)
+			}
+			return err
+		}()
+		if err != nil {
+			return err
 		}
-		if base != nil {
-			rows = append([]report.Row{*base}, rows...)
-		}
-		reports = append(reports, rows...)
 	}
-	fmt.Fprintf(stdout, "\n%s\n\n", description)
+	perRound[last] = append(perRound[last], rows...)
+	reports, sales := judge(report.Combine(perRound), o.clients, bare, roundSales)
+	fmt.Fprintf(stdout, "\n%s\n\n%s\n\n", prov, description)
 	report.Markdown(stdout, reports)
-	if err := report.Write(o.out, description, reports, sales); err != nil {
+	if err := report.Write(o.out, prov, description, reports, sales); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "\nreport: %s (report.md, report.html, summary.json, results-*.json)\n", o.out)
@@ -217,6 +211,50 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("verification failed:\n  %s", strings.Join(failed, "\n  "))
 	}
 	return nil
+}
+
+// judge puts the combined rows of every round in the report's order — at each client count the
+// baseline, the bare handler, then the rows as they ran — holds each against the baseline of its
+// count and the rows of its pass, on their medians, and picks the sale each row's charts show:
+// its median round's.
+func judge(combined []report.Row, clients []int, bare *bareServers, roundSales []map[string]attack.Sale) ([]report.Row, map[string]attack.Sale) {
+	var reports []report.Row
+	sales := map[string]attack.Sale{}
+	for _, c := range clients {
+		var (
+			base *report.Row
+			rows []report.Row
+		)
+		for _, r := range combined {
+			switch {
+			case r.Clients != c:
+			case r.Strategy == "baseline":
+				base = &r
+			default:
+				rows = append(rows, r)
+			}
+		}
+		for j := range rows {
+			if base != nil && base.OrdersPerSecond > 0 {
+				rows[j].VsBaseline = rows[j].OrdersPerSecond / base.OrdersPerSecond
+			}
+			pass := slices.DeleteFunc(slices.Clone(rows), func(x report.Row) bool { return x.Pass != rows[j].Pass })
+			rows[j].Goals = report.Goals(rows[j], pass, base)
+			if s, ok := roundSales[max(rows[j].Round, 1)-1][rows[j].Strategy]; ok {
+				sales[rows[j].Strategy] = s
+			}
+		}
+		if bare != nil {
+			if row, ok := bare.row(c); ok {
+				rows = append([]report.Row{row}, rows...)
+			}
+		}
+		if base != nil {
+			rows = append([]report.Row{*base}, rows...)
+		}
+		reports = append(reports, rows...)
+	}
+	return reports, sales
 }
 
 // faultText describes the fault for the report.
@@ -265,6 +303,15 @@ func randomToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // crypto/rand.Read never returns an error on supported platforms
 	return hex.EncodeToString(b)
+}
+
+// roundsText says how many times each row ran, for the report.
+func roundsText(o options) string {
+	if o.rounds == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" Each row %d times, interleaved: round 1 of every row (at every client count, in every pass, on fresh processes), then round 2, ..., "+
+		"each round on fresh products and verified; the report gives the median of each figure with its min–max, and judges the targets on the medians.", o.rounds)
 }
 
 // storeText is the report's line on where the verdicts come from.
