@@ -61,7 +61,11 @@ func runQueueCrash(ctx context.Context, env *Env) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("queued: %w", err)
 	}
-	fixedFailed := fixed.stranded > 0 || fixed.twice > 0 || fixed.unended > 0 || !fixed.audit.Consistent() || fixed.back > queueCrashBound
+	// A late message placed after its units went back would sell them twice: once to it, once
+	// to whoever buys them again. A re-sent message the queue kept would be a second delivery
+	// of its order, left to the writer's database check alone.
+	fixedFailed := fixed.stranded > 0 || fixed.twice > 0 || fixed.latePlaced > 0 || fixed.duplicates < fixed.resent || fixed.unended > 0 ||
+		!fixed.audit.Consistent() || fixed.back > queueCrashBound
 	return Result{
 		Failing: Outcome{Form: "DECRBY in Redis, yes to the buyer, then the message; the process dies before the send",
 			Happened: fmt.Sprintf("%d buyers told yes, %d orders written, %d units stranded (the database has them, Redis sells none) %.1f s after the crash; %s",
@@ -328,9 +332,9 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 		return queuedSale{}, err
 	}
 	out.stranded = out.audit.HeldBack()
-	// Every order row beyond one per 202 that ended placed is an order placed twice (a
-	// re-sent or late message written again).
-	out.twice = max(0, out.audit.Orders-int64(out.placed))
+	// Every order row beyond one per order placed — a 202 that ended placed, a late message
+	// written — is an order placed twice: a re-sent message written again.
+	out.twice = max(0, out.audit.Orders-int64(out.placed+out.latePlaced))
 	return out, nil
 }
 

@@ -39,4 +39,5 @@ func TestQueueCrashReproduces(t *testing.T) {
 	back := bars["queued: s until the units were back on sale"]
 	assert.False(t, back.Failed, "units back after %.2f s", back.Value)
 	assert.Positive(t, back.Value)
+	assert.Contains(t, res.Fixed.Happened, "their orders placed 0 times", "a late message of the crashed instance was written")
 }
