@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,7 +17,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -27,6 +31,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/orderqueue"
 )
 
 const (
@@ -346,11 +351,14 @@ func dashboardExprs(t *testing.T) map[string][]string {
 // scrapeSale starts the service as the README's first command does — the embedded default —
 // and sells out one product under every strategy it offers, over HTTP, so that every labelled
 // vector a sale fills has a sample; it returns the names /metrics then exposes, as the series
-// names PromQL reads (a histogram's _bucket, _sum and _count).
+// names PromQL reads (a histogram's _bucket, _sum and _count). The queued strategy's backlog
+// gauges have a sample only while an order waits, which a sale's writers end within
+// milliseconds: its sale is made with the writers paused and scraped then, before they resume.
 func scrapeSale(t *testing.T) map[string]bool {
 	t.Helper()
+	dataDir := t.TempDir()
 	svc, _ := startRun(t, map[string]string{
-		"SECKILL_ADDR": "127.0.0.1:0", "SECKILL_DATA_DIR": t.TempDir(), "SECKILL_ADMIN_TOKEN": "tok",
+		"SECKILL_ADDR": "127.0.0.1:0", "SECKILL_DATA_DIR": dataDir, "SECKILL_ADMIN_TOKEN": "tok",
 		// Offer the unsafe strategies too: they are strategies users can run.
 		"SECKILL_ALLOW_UNSAFE": "true",
 		// Every lock hold counts as too long, so that seckill_lock_held_too_long_total has a
@@ -365,25 +373,59 @@ func scrapeSale(t *testing.T) map[string]bool {
 	require.NotNil(t, m, "the answer to an unknown strategy lists the known ones: %q", e.Error.Message)
 	strategies := strings.Fields(m[1])
 	require.Contains(t, strategies, "hybrid")
+	require.Contains(t, strategies, "queued")
+	names := map[string]bool{}
 	for _, strategy := range strategies {
 		sku := "metrics-" + strategy
 		require.Equal(t, http.StatusOK, svc.call(t, "PUT", "/api/v1/products/"+sku, `{"name":"metrics","stock":4}`, nil))
+		accepted, resume := http.StatusCreated, func() {}
+		if strategy == "queued" {
+			accepted, resume = http.StatusAccepted, pauseWriters(t, dataDir)
+		}
 		// Buyers at once, as in a sale: locks are waited for, sections batch orders.
 		var wg sync.WaitGroup
 		statuses := make([]int, 8) // 0: no answer
+		ids := make([]string, len(statuses))
 		for i := range statuses {
 			wg.Go(func() {
 				body := fmt.Sprintf(`{"user_id":"u%d","strategy":%q}`, i, strategy)
 				resp, err := http.Post(svc.url+"/api/v1/products/"+sku+"/orders", "application/json", strings.NewReader(body))
 				if err == nil {
 					statuses[i] = resp.StatusCode
+					var o struct {
+						OrderID string `json:"order_id"`
+					}
+					_ = json.NewDecoder(resp.Body).Decode(&o)
+					ids[i] = o.OrderID
 					_ = resp.Body.Close()
 				}
 			})
 		}
 		wg.Wait()
 		assert.NotContains(t, statuses, 0, "%s: a request got no answer", strategy)
-		assert.Contains(t, statuses, http.StatusCreated, strategy)
+		assert.Contains(t, statuses, accepted, strategy)
+		if strategy == "queued" {
+			families := scrapeFamilies(t, svc.url)
+			depth := map[string]float64{}
+			for _, m := range families["seckill_queue_depth"].GetMetric() {
+				depth[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+			assert.Equal(t, map[string]float64{sku: 4}, depth, "the writers paused, the 202s wait in the queue")
+			assert.Len(t, families["seckill_queue_oldest_age_seconds"].GetMetric(), 1)
+			maps.Copy(names, seriesNames(families))
+			resume()
+			// Every 202 ends: the writers, resumed, place the accepted orders.
+			for i, id := range ids {
+				if statuses[i] != http.StatusAccepted {
+					continue
+				}
+				var o struct {
+					Status string `json:"status"`
+				}
+				require.Equal(t, http.StatusOK, svc.call(t, "GET", "/api/v1/orders/"+id+"?wait=5s", "", &o))
+				assert.Contains(t, []string{"pending", "confirmed"}, o.Status, "queued order %s did not end placed", id)
+			}
+		}
 		// Then until sold out (an unsafe strategy may have sold more than there was).
 		for i := len(statuses); !slices.Contains(statuses, http.StatusConflict) && i < 40; i++ {
 			statuses = append(statuses, svc.call(t, "POST", "/api/v1/products/"+sku+"/orders",
@@ -401,12 +443,48 @@ func scrapeSale(t *testing.T) map[string]bool {
 	require.Equal(t, http.StatusOK, svc.call(t, "POST", "/api/v1/orders/"+o.OrderID+"/pay", `{"user_id":"payer"}`, nil))
 	require.Equal(t, http.StatusOK, svc.call(t, "POST", "/api/v1/orders/"+o.OrderID+"/cancel", `{"user_id":"payer"}`, nil))
 
-	resp, err := http.Get(svc.url + "/metrics")
+	maps.Copy(names, seriesNames(scrapeFamilies(t, svc.url)))
+	return names
+}
+
+// pauseWriters pauses the queued strategy's writers — the durable consumer that every
+// instance's writers share, on the embedded NATS server of dataDir — so that accepted orders
+// wait in the queue; the function it returns resumes them.
+func pauseWriters(t *testing.T, dataDir string) func() {
+	t.Helper()
+	url, err := os.ReadFile(filepath.Join(dataDir, "nats", "ADDRESS"))
+	require.NoError(t, err, "the embedded NATS server writes its address beside its store")
+	nc, err := nats.Connect(strings.TrimSpace(string(url)))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = js.PauseConsumer(ctx, orderqueue.DefaultStream, orderqueue.DefaultConsumer, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := js.ResumeConsumer(ctx, orderqueue.DefaultStream, orderqueue.DefaultConsumer)
+		require.NoError(t, err)
+	}
+}
+
+// scrapeFamilies reads the service's /metrics once.
+func scrapeFamilies(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.LegacyValidation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err)
+	return families
+}
+
+// seriesNames are the names of the families' series as PromQL reads them.
+func seriesNames(families map[string]*dto.MetricFamily) map[string]bool {
 	names := map[string]bool{}
 	for name, f := range families {
 		switch f.GetType() {
@@ -492,7 +570,8 @@ func TestDashboardMetrics(t *testing.T) {
 	}
 	scraped := scrapeSale(t)
 	for _, name := range []string{"seckill_orders_total", "seckill_lock_hold_seconds_bucket", "seckill_batch_orders_count",
-		"seckill_lock_held_too_long_total", "seckill_admission_stranded_units", "go_sql_in_use_connections"} {
+		"seckill_lock_held_too_long_total", "seckill_admission_stranded_units", "go_sql_in_use_connections",
+		"seckill_queue_orders_total", "seckill_queue_depth", "seckill_queue_oldest_age_seconds"} {
 		require.True(t, scraped[name], "the scrape after a sale has no %s", name)
 	}
 	registered := registeredNames(t)
