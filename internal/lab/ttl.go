@@ -21,7 +21,7 @@ func ttl() Experiment {
 		Seed: "«Locks in practice», 坑一 (pitfall one): a 5 s Redis lock, a database slower than that, two holders, oversold",
 		Claim: "A lock TTL shorter than the critical section lets two holders in, and the lock alone writes one's sale over the other's; " +
 			"a watchdog that extends the lock prevents it, and the version check holds either way. Every form here is behind hybrid's Redis admission.",
-		Fix: `section, stop := h.metrics.watchdog(ctx, h.Name(), key, h.opts.Extend, extend) // and UPDATE ... WHERE version = ?`,
+		Fix: `section, stop := r.watchdog(ctx, key, l) // section.go: Extend every period; and guard.go's UPDATE ... WHERE version = ?`,
 		Run: runTTL,
 	}
 }
@@ -34,7 +34,9 @@ func runTTL(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, err
 	}
 	lockTTL := pick(env.Size, 200*time.Millisecond, 300*time.Millisecond)
-	latency := pick(env.Size, 400*time.Millisecond, 500*time.Millisecond)
+	// The section outlasts the TTL by twice the TTL at least: the second holder has that long to
+	// be granted the lock and read before the first writes, even on a loaded machine.
+	latency := pick(env.Size, 600*time.Millisecond, 700*time.Millisecond)
 	units := pick(env.Size, int64(8), int64(20))
 	buyers := 3 * int(units)
 	forms := []struct {
