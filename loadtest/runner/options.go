@@ -18,8 +18,9 @@ import (
 )
 
 // allStrategies are compared in this order; naive last, as the control that must be caught.
-// zookeeper follows etcd when the service has a ZooKeeper (-zk).
-var allStrategies = []string{"hybrid", "etcd", "pessimistic", "dblock", "naive"}
+// zookeeper follows etcd when the service has a ZooKeeper (-zk). queued follows hybrid, whose
+// admission it shares: the two rows side by side are the lock against the queue.
+var allStrategies = []string{"hybrid", "queued", "etcd", "pessimistic", "dblock", "naive"}
 
 // strategies are the strategies a comparison runs.
 func (o options) strategies() []string {
