@@ -90,6 +90,40 @@ func TestQueuedVerdict(t *testing.T) {
 	assert.Nil(t, NewRow("hybrid", "hybrid", "lt-1", attack.Sale{}, "").Queue, "a sale without a 202 has no queue figures")
 }
 
+// TestQueueChart: a row answered 202 has its chart of accepted and placed units over time in
+// report.html, a line each, counting its 202s and only those of them placed; a row without a
+// 202 has none.
+func TestQueueChart(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	var s attack.Sale
+	for i := range 4 {
+		r := &vegeta.Result{Code: http.StatusAccepted, Timestamp: t0.Add(time.Duration(i) * 10 * time.Millisecond), Latency: 10 * time.Millisecond}
+		s.Results = append(s.Results, r)
+		q := attack.Accepted{OrderID: fmt.Sprint("o", i), Accepted: r.End(), Ended: r.End().Add(200 * time.Millisecond), Status: "confirmed"}
+		if i == 1 {
+			q.Status = "rejected"
+		}
+		s.Queued = append(s.Queued, q)
+	}
+	hybrid := attack.Sale{Results: []*vegeta.Result{{Code: http.StatusCreated, Timestamp: t0, Latency: time.Millisecond}}}
+	reports := []Row{NewRow("queued", "queued", "lt-q", s, ""), NewRow("hybrid", "hybrid", "lt-h", hybrid, "")}
+	_, perRow := charts(reports, map[string]attack.Sale{"queued": s, "hybrid": hybrid})
+	var queue []chart
+	for _, c := range perRow {
+		if c.ID == "queue" {
+			queue = append(queue, c)
+		}
+	}
+	require.Len(t, queue, 1, "one queue chart, for the row answered 202")
+	c := queue[0]
+	assert.Equal(t, "queued", c.Row)
+	require.Len(t, c.Paths, 2)
+	assert.Equal(t, "accepted: 4 units", c.Paths[0].Title)
+	assert.Equal(t, "placed: 3 units", c.Paths[1].Title, "the rejected 202 is not placed")
+	assert.Equal(t, 4, strings.Count(c.Paths[0].D, "L"), "a vertex per accepted unit")
+	assert.Equal(t, "accepted, 202 (4)", c.Legend[0].Text.Text)
+}
+
 // TestFaultBite: a guarded row under the fault passes only if the fault bit — the thief took a
 // lock from a holder, the strategy locked (its lock wait count grew on /metrics), and its guard
 // acted (its guard's counter or its lost locks grew) — or its invariant held trivially. The
