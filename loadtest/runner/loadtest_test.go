@@ -178,6 +178,7 @@ func TestSmokeCompare(t *testing.T) {
 	assert.Contains(t, out, "caught as expected")
 	assert.Contains(t, out, "`"+report.BareRow+"`", "the bare handler was measured")
 	assert.Contains(t, out, "Sold-out phase")
+	assert.Contains(t, out, "Queued orders: the sale was answered 202", "the queued row's figures: accepted/s, placed/s, the time to the final state")
 	assert.Contains(t, out, "Targets at 16 clients, judged against those stated at 64")
 	assert.Contains(t, out, "CPU seconds per 1000 orders")
 	assert.Contains(t, out, "CPU seconds per 1000 answers")
