@@ -136,9 +136,9 @@ func (f *follower) finish(end time.Time, within time.Duration) []Accepted {
 	return f.out
 }
 
-// QueueFigures are the figures of a queued sale: how fast orders were accepted (202) and placed,
+// Queue holds the figures of a queued sale: how fast orders were accepted (202) and placed,
 // how long a buyer waited from the 202 to the final state, and how many 202s never ended.
-type QueueFigures struct {
+type Queue struct {
 	Accepted          int           `json:"accepted"`
 	Placed            int           `json:"placed"`
 	Rejected          int           `json:"rejected"`
@@ -149,10 +149,10 @@ type QueueFigures struct {
 	EndP99            time.Duration `json:"end_p99"`
 }
 
-// NewQueueFigures measures a sale's 202s: accepted/s from its first request to its last 202,
+// NewQueue measures a sale's 202s: accepted/s from its first request to its last 202,
 // placed/s from its first request to the last placement a client saw, and the percentiles of the
 // time from 202 to the final state over the 202s that ended; nil for a sale without a 202.
-func NewQueueFigures(results []*vegeta.Result, queued []Accepted) *QueueFigures {
+func NewQueue(results []*vegeta.Result, queued []Accepted) *Queue {
 	if len(queued) == 0 {
 		return nil
 	}
@@ -162,7 +162,7 @@ func NewQueueFigures(results []*vegeta.Result, queued []Accepted) *QueueFigures 
 			first = r.Timestamp
 		}
 	}
-	f := QueueFigures{Accepted: len(queued)}
+	f := Queue{Accepted: len(queued)}
 	var ends []time.Duration
 	for _, q := range queued {
 		lastAccepted = maxTime(lastAccepted, q.Accepted)

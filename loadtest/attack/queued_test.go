@@ -90,14 +90,14 @@ func TestFollowQueued(t *testing.T) {
 	require.Len(t, s.Queued, 10, "every 202 followed")
 	assert.Len(t, s.Acked, 8, "the placed ones, and only they, are orders to verify")
 
-	f := NewQueueFigures(s.Results, s.Queued)
+	f := NewQueue(s.Results, s.Queued)
 	require.NotNil(t, f)
-	assert.Equal(t, QueueFigures{Accepted: 10, Placed: 8, Rejected: 1, Unended: 1},
-		QueueFigures{Accepted: f.Accepted, Placed: f.Placed, Rejected: f.Rejected, Unended: f.Unended})
+	assert.Equal(t, Queue{Accepted: 10, Placed: 8, Rejected: 1, Unended: 1},
+		Queue{Accepted: f.Accepted, Placed: f.Placed, Rejected: f.Rejected, Unended: f.Unended})
 	assert.GreaterOrEqual(t, f.EndP50, 200*time.Millisecond, "no order ends before the server placed it")
 	assert.Less(t, f.EndP99, time.Second, "a long poll answers when the order leaves queued, not when its wait ends")
 	assert.Positive(t, f.AcceptedPerSecond)
 	assert.Positive(t, f.PlacedPerSecond)
 	assert.Less(t, f.PlacedPerSecond, f.AcceptedPerSecond, "placed lags accepted by the writers' time")
-	assert.Nil(t, NewQueueFigures(s.Results, nil), "a sale without a 202 has no queue figures")
+	assert.Nil(t, NewQueue(s.Results, nil), "a sale without a 202 has no queue figures")
 }

@@ -54,40 +54,40 @@ type Lifecycle struct {
 
 // Row is one strategy's sale, measured and verified: a row of the comparison.
 type Row struct {
-	Strategy          string               `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
-	Family            string               `json:"family"`
-	Name              string               `json:"strategy_name,omitempty"` // the strategy alone ("" for the references: the baseline, the bare handler)
-	Pass              string               `json:"pass,omitempty"`          // the label of the row's pass: its group commit, and its client count when the run has several
-	Clients           int                  `json:"clients,omitempty"`       // the client count of the row (-concurrency)
-	SKU               string               `json:"sku"`
-	Requests          int                  `json:"requests"`
-	Attempts          int                  `json:"attempts"`
-	Outcomes          map[string]int       `json:"outcomes"`
-	BusyAnswers       int                  `json:"busy_answers"`
-	LocksLost         *int                 `json:"locks_lost,omitempty"` // by live holders across the instances (seckill_lock_lost_total), over this row's phases
-	Locks             *scrape.LockTimes    `json:"lock_times,omitempty"` // the lock wait and hold histograms across the instances, over this row's phases
-	OrdersPerSecond   float64              `json:"orders_per_second"`
-	VsBaseline        float64              `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
-	Selling           attack.Phase         `json:"selling"`
-	SoldOut           attack.Phase         `json:"sold_out"` // the tail of the sale's own requests, after the last 201
-	Steady            *attack.Steady       `json:"sold_out_steady,omitempty"`
-	Lifecycle         *Lifecycle           `json:"after_sale,omitempty"`           // -cancel, -unpaid
-	Queue             *attack.QueueFigures `json:"queue,omitempty"`                // a sale answered 202 (the queued strategy): accepted, placed, the time to the final state
-	PeakRSSMB         float64              `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
-	PeakRSSSinceStart bool                 `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
-	Goals             []goal               `json:"targets,omitempty"`
-	CPU               *cpu.Cost            `json:"cpu,omitempty"`     // CPU seconds per process group in the selling and the sold-out phase
-	Ceiling           *Ceiling             `json:"ceiling,omitempty"` // the CPU-bound ceiling of the selling phase, and how close the row came to it
-	Round             int                  `json:"round,omitempty"`   // the round the row ran in; of a row of several rounds, its median round by orders/s, whose cells are not medians
-	Spread            map[string]Range     `json:"spread,omitempty"`  // of a row of several rounds: the min–max of each median figure
-	Rounds            []Row                `json:"rounds,omitempty"`  // of a row of several rounds: each round's row, as measured and judged
-	Verdict           verify.Verdict       `json:"verdict"`
-	Fault             string               `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
-	LocksTaken        *int                 `json:"locks_taken,omitempty"` // by the fault, from their holders
-	Bite              *lockloss.Bite       `json:"fault_bite,omitempty"`  // a guarded strategy under the fault: what the fault did to it
-	ExpectOversell    bool                 `json:"expect_oversell"`
-	Skipped           string               `json:"skipped,omitempty"`
-	Failed            []string             `json:"failed,omitempty"` // why this run fails the tool
+	Strategy          string            `json:"strategy"` // the row's name: the strategy, and the group commit of its pass
+	Family            string            `json:"family"`
+	Name              string            `json:"strategy_name,omitempty"` // the strategy alone ("" for the references: the baseline, the bare handler)
+	Pass              string            `json:"pass,omitempty"`          // the label of the row's pass: its group commit, and its client count when the run has several
+	Clients           int               `json:"clients,omitempty"`       // the client count of the row (-concurrency)
+	SKU               string            `json:"sku"`
+	Requests          int               `json:"requests"`
+	Attempts          int               `json:"attempts"`
+	Outcomes          map[string]int    `json:"outcomes"`
+	BusyAnswers       int               `json:"busy_answers"`
+	LocksLost         *int              `json:"locks_lost,omitempty"` // by live holders across the instances (seckill_lock_lost_total), over this row's phases
+	Locks             *scrape.LockTimes `json:"lock_times,omitempty"` // the lock wait and hold histograms across the instances, over this row's phases
+	OrdersPerSecond   float64           `json:"orders_per_second"`
+	VsBaseline        float64           `json:"vs_baseline,omitempty"` // orders/s over the baseline's, same run
+	Selling           attack.Phase      `json:"selling"`
+	SoldOut           attack.Phase      `json:"sold_out"` // the tail of the sale's own requests, after the last 201
+	Steady            *attack.Steady    `json:"sold_out_steady,omitempty"`
+	Lifecycle         *Lifecycle        `json:"after_sale,omitempty"`           // -cancel, -unpaid
+	Queue             *attack.Queue     `json:"queue,omitempty"`                // a sale answered 202 (the queued strategy): accepted, placed, the time to the final state
+	PeakRSSMB         float64           `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
+	PeakRSSSinceStart bool              `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
+	Goals             []goal            `json:"targets,omitempty"`
+	CPU               *cpu.Cost         `json:"cpu,omitempty"`     // CPU seconds per process group in the selling and the sold-out phase
+	Ceiling           *Ceiling          `json:"ceiling,omitempty"` // the CPU-bound ceiling of the selling phase, and how close the row came to it
+	Round             int               `json:"round,omitempty"`   // the round the row ran in; of a row of several rounds, its median round by orders/s, whose cells are not medians
+	Spread            map[string]Range  `json:"spread,omitempty"`  // of a row of several rounds: the min–max of each median figure
+	Rounds            []Row             `json:"rounds,omitempty"`  // of a row of several rounds: each round's row, as measured and judged
+	Verdict           verify.Verdict    `json:"verdict"`
+	Fault             string            `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
+	LocksTaken        *int              `json:"locks_taken,omitempty"` // by the fault, from their holders
+	Bite              *lockloss.Bite    `json:"fault_bite,omitempty"`  // a guarded strategy under the fault: what the fault did to it
+	ExpectOversell    bool              `json:"expect_oversell"`
+	Skipped           string            `json:"skipped,omitempty"`
+	Failed            []string          `json:"failed,omitempty"` // why this run fails the tool
 }
 
 // NewRow measures a sale of strategy, reported as row; fault is the fault that ran on its lock
@@ -109,7 +109,7 @@ func NewRow(row, strategy, sku string, s attack.Sale, fault string) Row {
 	selling, soldOut := attack.Split(s.Results)
 	r.Selling, r.SoldOut = attack.NewPhase(selling), attack.NewPhase(soldOut)
 	r.OrdersPerSecond = attack.OrdersPerSecond(selling)
-	if r.Queue = attack.NewQueueFigures(s.Results, s.Queued); r.Queue != nil {
+	if r.Queue = attack.NewQueue(s.Results, s.Queued); r.Queue != nil {
 		// A 202 is a promise, not an order: the row's orders/s is the rate its orders were placed.
 		r.OrdersPerSecond = r.Queue.PlacedPerSecond
 	}
