@@ -34,6 +34,7 @@ type Load struct {
 	Duration    time.Duration // upper bound of one round
 	Timeout     time.Duration // per request
 	RetryRounds int           // rounds that retry the busy (429) answers, honouring Retry-After
+	EndWithin   time.Duration // how long after the sale every 202 has to end; 0: EndWithin
 	Progress    io.Writer     // where the progress bar goes; nil: none
 }
 
@@ -47,19 +48,21 @@ type request struct {
 type Sale struct {
 	Results []*vegeta.Result       // every attempt of every round
 	Final   map[int]*vegeta.Result // request index -> its last attempt
-	Acked   []verify.Order         // one per request answered 201
+	Acked   []verify.Order         // one per request answered 201, and per 202 that ended placed
+	Queued  []Accepted             // one per request answered 202: what became of it
 }
 
 // Run sends the load: a first round with every request, then, while some were answered busy
 // and rounds remain, a round with just those after the longest Retry-After they were given.
 func (l Load) Run(ctx context.Context, name string) (Sale, error) {
 	s := Sale{Final: map[int]*vegeta.Result{}}
+	f := newFollower(ctx, l.Timeout)
 	round := make([]request, l.Requests)
 	for i := range round {
 		round[i] = request{index: l.First + i, user: l.user(l.First + i)}
 	}
 	for n := 0; len(round) > 0 && ctx.Err() == nil; n++ {
-		results := l.attack(ctx, name, round)
+		results := l.attack(ctx, name, round, f)
 		s.Results = append(s.Results, results...)
 		var busy []request
 		wait := time.Duration(0)
@@ -85,6 +88,20 @@ func (l Load) Run(ctx context.Context, name string) (Sale, error) {
 			}
 		}
 	}
+	var end time.Time
+	for _, r := range s.Results {
+		end = maxTime(end, r.End())
+	}
+	within := l.EndWithin
+	if within == 0 {
+		within = EndWithin
+	}
+	s.Queued = f.finish(end, within)
+	for _, q := range s.Queued {
+		if q.Placed() {
+			s.Acked = append(s.Acked, verify.Order{OrderID: q.OrderID, UserID: q.UserID, Status: q.Status})
+		}
+	}
 	for _, r := range s.Final {
 		if r.Code == http.StatusCreated {
 			var o verify.Order
@@ -101,8 +118,9 @@ func (l Load) Run(ctx context.Context, name string) (Sale, error) {
 // requests than it has users.
 func (l Load) user(i int) string { return fmt.Sprintf("%s-u%06d", l.SKU, l.First+(i-l.First)%l.Users) }
 
-// attack runs one round through vegeta.
-func (l Load) attack(ctx context.Context, name string, round []request) []*vegeta.Result {
+// attack runs one round through vegeta; f follows each 202 from the moment it arrives, so that
+// the time to its final state is a client's, not the rest of the round's.
+func (l Load) attack(ctx context.Context, name string, round []request, f *follower) []*vegeta.Result {
 	attacker, transport := l.newAttacker()
 	defer transport.CloseIdleConnections()
 	stop := context.AfterFunc(ctx, func() { attacker.Stop() })
@@ -114,6 +132,9 @@ func (l Load) attack(ctx context.Context, name string, round []request) []*veget
 			continue // a worker asked for a target after the last one: not a request
 		}
 		results = append(results, r)
+		if r.Code == http.StatusAccepted {
+			f.follow(r)
+		}
 		if bar != nil {
 			_ = bar.Add(1)
 		}

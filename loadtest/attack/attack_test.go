@@ -23,6 +23,7 @@ func TestClassify(t *testing.T) {
 		want string
 	}{
 		{"created", result(201, `{"order_id":"x"}`, 0, 0), OK},
+		{"accepted", result(202, `{"order_id":"x","status":"queued"}`, 0, 0), Queued},
 		{"sold out", result(409, errBody("sold_out"), 0, 0), SoldOut},
 		{"already purchased", result(409, errBody("already_purchased"), 0, 0), AlreadyPurchased},
 		{"busy", result(429, errBody("busy"), 0, 0), Busy},
@@ -58,6 +59,14 @@ func TestSplit(t *testing.T) {
 		assert.True(t, r.Timestamp.After(results[2].End()))
 	}
 	assert.InDelta(t, 100.0, OrdersPerSecond(selling), 0.01, "two orders between 0 and 20ms")
+
+	// A 202 is the queued strategy's sale: its unit is held for the order, so the selling phase
+	// runs to the last one.
+	queued := []*vegeta.Result{result(202, `{}`, 0, 10*ms), result(202, `{}`, 5*ms, 15*ms), result(409, errBody("sold_out"), 30*ms, ms)}
+	selling, soldOut = Split(queued)
+	assert.Len(t, selling, 2)
+	assert.Len(t, soldOut, 1)
+	assert.InDelta(t, 100.0, OrdersPerSecond(selling), 0.01, "two 202s between 0 and 20ms")
 
 	none, all := Split([]*vegeta.Result{result(409, errBody("sold_out"), 0, ms)})
 	assert.Empty(t, none, "no sale: everything is sold-out phase")

@@ -12,6 +12,7 @@ import (
 // Outcomes of one request, from its status and the error code of the contract (openapi.yaml).
 const (
 	OK               = "ok"
+	Queued           = "queued" // 202: accepted by the queued strategy, its order placed or rejected later
 	SoldOut          = "sold_out"
 	AlreadyPurchased = "already_purchased"
 	Busy             = "busy"
@@ -29,6 +30,8 @@ func Classify(r *vegeta.Result) string {
 		return Transport
 	case r.Code == http.StatusCreated:
 		return OK
+	case r.Code == http.StatusAccepted:
+		return Queued
 	case r.Code >= 500 && r.Code != http.StatusServiceUnavailable:
 		return ServerError
 	}
@@ -83,14 +86,20 @@ func NewPhase(results []*vegeta.Result) Phase {
 	return p
 }
 
-// Split divides results into the selling phase — requests sent before the last sale was
-// answered — and the sold-out phase after it. The two behave differently (the selling phase
+// sale reports whether r sold a unit: a 201, or a 202 (the queued strategy's admission, which
+// holds the unit for the order until a writer places or rejects it).
+func sale(r *vegeta.Result) bool {
+	return r.Code == http.StatusCreated || r.Code == http.StatusAccepted
+}
+
+// Split divides results into the selling phase — requests sent before the last sale (201 or
+// 202) was answered — and the sold-out phase after it. The two behave differently (the selling phase
 // queues on the lock; the sold-out phase should be answered without it), so they are reported
 // apart.
 func Split(results []*vegeta.Result) (selling, soldOut []*vegeta.Result) {
 	var lastSale time.Time
 	for _, r := range results {
-		if r.Code == http.StatusCreated && r.End().After(lastSale) {
+		if sale(r) && r.End().After(lastSale) {
 			lastSale = r.End()
 		}
 	}
@@ -116,14 +125,14 @@ func OrdersPerSecond(selling []*vegeta.Result) float64 {
 }
 
 // SellingWindow is the span a sale's orders/s is measured over — from its first request to its
-// last sale's answer — and the orders in it. The results may include the sold-out phase's: it
+// last sale's answer — and the orders (201s and 202s) in it. The results may include the sold-out phase's: it
 // begins after the window.
 func SellingWindow(results []*vegeta.Result) (first, last time.Time, orders int) {
 	for _, r := range results {
 		if first.IsZero() || r.Timestamp.Before(first) {
 			first = r.Timestamp
 		}
-		if r.Code == http.StatusCreated {
+		if sale(r) {
 			orders++
 			if r.End().After(last) {
 				last = r.End()

@@ -41,6 +41,7 @@ const (
 // colour in every chart.
 var outcomes = []struct{ name, color string }{
 	{attack.OK, "#2ca02c"},
+	{attack.Queued, "#1f77b4"},
 	{attack.SoldOut, "#98a2ad"},
 	{attack.Busy, "#ff7f0e"},
 	{attack.AlreadyPurchased, "#9467bd"},
@@ -257,8 +258,9 @@ func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisec
 type chartRow struct {
 	Row
 	color   string
-	results []*vegeta.Result // every attempt of the sale; nil for a reference row (baseline, bare handler)
-	start   time.Time        // the sale's first request: time 0 of its time axes
+	results []*vegeta.Result  // every attempt of the sale; nil for a reference row (baseline, bare handler)
+	queued  []attack.Accepted // what became of each 202 of the sale
+	start   time.Time         // the sale's first request: time 0 of its time axes
 }
 
 // chartRows are the rows to chart, with their colours: every row that was not skipped.
@@ -274,7 +276,7 @@ func chartRows(reports []Row, sales map[string]attack.Sale) []chartRow {
 		}
 		if s, ok := sales[r.Strategy]; ok && len(s.Results) > 0 {
 			row.color = rowPalette[len(rowsWithSales(rows))%len(rowPalette)]
-			row.results, row.start = s.Results, s.Results[0].Timestamp
+			row.results, row.queued, row.start = s.Results, s.Queued, s.Results[0].Timestamp
 			for _, res := range s.Results {
 				if res.Timestamp.Before(row.start) {
 					row.start = res.Timestamp
@@ -321,7 +323,7 @@ func charts(reports []Row, sales map[string]attack.Sale) (comparison, perRow []c
 			comparison = append(comparison, c)
 		}
 	}
-	return comparison, latencyScatters(rowsWithSales(rows))
+	return comparison, append(queueCharts(rows), latencyScatters(rowsWithSales(rows))...)
 }
 
 // unitsChart is the units sold over time, a line per row: how fast each sale went, and whether
@@ -358,19 +360,9 @@ func unitsChart(rows []chartRow) (chart, bool) {
 		c.Texts = append(c.Texts, svgText{X: c.plot.X + c.plot.W - 4, Y: sy - 5, Text: fmt.Sprintf("stock %d", stock), Anchor: "end", Class: "ref-label"})
 	}
 	for i, r := range rows {
-		var d strings.Builder
-		fmt.Fprintf(&d, "M%s %s", svgNumber(x.at(0)), svgNumber(y.at(0)))
-		// At most about 600 vertices a line: a 40k-unit sale would otherwise weigh megabytes.
-		step := max(1, len(sold[i])/600)
-		for j := step - 1; j < len(sold[i]); j += step {
-			fmt.Fprintf(&d, "L%s %s", svgNumber(x.at(sold[i][j])), svgNumber(y.at(float64(j+1))))
-		}
 		n := len(sold[i])
-		if n > 0 && (n-1)%step != step-1 {
-			fmt.Fprintf(&d, "L%s %s", svgNumber(x.at(sold[i][n-1])), svgNumber(y.at(float64(n))))
-		}
 		title := fmt.Sprintf("%s: %d units", r.Strategy, n)
-		c.Paths = append(c.Paths, svgPath{D: d.String(), Stroke: r.color, Width: 2.5, Title: title})
+		c.Paths = append(c.Paths, svgPath{D: countPath(sold[i], x, y), Stroke: r.color, Width: 2.5, Title: title})
 		if n > 0 {
 			c.Circles = append(c.Circles, svgCircle{X: x.at(sold[i][n-1]), Y: y.at(float64(n)), R: 4.5, Fill: r.color,
 				Title: fmt.Sprintf("%s in %.2f s", title, sold[i][n-1])})
@@ -379,6 +371,69 @@ func unitsChart(rows []chartRow) (chart, bool) {
 	c.Note = "Each line is one row's sale: its 201s counted by the time they were answered (retried busy answers included), " +
 		"from the sale's first request; the dot is its last sale. A line above the stock oversold."
 	return *c, true
+}
+
+// countPath is the line of a count over time: times sorted, in seconds, the count rising by one
+// at each.
+func countPath(times []float64, x, y scale) string {
+	var d strings.Builder
+	fmt.Fprintf(&d, "M%s %s", svgNumber(x.at(0)), svgNumber(y.at(0)))
+	// At most about 600 vertices a line: a 40k-unit sale would otherwise weigh megabytes.
+	step := max(1, len(times)/600)
+	for j := step - 1; j < len(times); j += step {
+		fmt.Fprintf(&d, "L%s %s", svgNumber(x.at(times[j])), svgNumber(y.at(float64(j+1))))
+	}
+	if n := len(times); n > 0 && (n-1)%step != step-1 {
+		fmt.Fprintf(&d, "L%s %s", svgNumber(x.at(times[n-1])), svgNumber(y.at(float64(n))))
+	}
+	return d.String()
+}
+
+// Colours of the queue chart's two lines.
+const (
+	acceptedColor = "#4e79a7"
+	placedColor   = "#59a14f"
+)
+
+// queueCharts are, for each row whose sale was answered 202, its accepted and its placed units
+// over time: how far the writers ran behind admission, and whether they caught up.
+func queueCharts(rows []chartRow) []chart {
+	var out []chart
+	for _, r := range rows {
+		if r.Queue == nil || len(r.queued) == 0 {
+			continue
+		}
+		var accepted, placed []float64
+		for _, q := range r.queued {
+			accepted = append(accepted, r.since(q.Accepted))
+			if q.Placed() {
+				placed = append(placed, r.since(q.Ended))
+			}
+		}
+		slices.Sort(accepted)
+		slices.Sort(placed)
+		end := accepted[len(accepted)-1]
+		if len(placed) > 0 {
+			end = max(end, placed[len(placed)-1])
+		}
+		legend := []legendEntry{{fmt.Sprintf("accepted, 202 (%d)", len(accepted)), acceptedColor}, {fmt.Sprintf("placed (%d)", len(placed)), placedColor}}
+		c := newChart("queue", r.Strategy+": units accepted and placed over time", legend, plotLeft, 240)
+		c.Row = r.Strategy
+		c.Swatch = &svgRect{X: chartLeft, Y: 11, W: 14, H: 14, Fill: r.color}
+		c.Texts[0].X += 22
+		x := linearScale(end*1.03, c.plot.X, c.plot.X+c.plot.W)
+		y := linearScale(float64(len(accepted))*1.05, c.bottom(), c.plot.Y)
+		c.yAxis(y, "units")
+		c.xAxis(x, "seconds since the sale's first request")
+		c.Paths = append(c.Paths,
+			svgPath{D: countPath(accepted, x, y), Stroke: acceptedColor, Width: 2.5, Title: fmt.Sprintf("accepted: %d units", len(accepted))},
+			svgPath{D: countPath(placed, x, y), Stroke: placedColor, Width: 2.5, Title: fmt.Sprintf("placed: %d units", len(placed))})
+		c.Note = fmt.Sprintf("Each 202 counted when it was answered, and again when a client polling its order saw it placed; "+
+			"the gap between the lines is the queue. %d rejected, %d never ended; 202 to final state p50 %s ms, p99 %s ms.",
+			r.Queue.Rejected, r.Queue.Unended, Milliseconds(r.Queue.EndP50), Milliseconds(r.Queue.EndP99))
+		out = append(out, *c)
+	}
+	return out
 }
 
 // ordersChart is the orders per second of every row while it sold, a bar each, beside the SQL

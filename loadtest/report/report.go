@@ -31,6 +31,7 @@ var families = map[string]string{
 	"zookeeper":   "ZooKeeper ephemeral sequential node + fencing token (zxid)",
 	"pessimistic": "DB row lock (FOR UPDATE NOWAIT, retried within the wait)",
 	"dblock":      "DB lock table",
+	"queued":      "Redis admission, JetStream queue, batched DB version check",
 	"naive":       "none (unsafe on purpose)",
 
 	"unguarded-redis":     "Redis lock alone, no version check (unsafe on purpose)",
@@ -71,6 +72,7 @@ type Row struct {
 	SoldOut           attack.Phase      `json:"sold_out"` // the tail of the sale's own requests, after the last 201
 	Steady            *attack.Steady    `json:"sold_out_steady,omitempty"`
 	Lifecycle         *Lifecycle        `json:"after_sale,omitempty"`           // -cancel, -unpaid
+	Queue             *attack.Queue     `json:"queue,omitempty"`                // a sale answered 202 (the queued strategy): accepted, placed, the time to the final state
 	PeakRSSMB         float64           `json:"peak_rss_mb,omitempty"`          // the highest instance's, over this row's phases
 	PeakRSSSinceStart bool              `json:"peak_rss_since_start,omitempty"` // the peak could not be reset before the row
 	Goals             []goal            `json:"targets,omitempty"`
@@ -107,6 +109,10 @@ func NewRow(row, strategy, sku string, s attack.Sale, fault string) Row {
 	selling, soldOut := attack.Split(s.Results)
 	r.Selling, r.SoldOut = attack.NewPhase(selling), attack.NewPhase(soldOut)
 	r.OrdersPerSecond = attack.OrdersPerSecond(selling)
+	if r.Queue = attack.NewQueue(s.Results, s.Queued); r.Queue != nil {
+		// A 202 is a promise, not an order: the row's orders/s is the rate its orders were placed.
+		r.OrdersPerSecond = r.Queue.PlacedPerSecond
+	}
 	return r
 }
 
@@ -141,6 +147,10 @@ func (r *Row) Judge() {
 		}
 	}
 	r.Failed = append(r.Failed, r.Verdict.Problems...)
+	if r.Queue != nil && r.Queue.Unended > 0 {
+		r.Failed = append(r.Failed, fmt.Sprintf("%d of %d accepted orders (202) never ended: still queued %s after the sale",
+			r.Queue.Unended, r.Queue.Accepted, attack.EndWithin))
+	}
 	if r.Lifecycle != nil {
 		r.Failed = append(r.Failed, r.Lifecycle.Problems...)
 	}
@@ -149,6 +159,9 @@ func (r *Row) Judge() {
 	}
 	if n := r.Steady.Outcomes[attack.OK]; n > 0 {
 		r.Failed = append(r.Failed, fmt.Sprintf("%d orders answered 201 in the sold-out phase: oversold", n))
+	}
+	if n := r.Steady.Outcomes[attack.Queued]; n > 0 {
+		r.Failed = append(r.Failed, fmt.Sprintf("%d orders accepted (202) in the sold-out phase: admitted past the stock", n))
 	}
 	if r.Steady.Verdict != nil {
 		for _, p := range r.Steady.Verdict.Problems {
@@ -223,7 +236,7 @@ func tables(reports []Row) []table {
 		if r.VsBaseline > 0 {
 			vs = fmt.Sprintf("%.2fx", r.VsBaseline)
 		}
-		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.Outcomes[attack.OK]), r.figure(figOrdersPerSecond, "%.0f", r.OrdersPerSecond), vs,
+		comparison.Rows = append(comparison.Rows, []string{r.Strategy, r.Family, fmt.Sprint(r.orders()), r.figure(figOrdersPerSecond, "%.0f", r.OrdersPerSecond), vs,
 			r.figure(figSellingP50, "%.1f", ms(r.Selling.P50)) + " / " + r.figure(figSellingP99, "%.1f", ms(r.Selling.P99)),
 			fmt.Sprintf("%d (%.0f%%)", r.BusyAnswers, busy), r.locksLostText(),
 			fmt.Sprintf("%.0f", r.SoldOut.Throughput), Milliseconds(r.SoldOut.P99), r.rssText(), fmt.Sprint(r.Verdict.Oversold), r.VerdictText()})
@@ -234,6 +247,9 @@ func tables(reports []Row) []table {
 			"the other cells are the median round's (by orders/s), and a round that failed fails its row.", n)
 	}
 	out := []table{comparison}
+	if t, ok := queueTable(reports); ok {
+		out = append(out, t)
+	}
 	if t, ok := lifecycleTable(reports); ok {
 		out = append(out, t)
 	}
@@ -281,6 +297,32 @@ func (r Row) locksLostText() string {
 		return ""
 	}
 	return fmt.Sprint(*r.LocksLost)
+}
+
+// orders are the orders the row's sale placed: its 201s, and the 202s that ended placed.
+func (r Row) orders() int {
+	if r.Queue == nil {
+		return r.Outcomes[attack.OK]
+	}
+	return r.Outcomes[attack.OK] + r.Queue.Placed
+}
+
+// queueTable is the figures of every row whose sale was answered 202 (the queued strategy); ok
+// is false if none was.
+func queueTable(reports []Row) (t table, ok bool) {
+	t.Intro = fmt.Sprintf("Queued orders: the sale was answered 202 (accepted) at admission, and the tool polled each order with "+
+		"GET /api/v1/orders/{id}?wait=5s from the moment its 202 arrived, as a client would, until it left queued: placed (an order row) or rejected. "+
+		"accepted/s runs from the sale's first request to its last 202, placed/s to the last placement a client saw; "+
+		"every 202 must end within %s after the sale, and the audit must count none queued.", attack.EndWithin)
+	t.Head = []string{"row", "accepted", "accepted/s", "placed", "placed/s", "rejected", "202 to final state p50 / p99 ms", "never ended"}
+	for _, r := range reports {
+		if q := r.Queue; q != nil {
+			ok = true
+			t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(q.Accepted), fmt.Sprintf("%.0f", q.AcceptedPerSecond), fmt.Sprint(q.Placed),
+				fmt.Sprintf("%.0f", q.PlacedPerSecond), fmt.Sprint(q.Rejected), Milliseconds(q.EndP50) + " / " + Milliseconds(q.EndP99), fmt.Sprint(q.Unended)})
+		}
+	}
+	return t, ok
 }
 
 // rssText is the peak RSS cell: blank when not measured.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
@@ -51,6 +52,76 @@ func TestJudge(t *testing.T) {
 	assert.Equal(t, "invariant holds: no fault took its lock (-fault lock-loss does, and then it must oversell)", free.VerdictText(),
 		"the verdict says what it judged, and why no oversell was asked for")
 	assert.False(t, NewRow("etcd", "etcd", "lt-1", attack.Sale{}, lockloss.Name).ExpectOversell, "the guarded one keeps the invariant")
+}
+
+// TestQueuedVerdict: a queued row passes when every 202 ended, placed or rejected, and fails on
+// a 202 that never ended — the planted one here, as the follower records it — even when the
+// invariant holds; its orders/s is the rate its orders were placed, not accepted.
+func TestQueuedVerdict(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	sale := func(unended bool) attack.Sale {
+		var s attack.Sale
+		s.Final = map[int]*vegeta.Result{}
+		for i := range 4 {
+			r := &vegeta.Result{Code: http.StatusAccepted, Timestamp: t0.Add(time.Duration(i) * 10 * time.Millisecond), Latency: 10 * time.Millisecond}
+			s.Results, s.Final[i] = append(s.Results, r), r
+			q := attack.Accepted{OrderID: fmt.Sprint("o", i), Accepted: r.End(), Ended: r.End().Add(time.Duration(i+1) * 100 * time.Millisecond), Status: "confirmed"}
+			if i == 3 {
+				q.Status, q.Reason = "rejected", attack.SoldOut
+			}
+			if i == 2 && unended {
+				q.Ended, q.Status = time.Time{}, ""
+			}
+			s.Queued = append(s.Queued, q)
+		}
+		return s
+	}
+	ended := NewRow("queued", "queued", "lt-1", sale(false), "")
+	require.NotNil(t, ended.Queue)
+	assert.Equal(t, 4, ended.Outcomes[attack.Queued], "each 202 classified as queued")
+	assert.Equal(t, 3, ended.orders(), "the placed 202s are the row's orders")
+	assert.InDelta(t, 3/0.33, ended.OrdersPerSecond, 0.01, "three placed from the first request (0 ms) to the last placement (330 ms)")
+	ended.Judge()
+	assert.Empty(t, ended.Failed)
+
+	planted := NewRow("queued", "queued", "lt-1", sale(true), "")
+	planted.Judge()
+	assert.Equal(t, []string{"1 of 4 accepted orders (202) never ended: still queued 10s after the sale"}, planted.Failed)
+	assert.Nil(t, NewRow("hybrid", "hybrid", "lt-1", attack.Sale{}, "").Queue, "a sale without a 202 has no queue figures")
+}
+
+// TestQueueChart: a row answered 202 has its chart of accepted and placed units over time in
+// report.html, a line each, counting its 202s and only those of them placed; a row without a
+// 202 has none.
+func TestQueueChart(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	var s attack.Sale
+	for i := range 4 {
+		r := &vegeta.Result{Code: http.StatusAccepted, Timestamp: t0.Add(time.Duration(i) * 10 * time.Millisecond), Latency: 10 * time.Millisecond}
+		s.Results = append(s.Results, r)
+		q := attack.Accepted{OrderID: fmt.Sprint("o", i), Accepted: r.End(), Ended: r.End().Add(200 * time.Millisecond), Status: "confirmed"}
+		if i == 1 {
+			q.Status = "rejected"
+		}
+		s.Queued = append(s.Queued, q)
+	}
+	hybrid := attack.Sale{Results: []*vegeta.Result{{Code: http.StatusCreated, Timestamp: t0, Latency: time.Millisecond}}}
+	reports := []Row{NewRow("queued", "queued", "lt-q", s, ""), NewRow("hybrid", "hybrid", "lt-h", hybrid, "")}
+	_, perRow := charts(reports, map[string]attack.Sale{"queued": s, "hybrid": hybrid})
+	var queue []chart
+	for _, c := range perRow {
+		if c.ID == "queue" {
+			queue = append(queue, c)
+		}
+	}
+	require.Len(t, queue, 1, "one queue chart, for the row answered 202")
+	c := queue[0]
+	assert.Equal(t, "queued", c.Row)
+	require.Len(t, c.Paths, 2)
+	assert.Equal(t, "accepted: 4 units", c.Paths[0].Title)
+	assert.Equal(t, "placed: 3 units", c.Paths[1].Title, "the rejected 202 is not placed")
+	assert.Equal(t, 4, strings.Count(c.Paths[0].D, "L"), "a vertex per accepted unit")
+	assert.Equal(t, "accepted, 202 (4)", c.Legend[0].Text.Text)
 }
 
 // TestFaultBite: a guarded row under the fault passes only if the fault bit — the thief took a

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/flashsale/seckill/devserver/etcdserver"
+	"github.com/flashsale/seckill/devserver/natsserver"
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/loadtest/proc"
 )
@@ -71,5 +72,21 @@ func startZooKeeper(dir string, logs io.Writer) (*zkserver.Server, error) {
 		return nil, fmt.Errorf("-zk start: %w", err)
 	}
 	fmt.Fprintf(logs, "loadtest: ZooKeeper for the service processes at %s\n", servers[0].Addr)
+	return servers[0], nil
+}
+
+// startNATS starts a standalone nats-server with JetStream under dir for the service processes
+// the tool starts: one queue for every instance, as a deployment has. With each process's
+// embedded server, an order would travel on the queue of the instance that took it, and only
+// that instance could answer its ?wait=.
+func startNATS(dir string, logs io.Writer) (*natsserver.Server, error) {
+	servers, err := natsserver.New(filepath.Join(dir, "nats"), 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := natsserver.StartAll(servers); err != nil {
+		return nil, fmt.Errorf("the NATS server of the service processes: %w", err)
+	}
+	fmt.Fprintf(logs, "loadtest: NATS JetStream for the service processes at %s\n", servers[0].URL)
 	return servers[0], nil
 }

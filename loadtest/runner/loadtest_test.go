@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/flashsale/seckill/devserver/natsserver"
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/lockloss"
@@ -177,6 +178,7 @@ func TestSmokeCompare(t *testing.T) {
 	assert.Contains(t, out, "caught as expected")
 	assert.Contains(t, out, "`"+report.BareRow+"`", "the bare handler was measured")
 	assert.Contains(t, out, "Sold-out phase")
+	assert.Contains(t, out, "Queued orders: the sale was answered 202", "the queued row's figures: accepted/s, placed/s, the time to the final state")
 	assert.Contains(t, out, "Targets at 16 clients, judged against those stated at 64")
 	assert.Contains(t, out, "CPU seconds per 1000 orders")
 	assert.Contains(t, out, "CPU seconds per 1000 answers")
@@ -188,6 +190,23 @@ func TestSmokeCompare(t *testing.T) {
 		assert.Contains(t, out, "`pessimistic (wait)`", "on MySQL: pessimistic's waiting form beside its default")
 	}
 	assert.Contains(t, out, "Every sale verified in the store itself", "the tool read the tables, and held every audit against them")
+}
+
+// TestSmokeQueued: the queued row on three processes sharing one NATS server the tool starts:
+// every 202 followed to its final state, the queue's figures in their table, every 202 ended
+// (none still queued in the audit) and the invariant held, through the sold-out phase too.
+func TestSmokeQueued(t *testing.T) {
+	if err := natsserver.Available(); err != nil && os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") != "1" {
+		t.Skipf("the queued row needs one queue for its processes: %v", err)
+	}
+	out := smoke(t, "-strategy", "queued", "-stock", "30", "-users", "120", "-concurrency", "16", "-soldout", "1s", "-rounds", "1")
+	assert.Contains(t, out, "Queued orders: the sale was answered 202")
+	row := regexp.MustCompile("(?m)^\\| `queued` \\| ([0-9]+) \\| [0-9]+ \\| ([0-9]+) \\| [0-9]+ \\| ([0-9]+) \\| [0-9.]+ / [0-9.]+ \\| ([0-9]+) \\|$").FindStringSubmatch(out)
+	require.NotNil(t, row, "the queue table has the queued row")
+	assert.Equal(t, "30", row[2], "every unit placed through the queue")
+	assert.Equal(t, "0", row[4], "every 202 ended")
+	assert.Regexp(t, "(?m)^\\| `queued` \\|.*\\| invariant holds \\|$", out, "the queued row's verdict")
+	assert.Contains(t, out, "NATS JetStream nats://127.0.0.1:", "the processes shared the queue the tool started")
 }
 
 // TestSmokeLockLoss: the tool on three processes with -fault lock-loss, taking each sale's lock

@@ -18,19 +18,23 @@ import (
 )
 
 // allStrategies are compared in this order; naive last, as the control that must be caught.
-// zookeeper follows etcd when the service has a ZooKeeper (-zk).
-var allStrategies = []string{"hybrid", "etcd", "pessimistic", "dblock", "naive"}
+// zookeeper follows etcd when the service has a ZooKeeper (-zk). queued follows hybrid, whose
+// admission it shares: the two rows side by side are the lock against the queue.
+var allStrategies = []string{"hybrid", "queued", "etcd", "pessimistic", "dblock", "naive"}
 
 // strategies are the strategies a comparison runs.
 func (o options) strategies() []string {
 	if o.fault == lockloss.Name {
 		return o.lockLossStrategies()
 	}
-	if o.zk == "" {
-		return allStrategies
+	out := slices.Clone(allStrategies)
+	if o.noQueue != "" {
+		out = slices.DeleteFunc(out, func(s string) bool { return s == "queued" })
 	}
-	i := slices.Index(allStrategies, "etcd") + 1
-	return slices.Insert(slices.Clone(allStrategies), i, "zookeeper")
+	if o.zk == "" {
+		return out
+	}
+	return slices.Insert(out, slices.Index(out, "etcd")+1, "zookeeper")
 }
 
 type options struct {
@@ -54,6 +58,8 @@ type options struct {
 	redis       string
 	etcd        string // when the tool starts the service: the client URL of the etcd process it started for it
 	zk          string // ZooKeeper servers (SECKILL_ZK_SERVERS) of the service; "": zookeeper is not compared
+	nats        string // NATS URLs (SECKILL_NATS_URLS) of the service processes the tool starts; "": each embeds its own
+	noQueue     string // why queued is not compared ("": it is)
 	out         string
 	progress    bool
 	soak        time.Duration
@@ -90,6 +96,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redis, "redis", "", "when the tool starts the service: Redis addresses for it (default: embedded)")
 	fs.StringVar(&o.zk, "zk", "", "compare the zookeeper strategy too: the ZooKeeper host:port list for the service processes the tool starts "+
 		"(with -target: any value, the targets have theirs); \"start\": start a standalone ZooKeeper here for them (Debian's zookeeper package, java)")
+	fs.StringVar(&o.nats, "nats", "", "when the tool starts the service: the NATS JetStream URLs for it, the queue of the queued strategy "+
+		"(default: the tool starts a nats-server here for them, Debian's package; without one, queued is compared only on a single process, which embeds its own)")
 	fs.StringVar(&o.out, "out", "", "output folder (default: loadtest-results/<time>)")
 	fs.DurationVar(&o.soak, "soak", 0, "repeat the sale (fresh product each round) for this long and check that nothing leaks; 0: one sale")
 	fs.DurationVar(&o.soldOut, "soldout", 0, "after each sale sold out and was verified, order it this long with fresh buyers at -concurrency "+

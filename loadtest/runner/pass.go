@@ -203,5 +203,8 @@ func serviceEnv(o options) []string {
 	if o.zk != "" {
 		env = append(env, "SECKILL_ZK_SERVERS="+o.zk)
 	}
+	if o.nats != "" {
+		env = append(env, "SECKILL_NATS_URLS="+o.nats)
+	}
 	return append(env, "SECKILL_ADMIN_TOKEN="+o.token)
 }

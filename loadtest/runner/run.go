@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flashsale/seckill/devserver/natsserver"
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/cpu"
@@ -98,6 +99,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			defer zkserver.Kill(zk)
 			o.zk = zk.Addr
+		}
+		if o.nats == "" {
+			switch err := natsserver.Available(); {
+			case err == nil:
+				nats, err := startNATS(dir, stderr)
+				if err != nil {
+					return err
+				}
+				defer natsserver.Kill(nats)
+				o.nats = nats.URL
+			case o.spawn > 1:
+				o.noQueue = err.Error()
+				fmt.Fprintf(stderr, "loadtest: queued not compared: its instances need one queue (-nats): %v\n", err)
+			}
 		}
 		instances = o.spawn
 		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s)%s%s.",
@@ -295,6 +310,9 @@ func backendsText(o options) string {
 	text := db + ", " + redis + ", etcd embedded in a process of its own"
 	if o.zk != "" {
 		text += ", ZooKeeper " + o.zk
+	}
+	if o.nats != "" {
+		text += ", NATS JetStream " + o.nats
 	}
 	return text
 }

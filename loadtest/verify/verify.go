@@ -72,6 +72,10 @@ func check(a contract.Audit, acked []Order, present map[string]stored) Verdict {
 	if a.Orders != a.DistinctBuyers {
 		v.Problems = append(v.Problems, fmt.Sprintf("%d orders for %d buyers: a user holds two", a.Orders, a.DistinctBuyers))
 	}
+	if a.Queued != nil && *a.Queued != 0 {
+		// Checked once every 202 ended: an order still counted queued is one no client will see end.
+		v.Problems = append(v.Problems, fmt.Sprintf("%d orders still queued after the sale", *a.Queued))
+	}
 	seen := map[string]bool{}
 	activeAcked := int64(0)
 	for _, o := range acked {

@@ -22,6 +22,14 @@ func TestCheck(t *testing.T) {
 	kept := map[string]stored{"o1": {"u1", "confirmed"}, "o2": {"u2", "pending"}}
 	good := contract.Audit{InitialStock: 5, Stock: 3, OrderedQuantity: 2, Orders: 2, DistinctBuyers: 2, Consistent: true}
 	assert.True(t, check(good, acked, kept).OK())
+	none, one := int64(0), int64(1)
+	drained := good
+	drained.Queued = &none
+	assert.True(t, check(drained, acked, kept).OK(), "the queued strategy's audit, nothing left queued")
+	stuck := good
+	stuck.Queued = &one
+	assert.Contains(t, strings.Join(check(stuck, acked, kept).Problems, "; "), "1 orders still queued after the sale",
+		"an order the audit still counts queued once every 202 ended")
 	cancelled := []Order{{OrderID: "o1", UserID: "u1", Want: "cancelled"}, {OrderID: "o2", UserID: "u2"}}
 	afterCancel := map[string]stored{"o1": {"u1", "cancelled"}, "o2": {"u2", "confirmed"}}
 	assert.True(t, check(contract.Audit{InitialStock: 5, Stock: 4, OrderedQuantity: 1, Orders: 1, DistinctBuyers: 1}, cancelled, afterCancel).OK(),
