@@ -104,16 +104,6 @@ type (
 		EndsAt          *time.Time `json:"ends_at"`
 		PaymentTimeoutS int        `json:"payment_timeout_s"`
 	}
-	orderResponse struct {
-		OrderID   string     `json:"order_id"`
-		SKU       string     `json:"sku"`
-		UserID    string     `json:"user_id"`
-		Quantity  int        `json:"quantity"`
-		Strategy  string     `json:"strategy"`
-		Status    string     `json:"status"`
-		ExpiresAt *time.Time `json:"expires_at"`
-		CreatedAt time.Time  `json:"created_at"`
-	}
 )
 
 var (
@@ -202,9 +192,9 @@ func (s *server) audit(t *testing.T, sku string) contract.Audit {
 }
 
 // order places an order that must succeed.
-func (s *server) order(t *testing.T, sku, body string, h header) orderResponse {
+func (s *server) order(t *testing.T, sku, body string, h header) contract.Order {
 	t.Helper()
-	return decode[orderResponse](t, s.do(t, http.MethodPost, ordersPath(sku), body, h), http.StatusCreated, orderFields)
+	return decode[contract.Order](t, s.do(t, http.MethodPost, ordersPath(sku), body, h), http.StatusCreated, orderFields)
 }
 
 // requireUntouched checks that sku still has all of its stock and no orders.
@@ -381,7 +371,7 @@ func TestPlaceOrder(t *testing.T) {
 
 	before := time.Now()
 	rec := s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1001","quantity":1}`, nil)
-	o := decode[orderResponse](t, rec, http.StatusCreated, orderFields)
+	o := decode[contract.Order](t, rec, http.StatusCreated, orderFields)
 	assert.Regexp(t, ulidPattern, o.OrderID)
 	_, err := ulid.ParseStrict(o.OrderID)
 	assert.NoError(t, err)
@@ -399,7 +389,7 @@ func TestPlaceOrder(t *testing.T) {
 	_, err = time.Parse(time.RFC3339, createdAt)
 	assert.NoError(t, err, "created_at %q is not RFC 3339", createdAt)
 
-	got := decode[orderResponse](t, s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil), http.StatusOK, orderFields)
+	got := decode[contract.Order](t, s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil), http.StatusOK, orderFields)
 	assert.True(t, o.CreatedAt.Equal(got.CreatedAt), "created_at %s != %s", o.CreatedAt, got.CreatedAt)
 	got.CreatedAt = o.CreatedAt
 	assert.Equal(t, o, got, "GET answers the order that POST created")
@@ -415,7 +405,7 @@ func TestPlaceOrder(t *testing.T) {
 	t.Run("strategy dblock is used and echoed", func(t *testing.T) {
 		o := s.order(t, sku, `{"user_id":"u-1004","quantity":2,"strategy":"dblock"}`, nil)
 		assert.Equal(t, "dblock", o.Strategy)
-		got := decode[orderResponse](t, s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil), http.StatusOK, orderFields)
+		got := decode[contract.Order](t, s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil), http.StatusOK, orderFields)
 		assert.Equal(t, "dblock", got.Strategy)
 	})
 	t.Run("strategy pessimistic by name", func(t *testing.T) {
@@ -952,7 +942,7 @@ func databaseRestart(t *testing.T, batch int) {
 		rec := s.do(t, http.MethodPost, ordersPath(sku), fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy),
 			header{"Idempotency-Key": sku + "/" + user})
 		if rec.Code == http.StatusCreated {
-			var o orderResponse
+			var o contract.Order
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &o))
 			acked = append(acked, stock.Order{OrderID: o.OrderID, UserID: o.UserID})
 		}
@@ -1007,10 +997,10 @@ func TestKeyInFlight(t *testing.T) {
 	other.putProduct(t, sku, 5, 1)
 	key := header{"Idempotency-Key": sku + "/u-1"}
 
-	original := make(chan orderResponse, 1)
+	original := make(chan contract.Order, 1)
 	go func() {
 		rec := holding.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1"}`, key)
-		var o orderResponse
+		var o contract.Order
 		assert.Equal(t, http.StatusCreated, rec.Code, "body: %s", rec.Body)
 		assert.NoError(t, json.Unmarshal(rec.Body.Bytes(), &o))
 		original <- o

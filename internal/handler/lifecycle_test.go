@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/contract"
 	"github.com/flashsale/seckill/internal/backendtest"
 )
 
@@ -44,15 +45,15 @@ func TestPayAndCancel(t *testing.T) {
 
 	assertError(t, s.do(t, http.MethodPost, payPath(o.OrderID), `{"user_id":"u-2"}`, nil), http.StatusNotFound, "not_found")
 	for range 2 {
-		paid := decode[orderResponse](t, s.do(t, http.MethodPost, payPath(o.OrderID), `{"user_id":"u-1"}`, nil), http.StatusOK, orderFields)
+		paid := decode[contract.Order](t, s.do(t, http.MethodPost, payPath(o.OrderID), `{"user_id":"u-1"}`, nil), http.StatusOK, orderFields)
 		assert.Equal(t, "confirmed", paid.Status)
 		assert.Nil(t, paid.ExpiresAt)
 	}
-	got := decode[orderResponse](t, s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil), http.StatusOK, orderFields)
+	got := decode[contract.Order](t, s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil), http.StatusOK, orderFields)
 	assert.Equal(t, "confirmed", got.Status)
 
 	for range 2 {
-		c := decode[orderResponse](t, s.do(t, http.MethodPost, cancelPath(o.OrderID), `{"user_id":"u-1"}`, nil), http.StatusOK, orderFields)
+		c := decode[contract.Order](t, s.do(t, http.MethodPost, cancelPath(o.OrderID), `{"user_id":"u-1"}`, nil), http.StatusOK, orderFields)
 		assert.Equal(t, "cancelled", c.Status)
 	}
 	assert.EqualValues(t, 3, s.product(t, sku).Stock, "the unit came back once")
@@ -65,7 +66,7 @@ func TestPayAndCancel(t *testing.T) {
 	again := s.order(t, sku, `{"user_id":"u-1"}`, nil)
 	assert.NotEqual(t, o.OrderID, again.OrderID, "the buyer bought again: a new order")
 	assertError(t, s.do(t, http.MethodPost, cancelPath(again.OrderID), "", header{"Authorization": "Bearer wrong"}), http.StatusUnauthorized, "unauthenticated")
-	c := decode[orderResponse](t, s.do(t, http.MethodPost, cancelPath(again.OrderID), "", admin), http.StatusOK, orderFields)
+	c := decode[contract.Order](t, s.do(t, http.MethodPost, cancelPath(again.OrderID), "", admin), http.StatusOK, orderFields)
 	assert.Equal(t, "cancelled", c.Status, "the admin cancels any order, no body needed")
 
 	a := s.audit(t, sku)
@@ -89,7 +90,7 @@ func TestPayAfterExpiry(t *testing.T) {
 	late := s.order(t, sku, `{"user_id":"late"}`, nil)
 	other := s.order(t, sku, `{"user_id":"other"}`, nil)
 	time.Sleep(1100 * time.Millisecond)
-	got := decode[orderResponse](t, s.do(t, http.MethodGet, orderPath(other.OrderID), "", nil), http.StatusOK, orderFields)
+	got := decode[contract.Order](t, s.do(t, http.MethodGet, orderPath(other.OrderID), "", nil), http.StatusOK, orderFields)
 	assert.Equal(t, "expired", got.Status)
 	assert.Nil(t, got.ExpiresAt)
 	assertError(t, s.do(t, http.MethodPost, payPath(late.OrderID), `{"user_id":"late"}`, nil), http.StatusConflict, "order_expired")
@@ -146,7 +147,7 @@ func TestLifecycleInvalid(t *testing.T) {
 			assertError(t, rec, http.StatusBadRequest, "invalid_argument")
 		}
 	}
-	got := decode[orderResponse](t, s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil), http.StatusOK, orderFields)
+	got := decode[contract.Order](t, s.do(t, http.MethodGet, orderPath(o.OrderID), "", nil), http.StatusOK, orderFields)
 	assert.Equal(t, "pending", got.Status, "nothing changed")
 
 	for name, body := range map[string]string{

@@ -15,15 +15,9 @@ import (
 	"github.com/flashsale/seckill/internal/service"
 )
 
-// queuedOrder is an order body as the queued strategy answers it.
-type queuedOrder struct {
-	orderResponse
-	Reason string `json:"reason"`
-}
-
-func decodeOrder(t *testing.T, body []byte) queuedOrder {
+func decodeOrder(t *testing.T, body []byte) contract.Order {
 	t.Helper()
-	var o queuedOrder
+	var o contract.Order
 	require.NoError(t, json.Unmarshal(body, &o))
 	return o
 }

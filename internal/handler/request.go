@@ -270,20 +270,8 @@ func optionalTime(t time.Time) *time.Time {
 	return &t
 }
 
-type orderResponse struct {
-	OrderID   string     `json:"order_id"`
-	SKU       string     `json:"sku"`
-	UserID    string     `json:"user_id"`
-	Quantity  int        `json:"quantity"`
-	Strategy  string     `json:"strategy"`
-	Status    string     `json:"status"`
-	Reason    string     `json:"reason,omitempty"`     // why a rejected order was: an error code
-	ExpiresAt *time.Time `json:"expires_at,omitempty"` // while pending
-	CreatedAt time.Time  `json:"created_at"`
-}
-
-func orderJSON(o stock.Order) orderResponse {
-	return orderResponse{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
+func orderJSON(o stock.Order) contract.Order {
+	return contract.Order{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
 		Status: string(o.Status), Reason: o.Reason, ExpiresAt: optionalTime(o.ExpiresAt), CreatedAt: o.CreatedAt}
 }
 
