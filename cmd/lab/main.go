@@ -19,10 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
-	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -30,6 +27,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/lab"
+	"github.com/flashsale/seckill/provenance"
 )
 
 func main() {
@@ -46,23 +44,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lab:", err)
 		os.Exit(1)
 	}
-}
-
-// provenance is the line that goes with the lab's figures wherever they are pasted (docs/lab.md
-// checks for it): the command, the commit and the machine that produced them.
-func provenance(ctx context.Context, args []string, env *lab.Env) string {
-	commit := "unknown"
-	if out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty", "--abbrev=7").Output(); err == nil {
-		commit = strings.TrimSpace(string(out))
-	}
-	machine := []string{fmt.Sprintf("%d cores", runtime.NumCPU())}
-	for _, v := range []string{env.DBVersion, env.RedisVersion} {
-		if v != "" {
-			machine = append(machine, v)
-		}
-	}
-	command := strings.TrimSpace("go run ./cmd/lab " + strings.Join(args, " "))
-	return fmt.Sprintf("Measured by `%s` at commit %s on %s, %s.", command, commit, strings.Join(machine, ", "), time.Now().UTC().Format(time.DateOnly))
 }
 
 // quietRedis drops go-redis's own log lines.
@@ -110,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})
 	defer env.Close()
 
-	prov := provenance(ctx, args, env) // the commit that runs, before anyone edits the tree meanwhile
+	prov := provenance.Line(ctx, provenance.Command("cmd/lab", args), env.DBVersion, env.RedisVersion) // the commit that runs, before anyone edits the tree meanwhile
 	reports := lab.Run(ctx, env, exps, *bound, stderr)
 	fmt.Fprintf(stdout, "%s\n\n%s", prov, lab.Console(reports))
 	if err := lab.Write(*out, prov, reports); err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/flashsale/seckill/internal/embeddedetcd"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
+	"github.com/flashsale/seckill/provenance"
 )
 
 // An Experiment is one claim: the failing form and the fix, run the same way.
@@ -196,45 +197,15 @@ func Open(ctx context.Context, o Options) *Env {
 	}
 	env.Store, env.StoreErr = openStore(openCtx, o.Config, o.Log)
 	if env.Store != nil {
-		env.DBVersion = dbVersion(openCtx, o.Config.MySQLDSN)
-	}
-	if env.Redis != nil {
-		env.RedisVersion = redisVersion(openCtx, env.Redis)
-	}
-	return env
-}
-
-// dbVersion is the server's name and version, "MariaDB 10.11.19" or "MySQL 8.4.3"; "" when
-// it does not say.
-func dbVersion(ctx context.Context, dsn string) string {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return ""
-	}
-	defer db.Close()
-	var v string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
-		return ""
-	}
-	number, _, _ := strings.Cut(v, "-")
-	if strings.Contains(v, "MariaDB") {
-		return "MariaDB " + number
-	}
-	return "MySQL " + number
-}
-
-// redisVersion is "Redis 7.0.15", from INFO server; "" when it does not say.
-func redisVersion(ctx context.Context, rdb *redis.Client) string {
-	info, err := rdb.Info(ctx, "server").Result()
-	if err != nil {
-		return ""
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return "Redis " + v
+		if db, err := sql.Open("mysql", o.Config.MySQLDSN); err == nil {
+			env.DBVersion = provenance.DBVersion(openCtx, db)
+			_ = db.Close()
 		}
 	}
-	return ""
+	if env.Redis != nil {
+		env.RedisVersion = provenance.RedisVersion(openCtx, env.Redis)
+	}
+	return env
 }
 
 func openStore(ctx context.Context, cfg app.Config, log *slog.Logger) (*stock.Store, error) {

@@ -70,7 +70,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "loadtest: %s\n", budget)
 	}
-	prov := provenance(ctx, args, o, db) // the commit that runs, before anyone edits the tree meanwhile
+	prov := provenanceLine(ctx, args, o, db) // the commit that runs, before anyone edits the tree meanwhile
 	var progress io.Writer
 	if o.progress {
 		progress = stderr
