@@ -37,8 +37,11 @@ import (
 //     reservation given back; then its message is acked. A failure that decided nothing (the
 //     database did not answer) naks it: it comes back, to this writer or another.
 //
-// With Redis unreachable there is no admission to keep queued orders within the stock, and the
-// order takes hybrid's database-guarded path instead: 201, slower, still correct. A Redis that
+// With Redis unreachable there is no admission to keep queued orders within the stock, so no
+// order is accepted: it answers busy (429, Retry-After), and the buyer retries with its key. Taking
+// hybrid's database path instead would sell units that admission holds for orders already answered
+// 202, and a writer would then reject one of those (TestQueuedSale saw it, once, when an admission
+// call timed out on a loaded machine and opened the breaker). A Redis that
 // lost its data (flushed, a failover without the last writes) warms its counter from the
 // database, which does not count the orders still queued: until they are written admission
 // accepts more than the stock, and the writers reject the excess as sold_out — every order still
@@ -107,8 +110,10 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	req.Reservation = stock.Reservation{ID: req.OrderID}
 	res, err := s.admission.Admit(ctx, req)
 	if errors.Is(err, admission.ErrRedisDown) {
-		req.OrderID, req.Reservation = "", stock.Reservation{}
-		return s.hybrid.PlaceOrder(ctx, req)
+		// No 202 can be promised without admission, and the database path is no fallback here:
+		// it would sell units that admission holds for orders already answered 202, which the
+		// writers would then reject. The buyer retries shortly, with its key.
+		return stock.Order{}, fmt.Errorf("queued %s: admission cannot be asked, retry: %w: %w", req.SKU, stock.ErrBusy, err)
 	}
 	if err != nil {
 		return stock.Order{}, err
