@@ -409,7 +409,7 @@ func TestChecksCatchBreaks(t *testing.T) {
 		name, text, want string
 		check            func(map[string]string) []string
 	}{
-		{"a missing file", "See [the API](../API.md).", "link to ../API.md: no such file", func(p map[string]string) []string { return brokenLinks(p, existsInRepo) }},
+		{"a missing file", "See [the notes](../NOTES.md).", "link to ../NOTES.md: no such file", func(p map[string]string) []string { return brokenLinks(p, existsInRepo) }},
 		{"a missing anchor", "See [strategies](strategies.md#no-such-heading).", "has no heading #no-such-heading", func(p map[string]string) []string { return brokenLinks(p, existsInRepo) }},
 		{"a missing anchor on the page", "See [above](#a-headin).", "has no heading #a-headin", func(p map[string]string) []string { return brokenLinks(p, existsInRepo) }},
 		{"a test that does not exist", "`TestStrategiesOversell` proves it.", "test TestStrategiesOversell does not exist", func(p map[string]string) []string { return unknownNames(p, ix) }},

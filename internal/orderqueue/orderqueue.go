@@ -75,7 +75,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The names the contract gives (shared/API.md, "Queued orders") and the defaults beside them.
+// The names the contract gives (docs/lifecycle.md, queued orders) and the defaults beside them.
 const (
 	DefaultStream   = "SECKILL_ORDERS"
 	DefaultBucket   = "SECKILL_ORDER_RECORDS"

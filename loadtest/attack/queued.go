@@ -16,8 +16,8 @@ import (
 	"github.com/flashsale/seckill/contract"
 )
 
-// EndWithin is how long after its sale's last answer every 202 must have ended (API.md, "Every
-// 202 ends"): placed or rejected. A 202 still queued then fails the run.
+// EndWithin is how long after its sale's last answer every 202 must have ended (docs/lifecycle.md,
+// "Every 202 ends"): placed or rejected. A 202 still queued then fails the run.
 const EndWithin = 10 * time.Second
 
 // pollWait is the ?wait= of each poll: the server holds the answer until the order leaves

@@ -21,7 +21,7 @@ import (
 	"github.com/flashsale/seckill/contract"
 )
 
-// holds reports whether the counts of a say consistent, as API.md defines it: no negative stock,
+// holds reports whether the counts of a say consistent, as README.md's "The invariant" defines it: no negative stock,
 // every unit in stock or in an active order, one active order per buyer.
 func holds(a contract.Audit) bool {
 	return a.Stock >= 0 && a.Stock+a.OrderedQuantity == a.InitialStock && a.Orders == a.DistinctBuyers
@@ -237,7 +237,7 @@ func (vf Verifier) Get(ctx context.Context, path string, out any) error {
 }
 
 // Store reads the service's database as an outside check does: the tables of the contract
-// (API.md, "Database": products, orders with their status), straight, never through the service.
+// (products and orders with their status, as migrations/ define them), straight, never through the service.
 type Store struct {
 	db    *sql.DB
 	What  string // which store, for the log
