@@ -21,8 +21,8 @@ import (
 	"github.com/flashsale/seckill/contract"
 )
 
-// holds reports whether the counts of a say consistent, as README.md's "The invariant" defines it: no negative stock,
-// every unit in stock or in an active order, one active order per buyer.
+// holds reports whether the counts of a say consistent, as README.md's "The invariant" defines
+// it: no negative stock, every unit in stock or in an active order, one active order per buyer.
 func holds(a contract.Audit) bool {
 	return a.Stock >= 0 && a.Stock+a.OrderedQuantity == a.InitialStock && a.Orders == a.DistinctBuyers
 }
