@@ -15,13 +15,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flashsale/seckill/devserver/freeport"
+	"github.com/flashsale/seckill/devserver/process"
 )
 
 // binary is where Debian's package installs the server.
@@ -41,7 +41,7 @@ type Server struct {
 	Name string // its server name, unique in the cluster
 	Dir  string // its JetStream store and its log
 	args []string
-	cmd  *exec.Cmd
+	proc process.Proc
 }
 
 // New lays out n servers under dir (n = 1: standalone; more: one cluster whose routes name every
@@ -91,24 +91,8 @@ func URLs(servers ...*Server) []string {
 // StartAll starts every server and waits until JetStream answers on each — in a cluster, until
 // the members have elected a metadata leader; on failure it stops those it started.
 func StartAll(servers []*Server) error {
-	for _, s := range servers {
-		if err := s.launch(); err != nil {
-			Kill(servers...)
-			return err
-		}
-	}
-	errs := make(chan error, len(servers))
-	for _, s := range servers {
-		go func() { errs <- s.waitServing() }()
-	}
-	var err error
-	for range servers {
-		err = errors.Join(err, <-errs)
-	}
-	if err != nil {
-		Kill(servers...)
-	}
-	return err
+	return process.StartAll(len(servers), func(i int) error { return servers[i].launch() },
+		func(i int) error { return servers[i].waitServing() }, func() { Kill(servers...) })
 }
 
 // Kill stops servers abruptly (SIGKILL), as a crash would.
@@ -128,9 +112,7 @@ func (s *Server) Start() error {
 }
 
 func (s *Server) launch() error {
-	s.cmd = exec.Command(binary, s.args...)
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive its starter
-	return s.cmd.Start()
+	return s.proc.Start(exec.Command(binary, s.args...))
 }
 
 // waitServing waits up to 30 s for the server to answer a JetStream account request, which needs
@@ -166,11 +148,4 @@ func (s *Server) ping() error {
 }
 
 // Kill stops the server abruptly (SIGKILL), as a crash would.
-func (s *Server) Kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
+func (s *Server) Kill() { s.proc.Kill() }

@@ -15,10 +15,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/flashsale/seckill/devserver/freeport"
+	"github.com/flashsale/seckill/devserver/process"
 )
 
 const (
@@ -44,7 +44,7 @@ func Available() error {
 type Server struct {
 	Addr string // the client address, 127.0.0.1:port
 	Dir  string // its configuration, data and log
-	cmd  *exec.Cmd
+	proc process.Proc
 }
 
 // New writes the configuration of an ensemble of n servers under dir (n = 1: standalone) — a
@@ -93,24 +93,8 @@ func New(dir string, n int) ([]*Server, error) {
 // StartAll starts every server of an ensemble and waits until each serves; on failure it stops
 // those it started.
 func StartAll(servers []*Server) error {
-	for _, s := range servers {
-		if err := s.launch(); err != nil {
-			Kill(servers...)
-			return err
-		}
-	}
-	errs := make(chan error, len(servers))
-	for _, s := range servers {
-		go func() { errs <- s.waitServing() }()
-	}
-	var err error
-	for range servers {
-		err = errors.Join(err, <-errs)
-	}
-	if err != nil {
-		Kill(servers...)
-	}
-	return err
+	return process.StartAll(len(servers), func(i int) error { return servers[i].launch() },
+		func(i int) error { return servers[i].waitServing() }, func() { Kill(servers...) })
 }
 
 // Addrs returns the client addresses of servers, for a connection string.
@@ -146,12 +130,11 @@ func (s *Server) launch() error {
 		return err
 	}
 	defer out.Close()
-	s.cmd = exec.Command("java", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+	cmd := exec.Command("java", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 		"-Dzookeeper.log.dir="+s.Dir, "-cp", classpath,
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(s.Dir, "zoo.cfg"))
-	s.cmd.Stdout, s.cmd.Stderr = out, out
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive its starter
-	return s.cmd.Start()
+	cmd.Stdout, cmd.Stderr = out, out
+	return s.proc.Start(cmd)
 }
 
 // waitServing waits up to 30 s for the four-letter word srvr to name the server's mode.
@@ -188,11 +171,4 @@ func (s *Server) Mode() (string, error) {
 }
 
 // Kill stops the server abruptly (SIGKILL), as a crash would.
-func (s *Server) Kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
+func (s *Server) Kill() { s.proc.Kill() }

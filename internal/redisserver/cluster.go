@@ -76,7 +76,7 @@ func (c *Cluster) Addrs() []string { return Addrs(c.Nodes...) }
 func (c *Cluster) WaitOK(ctx context.Context, bound time.Duration) error {
 	return poll(ctx, bound, "redis cluster: not every node in cluster_state:ok", func() bool {
 		for _, s := range c.Nodes {
-			if s.cmd != nil && !strings.Contains(s.clusterInfo(ctx), "cluster_state:ok") {
+			if s.proc.Running() && !strings.Contains(s.clusterInfo(ctx), "cluster_state:ok") {
 				return false
 			}
 		}
@@ -96,7 +96,7 @@ func (s *Server) clusterInfo(ctx context.Context) string {
 // CLUSTER SLOTS on any running node say), or nil.
 func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 	for _, s := range c.Nodes {
-		if s.cmd == nil {
+		if !s.proc.Running() {
 			continue
 		}
 		rdb := s.Client()
@@ -113,7 +113,7 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 		for _, r := range slots {
 			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
 				for _, n := range c.Nodes {
-					if n.Addr() == r.Nodes[0].Addr && n.cmd != nil {
+					if n.Addr() == r.Nodes[0].Addr && n.proc.Running() {
 						return n, nil
 					}
 				}

@@ -16,12 +16,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/seckill/devserver/freeport"
+	"github.com/flashsale/seckill/devserver/process"
 )
 
 // Available says why no server can be started here, or nil.
@@ -39,7 +39,7 @@ type Server struct {
 	// args are what this server runs with beyond the port and the no-persistence settings:
 	// a replica's --replicaof, a Sentinel's configuration file and --sentinel.
 	args []string
-	cmd  *exec.Cmd
+	proc process.Proc
 }
 
 // Start starts n servers, each in a directory of its own under dir, and waits until every one
@@ -83,11 +83,10 @@ func (s *Server) Start() error {
 	defer out.Close()
 	// No RDB, no AOF: a lock node that restarts must come back empty, as the Redlock analysis
 	// assumes of a node without fsync — and nothing is left on disk after the run.
-	s.cmd = exec.Command("redis-server", append(slices.Clone(s.args), "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+	cmd := exec.Command("redis-server", append(slices.Clone(s.args), "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.Dir)...)
-	s.cmd.Stdout, s.cmd.Stderr = out, out
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive its starter
-	if err := s.cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := s.proc.Start(cmd); err != nil {
 		return fmt.Errorf("start redis-server on %s: %w", s.Addr(), err)
 	}
 	if err := s.waitPing(10 * time.Second); err != nil {
@@ -155,14 +154,7 @@ func (s *Server) Pause(ctx context.Context, d time.Duration) error {
 }
 
 // Kill stops the server abruptly (SIGKILL), as a crash would, and waits until it has exited.
-func (s *Server) Kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Kill kills servers (Server.Kill).
 func Kill(servers ...*Server) {
