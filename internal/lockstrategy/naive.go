@@ -1,6 +1,7 @@
 package lockstrategy
 
 import (
+	"context"
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
@@ -15,11 +16,24 @@ import (
 // MySQL. pause is slept between the read and the write, standing in for the network and
 // application latency that opens the race window in production; the fault hook runs after it,
 // right before the write, as in every strategy.
-func NewNaive(store *stock.Store, pause time.Duration, opts Options, metrics *LockMetrics) *Locked {
+func NewNaive(store *stock.Store, pause time.Duration, opts Options, metrics *LockMetrics) *Naive {
 	opts.Wait = pause
-	l := &Locked{run: newRunner("naive", store, nil, NoGuard, opts, metrics)}
-	l.run.pause = pause
-	l.batch = l.run.batcher(l.run.section)
-	l.batch.overlap = true
-	return l
+	r := newRunner("naive", store, nil, NoGuard, opts, metrics)
+	r.pause = pause
+	n := &Naive{batch: r.batcher(r.section)}
+	n.batch.overlap = true
+	return n
+}
+
+// Naive is the runner with no lock and no guard (NewNaive).
+type Naive struct {
+	batch *batcher
+}
+
+// Name implements Strategy.
+func (*Naive) Name() string { return "naive" }
+
+// PlaceOrder implements Strategy.
+func (n *Naive) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	return n.batch.place(ctx, req)
 }

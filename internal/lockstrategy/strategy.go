@@ -60,21 +60,11 @@ func New(name string, store *stock.Store, locker Locker, guard Guard, opts Optio
 // Name implements Strategy.
 func (l *Locked) Name() string { return l.run.name }
 
-// LockKey names sku's lock in its lock service; "" for naive, which takes none.
-func (l *Locked) LockKey(sku string) string {
-	if l.run.locker == nil {
-		return ""
-	}
-	return l.run.locker.Key(sku)
-}
+// LockKey names sku's lock in its lock service.
+func (l *Locked) LockKey(sku string) string { return l.run.locker.Key(sku) }
 
-// LockBackend names its lock service: redis, etcd, zookeeper or database; "" for naive.
-func (l *Locked) LockBackend() string {
-	if l.run.locker == nil {
-		return ""
-	}
-	return l.run.locker.Backend()
-}
+// LockBackend names its lock service: redis, etcd, zookeeper or database.
+func (l *Locked) LockBackend() string { return l.run.locker.Backend() }
 
 // PlaceOrder implements Strategy.
 func (l *Locked) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {

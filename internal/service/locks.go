@@ -33,7 +33,7 @@ func (s *Service) Locks(sku string) Locks {
 	for _, name := range s.Names() {
 		st := s.strategies[name]
 		k, ok := st.(keyed)
-		if !ok || k.LockBackend() == "" {
+		if !ok {
 			continue
 		}
 		out.Locks = append(out.Locks, LockKey{Strategy: name, Backend: k.LockBackend(), Key: k.LockKey(sku)})
