@@ -19,9 +19,8 @@ import (
 // one section per product and instance (the batcher), for at most the lock wait, on a small pool
 // of its own.
 type Pessimistic struct {
-	store   *stock.Store
 	rowLock stock.RowWait
-	run     *runner // its name, options, metrics and hook; the row lock is not a Locker
+	run     *runner // its store, name, options, metrics and hook; the row lock is not a Locker
 	batch   *batcher
 }
 
@@ -35,7 +34,7 @@ type Pessimistic struct {
 // with it, so there is no acquisition apart from the write, and it is its own guard — nobody else
 // can change the row while it is held.
 func NewPessimistic(store *stock.Store, rowLock stock.RowWait, opts Options, metrics *LockMetrics) *Pessimistic {
-	p := &Pessimistic{store: store, rowLock: rowLock, run: newRunner("pessimistic", store, nil, Version, opts, metrics)}
+	p := &Pessimistic{rowLock: rowLock, run: newRunner("pessimistic", store, nil, Version, opts, metrics)}
 	p.batch = p.run.batcher(p.section)
 	return p
 }
@@ -61,7 +60,7 @@ func (p *Pessimistic) section(ctx context.Context, sku string, take func() []sto
 		return reqs
 	}
 	for {
-		placed, err := p.store.PlaceLocked(ctx, sku, p.rowLock, held)
+		placed, err := p.run.store.PlaceLocked(ctx, sku, p.rowLock, held)
 		if !lockLost(err) {
 			if err != nil {
 				return failAll(len(take()), err)
