@@ -170,10 +170,15 @@ func TestFetchTakesWhatWaits(t *testing.T) {
 		assert.Less(t, time.Since(start), time.Second, "one waiting order, taken without waiting for 99 more")
 		require.NoError(t, b[0].Deliveries[0].Ack())
 
+		// The late publish is waited for before the test ends: a retried publish logs, and a log
+		// line after the test has ended panics.
+		published := make(chan error, 1)
 		go func() {
 			time.Sleep(300 * time.Millisecond)
-			_, _ = q.Publish(context.Background(), order("a", "2"))
+			_, err := q.Publish(ctx, order("a", "2"))
+			published <- err
 		}()
+		defer func() { require.NoError(t, <-published) }()
 		start = time.Now()
 		b, err = q.Fetch(ctx, 100, 5*time.Second)
 		require.NoError(t, err)
@@ -346,10 +351,13 @@ func TestWaitEndsOnFinish(t *testing.T) {
 		assert.Equal(t, Queued, r.State)
 		assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
 
+		finished := make(chan error, 1)
 		go func() {
 			time.Sleep(200 * time.Millisecond)
-			_, _ = q.Finish(context.Background(), Record{Order: order("a", "1"), State: Placed})
+			_, err := q.Finish(ctx, Record{Order: order("a", "1"), State: Placed})
+			finished <- err
 		}()
+		defer func() { require.NoError(t, <-finished) }()
 		start = time.Now()
 		r, err = q.Wait(ctx, "1", 10*time.Second)
 		require.NoError(t, err)
