@@ -64,7 +64,7 @@ type QueuedOptions struct {
 	Batch   int           // orders one writer takes at a time (default 64)
 	Idle    time.Duration // how long an idle writer waits for an order before asking again (default 1 s)
 	Retry   time.Duration // how long an order that could not be decided waits before it comes back (default 250 ms)
-	Publish time.Duration // budget of an order's publish and record (default 2 s)
+	Publish time.Duration // budget of an order's publish, and again of its record (default 2 s)
 }
 
 // NewQueued returns the queued strategy over hybrid's admission and section, and starts its
@@ -134,17 +134,26 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		s.admission.GiveBack(pctx, req, err)
 		return stock.Order{}, err
 	}
+	// The record has a budget of its own: a publish retried through a failover may have spent
+	// the first. Only a queued record makes the 202 true — a writer will resolve the order —
+	// so without one the buyer hears unavailable: the message is out, the reservation in doubt,
+	// and whoever records first decides (a writer places the order, or the sweeper rejects it
+	// and returns its units); a retry with the same Idempotency-Key finds which.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
+	defer cancel()
+	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Queued})
+	if err != nil {
+		err = fmt.Errorf("order %s published, not recorded: %w: %w", o.OrderID, stock.ErrUnavailable, err)
+		s.admission.GiveBack(rctx, req, err)
+		return stock.Order{}, err
+	}
 	defer s.admission.Done(res)
-	rec, err := s.queue.Record(pctx, orderqueue.Record{Order: o, State: orderqueue.Queued})
-	if err == nil && rec.State == orderqueue.Rejected {
+	if rec.State == orderqueue.Rejected {
 		// A sweeper recorded it rejected first (this instance had stopped beating, frozen
 		// between admission and here) and returned its units: it was never accepted.
 		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
 	}
-	if err != nil {
-		s.log.Debug("queued order not recorded; its writer records it", "order", o.OrderID, "err", err)
-	}
-	if err := s.admission.HandOver(pctx, req.SKU, []stock.OrderRequest{req}); err != nil {
+	if err := s.admission.HandOver(rctx, req.SKU, []stock.OrderRequest{req}); err != nil {
 		s.log.Debug("reservation not handed over to the queue; the sweeper does it", "order", o.OrderID, "err", err)
 	}
 	return queuedOrder(o), nil

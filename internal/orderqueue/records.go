@@ -36,21 +36,34 @@ type Record struct {
 // Record writes r as the order's first record, unless the order has one: it returns the record
 // that stands — r, or the one written before. Whoever writes first decides (see the package
 // comment): a queued record means the message went out, a rejected one that it will never be
-// placed.
+// placed. A write not answered is tried again while ctx allows, as a publish is: one that landed
+// is then the record that stands.
 func (q *Queue) Record(ctx context.Context, r Record) (Record, error) {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return Record{}, err
 	}
-	_, err = q.records.Create(ctx, r.OrderID, data)
-	if err == nil {
-		return r, nil
+	for {
+		actx, cancel := context.WithTimeout(ctx, publishAttempt)
+		_, err = q.records.Create(actx, r.OrderID, data)
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			got, _, err := q.get(ctx, r.OrderID)
+			return got, err
+		}
+		err = classify(err)
+		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return Record{}, fmt.Errorf("record order %s: %w", r.OrderID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return Record{}, fmt.Errorf("record order %s: %w", r.OrderID, err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return Record{}, fmt.Errorf("record order %s: %w", r.OrderID, classify(err))
-	}
-	got, _, err := q.get(ctx, r.OrderID)
-	return got, err
 }
 
 // Finish moves the order's record to the final r (placed or rejected) from queued, or writes it
