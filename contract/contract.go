@@ -58,5 +58,6 @@ type Lock struct {
 type AdmissionKeys struct {
 	Stock    string `json:"stock"`    // the counter of units admission still offers
 	Buyers   string `json:"buyers"`   // the set of buyers admitted
-	Reserved string `json:"reserved"` // the reservations admitted and not yet settled
+	Reserved string `json:"reserved"` // the reservations of orders in their sections, not yet settled
+	Queued   string `json:"queued"`   // the reservations handed over to the order queue (queued strategy)
 }

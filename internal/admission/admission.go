@@ -95,6 +95,11 @@ var ErrNotPlaced = errors.New("certainly not placed")
 // settle that could not reach Redis, or one a failover lost (a replica promoted without the
 // write); one whose order's outcome is in doubt only once any commit in flight must have landed.
 //
+// Sold out is final: while too few units are left but orders in their sections still hold some,
+// admission answers busy, not sold out, because such an order may fail and give its units back
+// — to a buyer who came later than those told sold out. The last units of a sale are held for a
+// section's time at most, or until a sweep: busy, then the truth.
+//
 // The queued strategy's orders are written by whichever instance's writer takes their message,
 // not by the instance that admitted them: once the message is out, a reservation is handed over
 // to the queue (HandOver), whose writers settle it or give it back, and the sweeper asks the
@@ -173,7 +178,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight) and counters (re)built from the database (warmed).",
+			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
 		givebacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_admission_givebacks_total", Help: "Admitted orders whose reservation was given back after the database step failed.",
@@ -194,20 +199,21 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 // which a multi-key script requires.
 func keys(sku string) []string {
 	p := "seckill:{" + sku + "}:"
-	return []string{p + "stock", p + "buyers", p + "reserved"}
+	return []string{p + "stock", p + "buyers", p + "reserved", p + "queued"}
 }
 
 // Keys are the Redis keys of one product's admission (lua/admit.lua).
 type Keys struct {
 	Stock    string // the admission counter: the database's stock, minus the reservations
 	Buyers   string // the users admitted in this sale round
-	Reserved string // the reservations: user -> reservation id, units, instance, Idempotency-Key
+	Reserved string // the reservations of orders in their sections: user -> reservation id, units, instance, Idempotency-Key
+	Queued   string // the same, of reservations handed over to the order queue
 }
 
 // KeysOf returns sku's admission keys, for the service to publish (GET .../locks).
 func KeysOf(sku string) Keys {
 	ks := keys(sku)
-	return Keys{Stock: ks[0], Buyers: ks[1], Reserved: ks[2]}
+	return Keys{Stock: ks[0], Buyers: ks[1], Reserved: ks[2], Queued: ks[3]}
 }
 
 // sweptKey is the sweeper's marker of a reservation it returned (lua/sweep.lua).
@@ -258,9 +264,11 @@ func (a *Ledger) Down(step string, err error) {
 // Admit asks Redis whether req may go on to the lock and the database, reserving its units
 // under req.Reservation.ID, or a random id when it has none (the queued strategy gives its order
 // id, which its message and its order record carry, so a sweeper can ask about the order). It
-// returns the reservation (the caller must Settle or GiveBack it), or stock.ErrSoldOut,
-// stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest (a request with the same Idempotency-Key
-// holds the buyer's reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown.
+// returns the reservation (the caller must Settle or GiveBack it), or stock.ErrSoldOut (final:
+// no unit left, and none held by an order that could give it back), stock.ErrBusy (too few
+// units left, but orders in their sections hold some: retry), stock.ErrAlreadyPurchased,
+// stock.ErrDuplicateRequest (a request with the same Idempotency-Key holds the buyer's
+// reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown.
 func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reservation, error) {
 	if !a.Available() {
 		return stock.Reservation{}, ErrRedisDown
@@ -300,6 +308,10 @@ func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reser
 			a.results.WithLabelValues("in_flight").Inc()
 			return stock.Reservation{}, fmt.Errorf("admission %s/%s: key %q in flight: %w", req.SKU, req.UserID, req.IdempotencyKey,
 				stock.ErrDuplicateRequest)
+		case 4:
+			a.results.WithLabelValues("held").Inc()
+			return stock.Reservation{}, fmt.Errorf("admission %s: the units left are held by orders in their sections, which may give them back: %w",
+				req.SKU, stock.ErrBusy)
 		}
 		if warmed {
 			return stock.Reservation{}, fmt.Errorf("admission %s: counter vanished right after warming: %w", req.SKU, ErrRedisDown)
@@ -593,7 +605,7 @@ func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) 
 	for i := range users {
 		args = append(args, users[i], ids[i])
 	}
-	if err := handOverScript.Run(ctx, a.client, []string{keys(sku)[2]}, args...).Err(); err != nil {
+	if err := handOverScript.Run(ctx, a.client, keys(sku)[2:], args...).Err(); err != nil {
 		return fmt.Errorf("hand over reservations of %s: %w: %w", sku, ErrRedisDown, err)
 	}
 	return nil
@@ -619,7 +631,10 @@ func (a *Ledger) Restock(ctx context.Context, sku string, ended []stock.Order) (
 
 // Held reads the reservation user holds for sku: stock.ErrNotFound when there is none.
 func (a *Ledger) Held(ctx context.Context, sku, user string) (Held, error) {
-	held, err := a.client.HGet(ctx, keys(sku)[2], user).Result()
+	held, err := a.client.HGet(ctx, keys(sku)[3], user).Result()
+	if errors.Is(err, redis.Nil) {
+		held, err = a.client.HGet(ctx, keys(sku)[2], user).Result()
+	}
 	if errors.Is(err, redis.Nil) {
 		return Held{}, fmt.Errorf("reservation of %s/%s: %w", sku, user, stock.ErrNotFound)
 	}
@@ -679,7 +694,7 @@ func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, e
 		args[i] = id
 	}
 	k := keys(sku)
-	v, err := stateScript.Run(ctx, a.client, []string{k[0], k[2]}, args...).Slice()
+	v, err := stateScript.Run(ctx, a.client, []string{k[0], k[2], k[3]}, args...).Slice()
 	if err != nil {
 		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 	}

@@ -35,7 +35,7 @@ func TestLocks(t *testing.T) {
 	want := map[string]string{"hybrid": "redis", "unguarded-redis": "redis", "etcd": "etcd", "unguarded-etcd": "etcd",
 		"zookeeper": "zookeeper", "unguarded-zookeeper": "zookeeper", "dblock": "database"}
 	assert.Equal(t, want, backends, "every strategy with a named lock, and no other (pessimistic, naive)")
-	for _, k := range []string{got.Admission.Stock, got.Admission.Buyers, got.Admission.Reserved} {
+	for _, k := range []string{got.Admission.Stock, got.Admission.Buyers, got.Admission.Reserved, got.Admission.Queued} {
 		assert.True(t, strings.HasPrefix(k, "seckill:{"+sku+"}:"), "admission key %q is in the SKU's hash slot", k)
 	}
 

@@ -305,7 +305,7 @@ func auditJSON(a service.Audit) contract.Audit {
 
 func locksJSON(sku string, l service.Locks) contract.Locks {
 	out := contract.Locks{SKU: sku, Locks: []contract.Lock{}, Admission: contract.AdmissionKeys{
-		Stock: l.Admission.Stock, Buyers: l.Admission.Buyers, Reserved: l.Admission.Reserved}}
+		Stock: l.Admission.Stock, Buyers: l.Admission.Buyers, Reserved: l.Admission.Reserved, Queued: l.Admission.Queued}}
 	for _, k := range l.Locks {
 		out.Locks = append(out.Locks, contract.Lock{Strategy: k.Strategy, Backend: k.Backend, Key: k.Key})
 	}

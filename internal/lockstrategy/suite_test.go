@@ -218,9 +218,9 @@ func wave(t *testing.T, insts []backendtest.Instance, sku string, from, to int, 
 			req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("user-%03d", i), Quantity: 1, Strategy: strategy}
 			<-start
 			// A buyer's attempts are one operation of the history, from the first's call to
-			// the last's return, with the last's answer: a busy attempt held its buyer's unit in
-			// admission while it waited (given back when it ended busy), so others heard
-			// sold_out meanwhile — right, for a unit that buyer then bought on its retry.
+			// the last's return, with the last's answer: busy is no answer to the purchase, only
+			// "ask again" (the lock's wait ran out, or the units left are held by orders in
+			// their sections).
 			first := time.Since(origin).Nanoseconds()
 			for {
 				order, _, err := inst.PlaceOrder(ctx, req)

@@ -1,7 +1,7 @@
 -- Gives an admitted order's reservation back after its database step failed: the units return
 -- to the counter and the buyer may try again.
--- KEYS[1..3] = stock, buyers, reserved (see admit.lua)
--- KEYS[4] = seckill:{sku}:swept:<reservation id>, set by the sweeper when it returned this
+-- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua)
+-- KEYS[5] = seckill:{sku}:swept:<reservation id>, set by the sweeper when it returned this
 -- reservation's units already (sweep.lua)
 -- ARGV[1] = user id, ARGV[2] = reservation id
 -- ARGV[3] = optional cap: the stock the database reported when it said sold out. The counter was
@@ -12,16 +12,21 @@
 -- heartbeat), returns nothing. A missing counter (flushed, or invalidated by a reset) is not
 -- recreated: INCRBY on a missing key would invent one.
 -- Returns 1 when the units went back, 0 when the reservation was already gone.
-local held = redis.call('HGET', KEYS[3], ARGV[1])
+local hash = KEYS[3]
+local held = redis.call('HGET', hash, ARGV[1])
+if not held then
+  hash = KEYS[4]
+  held = redis.call('HGET', hash, ARGV[1])
+end
 local id, units
 if held then
   id, units = string.match(held, '^([^|]*)|([^|]*)|')
 end
 if id ~= ARGV[2] then
-  redis.call('DEL', KEYS[4])
+  redis.call('DEL', KEYS[5])
   return 0
 end
-redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', hash, ARGV[1])
 redis.call('SREM', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local left = redis.call('INCRBY', KEYS[1], units)

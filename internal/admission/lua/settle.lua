@@ -5,17 +5,22 @@
 -- wrote: the database still had the unit). Then the units went back to the counter and the buyer
 -- out of the set, and both are taken again here, once (the sweeper's marker is deleted), so the
 -- counter never offers a unit the database has sold.
--- KEYS[1..3] = stock, buyers, reserved (see admit.lua)
--- KEYS[4..] = seckill:{sku}:swept:<reservation id>, one per order, in order
+-- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua)
+-- KEYS[5..] = seckill:{sku}:swept:<reservation id>, one per order, in order
 -- ARGV = user id, reservation id, units, ... (one triple per order)
 -- Returns {reservations settled, reservations taken again after the sweeper}.
 local settled, retaken = 0, 0
-for i = 4, #KEYS do
-  local j = 3 * (i - 4) + 1
+for i = 5, #KEYS do
+  local j = 3 * (i - 5) + 1
   local user, id = ARGV[j], ARGV[j + 1]
-  local held = redis.call('HGET', KEYS[3], user)
+  local hash = KEYS[3]
+  local held = redis.call('HGET', hash, user)
+  if not held then
+    hash = KEYS[4]
+    held = redis.call('HGET', hash, user)
+  end
   if held and string.match(held, '^([^|]*)|') == id then
-    redis.call('HDEL', KEYS[3], user)
+    redis.call('HDEL', hash, user)
     settled = settled + 1
   elseif redis.call('DEL', KEYS[i]) == 1 then
     redis.call('SADD', KEYS[2], user)

@@ -6,14 +6,15 @@
 -- written after all, the settle takes the units again (settle.lua) and a give-back returns
 -- nothing more (giveback.lua). A reservation the sweeper of another instance returned while
 -- its order, in doubt here, was in fact written is taken again like that too.
--- KEYS[1..3] = stock, buyers, reserved (see admit.lua)
--- KEYS[4..] = seckill:{sku}:swept:<reservation id>, one per reservation, in order
+-- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua); the sweeper resolves only
+-- reservations in their instance's hands (orphans.lua), never those handed over to the queue
+-- KEYS[5..] = seckill:{sku}:swept:<reservation id>, one per reservation, in order
 -- ARGV = user id, reservation as read, placed (1 or 0), ... (one triple per reservation)
 -- Returns {units returned to the counter, reservations returned, reservations settled,
 -- reservations taken again}.
 local units, returned, settled, retaken = 0, 0, 0, 0
-for i = 4, #KEYS do
-  local j = 3 * (i - 4) + 1
+for i = 5, #KEYS do
+  local j = 3 * (i - 5) + 1
   local user, held = ARGV[j], ARGV[j + 1]
   if redis.call('HGET', KEYS[3], user) == held then
     redis.call('HDEL', KEYS[3], user)

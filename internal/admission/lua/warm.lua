@@ -1,5 +1,5 @@
 -- Sets the admission state from the database (the source of truth).
--- KEYS = stock, buyers, reserved (see admit.lua)
+-- KEYS = stock, buyers, reserved, queued (see admit.lua)
 -- ARGV[1] = 'nx' (lazy warm: never overwrite a live counter) or 'force' (a reset or reconcile)
 -- ARGV[2] = stock in the database, ARGV[3..] = users holding an order
 -- The reservations go too: the new counter is the database's stock, which still holds the units
@@ -14,7 +14,7 @@ if ARGV[1] == 'nx' then
 else
   redis.call('SET', KEYS[1], ARGV[2])
 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 local chunk = 1000
 for i = 3, #ARGV, chunk do
   redis.call('SADD', KEYS[2], unpack(ARGV, i, math.min(i + chunk - 1, #ARGV)))
