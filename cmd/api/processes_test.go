@@ -22,6 +22,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -450,17 +451,7 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 		}()
 	}
 	r := backendtest.Redis(t)
-	reservedBy := func() int {
-		held, err := r.HVals(context.Background(), "seckill:{"+sku+"}:reserved").Result()
-		require.NoError(t, err)
-		n := 0
-		for _, h := range held {
-			if strings.Contains(h, fmt.Sprintf("/%d#", procs[victim].pid)) { // the instance: host/pid#<random>
-				n++
-			}
-		}
-		return n
-	}
+	reserved := func() int { return reservedBy(t, r, sku, procs[victim].pid) }
 	select {
 	case <-tenth:
 	case <-time.After(time.Minute):
@@ -468,12 +459,12 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 	}
 	// Its batches settle many reservations at once: stop it the moment it is seen holding
 	// several, not just after a settle.
-	for until := time.Now().Add(2 * time.Second); reservedBy() < 5 && time.Now().Before(until); {
+	for until := time.Now().Add(2 * time.Second); reserved() < 5 && time.Now().Before(until); {
 	}
 	at := time.Now()
 	frozen.Store(&at)
 	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
-	res.reserved = reservedBy()
+	res.reserved = reserved()
 	time.Sleep(pause)
 	p, err := backendtest.Store(t).Product(context.Background(), sku)
 	require.NoError(t, err)
@@ -484,6 +475,21 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 	stopping.Store(true)
 	wg.Wait()
 	return res, at
+}
+
+// reservedBy counts sku's Redis admission reservations that the process pid holds: of its orders
+// in flight, neither settled, given back, swept nor (queued) handed over to the order queue.
+func reservedBy(t *testing.T, r *redis.Client, sku string, pid int) int {
+	t.Helper()
+	held, err := r.HVals(context.Background(), "seckill:{"+sku+"}:reserved").Result()
+	require.NoError(t, err)
+	n := 0
+	for _, h := range held {
+		if strings.Contains(h, fmt.Sprintf("/%d#", pid)) { // the instance: host/pid#<random>
+			n++
+		}
+	}
+	return n
 }
 
 // TestProcessesFrozenAtSaleEnd freezes an instance where a flash sale spends its busiest
