@@ -494,7 +494,8 @@ func TestProcessesQueuedFrozen(t *testing.T) {
 			stall.Round(10*time.Millisecond), end.Sub(frozen).Round(10*time.Millisecond), res.offered, res.stranded,
 			longestGap(ends, frozen, endsUntil).Round(10*time.Millisecond), res.late, len(res.accepted), len(acked), fromWake)
 
-		assert.Empty(t, waited, "orders held by the stopped process waited for its wake (AckWait %s, stop %s)", queueAckWait, pause)
+		assert.Zero(t, len(waited), "orders held by the stopped process waited for its wake (AckWait %s, stop %s), e.g. %v",
+			queueAckWait, pause, waited[:min(3, len(waited))])
 		assert.Len(t, outcome, len(res.accepted), "every 202 ends within 10 s of the fault's end")
 		assert.Empty(t, rejected, "the database had a unit for every accepted order")
 		a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
