@@ -207,9 +207,8 @@ const queueAckWait = 5 * time.Second
 // them on the victim and half on the other processes, each client on one process, until every
 // unit is sold. They buy as fast as they are answered — 202s come at Redis speed, faster than
 // the writers place them, so each writer has a batch in hand — until half are accepted and,
-// the moment the victim is seen with several admissions in flight (reservations not yet handed
-// to the queue), or once about 250 units are left, it is stopped (SIGSTOP) for pause; its
-// clients hang with it.
+// the moment the victim is seen with admissions in flight whose orders have no record yet, or
+// once about 250 units are left, it is stopped (SIGSTOP) for pause; its clients hang with it.
 // From then on each client pauses about 200 ms between its buyers, so that the others sell the
 // free units left in a second or two, and then the ones the victim reserved once the sweepers
 // return them. Just before the victim is resumed, admission's counter and its reservations are
