@@ -3,19 +3,25 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -174,4 +180,350 @@ func TestProcessesQueuedWriterKill(t *testing.T) {
 	assert.Equal(t, units-placed, more, "new buyers bought every unit left")
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
 	assert.Zero(t, a.Stock, "nothing stranded")
+}
+
+// queuedFreeze is what the buyers of one queued sale that froze near its end saw.
+type queuedFreeze struct {
+	accepted  map[string]accepted // by order id: every 202 (or 201) a buyer heard
+	elsewhere []time.Time         // when each 202 (or 201) from the other processes arrived
+	late      map[int]int         // final answers, by status, of the frozen process's buyers in flight when it stopped
+	unsold    int                 // units with no 202 yet when it stopped
+	reserved  int                 // reservations the frozen process held when it stopped (admitted, not yet handed to the queue)
+	offered   int64               // admission's counter just before it woke: units still on sale
+	stranded  int                 // reservations still the frozen process's just before it woke
+}
+
+// accepted is one order a buyer heard 202 (or 201) for.
+type accepted struct {
+	user string
+	at   time.Time
+}
+
+// queueAckWait is how long the queue leaves a message with a writer that neither acks it nor
+// says it is still at work: orderqueue.Config.AckWait's default, which the processes run.
+const queueAckWait = 5 * time.Second
+
+// sellOutQueuedAcrossFreeze sells units of sku with the queued strategy to 64 clients, half of
+// them on the victim and half on the other processes, each client on one process, until every
+// unit is sold. They buy as fast as they are answered — 202s come at Redis speed, faster than
+// the writers place them, so each writer has a batch in hand — until half are accepted and,
+// the moment the victim is seen with admissions in flight whose orders have no record yet, or
+// once about 250 units are left, it is stopped (SIGSTOP) for pause; its clients hang with it.
+// From then on each client pauses about 200 ms between its buyers, so that the others sell the
+// free units left in a second or two, and then the ones the victim reserved once the sweepers
+// return them. Just before the victim is resumed, admission's counter and its reservations are
+// read. Every buyer retries a 429, a 503 or a lost answer on its process with the same
+// Idempotency-Key until it has a final answer (202, 201 or 409), so every 202 is accounted for.
+func sellOutQueuedAcrossFreeze(t *testing.T, procs []instance, victim int, sku string, units int, pause time.Duration) (queuedFreeze, time.Time, time.Time) {
+	t.Helper()
+	const clients = 64
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
+	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		res      = queuedFreeze{accepted: map[string]accepted{}, late: map[int]int{}}
+		wg       sync.WaitGroup
+		stopping atomic.Bool
+		frozen   atomic.Pointer[time.Time]
+		resumed  atomic.Bool
+		half     = make(chan struct{})
+	)
+	for c := range clients {
+		target := procs[victim]
+		if c%2 == 1 {
+			target = procs[(victim+1+c/2%2)%len(procs)]
+		}
+		wg.Go(func() {
+			for n := 0; !stopping.Load(); n++ {
+				user := fmt.Sprintf("c%02d-%05d", c, n)
+				first := time.Now()
+				for deadline.Err() == nil {
+					status, id, err := postQueued(deadline, client, target.url, sku, user)
+					if err != nil || status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+						time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
+						continue
+					}
+					mu.Lock()
+					if at := frozen.Load(); target.pid == procs[victim].pid && at != nil && first.Before(*at) && resumed.Load() {
+						res.late[status]++
+					}
+					if status == http.StatusAccepted || status == http.StatusCreated {
+						res.accepted[id] = accepted{user: user, at: time.Now()}
+						if target.pid != procs[victim].pid {
+							res.elsewhere = append(res.elsewhere, time.Now())
+						}
+						if len(res.accepted) == units/2 {
+							close(half)
+						}
+					}
+					mu.Unlock()
+					break
+				}
+				if frozen.Load() != nil {
+					time.Sleep(150*time.Millisecond + rand.N(100*time.Millisecond))
+				}
+			}
+		})
+	}
+	r := backendtest.Redis(t)
+	select {
+	case <-half:
+	case <-time.After(time.Minute):
+		t.Fatal("half the units were not accepted within a minute")
+	}
+	// Its writers hold batches nearly all the time (taken, waiting for the lock, written, then
+	// finished one by one). An admission of its is in flight for a few milliseconds, and only
+	// one stopped before its message went out — before any record of its order — is returned
+	// by the sweepers: stop it when it is seen with several admissions whose orders have no
+	// record yet, so that the last units of the sale are likely among them; at the latest when
+	// about 250 free units are left, a second or two of the others' sale.
+	records := orderRecords(t)
+	unrecorded := func() int {
+		held, err := r.HGetAll(context.Background(), "seckill:{"+sku+"}:reserved").Result()
+		require.NoError(t, err)
+		n := 0
+		for _, h := range held {
+			id, _, _ := strings.Cut(h, "|") // id|units|instance|key
+			if strings.Contains(h, fmt.Sprintf("/%d#", procs[victim].pid)) {
+				if _, err := records.Get(context.Background(), id); errors.Is(err, jetstream.ErrKeyNotFound) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	unsold := func() int { mu.Lock(); defer mu.Unlock(); return units - len(res.accepted) }
+	for until := time.Now().Add(2 * time.Second); unrecorded() < 2 && unsold() > 250 && time.Now().Before(until); {
+	}
+	at := time.Now()
+	frozen.Store(&at)
+	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
+	res.unsold = unsold()
+	// Admissions it had sent are still carried out by Redis after the stop.
+	time.Sleep(200 * time.Millisecond)
+	res.reserved = reservedBy(t, r, sku, procs[victim].pid)
+	time.Sleep(pause - 200*time.Millisecond)
+	offered, err := r.Get(context.Background(), "seckill:{"+sku+"}:stock").Int64()
+	require.NoError(t, err)
+	res.offered, res.stranded = offered, reservedBy(t, r, sku, procs[victim].pid)
+	woke := time.Now()
+	resumed.Store(true)
+	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGCONT))
+	time.Sleep(2 * time.Second)
+	stopping.Store(true)
+	wg.Wait()
+	return res, at, woke
+}
+
+// ended is how one accepted order ended, as its buyer reads it — placed (pending or confirmed)
+// or not, with the status and reason — and when: the time its record in the queue turned final
+// (orderqueue: a writer records the order placed once the row is committed, then acks its
+// message), which is when a buyer following it would have seen it end.
+type ended struct {
+	placed bool
+	answer string
+	at     time.Time
+}
+
+// endAll follows every accepted order on svc until it ends, by deadline, and reads when its
+// record turned final from the processes' order records.
+func endAll(t *testing.T, svc instance, orders map[string]accepted, deadline time.Time) map[string]ended {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	client := &http.Client{Timeout: 10 * time.Second}
+	records := orderRecords(t)
+	ids := make(chan string)
+	go func() {
+		defer close(ids)
+		for id := range orders {
+			ids <- id
+		}
+	}()
+	var (
+		mu  sync.Mutex
+		out = map[string]ended{}
+		wg  sync.WaitGroup
+	)
+	for range 8 {
+		wg.Go(func() {
+			for id := range ids {
+				o, err := followQueued(ctx, client, svc.url, id)
+				if !assert.NoError(t, err, "order %s of %s never ended", id, orders[id].user) {
+					continue
+				}
+				rec, err := records.Get(context.Background(), id)
+				if !assert.NoError(t, err, "order %s reads %s, and has no record", id, o.Status) {
+					continue
+				}
+				mu.Lock()
+				out[id] = ended{placed: placed(o), answer: o.Status + " " + o.Reason, at: rec.Created()}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// orderRecords opens the order records of the service processes (backendtest.Env: a NATS server
+// of the test process's own, the contract's names).
+func orderRecords(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	var url string
+	for _, v := range backendtest.Env(t) {
+		if u, ok := strings.CutPrefix(v, "SECKILL_NATS_URLS="); ok {
+			url = u
+		}
+	}
+	nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(context.Background(), orderqueue.DefaultBucket)
+	require.NoError(t, err)
+	return kv
+}
+
+// TestProcessesQueuedFrozen freezes one of three queued processes (SIGSTOP, 8 s) near the end of
+// a sale, with its writers' batches in hand — messages handed to it and not acked — and its
+// buyers' admissions in flight. Three processes sell 600 units to 64 clients, half of them on
+// the one to be stopped; past half of them it is stopped, and the others sell
+// every unit left while it is: the free ones, then those its admissions in flight had reserved
+// before their messages went out, once the sweepers return them. Each check, and the bug it
+// catches:
+//
+//   - No frozen sale: the longest gap between the others' 202s from the stop to the end of the
+//     sale is under 3 s, and when the frozen process wakes no unit is left on sale nor held by
+//     it (the end of the sale is then the others' last 202; otherwise its wake). The last units
+//     are the ones it reserved: with its heartbeat lasting past the stop
+//     (SECKILL_INSTANCE_TTL=20s planted) no sweeper returns them, they are still its own when it
+//     wakes, and the gap runs to its wake.
+//   - Its messages are the others' within the AckWait: the orders that ended (their record
+//     turned final, as a buyer following them sees it) more than 3 s after their 202 — past the
+//     lock TTL and the idle-transaction bound (2 s each), so delayed not by a lock or a row the
+//     frozen process held but by a message it held — are its held messages, shown from the data:
+//     a batch in hand (not yet written, or written and not yet finished and acked), which comes
+//     back no sooner than two thirds of the AckWait after the stop (its writer said it was at
+//     work every third), or one the queue handed to its writer's pull request still open at the
+//     stop, which comes back an AckWait after. Each must end before it wakes: with an AckWait
+//     longer than the stop they wait for the frozen process, and end after its wake.
+//   - Every 202 (or 201) ends, within 10 s of the fault's end, exactly once: each ends placed, as
+//     one active row (RequireInvariant checks each row, and that the rows are no more than the
+//     orders placed: a message placed by another writer and again by the woken one would be a
+//     second row, or one unit taken twice — stock + active orders != initial stock), none
+//     rejected (the database had a unit for every one), every unit sold.
+//   - The ledger after: nothing held back, no reservation left, admission's counter at the
+//     database's stock (0), the queue empty (a message lost with the frozen writer would stay
+//     queued, its unit off sale).
+//   - The frozen process's buyers in flight, once it wakes, hear a final answer: 202 or 201 (their
+//     orders' messages went out before the stop: a writer placed them), or 409 (a reservation
+//     swept and recorded rejected: its late publish places nothing — never a second order for
+//     the same unit).
+//
+// A stop that caught no held message, or no admission before its publish (none returned by the
+// sweepers, none left its own), did not exercise the case: the sale is sold again, up to five
+// times.
+func TestProcessesQueuedFrozen(t *testing.T) {
+	procs := startThree(t)
+	others := []instance{procs[0], procs[2]}
+	const units, pause, tries = 600, 8 * time.Second, 5
+	count := func(sample string) float64 { return scrape(t, others, sample) }
+	for try := 1; ; try++ {
+		returned := count(`seckill_admission_swept_total{result="returned"}`)
+		redelivered := count(`seckill_queue_orders_total{event="redelivered"}`)
+		sku := putOnSale(t, procs[0], units)
+		res, frozen, woke := sellOutQueuedAcrossFreeze(t, procs, 1, sku, units, pause)
+		returned = count(`seckill_admission_swept_total{result="returned"}`) - returned
+		redelivered = count(`seckill_queue_orders_total{event="redelivered"}`) - redelivered
+
+		outcome := endAll(t, others[0], res.accepted, woke.Add(10*time.Second))
+		var (
+			acked    []stock.Order
+			rejected []string
+			ends     []time.Time   // when each order ended
+			held     int           // ended past the lock TTL after their 202: held by the stopped process
+			heldWait time.Duration // the longest of them, from the 202
+			heldEnd  time.Duration // the last of them to end, from the stop
+			waited   []string      // held, and ended only once the stopped process woke
+			lastEnd  time.Time     // when the last order ended
+		)
+		for id, e := range outcome {
+			if e.placed {
+				acked = append(acked, stock.Order{OrderID: id, UserID: res.accepted[id].user})
+			} else {
+				rejected = append(rejected, id+": "+e.answer)
+			}
+			ends = append(ends, e.at)
+			if e.at.After(lastEnd) {
+				lastEnd = e.at
+			}
+			if wait := e.at.Sub(res.accepted[id].at); wait > 3*time.Second {
+				held++
+				heldWait = max(heldWait, wait)
+				heldEnd = max(heldEnd, e.at.Sub(frozen))
+				if !e.at.Before(woke) {
+					waited = append(waited, fmt.Sprintf("%s ended %s after its 202, %s after the stop", id,
+						wait.Round(10*time.Millisecond), e.at.Sub(frozen).Round(10*time.Millisecond)))
+				}
+			}
+		}
+		end := woke
+		if res.offered == 0 && res.stranded == 0 {
+			end = frozen
+			for _, at := range res.elsewhere {
+				if at.Before(woke) && at.After(end) {
+					end = at
+				}
+			}
+		}
+		stall := longestGap(res.elsewhere, frozen, end)
+		endsUntil, fromWake := woke, fmt.Sprintf("%s after", lastEnd.Sub(woke).Round(10*time.Millisecond))
+		if lastEnd.Before(woke) {
+			endsUntil, fromWake = lastEnd, fmt.Sprintf("%s before", woke.Sub(lastEnd).Round(10*time.Millisecond))
+		}
+		t.Logf("try %d: SIGSTOP for %s with %d units unsold, holding %d reservations (%v returned by the others' sweepers), its writers' batches in hand (%v messages redelivered to the others); "+
+			"%d orders ended 3s-%s after their 202, the last %s after the stop (its held messages; AckWait %s); "+
+			"longest gap between the others' 202s %s, the sale over %s after the stop (when it woke: %d units on sale, %d reserved by it); "+
+			"longest gap between orders ending while it was stopped %s; its buyers in flight then heard %v; %d accepted, %d placed, the last ended %s the wake",
+			try, pause, res.unsold, res.reserved, returned, redelivered,
+			held, heldWait.Round(10*time.Millisecond), heldEnd.Round(10*time.Millisecond), queueAckWait,
+			stall.Round(10*time.Millisecond), end.Sub(frozen).Round(10*time.Millisecond), res.offered, res.stranded,
+			longestGap(ends, frozen, endsUntil).Round(10*time.Millisecond), res.late, len(res.accepted), len(acked), fromWake)
+
+		assert.Zero(t, len(waited), "orders held by the stopped process waited for its wake (AckWait %s, stop %s), e.g. %v",
+			queueAckWait, pause, waited[:min(3, len(waited))])
+		assert.Len(t, outcome, len(res.accepted), "every 202 ends within 10 s of the fault's end")
+		assert.Empty(t, rejected, "the database had a unit for every accepted order")
+		a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
+		assert.Len(t, acked, units, "every unit sold once, to a buyer who heard 202 (or 201)")
+		assert.Zero(t, a.Stock, "every unit sold")
+		assert.Less(t, lastEnd, woke.Add(10*time.Second), "every 202 ends within 10 s of the fault's end")
+		assert.EventuallyWithT(t, func(c *assert.CollectT) {
+			var audit map[string]any
+			if assert.Equal(c, http.StatusOK, procs[0].call(t, http.MethodGet, "/api/v1/products/"+sku+"/audit", "", &audit)) {
+				for _, field := range []string{"held_back", "redis_reservations", "redis_stock", "queued"} {
+					assert.Equal(c, 0.0, audit[field], "%s: %v", field, audit)
+				}
+			}
+		}, 5*time.Second, 50*time.Millisecond, "the ledger is not exact after the sale")
+		for status := range res.late {
+			assert.Contains(t, []int{http.StatusAccepted, http.StatusCreated, http.StatusConflict}, status,
+				"the stopped process answered %v after it woke", res.late)
+		}
+		// The stop caught admissions before their publish when their reservations were returned
+		// by the sweepers — or, the bug, were still its own when it woke.
+		caught := returned > 0 || res.stranded > 0
+		if (held == 0 || !caught) && try < tries {
+			continue
+		}
+		require.Positive(t, held, "no order was seen held by the stopped process: the case was not exercised")
+		require.True(t, caught, "no admission of the stopped process was caught before its publish: the end of the sale was not exercised")
+		assert.Zero(t, res.offered, "units still on sale when the stopped process woke: the sale did not end while it was stopped")
+		assert.Zero(t, res.stranded, "the stopped process still held reservations when it woke: the others never sold their units")
+		assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
+		break
+	}
 }

@@ -22,10 +22,12 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/flashsale/seckill/contract"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
@@ -124,7 +126,8 @@ func assertSoldThrough(t *testing.T, res httpSale, sku string, units, buyers int
 
 // TestProcesses runs the sale across three service processes on one database, over HTTP, for
 // every safe strategy: exactly the stock is sold, the invariant holds in SQL, and every 201 has
-// its order row. It logs each strategy's orders/s.
+// its order row — under queued, every 202 is followed until it ends, and is a sale once placed.
+// It logs each strategy's orders/s.
 func TestProcesses(t *testing.T) {
 	procs := startThree(t)
 	const (
@@ -334,7 +337,7 @@ func newLockProbe(t *testing.T, strategy, sku string) lockProbe {
 
 // TestProcessesFrozenInstance stops one of three processes with SIGSTOP in the middle of a sale
 // — a GC pause, a frozen VM — for longer than the lock TTL and the database's idle-transaction
-// bound, under every strategy, while it holds its lock: the Redis lock, the etcd lease, the
+// bound, under every strategy that locks inside the request, while it holds its lock: the Redis lock, the etcd lease, the
 // ZooKeeper session, the lock-table row, or the product's row lock — its watchdog, keep-alive
 // and pings frozen too. The other processes must be selling again within 3 s (the longest gap
 // between their sales is measured), and when the frozen one wakes, a write it was about to make
@@ -348,7 +351,10 @@ func newLockProbe(t *testing.T, strategy, sku string) lockProbe {
 func TestProcessesFrozenInstance(t *testing.T) {
 	procs := startThree(t)
 	const pause = 5 * time.Second
-	for _, strategy := range safeStrategies {
+	// Not queued: its request takes no lock — a 202 never waits for the lock its writers take,
+	// so no sale of the others could stall behind a frozen holder. TestProcessesQueuedFrozen
+	// freezes a queued process.
+	for _, strategy := range lockedStrategies {
 		t.Run(strategy, func(t *testing.T) {
 			offered(t, strategy)
 			victim := procs[1:2]
@@ -445,17 +451,7 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 		}()
 	}
 	r := backendtest.Redis(t)
-	reservedBy := func() int {
-		held, err := r.HVals(context.Background(), "seckill:{"+sku+"}:reserved").Result()
-		require.NoError(t, err)
-		n := 0
-		for _, h := range held {
-			if strings.Contains(h, fmt.Sprintf("/%d#", procs[victim].pid)) { // the instance: host/pid#<random>
-				n++
-			}
-		}
-		return n
-	}
+	reserved := func() int { return reservedBy(t, r, sku, procs[victim].pid) }
 	select {
 	case <-tenth:
 	case <-time.After(time.Minute):
@@ -463,12 +459,12 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 	}
 	// Its batches settle many reservations at once: stop it the moment it is seen holding
 	// several, not just after a settle.
-	for until := time.Now().Add(2 * time.Second); reservedBy() < 5 && time.Now().Before(until); {
+	for until := time.Now().Add(2 * time.Second); reserved() < 5 && time.Now().Before(until); {
 	}
 	at := time.Now()
 	frozen.Store(&at)
 	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
-	res.reserved = reservedBy()
+	res.reserved = reserved()
 	time.Sleep(pause)
 	p, err := backendtest.Store(t).Product(context.Background(), sku)
 	require.NoError(t, err)
@@ -479,6 +475,21 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 	stopping.Store(true)
 	wg.Wait()
 	return res, at
+}
+
+// reservedBy counts sku's Redis admission reservations that the process pid holds: of its orders
+// in flight, neither settled, given back, swept nor (queued) handed over to the order queue.
+func reservedBy(t *testing.T, r *redis.Client, sku string, pid int) int {
+	t.Helper()
+	held, err := r.HVals(context.Background(), "seckill:{"+sku+"}:reserved").Result()
+	require.NoError(t, err)
+	n := 0
+	for _, h := range held {
+		if strings.Contains(h, fmt.Sprintf("/%d#", pid)) { // the instance: host/pid#<random>
+			n++
+		}
+	}
+	return n
 }
 
 // TestProcessesFrozenAtSaleEnd freezes an instance where a flash sale spends its busiest
@@ -605,7 +616,8 @@ type userRange struct{ from, to int }
 
 // loadHTTP has clients concurrent clients buy one unit each for the buyers, round-robin over the
 // processes. A 429 is retried after a short jittered pause, and a lost answer on the next
-// process, with the same Idempotency-Key, bounded by a deadline.
+// process, with the same Idempotency-Key, bounded by a deadline. A 202 (queued) is followed
+// until it ends, and counted as 201 once its order is placed.
 func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRange, clients int, f httpFault) httpSale {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -650,8 +662,22 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 						time.Sleep(10 * time.Millisecond)
 						continue
 					}
+					latency := time.Since(sent)
+					if status == http.StatusAccepted {
+						// Queued: a sale once placed. A 202 that ends rejected stays counted as
+						// 202 — with no fault the database has every unit admission accepted, so
+						// the sale's statuses show it.
+						o, err := followQueued(ctx, client, target.url, order.OrderID)
+						if err != nil {
+							t.Errorf("%s: accepted (202), never ended: %v", user, err)
+							return
+						}
+						if placed(o) {
+							status = http.StatusCreated
+						}
+					}
 					mu.Lock()
-					res.latencies = append(res.latencies, time.Since(sent))
+					res.latencies = append(res.latencies, latency)
 					if status == http.StatusTooManyRequests {
 						res.busy++
 						mu.Unlock()
@@ -704,7 +730,7 @@ func postOrder(ctx context.Context, client *http.Client, url, sku, user, body st
 		OrderID string `json:"order_id"`
 		UserID  string `json:"user_id"`
 	}
-	if resp.StatusCode == http.StatusCreated {
+	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusAccepted {
 		if err := json.Unmarshal(raw, &order); err != nil {
 			return 0, stock.Order{}, err
 		}
@@ -712,14 +738,48 @@ func postOrder(ctx context.Context, client *http.Client, url, sku, user, body st
 	return resp.StatusCode, stock.Order{OrderID: order.OrderID, UserID: order.UserID}, nil
 }
 
-// safeStrategies are the strategies that must never oversell.
-var safeStrategies = []string{"hybrid", "etcd", "zookeeper", "pessimistic", "dblock"}
+// lockedStrategies are the safe strategies that place an order inside its request, under a lock
+// (or the product's row lock), and answer 201.
+var lockedStrategies = []string{"hybrid", "etcd", "zookeeper", "pessimistic", "dblock"}
+
+// safeStrategies are the strategies that must never oversell: the locked ones, and queued, which
+// answers 202 and places the order later — the tests follow each 202 until it ends
+// (followQueued), and count it as a sale only once it is placed.
+var safeStrategies = append(slices.Clone(lockedStrategies), "queued")
+
+// followQueued follows an order answered 202 — GET /api/v1/orders/{id}?wait=5s on url, again
+// while it is queued or the answer is lost — until it ends, and returns it: placed (pending or
+// confirmed) or rejected. Every 202 must end: an error when ctx ends first.
+func followQueued(ctx context.Context, client *http.Client, url, id string) (contract.Order, error) {
+	for {
+		var o contract.Order
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/api/v1/orders/"+id+"?wait=5s", nil)
+		if err != nil {
+			return o, err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&o)
+			_ = resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && o.Status != contract.StatusQueued {
+				return o, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return o, fmt.Errorf("order %s still %q: %w (last error: %v)", id, o.Status, ctx.Err(), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// placed reports whether a queued order ended as an active order row.
+func placed(o contract.Order) bool { return o.Status == "pending" || o.Status == "confirmed" }
 
 // TestProcessesRetriesInFlight sends the same request — one Idempotency-Key, one body — 20 times
 // at once over three processes, under every strategy, as a client whose first attempt timed out
-// might: each repeat either waits for the original or hears 429 busy and retries. In the end all
-// 20 hold the one order, and the database has one row: never already_purchased, never a second
-// order.
+// might: each repeat either waits for the original or hears 429 busy and retries (queued: or
+// hears 202 with the original while it is queued). In the end all 20 hold the one order, and the
+// database has one row: never already_purchased, never a second order.
 func TestProcessesRetriesInFlight(t *testing.T) {
 	procs := startThree(t)
 	client := &http.Client{Timeout: 30 * time.Second}
@@ -738,6 +798,7 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 				orders   = map[string]int{}
 				statuses = map[int]int{}
 				busy     int
+				queued   int // 202s: queued, the order a 201 names once it is placed
 			)
 			start := make(chan struct{})
 			for i := range repeats {
@@ -757,6 +818,10 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 						mu.Lock()
 						defer mu.Unlock()
 						if assert.NoError(t, err) {
+							if status == http.StatusAccepted {
+								queued++
+								status = http.StatusCreated
+							}
 							statuses[status]++
 							orders[order.OrderID]++
 						}
@@ -766,11 +831,16 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
-			t.Logf("%s: 20 identical requests over 3 processes: statuses %v, %d busy answers retried; admission found the original in flight %v times",
-				strategy, statuses, busy, scrape(t, procs, `seckill_admission_total{result="in_flight"}`)-inFlight)
-			assert.Equal(t, map[int]int{http.StatusCreated: repeats}, statuses, "every repeat answered 201")
+			t.Logf("%s: 20 identical requests over 3 processes: statuses %v (%d of them 202, queued), %d busy answers retried; admission found the original in flight %v times",
+				strategy, statuses, queued, busy, scrape(t, procs, `seckill_admission_total{result="in_flight"}`)-inFlight)
+			assert.Equal(t, map[int]int{http.StatusCreated: repeats}, statuses, "every repeat answered 201 (queued: or 202)")
 			require.Len(t, orders, 1, "one order_id for all of them")
 			for id := range orders {
+				if strategy == "queued" {
+					o, err := followQueued(ctx, client, procs[0].url, id)
+					require.NoError(t, err)
+					require.True(t, placed(o), "the queued order ended %s (%s)", o.Status, o.Reason)
+				}
 				backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{{OrderID: id, UserID: "u-1"}})
 			}
 		})
@@ -828,6 +898,29 @@ func postJSON(t *testing.T, client *http.Client, url, body string) (int, map[str
 	return resp.StatusCode, out
 }
 
+// placeJSON places one order as postJSON does. A queued order (202) is followed until it ends:
+// once placed it is answered 201, with the order as it stands then.
+func placeJSON(t *testing.T, client *http.Client, url, sku, body string) (int, map[string]any) {
+	t.Helper()
+	status, o := postJSON(t, client, url+"/api/v1/products/"+sku+"/orders", body)
+	if status != http.StatusAccepted {
+		return status, o
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ended, err := followQueued(ctx, client, url, o["order_id"].(string))
+	require.NoError(t, err, "every 202 ends")
+	if !placed(ended) {
+		return status, o
+	}
+	resp, err := client.Get(url + "/api/v1/orders/" + ended.OrderID)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	o = nil
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&o))
+	return http.StatusCreated, o
+}
+
 // TestProcessesLifecycleRaces races the order's transitions across three processes, under every
 // strategy, each race released together by close(start): three cancels of one order (all 200,
 // the unit back once); cancels against the expiry, at the deadline (each either cancels it or
@@ -852,7 +945,7 @@ func TestProcessesLifecycleRaces(t *testing.T) {
 			var orders []placed
 			for i := range 3 * perRace {
 				user := fmt.Sprintf("u-%02d", i)
-				status, o := postJSON(t, client, procs[i%3].url+"/api/v1/products/"+sku+"/orders", fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy))
+				status, o := placeJSON(t, client, procs[i%3].url, sku, fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy))
 				require.Equal(t, http.StatusCreated, status, "%v", o)
 				require.Equal(t, "pending", o["status"])
 				expires, err := time.Parse(time.RFC3339Nano, o["expires_at"].(string))
