@@ -359,22 +359,31 @@ func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, uni
 	return accepted, outcomes, faulted
 }
 
-// TestQueuedNATSRestart kills the queue's server (SIGKILL) mid-sale and starts it again on its
-// store three seconds later. A publish retries, with the same id, for its budget (2 s); past it
-// orders are refused as unavailable — never accepted and lost — and admission's units of those
-// whose publish was cut off come back (the sweeper asks the queue once it answers again). Every order accepted before or after ends within 10 s of the restart,
-// every unit sells, and the invariant holds.
-func TestQueuedNATSRestart(t *testing.T) {
+// natsServers starts n nats-server processes, one cluster (or a lone server), for t alone, and
+// kills them when it ends; without the binary the test fails when backends are required and
+// skips, saying so, otherwise.
+func natsServers(t *testing.T, n int) []*natsserver.Server {
+	t.Helper()
 	if err := natsserver.Available(); err != nil {
 		if backendtest.Required() {
 			t.Fatalf("nats-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
 		}
 		t.Skip(err)
 	}
-	servers, err := natsserver.New(t.TempDir(), 1)
+	servers, err := natsserver.New(t.TempDir(), n)
 	require.NoError(t, err)
 	require.NoError(t, natsserver.StartAll(servers))
 	t.Cleanup(func() { natsserver.Kill(servers...) })
+	return servers
+}
+
+// TestQueuedNATSRestart kills the queue's server (SIGKILL) mid-sale and starts it again on its
+// store three seconds later. A publish retries, with the same id, for its budget (2 s); past it
+// orders are refused as unavailable — never accepted and lost — and admission's units of those
+// whose publish was cut off come back (the sweeper asks the queue once it answers again). Every order accepted before or after ends within 10 s of the restart,
+// every unit sells, and the invariant holds.
+func TestQueuedNATSRestart(t *testing.T) {
+	servers := natsServers(t, 1)
 	srv := servers[0]
 	var insts []backendtest.Instance
 	for range instances {
@@ -405,16 +414,7 @@ func TestQueuedNATSRestart(t *testing.T) {
 // the stream on one replica (orderqueue.Config.Replicas 1) the sale stops with that node — its
 // accepted orders never end, the units stay reserved — and these checks fail.
 func TestQueuedClusterLosesANode(t *testing.T) {
-	if err := natsserver.Available(); err != nil {
-		if backendtest.Required() {
-			t.Fatalf("nats-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
-		}
-		t.Skip(err)
-	}
-	servers, err := natsserver.New(t.TempDir(), 3)
-	require.NoError(t, err)
-	require.NoError(t, natsserver.StartAll(servers))
-	t.Cleanup(func() { natsserver.Kill(servers...) })
+	servers := natsServers(t, 3)
 	var insts []backendtest.Instance
 	for range instances {
 		c := backendtest.Wiring{}.Config(t, config("queued"))
