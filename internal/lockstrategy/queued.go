@@ -135,20 +135,19 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		return stock.Order{}, err
 	}
 	// The record has a budget of its own: a publish retried through a failover may have spent
-	// the first. Only a queued record makes the 202 true — a writer will resolve the order —
-	// so without one the buyer hears unavailable: the message is out, the reservation in doubt,
-	// and whoever records first decides (a writer places the order, or the sweeper rejects it
-	// and returns its units); a retry with the same Idempotency-Key finds which.
+	// the first. The message is out, so the 202 holds either way: without the record, whoever
+	// records first decides — a writer, which then places the order, or a sweeper, which rejects
+	// it (reason unavailable) and returns its units — and the buyer following the order sees
+	// which. Answering unavailable instead would leave an order that may yet be placed behind an
+	// answer that says nothing of it.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
 	defer cancel()
+	defer s.admission.Done(res)
 	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Queued})
 	if err != nil {
-		err = fmt.Errorf("order %s published, not recorded: %w: %w", o.OrderID, stock.ErrUnavailable, err)
-		s.admission.GiveBack(rctx, req, err)
-		return stock.Order{}, err
+		s.log.Debug("queued order not recorded; its writer records it, or a sweeper rejects it", "order", o.OrderID, "err", err)
 	}
-	defer s.admission.Done(res)
-	if rec.State == orderqueue.Rejected {
+	if err == nil && rec.State == orderqueue.Rejected {
 		// A sweeper recorded it rejected first (this instance had stopped beating, frozen
 		// between admission and here) and returned its units: it was never accepted.
 		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)

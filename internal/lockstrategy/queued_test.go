@@ -399,12 +399,16 @@ func TestQueuedNATSRestart(t *testing.T) {
 		assert.NoError(t, srv.Start())
 	})
 	placed, rejected := ended(t, insts, accepted, time.Until(restarted.Add(10*time.Second)))
-	assert.Empty(t, rejected)
-	assert.Len(t, placed, units, "every unit sold, each to one accepted order")
+	// An order answered 202 whose record could not be written before the server died ends
+	// rejected if a sweeper records it first (its unit back on sale), placed if a writer does.
+	for id, reason := range rejected {
+		assert.Equal(t, "unavailable", reason, "order %s was rejected for another reason than the queue's outage", id)
+	}
 	assert.Positive(t, outcomes["unavailable"], "no order was refused while the queue was down: the fault missed the sale")
 	settled(t, insts[0], sku)
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
-	assert.Zero(t, a.Stock)
+	assert.Equal(t, units, len(placed)+int(a.Stock), "every unit sold to one accepted order, or back on sale")
+	assert.LessOrEqual(t, int(a.Stock), len(rejected), "units on sale that no rejected order gave back")
 }
 
 // TestQueuedClusterLosesANode sells on a three-node JetStream cluster — the stream and the
