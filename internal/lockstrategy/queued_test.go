@@ -35,7 +35,13 @@ func ended(t *testing.T, insts []backendtest.Instance, accepted []stock.Order, l
 	rejected = map[string]string{}
 	deadline := time.Now().Add(limit)
 	for i, o := range accepted {
+		// A follower asks again when the queue cannot answer (a cluster electing a leader for the
+		// records), as a buyer's client would on a 503, until the deadline.
 		got, err := insts[i%len(insts)].WaitOrder(context.Background(), o.OrderID, max(time.Millisecond, time.Until(deadline)))
+		for errors.Is(err, stock.ErrUnavailable) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			got, err = insts[i%len(insts)].WaitOrder(context.Background(), o.OrderID, max(time.Millisecond, time.Until(deadline)))
+		}
 		require.NoError(t, err, "order %s", o.OrderID)
 		switch got.Status {
 		case stock.Queued:
