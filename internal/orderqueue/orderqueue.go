@@ -343,8 +343,33 @@ func (q *Queue) skuOf(subject string) string {
 	return strings.ReplaceAll(strings.TrimPrefix(subject, q.cfg.Subjects+"."), "%2E", ".")
 }
 
-// publishAttempt bounds one attempt of a publish.
+// publishAttempt bounds one attempt of a write to the queue (a publish, a record).
 const publishAttempt = time.Second
+
+// untilAnswered runs attempt, each try bounded by publishAttempt, and again every 100 ms while
+// the queue does not answer (ErrUnavailable) and ctx allows: a stream or a bucket electing a new
+// leader answers nothing, and the retry is what reaches the new one. It returns the last error,
+// classified; what and id name the write in the log.
+func (q *Queue) untilAnswered(ctx context.Context, what, id string, attempt func(ctx context.Context) error) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, publishAttempt)
+		err := attempt(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		err = classify(err)
+		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return err
+		}
+		q.log.Debug("order queue: "+what+" not answered; trying again", "order", id, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
 
 // Publish puts o on the queue, its id the message id. It reports duplicate when the queue had
 // that id already (an earlier attempt landed): o is queued once either way. A publish whose
@@ -356,29 +381,19 @@ func (q *Queue) Publish(ctx context.Context, o Order) (duplicate bool, err error
 		return false, err
 	}
 	msg := &nats.Msg{Subject: q.Subject(o.SKU), Data: data, Header: nats.Header{}}
-	for {
-		// Each attempt waits at most publishAttempt: a stream electing a new leader answers
-		// nothing, and the retry is what reaches the new one.
-		actx, cancel := context.WithTimeout(ctx, publishAttempt)
-		ack, err := q.js.PublishMsg(actx, msg, jetstream.WithMsgID(o.OrderID), jetstream.WithExpectStream(q.cfg.Stream))
-		cancel()
-		if err == nil {
-			if !ack.Duplicate {
-				q.orders.WithLabelValues("accepted").Inc()
-			}
-			return ack.Duplicate, nil
-		}
-		err = classify(err)
-		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-			return false, fmt.Errorf("publish order %s: %w", o.OrderID, err)
-		}
-		q.log.Debug("order queue: publish not answered; trying again with the same id", "order", o.OrderID, "err", err)
-		select {
-		case <-ctx.Done():
-			return false, fmt.Errorf("publish order %s: %w", o.OrderID, err)
-		case <-time.After(100 * time.Millisecond):
-		}
+	var ack *jetstream.PubAck
+	err = q.untilAnswered(ctx, "publish (with the same id)", o.OrderID, func(ctx context.Context) error {
+		var err error
+		ack, err = q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(o.OrderID), jetstream.WithExpectStream(q.cfg.Stream))
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("publish order %s: %w", o.OrderID, err)
 	}
+	if !ack.Duplicate {
+		q.orders.WithLabelValues("accepted").Inc()
+	}
+	return ack.Duplicate, nil
 }
 
 // classify maps a NATS error to ErrFull or ErrUnavailable where it is one.

@@ -43,26 +43,18 @@ func (q *Queue) Record(ctx context.Context, r Record) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	for {
-		actx, cancel := context.WithTimeout(ctx, publishAttempt)
-		_, err = q.records.Create(actx, r.OrderID, data)
-		cancel()
-		if err == nil {
-			return r, nil
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			got, _, err := q.get(ctx, r.OrderID)
-			return got, err
-		}
-		err = classify(err)
-		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-			return Record{}, fmt.Errorf("record order %s: %w", r.OrderID, err)
-		}
-		select {
-		case <-ctx.Done():
-			return Record{}, fmt.Errorf("record order %s: %w", r.OrderID, err)
-		case <-time.After(100 * time.Millisecond):
-		}
+	err = q.untilAnswered(ctx, "record", r.OrderID, func(ctx context.Context) error {
+		_, err := q.records.Create(ctx, r.OrderID, data)
+		return err
+	})
+	switch {
+	case err == nil:
+		return r, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		got, _, err := q.get(ctx, r.OrderID)
+		return got, err
+	default:
+		return Record{}, fmt.Errorf("record order %s: %w", r.OrderID, err)
 	}
 }
 
