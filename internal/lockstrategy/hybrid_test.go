@@ -243,6 +243,26 @@ func TestHybridWatchdogKeepsLock(t *testing.T) {
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{held})
 }
 
+// heldInSection places an order of user for sku on a hybrid instance of its own (on store s)
+// whose section holds it for up to 5 s, with a 1 s lock TTL that its watchdog extends every
+// 100 ms, and returns once the order is inside its section, its lock held: done gets its answer.
+func heldInSection(t *testing.T, s *stock.Store, sku, user string) (done <-chan error) {
+	t.Helper()
+	hook, inside := backendtest.HoldSection(user, 5*time.Second)
+	cfg := config("hybrid")
+	cfg.LockTTL = time.Second
+	cfg.LockExtend = 100 * time.Millisecond
+	cfg.Hooks = hook
+	h := backendtest.NewInstance(t, cfg, backendtest.Wiring{Store: s})
+	answer := make(chan error, 1)
+	go func() {
+		_, err := place(h, req(sku, user))
+		answer <- err
+	}()
+	<-inside
+	return answer
+}
+
 // TestHybridLockLostAbandonsSection deletes the lock while its holder is inside the section (a
 // failover to a replica that never saw the lock): the watchdog's next extension fails, the
 // section is abandoned before it writes, the client hears busy, and the admission is given back.
@@ -250,18 +270,7 @@ func TestHybridLockLostAbandonsSection(t *testing.T) {
 	ctx := context.Background()
 	s, sku := onSale(t, 3)
 	rdb := backendtest.Redis(t)
-	hook, read := backendtest.HoldSection("slow", 5*time.Second)
-	cfg := config("hybrid")
-	cfg.LockTTL = time.Second
-	cfg.LockExtend = 100 * time.Millisecond
-	cfg.Hooks = hook
-	h := backendtest.NewInstance(t, cfg, backendtest.Wiring{Store: s})
-	done := make(chan error, 1)
-	go func() {
-		_, err := place(h, req(sku, "slow"))
-		done <- err
-	}()
-	<-read
+	done := heldInSection(t, s, sku, "slow")
 	require.NoError(t, rdb.Del(ctx, "seckill:{"+sku+"}:lock").Err())
 	select {
 	case err := <-done:
@@ -283,19 +292,8 @@ func TestHybridSoldOutIsFinal(t *testing.T) {
 	ctx := context.Background()
 	s, sku := onSale(t, 1)
 	rdb := backendtest.Redis(t)
-	hook, inside := backendtest.HoldSection("holder", 5*time.Second)
-	cfg := config("hybrid")
-	cfg.LockTTL = time.Second
-	cfg.LockExtend = 100 * time.Millisecond
 	other := backendtest.NewInstance(t, config("hybrid"), backendtest.Wiring{Store: s})
-	cfg.Hooks = hook
-	holder := backendtest.NewInstance(t, cfg, backendtest.Wiring{Store: s})
-	done := make(chan error, 1)
-	go func() {
-		_, err := place(holder, req(sku, "holder"))
-		done <- err
-	}()
-	<-inside
+	done := heldInSection(t, s, sku, "holder")
 	_, err := place(other, req(sku, "early"))
 	assert.ErrorIs(t, err, stock.ErrBusy, "the last unit is held by an order in flight: not sold out yet")
 	require.NoError(t, rdb.Del(ctx, "seckill:{"+sku+"}:lock").Err())
