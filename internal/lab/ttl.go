@@ -51,41 +51,34 @@ func runTTL(ctx context.Context, env *Env) (Result, error) {
 	said := make([]string, len(forms))
 	broken := make([]bool, len(forms))
 	for i, f := range forms {
-		var o overlaps
-		cfg := labConfig("hybrid")
-		cfg.LockTTL, cfg.LockWait = lockTTL, 5*time.Second
-		if !f.watchdog {
-			cfg.LockExtend = time.Hour // never extended: the TTL is all the holder has
-		}
-		cfg.Hooks.InSection = o.hold(latency)
+		// Without the watchdog the experiment is about two holders at once: a sale that never
+		// let a second one in (its orders all admitted on one instance, or the second granted
+		// only after the first wrote, on a loaded machine) tested nothing, and runs again.
 		var (
-			locks  []*redisLock
-			places []placer
+			s         sale
+			most      int
+			conflicts float64
+			tries     int
 		)
-		for range 2 {
-			l, err := env.newRedisLock(ctx, env.config(cfg))
+		for tries = 1; ; tries++ {
+			var err error
+			s, most, conflicts, err = ttlSale(ctx, env, f.guarded, f.watchdog, lockTTL, latency, env.key("ttl", fmt.Sprint(i, "-", tries)), units, buyers)
 			if err != nil {
 				return Result{}, err
 			}
-			defer l.close()
-			locks = append(locks, l)
-			places = append(places, l.place(f.guarded))
-		}
-		sku := env.key("ttl", fmt.Sprint(i))
-		if err := locks[0].putProduct(ctx, sku, units); err != nil {
-			return Result{}, err
-		}
-		s, err := sell(ctx, env, places, sku, buyers)
-		if err != nil {
-			return Result{}, err
-		}
-		var conflicts float64
-		for _, l := range locks {
-			conflicts += l.counter("seckill_optimistic_retries_total")
+			if f.watchdog || most >= 2 {
+				break
+			}
+			if tries == ttlTries {
+				return Result{}, fmt.Errorf("%s: no two holders at once in %d sales: the expired lock was never taken over", f.name, tries)
+			}
 		}
 		broken[i] = !s.audit.Consistent()
 		said[i] = fmt.Sprintf("%d orders of %d units, %d answered sold out, %d busy or failed; %s; up to %d sections at once, %.0f version conflicts",
-			s.ok, units, s.soldOut, s.other, column(s.audit), o.max(), conflicts)
+			s.ok, units, s.soldOut, s.other, column(s.audit), most, conflicts)
+		if tries > 1 {
+			said[i] += fmt.Sprintf(" (sale %d: the sales before let no second holder in)", tries)
+		}
 		chart.Bars = append(chart.Bars, Bar{Label: f.name, Value: float64(unrecorded(s.audit)), Failed: broken[i]})
 	}
 	return Result{
@@ -95,4 +88,45 @@ func runTTL(ctx context.Context, env *Env) (Result, error) {
 			Failed:   broken[1] || broken[2]},
 		Chart: chart,
 	}, nil
+}
+
+// ttlTries bounds the sales a form without the watchdog runs until two holders were in at once.
+const ttlTries = 3
+
+// ttlSale runs one form's sale of units to buyers on two instances, each section held for
+// latency past a lock of lockTTL: what it sold, the most sections at once, and the version
+// conflicts counted.
+func ttlSale(ctx context.Context, env *Env, guarded, watchdog bool, lockTTL, latency time.Duration, sku string, units int64, buyers int) (sale, int, float64, error) {
+	var o overlaps
+	cfg := labConfig("hybrid")
+	cfg.LockTTL, cfg.LockWait = lockTTL, 5*time.Second
+	if !watchdog {
+		cfg.LockExtend = time.Hour // never extended: the TTL is all the holder has
+	}
+	cfg.Hooks.InSection = o.hold(latency)
+	var (
+		locks  []*redisLock
+		places []placer
+	)
+	for range 2 {
+		l, err := env.newRedisLock(ctx, env.config(cfg))
+		if err != nil {
+			return sale{}, 0, 0, err
+		}
+		defer l.close()
+		locks = append(locks, l)
+		places = append(places, l.place(guarded))
+	}
+	if err := locks[0].putProduct(ctx, sku, units); err != nil {
+		return sale{}, 0, 0, err
+	}
+	s, err := sell(ctx, env, places, sku, buyers)
+	if err != nil {
+		return sale{}, 0, 0, err
+	}
+	var conflicts float64
+	for _, l := range locks {
+		conflicts += l.counter("seckill_optimistic_retries_total")
+	}
+	return s, o.max(), conflicts, nil
 }
