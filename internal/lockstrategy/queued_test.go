@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -379,7 +382,41 @@ func natsServers(t *testing.T, n int) []*natsserver.Server {
 	require.NoError(t, err)
 	require.NoError(t, natsserver.StartAll(servers))
 	t.Cleanup(func() { natsserver.Kill(servers...) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, srv := range servers {
+				queueState(t, srv)
+			}
+		}
+	})
 	return servers
+}
+
+// queueState logs what srv holds of the default order queue — the stream's sequences and
+// messages, the writers' consumer's delivered and acked floor — and the warnings in its log: what
+// a failed test needs to tell a lost ack from a stream that restarted behind its consumer.
+func queueState(t *testing.T, srv *natsserver.Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if nc, err := nats.Connect(srv.URL, nats.Timeout(time.Second), nats.NoReconnect()); err == nil {
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		if st, err := js.Stream(ctx, orderqueue.DefaultStream); err == nil {
+			t.Logf("%s: stream %+v", srv.URL, st.CachedInfo().State)
+			if c, err := st.Consumer(ctx, orderqueue.DefaultConsumer); err == nil {
+				ci := c.CachedInfo()
+				t.Logf("%s: consumer delivered %+v, ack floor %+v, pending %d, ack pending %d, redelivered %d",
+					srv.URL, ci.Delivered, ci.AckFloor, ci.NumPending, ci.NumAckPending, ci.NumRedelivered)
+			}
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(srv.Dir, "server.log"))
+	for line := range strings.Lines(string(log)) {
+		if strings.Contains(line, "[WRN]") || strings.Contains(line, "[ERR]") {
+			t.Logf("%s: %s", srv.URL, strings.TrimSpace(line))
+		}
+	}
 }
 
 // TestQueuedNATSRestart kills the queue's server (SIGKILL) mid-sale and starts it again on its
