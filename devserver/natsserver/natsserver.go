@@ -149,3 +149,6 @@ func (s *Server) ping() error {
 
 // Kill stops the server abruptly (SIGKILL), as a crash would.
 func (s *Server) Kill() { s.proc.Kill() }
+
+// Stop shuts the server down cleanly (SIGTERM, 10 s at most): its stores written out.
+func (s *Server) Stop() { s.proc.Stop(10 * time.Second) }

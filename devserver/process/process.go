@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // Proc is one server process; the zero value is not running.
@@ -36,6 +37,27 @@ func (p *Proc) Kill() {
 	}
 	_ = p.cmd.Process.Kill()
 	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+// Stop stops the process as its operator would (SIGTERM): it ends on its own, its state written
+// out, and Stop waits until it has exited — or kills it after grace.
+func (p *Proc) Stop(grace time.Duration) {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	exited := make(chan struct{})
+	go func() {
+		_ = p.cmd.Wait()
+		close(exited)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-exited
+	}
 	p.cmd = nil
 }
 

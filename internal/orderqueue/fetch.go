@@ -20,7 +20,7 @@ type Delivery struct {
 	Deliveries uint64
 	// Queued is when the queue stored the message.
 	Queued time.Time
-	msg    jetstream.Msg
+	msg    answerer
 	done   atomic.Bool // acked or naked: no longer reported in progress
 }
 
@@ -43,6 +43,14 @@ func (d *Delivery) answered() bool { return d.done.Load() }
 // InProgress tells the queue this writer is still at work on the message, restarting its
 // AckWait: a slow commit must not hand the order to a second writer meanwhile.
 func (d *Delivery) InProgress() error { return d.msg.InProgress() }
+
+// answerer is how a delivery is answered: a message the consumer handed out (jetstream.Msg), or
+// a stray the stream holds past the consumer (stray).
+type answerer interface {
+	Ack() error
+	NakWithDelay(delay time.Duration) error
+	InProgress() error
+}
 
 // Batch is the deliveries of one product, in the order the queue took them.
 type Batch struct {
@@ -123,13 +131,18 @@ func (q *Queue) delivery(m jetstream.Msg) (*Delivery, error) {
 		return nil, err
 	}
 	d := &Delivery{Deliveries: meta.NumDelivered, Queued: meta.Timestamp, msg: m}
-	if err := json.Unmarshal(m.Data(), &d.Order); err != nil {
-		return nil, err
+	return d, q.decode(d, m.Subject(), m.Data())
+}
+
+// decode reads the order of a message on subject into d.
+func (q *Queue) decode(d *Delivery, subject string, data []byte) error {
+	if err := json.Unmarshal(data, &d.Order); err != nil {
+		return err
 	}
-	if d.Order.OrderID == "" || d.Order.SKU != q.skuOf(m.Subject()) {
-		return nil, fmt.Errorf("order %q for %q on subject %s", d.Order.OrderID, d.Order.SKU, m.Subject())
+	if d.Order.OrderID == "" || d.Order.SKU != q.skuOf(subject) {
+		return fmt.Errorf("order %q for %q on subject %s", d.Order.OrderID, d.Order.SKU, subject)
 	}
-	return d, nil
+	return nil
 }
 
 // Backlog is one product's orders waiting in the queue, as the metrics and the audit read it.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -605,4 +606,107 @@ func TestEmbeddedShared(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, b, 1, "the queued order survived its server")
 	assert.Equal(t, []string{"1"}, ids(b[0]))
+}
+
+// TestStraysTakenUp: a server that restarts behind its consumer — its store lost the last
+// messages, the consumer's state kept them as delivered and acked — gives their sequences out
+// again, and the consumer passes over the new messages. Strays takes such a message once it is
+// older than its bound, a nak leaves it, an ack deletes it, and Reclaim hands one to the
+// writers' handler by itself. The loss is made as a crash makes it: the stream's message files
+// removed while the server (Debian's nats-server, a process of the test's) is down.
+func TestStraysTakenUp(t *testing.T) {
+	if err := natsserver.Available(); err != nil {
+		if os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
+			t.Fatalf("nats-server is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
+		}
+		t.Skip(err)
+	}
+	servers, err := natsserver.New(t.TempDir(), 1)
+	require.NoError(t, err)
+	srv := servers[0]
+	require.NoError(t, natsserver.StartAll(servers))
+	t.Cleanup(func() { srv.Kill() })
+	cfg := testConfig(Config{URLs: []string{srv.URL}, AckWait: 500 * time.Millisecond})
+	q := open(t, cfg)
+	ctx := ctxT(t)
+	behind := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			_, err := q.Publish(ctx, order("a", id))
+			require.NoError(t, err)
+		}
+		for _, b := range fetchAll(t, q, len(ids)) {
+			for _, d := range b.Deliveries {
+				require.NoError(t, d.Ack())
+			}
+		}
+		require.Eventually(t, func() bool {
+			c, err := q.consumer.Info(ctx)
+			return err == nil && c.NumAckPending == 0
+		}, 5*time.Second, 20*time.Millisecond)
+		// Stopped cleanly, so that the consumer's state has the acks; the messages' files then go,
+		// as the writes a SIGKILL caught in the server's buffers would.
+		srv.Stop()
+		msgs, err := filepath.Glob(filepath.Join(srv.Dir, "jetstream", "*", "streams", cfg.Stream, "msgs", "*"))
+		require.NoError(t, err)
+		require.NotEmpty(t, msgs, "the stream's message files")
+		for _, f := range msgs {
+			require.NoError(t, os.Remove(f))
+		}
+		require.NoError(t, srv.Start())
+	}
+	behind("1", "2", "3")
+	require.Eventually(t, func() bool {
+		_, err := q.Publish(ctx, order("a", "4"))
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond, "the restarted server takes an order")
+	none, err := q.Fetch(ctx, 10, 500*time.Millisecond)
+	require.NoError(t, err)
+	require.Empty(t, none, "the consumer passes over the order stored behind it")
+
+	strays, err := q.Strays(ctx, 10, time.Minute)
+	require.NoError(t, err)
+	assert.Empty(t, strays, "not older than the bound yet")
+	for _, answer := range []string{"nak", "ack"} {
+		strays, err = q.Strays(ctx, 10, 0)
+		require.NoError(t, err)
+		require.Len(t, strays, 1, "after a %s", answer)
+		assert.Equal(t, []string{"4"}, ids(strays[0]))
+		d := strays[0].Deliveries[0]
+		if answer == "nak" {
+			require.NoError(t, d.Nak(0))
+		} else {
+			require.NoError(t, d.Ack())
+		}
+	}
+	b, err := q.BacklogOf(ctx, "a")
+	require.NoError(t, err)
+	assert.Zero(t, b.Depth, "an acked stray is deleted")
+
+	_, err = q.Publish(ctx, order("a", "5"))
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	var (
+		mu    sync.Mutex
+		taken []string
+		done  sync.WaitGroup
+	)
+	done.Go(func() {
+		q.Reclaim(rctx, 10, 5*time.Second, func(_ context.Context, b Batch) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, d := range b.Deliveries {
+				taken = append(taken, d.Order.OrderID)
+				assert.NoError(t, d.Ack())
+			}
+		})
+	})
+	defer func() { stop(); done.Wait() }()
+	require.Eventually(t, func() bool {
+		b, err := q.BacklogOf(ctx, "a")
+		return err == nil && b.Depth == 0
+	}, 10*time.Second, 50*time.Millisecond, "Reclaim takes the stray up")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"5"}, taken)
 }
