@@ -342,14 +342,14 @@ func TestFinishOnce(t *testing.T) {
 		ctx := ctxT(t)
 		_, err := q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
 		require.NoError(t, err)
-		got, err := q.Finish(ctx, Record{Order: order("a", "1"), State: Placed})
+		got, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
 		require.NoError(t, err)
 		assert.Equal(t, Placed, got.State)
-		got, err = q.Finish(ctx, Record{Order: order("a", "1"), State: Rejected, Reason: "sold_out"})
+		got, err = q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Rejected, Reason: "sold_out"})
 		require.NoError(t, err)
 		assert.Equal(t, Placed, got.State, "placed stands")
 
-		got, err = q.Finish(ctx, Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
+		got, err = q.Finish(ctx, Claimed{}, Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
 		require.NoError(t, err)
 		assert.Equal(t, Rejected, got.State, "a final record with no queued one before it")
 		got, err = q.Get(ctx, "2")
@@ -357,14 +357,31 @@ func TestFinishOnce(t *testing.T) {
 		assert.Equal(t, "sold_out", got.Reason)
 		assert.Equal(t, "u-2", got.UserID, "the record carries the order")
 
-		_, err = q.Finish(ctx, Record{Order: order("a", "3"), State: Queued})
+		_, err = q.Finish(ctx, Claimed{}, Record{Order: order("a", "3"), State: Queued})
 		require.Error(t, err, "queued is not an ending")
+
+		// From a claim: the record as the writer took it is replaced, unless it changed since.
+		o := order("a", "4")
+		c, err := q.Claim(ctx, o)
+		require.NoError(t, err)
+		assert.Equal(t, Queued, c.State, "a claim writes the record its publisher did not")
+		stale, err := q.Claim(ctx, o)
+		require.NoError(t, err)
+		got, err = q.Finish(ctx, c, Record{Order: o, State: Rejected, Reason: "sold_out"})
+		require.NoError(t, err)
+		assert.Equal(t, Rejected, got.State)
+		got, err = q.Finish(ctx, stale, Record{Order: o, State: Placed})
+		require.NoError(t, err)
+		assert.Equal(t, Rejected, got.State, "a claim taken before another writer's end does not overwrite it")
+		c, err = q.Claim(ctx, o)
+		require.NoError(t, err)
+		assert.Equal(t, Rejected, c.State, "a claim reads the record that stands")
 		_, err = q.Get(ctx, "nobody")
 		require.ErrorIs(t, err, ErrNotFound)
 	})
 }
 
-// TestWaitEndsOnFinish: a wait ends as soon as the record is final (a watch, not a poll), and
+// TestWaitEndsOnFinish: a wait ends as soon as the record is final (a subscription, not a poll), and
 // otherwise answers the record as it stands when the wait passes.
 func TestWaitEndsOnFinish(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
@@ -380,7 +397,7 @@ func TestWaitEndsOnFinish(t *testing.T) {
 		finished := make(chan error, 1)
 		go func() {
 			time.Sleep(200 * time.Millisecond)
-			_, err := q.Finish(ctx, Record{Order: order("a", "1"), State: Placed})
+			_, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
 			finished <- err
 		}()
 		defer func() { require.NoError(t, <-finished) }()
@@ -396,6 +413,10 @@ func TestWaitEndsOnFinish(t *testing.T) {
 
 		_, err = q.Wait(ctx, "nobody", 200*time.Millisecond)
 		require.ErrorIs(t, err, ErrNotFound)
+		for _, bad := range []string{"*", ">", "a b", "a.*", ".a"} {
+			_, err = q.Wait(ctx, bad, 200*time.Millisecond)
+			require.ErrorIs(t, err, ErrNotFound, "%q is no record's key, nor a subscription's wildcard", bad)
+		}
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,30 +40,55 @@ type Record struct {
 // placed. A write not answered is tried again while ctx allows, as a publish is: one that landed
 // is then the record that stands.
 func (q *Queue) Record(ctx context.Context, r Record) (Record, error) {
+	got, _, err := q.record(ctx, r)
+	return got, err
+}
+
+// record is Record, with the revision of the record that stands.
+func (q *Queue) record(ctx context.Context, r Record) (Record, uint64, error) {
 	data, err := json.Marshal(r)
 	if err != nil {
-		return Record{}, err
+		return Record{}, 0, err
 	}
+	var rev uint64
 	err = q.untilAnswered(ctx, "record", r.OrderID, func(ctx context.Context) error {
-		_, err := q.records.Create(ctx, r.OrderID, data)
+		rev, err = q.records.Create(ctx, r.OrderID, data)
 		return err
 	})
 	switch {
 	case err == nil:
-		return r, nil
+		return r, rev, nil
 	case errors.Is(err, jetstream.ErrKeyExists):
-		got, _, err := q.get(ctx, r.OrderID)
-		return got, err
+		return q.get(ctx, r.OrderID)
 	default:
-		return Record{}, fmt.Errorf("record order %s: %w", r.OrderID, err)
+		return Record{}, 0, fmt.Errorf("record order %s: %w", r.OrderID, err)
 	}
+}
+
+// Claimed is the record of an order a writer holds, as it stood when the writer took it.
+type Claimed struct {
+	Record
+	rev uint64
+}
+
+// Claim is a writer's first step on an order it was handed: the record that stands — the
+// publisher's queued one, read (one request), or, when the order has none (its publisher died
+// before writing it), written queued now unless a sweeper's rejection came first. Finish it from
+// there.
+func (q *Queue) Claim(ctx context.Context, o Order) (Claimed, error) {
+	r, rev, err := q.get(ctx, o.OrderID)
+	if errors.Is(err, ErrNotFound) {
+		r, rev, err = q.record(ctx, Record{Order: o, State: Queued})
+	}
+	return Claimed{Record: r, rev: rev}, err
 }
 
 // Finish moves the order's record to the final r (placed or rejected) from queued, or writes it
 // if there is none. A record that is final already stands: the first final answer is the one
 // every buyer sees, so a later writer cannot turn a rejected order into a placed one or back.
-// It returns the record that stands.
-func (q *Queue) Finish(ctx context.Context, r Record) (Record, error) {
+// It returns the record that stands. From a claim the record as it stood then is replaced in
+// one request, unless it changed since.
+func (q *Queue) Finish(ctx context.Context, from Claimed, r Record) (Record, error) {
 	if !r.State.Final() {
 		return Record{}, fmt.Errorf("finish order %s as %q: not a final state", r.OrderID, r.State)
 	}
@@ -70,8 +96,11 @@ func (q *Queue) Finish(ctx context.Context, r Record) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
+	got, rev := from.Record, from.rev
+	if rev == 0 {
+		got, rev, err = q.get(ctx, r.OrderID)
+	}
 	for {
-		got, rev, err := q.get(ctx, r.OrderID)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			_, err = q.records.Create(ctx, r.OrderID, data)
@@ -90,6 +119,7 @@ func (q *Queue) Finish(ctx context.Context, r Record) (Record, error) {
 			return Record{}, fmt.Errorf("finish order %s: %w", r.OrderID, classify(err))
 		}
 		// Another writer or a sweeper wrote in between: read what stands now.
+		got, rev, err = q.get(ctx, r.OrderID)
 	}
 }
 
@@ -120,48 +150,56 @@ func decode(e jetstream.KeyValueEntry) (Record, error) {
 }
 
 // Wait returns the order's record once it is final, or as it stands when wait passes (still
-// queued) — a watch on the record, so any instance's writer ends the wait at once. ErrNotFound
-// when the order has no record by then.
+// queued); ErrNotFound when the order has no record by then. It listens on the record's subject
+// (a plain subscription: the records are a stream of puts on $KV.<bucket>.<order id>), then reads
+// the record, so any instance's writer ends the wait at once, at the cost of a subscription and
+// a read — a JetStream watch would create a consumer for every wait, which on a busy sale costs
+// the queue's server more than the orders do. A put the subscription missed (a reconnect) is
+// found by the read at the end.
 func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	w, err := q.records.Watch(ctx, orderID)
-	if errors.Is(err, jetstream.ErrInvalidKey) {
+	if !validKey(orderID) {
 		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
 	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	sub, err := q.nc.SubscribeSync("$KV." + q.cfg.Bucket + "." + orderID)
 	if err != nil {
 		return Record{}, fmt.Errorf("watch order %s: %w", orderID, classify(err))
 	}
-	defer func() { _ = w.Stop() }()
-	var (
-		last  Record
-		found bool
-	)
+	defer func() { _ = sub.Unsubscribe() }()
+	switch r, err := q.Get(ctx, orderID); {
+	case err == nil && r.State.Final(), err != nil && !errors.Is(err, ErrNotFound):
+		return r, err
+	}
 	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return q.standing(last, found, orderID)
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // nil ends the current values; a delete or purge is the TTL at work
-			}
-			if last, err = decode(e); err != nil {
-				return Record{}, err
-			}
-			found = true
-			if last.State.Final() {
-				return last, nil
-			}
-		case <-ctx.Done():
-			return q.standing(last, found, orderID)
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			break
+		}
+		if op := m.Header.Get("KV-Operation"); op != "" {
+			continue // a delete or purge: the TTL at work
+		}
+		var r Record
+		if json.Unmarshal(m.Data, &r) == nil && r.State.Final() {
+			return r, nil
 		}
 	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	return q.Get(rctx, orderID)
 }
 
-func (q *Queue) standing(last Record, found bool, orderID string) (Record, error) {
-	if !found {
-		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+// validKey reports whether id can be a record's key — and so a subject token, no wildcard in it.
+func validKey(id string) bool {
+	if id == "" || strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".") {
+		return false
 	}
-	return last, nil
+	for _, c := range id {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.ContainsRune("-/_=.", c):
+		default:
+			return false
+		}
+	}
+	return true
 }
