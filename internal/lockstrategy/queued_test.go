@@ -453,6 +453,62 @@ func TestQueuedNATSRestart(t *testing.T) {
 	assert.LessOrEqual(t, int(a.Stock), len(rejected), "units on sale that no rejected order gave back")
 }
 
+// TestQueuedClusterLosesANode kills (SIGKILL) the node that leads the order stream of a
+// three-node JetStream cluster (Debian's nats-server) mid-sale. The stream, the writers' consumer
+// and the records are replicated on all three; the other two elect new leaders, and the
+// instances, connected to the whole cluster, carry on. Orders answer 503 while leaders move and
+// are retried with their key; every order accepted ends within 10 s of the kill — placed, or
+// rejected (reason unavailable, its unit back) when its record could not be written in time —
+// every unit sells once, and the invariant holds.
+func TestQueuedClusterLosesANode(t *testing.T) {
+	servers := natsServers(t, 3)
+	var insts []backendtest.Instance
+	for range instances {
+		c := backendtest.Wiring{}.Config(t, config("queued"))
+		c.Queue = orderqueue.Config{URLs: natsserver.URLs(servers...), AckWait: time.Second}
+		insts = append(insts, backendtest.Open(t, c, nil))
+	}
+	sku := backendtest.SKU(t)
+	const units = 40
+	var leader string
+	accepted, outcomes, killed := queuedSaleUnder(t, insts, sku, units, 3*units, func() {
+		leader = streamLeader(t, servers)
+		for _, s := range servers {
+			if s.Name == leader {
+				s.Kill()
+			}
+		}
+	})
+	t.Logf("killed %s, the stream's leader; answers %v", leader, outcomes)
+	placed, rejected := ended(t, insts, accepted, time.Until(killed.Add(10*time.Second)))
+	for id, reason := range rejected {
+		assert.Equal(t, "unavailable", reason, "order %s was rejected for another reason than the lost node", id)
+	}
+	settled(t, insts[0], sku)
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
+	assert.Equal(t, units, len(placed)+int(a.Stock), "every unit sold to one accepted order, or back on sale")
+	assert.LessOrEqual(t, int(a.Stock), len(rejected), "units on sale that no rejected order gave back")
+}
+
+// streamLeader names the member of servers that leads the order stream.
+func streamLeader(t *testing.T, servers []*natsserver.Server) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(strings.Join(natsserver.URLs(servers...), ","), nats.Timeout(time.Second))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(ctx, orderqueue.DefaultStream)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, info.Cluster)
+	require.NotEmpty(t, info.Cluster.Leader)
+	return info.Cluster.Leader
+}
+
 // TestQueuedRedisFlushed flushes admission's Redis mid-sale: the reservations of queued orders
 // are gone and the counter is warmed again from the database, which does not yet count the
 // orders still queued — so admission accepts more than the stock for a while, and the writers

@@ -318,8 +318,9 @@ func queueTable(reports []Row) (t table, ok bool) {
 	for _, r := range reports {
 		if q := r.Queue; q != nil {
 			ok = true
-			t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(q.Accepted), fmt.Sprintf("%.0f", q.AcceptedPerSecond), fmt.Sprint(q.Placed),
-				fmt.Sprintf("%.0f", q.PlacedPerSecond), fmt.Sprint(q.Rejected), Milliseconds(q.EndP50) + " / " + Milliseconds(q.EndP99), fmt.Sprint(q.Unended)})
+			t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(q.Accepted), r.figure(figAcceptedPerSec, "%.0f", q.AcceptedPerSecond), fmt.Sprint(q.Placed),
+				r.figure(figOrdersPerSecond, "%.0f", q.PlacedPerSecond), fmt.Sprint(q.Rejected),
+				r.figure(figQueuedEndP50, "%.1f", ms(q.EndP50)) + " / " + r.figure(figQueuedEndP99, "%.1f", ms(q.EndP99)), fmt.Sprint(q.Unended)})
 		}
 	}
 	return t, ok

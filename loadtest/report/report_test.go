@@ -269,7 +269,7 @@ func TestGoals(t *testing.T) {
 	assert.Equal(t, []string{"yes: 5.00x (5000 vs 1000 orders/s)", "yes: 0.80x (5000 vs 6250 orders/s)", "yes: 0.70x (7000 vs 10000 req/s)",
 		"yes: 200.0 ms", "yes: 80 MB"}, []string{good[0].text(), good[1].text(), good[2].text(), good[3].text(), good[4].text()})
 	assert.Equal(t, []string{"orders/s >= 5x baseline", "hybrid >= 0.8x pessimistic", "sold-out req/s >= 0.7x bare", "selling p99 <= 200.0 ms",
-		"peak RSS <= 100 MB"}, targetsAt(512).names())
+		"peak RSS <= 100 MB", "202/s >= 0.8x sold-out req/s", "placed/s >= hybrid's orders/s", "202 to final p99 <= 3000.0 ms"}, targetsAt(512).names())
 	assert.Equal(t, "sold-out req/s >= 0.8x bare", targetsAt(64).names()[goalVsBare])
 	assert.Equal(t, "selling p99 <= 50.0 ms", targetsAt(64).names()[goalP99])
 	assert.Equal(t, 64, targetsAt(288).Clients, "a tie goes to the stricter, lower count")
@@ -291,6 +291,36 @@ func TestGoals(t *testing.T) {
 	assert.Nil(t, Goals(*base, nil, base))
 	assert.Nil(t, Goals(Row{Strategy: BareRow, Steady: &attack.Steady{Throughput: 1}}, nil, base))
 	assert.Nil(t, Goals(Row{Strategy: "naive", Name: "naive", ExpectOversell: true}, nil, base))
+
+	// A queued row: its 202s against its own sold-out answers, placed/s against hybrid in the
+	// pass, and the time from 202 to the final state, at the thresholds of its count.
+	for _, tc := range []struct {
+		clients          int
+		accepted, placed float64
+		p99              time.Duration
+		hybrid           float64
+		want             []string
+	}{
+		{64, 8000, 2000, time.Second, 2000, []string{"yes: 0.80x (8000 vs 10000 req/s)", "yes: 1.00x (2000 vs 2000 orders/s)", "yes: 1000.0 ms"}},
+		{64, 7990, 1990, 1001 * ms, 2000, []string{"NO: 0.80x (7990 vs 10000 req/s)", "NO: 0.99x (1990 vs 2000 orders/s)", "NO: 1001.0 ms"}},
+		{512, 2700, 1370, 3 * time.Second, 3900, []string{"NO: 0.27x (2700 vs 10000 req/s)", "NO: 0.35x (1370 vs 3900 orders/s)", "yes: 3000.0 ms"}},
+		{512, 8000, 4000, 3001 * ms, 0, []string{"yes: 0.80x (8000 vs 10000 req/s)", "n/a: hybrid sold nothing in this pass", "NO: 3001.0 ms"}},
+	} {
+		q := row("queued", tc.clients, tc.placed, 0.9, 10*ms, 60)
+		q.Steady.Throughput = 10000
+		q.Queue = &attack.Queue{AcceptedPerSecond: tc.accepted, PlacedPerSecond: tc.placed, EndP99: tc.p99}
+		g := Goals(q, []Row{q, {Name: "hybrid", OrdersPerSecond: tc.hybrid}}, base)
+		var got []string
+		for _, x := range g[len(g)-3:] {
+			got = append(got, x.text())
+		}
+		assert.Equal(t, tc.want, got, "%d clients", tc.clients)
+		assert.Equal(t, targetsAt(tc.clients).names()[goalQueuedEndP99], g[len(g)-1].Name)
+	}
+	q := row("queued", 64, 1000, 0.9, 10*ms, 60)
+	q.Queue = &attack.Queue{AcceptedPerSecond: 1000, PlacedPerSecond: 1000}
+	assert.Equal(t, "n/a: no hybrid row in this pass (it needs -compare)", Goals(q, []Row{q}, base)[len(Goals(q, []Row{q}, base))-2].text())
+	assert.Len(t, Goals(row("hybrid", 64, 1000, 0.9, 10*ms, 60), nil, base), 5, "a row without a 202 has no queue targets")
 }
 
 // TestTablesByCount: a run at two client counts reports each count's tables apart, each

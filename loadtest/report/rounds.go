@@ -27,6 +27,9 @@ const (
 	figCeiling          = "ceiling_orders_per_second"
 	figReached          = "ceiling_reached"
 	figGroupPrefix      = "cpu_per_1000_orders:"
+	figAcceptedPerSec   = "accepted_per_second"
+	figQueuedEndP50     = "queued_end_p50_ms"
+	figQueuedEndP99     = "queued_end_p99_ms"
 )
 
 // Ceiling is the CPU-bound limit of a row's selling phase on this machine: were the cores
@@ -164,6 +167,7 @@ func combine(rs []Row) Row {
 		r.Selling.P99 = fromMS(v)
 	}
 	r.combineSteady(rs)
+	r.combineQueue(rs)
 	r.combineCPU(rs)
 	if r.Ceiling != nil {
 		c := *r.Ceiling
@@ -179,6 +183,25 @@ func combine(rs []Row) Row {
 		r.Ceiling.WaitsOn = waitsOn(r)
 	}
 	return r
+}
+
+// combineQueue puts the medians of a queued sale's figures in a copy of r's: accepted/s, and
+// the time from 202 to the final state; placed/s is the row's orders/s.
+func (r *Row) combineQueue(rs []Row) {
+	if r.Queue == nil {
+		return
+	}
+	q := *r.Queue
+	has := func(x Row) bool { return x.Queue != nil }
+	q.PlacedPerSecond = r.OrdersPerSecond
+	q.AcceptedPerSecond, _ = r.median(figAcceptedPerSec, rs, func(x Row) (float64, bool) { return x.Queue.AcceptedPerSecond, has(x) })
+	if v, ok := r.median(figQueuedEndP50, rs, func(x Row) (float64, bool) { return ms(x.Queue.EndP50), has(x) }); ok {
+		q.EndP50 = fromMS(v)
+	}
+	if v, ok := r.median(figQueuedEndP99, rs, func(x Row) (float64, bool) { return ms(x.Queue.EndP99), has(x) }); ok {
+		q.EndP99 = fromMS(v)
+	}
+	r.Queue = &q
 }
 
 // combineSteady puts the medians of the steady sold-out phase in a copy of r's.

@@ -103,6 +103,29 @@ func TestCombineMedians(t *testing.T) {
 
 // TestCeiling: the ceiling is the cores over all groups' CPU per order, and the share reached
 // the orders/s over it; a group not measured makes it a bound, and says so.
+// TestCombineQueueMedians: a queued row's accepted/s and its times from 202 to the final state
+// are the medians of its rounds, with their min–max, and its placed/s is its orders/s.
+func TestCombineQueueMedians(t *testing.T) {
+	var rounds [][]Row
+	for _, f := range []struct {
+		placed, accepted float64
+		p50, p99         time.Duration
+	}{{1300, 2900, 400 * time.Millisecond, 4 * time.Second}, {1100, 2500, 300 * time.Millisecond, 5 * time.Second}, {1200, 2700, 900 * time.Millisecond, 2 * time.Second}} {
+		r := sold("queued", f.placed, 50*time.Millisecond, 9000, 10000, 0.5)
+		r.Queue = &attack.Queue{Accepted: 1000, Placed: 1000, AcceptedPerSecond: f.accepted, PlacedPerSecond: f.placed, EndP50: f.p50, EndP99: f.p99}
+		rounds = append(rounds, []Row{r})
+	}
+	q := Combine(rounds)[0]
+	require.NotNil(t, q.Queue)
+	assert.Equal(t, 1200.0, q.Queue.PlacedPerSecond)
+	assert.Equal(t, 2700.0, q.Queue.AcceptedPerSecond)
+	assert.Equal(t, 400*time.Millisecond, q.Queue.EndP50)
+	assert.Equal(t, 4*time.Second, q.Queue.EndP99, "the median of 4, 5 and 2 s, not the median round's (2 s)")
+	table, ok := queueTable([]Row{q})
+	require.True(t, ok)
+	assert.Equal(t, []string{"queued", "1000", "2700 (2500–2900)", "1000", "1200 (1100–1300)", "0", "400.0 (300.0–900.0) / 4000.0 (2000.0–5000.0)", "0"}, table.Rows[0])
+}
+
 func TestCeiling(t *testing.T) {
 	p := phase(2000, 4, map[string]float64{"service instances": 1.0, "database": 0.6, "load generator": 0.4})
 	c := NewCeiling(500, p, 2)

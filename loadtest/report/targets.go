@@ -16,13 +16,17 @@ type targetSet struct {
 	VsBare              float64       // steady sold-out req/s over the bare handler's
 	P99                 time.Duration // selling p99
 	RSSMB               float64       // peak RSS of any one instance under load
+	AcceptedVsSoldOut   float64       // queued: 202s/s over the sold-out answers/s of the same row
+	QueuedEndP99        time.Duration // queued: from the 202 to the final state, p99
 }
 
 // targetSets are the stated sets, by client count. At 512 clients the sold-out ceiling and the
 // tail are looser: eight times the clients queue eight times as deep on the same two cores.
 var targetSets = []targetSet{
-	{Clients: 64, VsBaseline: 5, HybridVsPessimistic: 0.8, VsBare: 0.8, P99: 50 * time.Millisecond, RSSMB: 100},
-	{Clients: 512, VsBaseline: 5, HybridVsPessimistic: 0.8, VsBare: 0.7, P99: 200 * time.Millisecond, RSSMB: 100},
+	{Clients: 64, VsBaseline: 5, HybridVsPessimistic: 0.8, VsBare: 0.8, P99: 50 * time.Millisecond, RSSMB: 100,
+		AcceptedVsSoldOut: 0.8, QueuedEndP99: time.Second},
+	{Clients: 512, VsBaseline: 5, HybridVsPessimistic: 0.8, VsBare: 0.7, P99: 200 * time.Millisecond, RSSMB: 100,
+		AcceptedVsSoldOut: 0.8, QueuedEndP99: 3 * time.Second},
 }
 
 // targetsAt is the set a run at clients is judged against: the one stated at that count, or
@@ -46,6 +50,9 @@ const (
 	goalVsBare
 	goalP99
 	goalRSS
+	goalAcceptedVsSoldOut
+	goalPlacedVsHybrid
+	goalQueuedEndP99
 )
 
 // names head the targets table, indexed by the goal constants.
@@ -56,6 +63,9 @@ func (ts targetSet) names() []string {
 		goalVsBare:              fmt.Sprintf("sold-out req/s >= %gx bare", ts.VsBare),
 		goalP99:                 fmt.Sprintf("selling p99 <= %s ms", Milliseconds(ts.P99)),
 		goalRSS:                 fmt.Sprintf("peak RSS <= %g MB", ts.RSSMB),
+		goalAcceptedVsSoldOut:   fmt.Sprintf("202/s >= %gx sold-out req/s", ts.AcceptedVsSoldOut),
+		goalPlacedVsHybrid:      "placed/s >= hybrid's orders/s",
+		goalQueuedEndP99:        fmt.Sprintf("202 to final p99 <= %s ms", Milliseconds(ts.QueuedEndP99)),
 	}
 }
 
@@ -90,7 +100,10 @@ func (g goal) text() string {
 // Goals judges a strategy's row against the targets of its client count, given the other rows
 // of its pass (hybrid is held against pessimistic there: the same processes, configuration and
 // load) and the baseline measured at the same count (nil when not measured); the sold-out phase
-// carries its own bare measurement. Only the hybrid row has the hybrid-vs-pessimistic goal. It
+// carries its own bare measurement. Only the hybrid row has the hybrid-vs-pessimistic goal, and
+// only a row answered 202 (queued) the three of the queue: its 202s against its own sold-out
+// answers (admission is the front door of both), its placed/s against hybrid's orders/s in the
+// pass, and the time from a 202 to the final state. It
 // returns nil for rows that are not judged: the references themselves, skipped rows, and the
 // unsafe controls, whose speed is beside the point.
 func Goals(r Row, pass []Row, baseline *Row) []goal {
@@ -146,7 +159,37 @@ func Goals(r Row, pass []Row, baseline *Row) []goal {
 		}
 		out = append(out, judged(goalRSS, r.PeakRSSMB <= ts.RSSMB, fmt.Sprintf("%.0f MB%s", r.PeakRSSMB, since)))
 	}
+	if r.Queue != nil {
+		out = append(out, queueGoals(r, pass, ts, judged, unmeasured)...)
+	}
 	return out
+}
+
+// queueGoals judges a queued row: 202s/s against the row's own sold-out answers/s, placed/s
+// against hybrid's orders/s in the same pass, and the p99 from a 202 to the final state.
+func queueGoals(r Row, pass []Row, ts targetSet, judged func(int, bool, string) goal, unmeasured func(int, string) goal) []goal {
+	q := r.Queue
+	var out []goal
+	switch {
+	case r.Steady == nil || r.Steady.Skipped != "" || r.Steady.Throughput == 0:
+		out = append(out, unmeasured(goalAcceptedVsSoldOut, "no sold-out phase"))
+	default:
+		ratio := q.AcceptedPerSecond / r.Steady.Throughput
+		out = append(out, judged(goalAcceptedVsSoldOut, ratio >= ts.AcceptedVsSoldOut,
+			fmt.Sprintf("%.2fx (%.0f vs %.0f req/s)", ratio, q.AcceptedPerSecond, r.Steady.Throughput)))
+	}
+	i := slices.IndexFunc(pass, func(p Row) bool { return p.Name == "hybrid" })
+	switch {
+	case i < 0:
+		out = append(out, unmeasured(goalPlacedVsHybrid, "no hybrid row in this pass (it needs -compare)"))
+	case pass[i].Skipped != "" || pass[i].OrdersPerSecond == 0:
+		out = append(out, unmeasured(goalPlacedVsHybrid, "hybrid sold nothing in this pass"))
+	default:
+		h := pass[i].OrdersPerSecond
+		out = append(out, judged(goalPlacedVsHybrid, q.PlacedPerSecond >= h,
+			fmt.Sprintf("%.2fx (%.0f vs %.0f orders/s)", q.PlacedPerSecond/h, q.PlacedPerSecond, h)))
+	}
+	return append(out, judged(goalQueuedEndP99, q.EndP99 <= ts.QueuedEndP99, Milliseconds(q.EndP99)+" ms"))
 }
 
 // hybridVsPessimistic holds hybrid's selling rate against pessimistic's in the same pass: the
