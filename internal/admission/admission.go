@@ -641,12 +641,41 @@ func (a *Ledger) Held(ctx context.Context, sku, user string) (Held, error) {
 	if err != nil {
 		return Held{}, fmt.Errorf("reservation of %s/%s: %w: %w", sku, user, stock.ErrUnavailable, err)
 	}
-	f := strings.SplitN(held, "|", 4)
-	if len(f) != 4 {
+	h, ok := parseHeld(user, held)
+	if !ok {
 		return Held{}, fmt.Errorf("reservation of %s/%s: %q: %w", sku, user, held, stock.ErrNotFound)
 	}
+	return h, nil
+}
+
+// Reservations lists every reservation of sku: those in flight and those handed over to the
+// order queue.
+func (a *Ledger) Reservations(ctx context.Context, sku string) ([]Held, error) {
+	ks := keys(sku)
+	pipe := a.client.Pipeline()
+	reserved, queued := pipe.HGetAll(ctx, ks[2]), pipe.HGetAll(ctx, ks[3])
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("reservations of %s: %w: %w", sku, stock.ErrUnavailable, err)
+	}
+	var out []Held
+	for _, hash := range []map[string]string{reserved.Val(), queued.Val()} {
+		for user, held := range hash {
+			if h, ok := parseHeld(user, held); ok {
+				out = append(out, h)
+			}
+		}
+	}
+	return out, nil
+}
+
+// parseHeld reads user's reservation as admit.lua stores it: id, units, instance, key.
+func parseHeld(user, held string) (Held, bool) {
+	f := strings.SplitN(held, "|", 4)
+	if len(f) != 4 {
+		return Held{}, false
+	}
 	units, _ := strconv.Atoi(f[1])
-	return Held{ID: f[0], User: user, Units: units, IdempotencyKey: f[3]}, nil
+	return Held{ID: f[0], User: user, Units: units, IdempotencyKey: f[3]}, true
 }
 
 // reservationOf is the reservation id of a reservation as admit.lua stores it.

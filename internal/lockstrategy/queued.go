@@ -38,7 +38,8 @@ import (
 //     reservation given back; then its message is acked. A failure that decided nothing (the
 //     database did not answer) naks it: it comes back, to this writer or another.
 //     A message the consumer will never hand out (a server that restarted behind it) is
-//     taken up by Reclaim and written the same way.
+//     taken up by Reclaim and written the same way; an order recorded queued whose message
+//     the queue lost is sent again (resend).
 //
 // With Redis unreachable there is no admission to keep queued orders within the stock, so no
 // order is accepted: it answers busy (429, Retry-After), and the buyer retries with its key. Taking
@@ -96,6 +97,7 @@ func NewQueued(h *Hybrid, queue *orderqueue.Queue, opts QueuedOptions, log *slog
 		s.writers.Go(func() { queue.Work(ctx, opts.Batch, opts.Idle, timeout, s.write) })
 	}
 	s.writers.Go(func() { queue.Reclaim(ctx, opts.Batch, timeout, s.write) })
+	s.writers.Go(func() { s.resend(ctx) })
 	return s
 }
 
@@ -316,6 +318,78 @@ func (s *Queued) finish(ctx context.Context, h held, state orderqueue.State, why
 			"record", rec.State, "database", state)
 	}
 	_ = h.Ack()
+}
+
+// watchedWindow is how long after its last order here a product is watched for lost
+// messages: the sweeper's window (the service's recentWindow).
+const watchedWindow = time.Minute
+
+// resend puts back on the queue, every AckWait, the orders of this instance's recent products
+// that hold a reservation and are still recorded queued two AckWaits after their 202 while the
+// queue holds no message of their product old enough to be theirs: their message was lost — a
+// stream leader killed as it took the message (TestQueuedClusterLosesANode saw one), a server
+// that lost its last writes. Each order is sent again at most once per two AckWaits.
+func (s *Queued) resend(ctx context.Context) {
+	every := s.queue.AckWait()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	sent := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, sku := range s.admission.Recent(watchedWindow) {
+			if err := s.resendLost(ctx, sku, 2*every, sent); err != nil {
+				s.log.Debug("queued orders not checked for lost messages", "sku", sku, "err", err)
+			}
+		}
+		for id, at := range sent {
+			if time.Since(at) > 10*every {
+				delete(sent, id)
+			}
+		}
+	}
+}
+
+// resendLost sends again the lost messages of sku's orders older than after (see resend).
+func (s *Queued) resendLost(ctx context.Context, sku string, after time.Duration, sent map[string]time.Time) error {
+	held, err := s.admission.Reservations(ctx, sku)
+	if err != nil {
+		return err
+	}
+	var backlog *orderqueue.Backlog
+	for _, h := range held {
+		id, err := ulid.ParseStrict(h.ID)
+		if err != nil {
+			continue
+		}
+		accepted := ulid.Time(id.Time())
+		if time.Since(accepted) < after || time.Since(sent[h.ID]) < after {
+			continue
+		}
+		if backlog == nil {
+			b, err := s.queue.BacklogOf(ctx, sku)
+			if err != nil {
+				return err
+			}
+			backlog = &b
+		}
+		// A message stored no later than the order's publish could have taken is perhaps its own.
+		if backlog.Depth > 0 && !backlog.Oldest.After(accepted.Add(s.opts.Publish)) {
+			continue
+		}
+		rec, err := s.queue.Get(ctx, h.ID)
+		if err != nil || rec.State != orderqueue.Queued {
+			continue
+		}
+		sent[h.ID] = time.Now()
+		if dup, err := s.queue.Resend(ctx, rec.Order); err == nil && !dup {
+			s.log.Warn("queued order sent again: the queue had lost its message", "order", h.ID, "sku", sku)
+		}
+	}
+	return nil
 }
 
 // retry hands a delivery back to the queue: its order was not decided.

@@ -283,9 +283,10 @@ func TestQueuedRedeliveredPlacedOrder(t *testing.T) {
 // message is out, its admitting instance may die while the message waits for a writer. The
 // sweeper must not give that unit back to sale meanwhile — the unit would be sold twice in Redis,
 // queued and active orders above the stock — but leave it to the writer. Here the instance
-// publishes and records the order, then stops; the message is held back from the writers for
-// seconds after its lease lapsed (it goes out late), and the unit stays reserved all along;
-// then the writer places it, once.
+// records the order and stops, its message not yet out: the unit stays reserved while its lease
+// lapses, and once the order has been queued two AckWaits with no writer ending it, the live
+// instance sends its message again (the queue lost it, as far as anyone can tell), and a writer
+// places it. The original message, sent late, places nothing twice.
 func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 	inst, sku, live := onQueuedSale(t, 2)
 	f := newFrozen(t)
@@ -293,7 +294,7 @@ func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 	ghost := f.admit(t, sku, "ghost")
 	_, err := f.queue.Record(ctx, orderqueue.Record{Order: ghost, State: orderqueue.Queued})
 	require.NoError(t, err)
-	for range 20 { // 2 s: the lease (300 ms) long gone, a sweep every 250 ms
+	for range 15 { // 1.5 s: the lease (300 ms) long gone, a sweep every 250 ms; the AckWait is 1 s
 		a, err := inst.Audit(ctx, sku)
 		require.NoError(t, err)
 		require.NotNil(t, a.Redis)
@@ -301,12 +302,13 @@ func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 		require.EqualValues(t, 0, *a.Redis.Stock, "the queued order's unit went back on sale")
 		time.Sleep(100 * time.Millisecond)
 	}
-	_, err = f.queue.Publish(ctx, ghost)
-	require.NoError(t, err)
 	settled(t, inst, sku)
 	o, err := inst.Order(ctx, ghost.OrderID)
 	require.NoError(t, err)
-	require.True(t, o.Status.Active(), "placed: %s", o.Status)
+	require.True(t, o.Status.Active(), "placed once its message was sent again: %s", o.Status)
+	_, err = f.queue.Publish(ctx, ghost)
+	require.NoError(t, err)
+	settled(t, inst, sku)
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live, o})
 	assert.Zero(t, a.Stock)
 }
@@ -481,6 +483,7 @@ func TestQueuedClusterLosesANode(t *testing.T) {
 	})
 	t.Logf("killed %s, the stream's leader; answers %v", leader, outcomes)
 	placed, rejected := ended(t, insts, accepted, time.Until(killed.Add(10*time.Second)))
+	t.Logf("the queue's events on the instances: %v", queueEvents(t, insts))
 	for id, reason := range rejected {
 		assert.Equal(t, "unavailable", reason, "order %s was rejected for another reason than the lost node", id)
 	}
@@ -488,6 +491,30 @@ func TestQueuedClusterLosesANode(t *testing.T) {
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
 	assert.Equal(t, units, len(placed)+int(a.Stock), "every unit sold to one accepted order, or back on sale")
 	assert.LessOrEqual(t, int(a.Stock), len(rejected), "units on sale that no rejected order gave back")
+}
+
+// queueEvents sums seckill_queue_orders_total by event over insts: how many messages were
+// redelivered, or sent again, on the way.
+func queueEvents(t *testing.T, insts []backendtest.Instance) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, in := range insts {
+		families, err := in.Metrics.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() != "seckill_queue_orders_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "event" {
+						out[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // streamLeader names the member of servers that leads the order stream.

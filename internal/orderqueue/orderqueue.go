@@ -376,6 +376,26 @@ func (q *Queue) untilAnswered(ctx context.Context, what, id string, attempt func
 // answer is lost is tried again, with the same id, while ctx allows. Errors: ErrFull (not
 // queued), ErrUnavailable (unknown whether queued), or another wrapped error.
 func (q *Queue) Publish(ctx context.Context, o Order) (duplicate bool, err error) {
+	return q.publish(ctx, o, o.OrderID, "accepted")
+}
+
+// Resend puts o on the queue again: an order recorded queued whose message the queue no longer
+// holds (a server that lost its last writes, a cluster that lost a stream leader). Its message
+// id is the order's with ".resent": the queue may still know the first id as a duplicate while
+// the message itself is gone. A second message for an order that is still queued somewhere is
+// harmless — the writer that takes the later one finds the order decided — but costs a write:
+// call it only for an order whose message the queue does not hold. It reports whether the queue
+// had the resent message already.
+func (q *Queue) Resend(ctx context.Context, o Order) (duplicate bool, err error) {
+	return q.publish(ctx, o, o.OrderID+".resent", "resent")
+}
+
+// AckWait is how long a writer may hold a message before it goes to another.
+func (q *Queue) AckWait() time.Duration { return q.cfg.AckWait }
+
+// publish puts o on the queue under the message id id, and counts it under event unless it was a
+// duplicate.
+func (q *Queue) publish(ctx context.Context, o Order, id, event string) (duplicate bool, err error) {
 	data, err := json.Marshal(o)
 	if err != nil {
 		return false, err
@@ -384,14 +404,14 @@ func (q *Queue) Publish(ctx context.Context, o Order) (duplicate bool, err error
 	var ack *jetstream.PubAck
 	err = q.untilAnswered(ctx, "publish (with the same id)", o.OrderID, func(ctx context.Context) error {
 		var err error
-		ack, err = q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(o.OrderID), jetstream.WithExpectStream(q.cfg.Stream))
+		ack, err = q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(q.cfg.Stream))
 		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("publish order %s: %w", o.OrderID, err)
 	}
 	if !ack.Duplicate {
-		q.orders.WithLabelValues("accepted").Inc()
+		q.orders.WithLabelValues(event).Inc()
 	}
 	return ack.Duplicate, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -381,7 +382,7 @@ func TestFinishOnce(t *testing.T) {
 	})
 }
 
-// TestWaitEndsOnFinish: a wait ends as soon as the record is final (a subscription, not a poll), and
+// TestWaitEndsOnFinish: a wait ends as soon as the record is final (a watch, not a poll), and
 // otherwise answers the record as it stands when the wait passes.
 func TestWaitEndsOnFinish(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
@@ -413,6 +414,27 @@ func TestWaitEndsOnFinish(t *testing.T) {
 
 		_, err = q.Wait(ctx, "nobody", 200*time.Millisecond)
 		require.ErrorIs(t, err, ErrNotFound)
+		// A write the bucket refuses (a second writer's "rejected" on a stale revision, for an
+		// order the first one placed) still goes out on the record's subject: the wait must not
+		// take it for the record.
+		c, err := q.Claim(ctx, order("a", "2"))
+		require.NoError(t, err)
+		waited := make(chan Record, 1)
+		go func() {
+			r, err := q.Wait(ctx, "2", 5*time.Second)
+			assert.NoError(t, err)
+			waited <- r
+		}()
+		time.Sleep(300 * time.Millisecond)
+		refused, err := json.Marshal(Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
+		require.NoError(t, err)
+		_, err = q.records.Update(ctx, "2", refused, c.rev+100)
+		require.Error(t, err, "a stale revision is refused")
+		time.Sleep(300 * time.Millisecond)
+		_, err = q.Finish(ctx, c, Record{Order: order("a", "2"), State: Placed})
+		require.NoError(t, err)
+		assert.Equal(t, Placed, (<-waited).State, "the record that stood, not the write refused")
+
 		for _, bad := range []string{"*", ">", "a b", "a.*", ".a"} {
 			_, err = q.Wait(ctx, bad, 200*time.Millisecond)
 			require.ErrorIs(t, err, ErrNotFound, "%q is no record's key, nor a subscription's wildcard", bad)

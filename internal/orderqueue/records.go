@@ -150,46 +150,59 @@ func decode(e jetstream.KeyValueEntry) (Record, error) {
 }
 
 // Wait returns the order's record once it is final, or as it stands when wait passes (still
-// queued); ErrNotFound when the order has no record by then. It listens on the record's subject
-// (a plain subscription: the records are a stream of puts on $KV.<bucket>.<order id>), then reads
-// the record, so any instance's writer ends the wait at once, at the cost of a subscription and
-// a read — a JetStream watch would create a consumer for every wait, which on a busy sale costs
-// the queue's server more than the orders do. A put the subscription missed (a reconnect) is
-// found by the read at the end.
+// queued) — a watch on the record, so any instance's writer ends the wait at once. ErrNotFound
+// when the order has no record by then. A watch, not a plain subscription on the record's
+// subject: every conditional write is broadcast on that subject, the refused ones too — a
+// second writer's "rejected" for an order the first one placed — and only the stream knows which
+// stood.
 func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
 	if !validKey(orderID) {
 		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	sub, err := q.nc.SubscribeSync("$KV." + q.cfg.Bucket + "." + orderID)
+	w, err := q.records.Watch(ctx, orderID)
+	if errors.Is(err, jetstream.ErrInvalidKey) {
+		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	}
 	if err != nil {
 		return Record{}, fmt.Errorf("watch order %s: %w", orderID, classify(err))
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	switch r, err := q.Get(ctx, orderID); {
-	case err == nil && r.State.Final(), err != nil && !errors.Is(err, ErrNotFound):
-		return r, err
-	}
+	defer func() { _ = w.Stop() }()
+	var (
+		last  Record
+		found bool
+	)
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			break
-		}
-		if op := m.Header.Get("KV-Operation"); op != "" {
-			continue // a delete or purge: the TTL at work
-		}
-		var r Record
-		if json.Unmarshal(m.Data, &r) == nil && r.State.Final() {
-			return r, nil
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return q.standing(last, found, orderID)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // nil ends the current values; a delete or purge is the TTL at work
+			}
+			if last, err = decode(e); err != nil {
+				return Record{}, err
+			}
+			found = true
+			if last.State.Final() {
+				return last, nil
+			}
+		case <-ctx.Done():
+			return q.standing(last, found, orderID)
 		}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	return q.Get(rctx, orderID)
 }
 
-// validKey reports whether id can be a record's key — and so a subject token, no wildcard in it.
+func (q *Queue) standing(last Record, found bool, orderID string) (Record, error) {
+	if !found {
+		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	}
+	return last, nil
+}
+
+// validKey reports whether id can be one record's key: no wildcard, which would watch many.
 func validKey(id string) bool {
 	if id == "" || strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".") {
 		return false

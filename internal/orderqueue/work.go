@@ -101,7 +101,7 @@ type metrics struct {
 func newOrders() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "seckill_queue_orders_total",
-		Help: "Queued orders by event: accepted (published, not a duplicate), placed and rejected (the final record written here), redelivered (handed to a writer again: the one before neither acked nor naked it).",
+		Help: "Queued orders by event: accepted (published, not a duplicate), placed and rejected (the final record written here), redelivered (handed to a writer again: the one before neither acked nor naked it), resent (an order recorded queued for long, put on the queue again: its message was lost).",
 	}, []string{"event"})
 }
 
