@@ -78,8 +78,7 @@ func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Batch
 		}
 		return nil, fmt.Errorf("fetch: %w", classify(err))
 	}
-	var batches []Batch
-	index := map[string]int{}
+	var ds []*Delivery
 	for _, m := range msgs {
 		d, err := q.delivery(m)
 		if err != nil {
@@ -87,6 +86,16 @@ func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Batch
 			_ = m.Term()
 			continue
 		}
+		ds = append(ds, d)
+	}
+	return byProduct(ds), nil
+}
+
+// byProduct groups deliveries into one batch per product, in the order each product's came.
+func byProduct(ds []*Delivery) []Batch {
+	var batches []Batch
+	index := map[string]int{}
+	for _, d := range ds {
 		i, ok := index[d.Order.SKU]
 		if !ok {
 			i = len(batches)
@@ -95,7 +104,7 @@ func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Batch
 		}
 		batches[i].Deliveries = append(batches[i].Deliveries, d)
 	}
-	return batches, nil
+	return batches
 }
 
 // take pulls up to n messages: those waiting now (wait 0), or as many as arrive within wait.

@@ -159,11 +159,17 @@ func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (R
 	if !validKey(orderID) {
 		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	w, err := q.records.Watch(ctx, orderID)
 	if errors.Is(err, jetstream.ErrInvalidKey) {
 		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	}
+	if err != nil && ctx.Err() != nil && parent.Err() == nil {
+		// The wait passed before the watch was set up (a loaded server, a cluster electing a
+		// leader): the record as it stands is the answer.
+		return q.now(parent, orderID)
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("watch order %s: %w", orderID, classify(err))
@@ -190,6 +196,9 @@ func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (R
 				return last, nil
 			}
 		case <-ctx.Done():
+			if !found && parent.Err() == nil {
+				return q.now(parent, orderID) // the watch had not delivered the record yet
+			}
 			return q.standing(last, found, orderID)
 		}
 	}
@@ -200,6 +209,13 @@ func (q *Queue) standing(last Record, found bool, orderID string) (Record, error
 		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
 	}
 	return last, nil
+}
+
+// now reads the order's record once, within two seconds of ctx.
+func (q *Queue) now(ctx context.Context, orderID string) (Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return q.Get(ctx, orderID)
 }
 
 // validKey reports whether id can be one record's key: no wildcard, which would watch many.

@@ -27,16 +27,14 @@ func (q *Queue) Strays(ctx context.Context, max int, older time.Duration) ([]Bat
 	if err != nil {
 		return nil, fmt.Errorf("strays: %w", classify(err))
 	}
-	var batches []Batch
-	index := map[string]int{}
-	taken := 0
-	for seq := info.State.FirstSeq; taken < max && seq <= c.AckFloor.Stream; {
+	var ds []*Delivery
+	for seq := info.State.FirstSeq; len(ds) < max && seq <= c.AckFloor.Stream; {
 		m, err := q.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(q.cfg.Subjects+".*"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
-			return batches, fmt.Errorf("strays: %w", classify(err))
+			return byProduct(ds), fmt.Errorf("strays: %w", classify(err))
 		}
 		seq = m.Sequence + 1
 		if m.Sequence > c.AckFloor.Stream || time.Since(m.Time) < older {
@@ -49,16 +47,9 @@ func (q *Queue) Strays(ctx context.Context, max int, older time.Duration) ([]Bat
 			continue
 		}
 		q.log.Warn("order queue: an order stored past the writers' consumer, taken up", "order", d.Order.OrderID, "seq", m.Sequence)
-		i, ok := index[d.Order.SKU]
-		if !ok {
-			i = len(batches)
-			index[d.Order.SKU] = i
-			batches = append(batches, Batch{SKU: d.Order.SKU})
-		}
-		batches[i].Deliveries = append(batches[i].Deliveries, d)
-		taken++
+		ds = append(ds, d)
 	}
-	return batches, nil
+	return byProduct(ds), nil
 }
 
 // stray answers a message taken by Strays: it was never handed out, so it is deleted once its
