@@ -134,12 +134,10 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	if _, err := s.queue.Publish(pctx, o); err != nil {
 		if errors.Is(err, orderqueue.ErrFull) {
 			err = fmt.Errorf("%w: %w", stock.ErrBusy, err)
-		} else {
-			// Perhaps published: the reservation waits in doubt, and the sweeper asks the queue.
-			err = fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
+			s.admission.GiveBack(pctx, req, err)
+			return stock.Order{}, err
 		}
-		s.admission.GiveBack(pctx, req, err)
-		return stock.Order{}, err
+		return s.inDoubt(ctx, req, o, res, err)
 	}
 	// The record has a budget of its own: a publish retried through a failover may have spent
 	// the first. The message is out, so the 202 holds either way: without the record, whoever
@@ -159,6 +157,33 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		// between admission and here) and returned its units: it was never accepted.
 		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
 	}
+	if err := s.admission.HandOver(rctx, req.SKU, []stock.OrderRequest{req}); err != nil {
+		s.log.Debug("reservation not handed over to the queue; the sweeper does it", "order", o.OrderID, "err", err)
+	}
+	return queuedOrder(o), nil
+}
+
+// inDoubt answers an order whose publish was not answered within its budget: the message may
+// have landed, and a writer may place it. The first record decides, here as for the sweeper:
+// the order is recorded rejected (reason unavailable) before the buyer hears 503, so that no
+// writer places an order behind that answer, and its units go back at once; if a writer
+// recorded it first, the message did land and the answer is the 202 after all. Only a record
+// that cannot be written either leaves the reservation in doubt, for the sweeper, which asks the
+// queue the same question once it answers.
+func (s *Queued) inDoubt(ctx context.Context, req stock.OrderRequest, o orderqueue.Order, res stock.Reservation, published error) (stock.Order, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
+	defer cancel()
+	unavailable := fmt.Errorf("%w: %w", stock.ErrUnavailable, published)
+	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Rejected, Reason: stock.Code(stock.ErrUnavailable)})
+	switch {
+	case err != nil:
+		s.admission.GiveBack(rctx, req, unavailable) // not definite: in doubt, for the sweeper
+		return stock.Order{}, unavailable
+	case rec.State == orderqueue.Rejected:
+		s.admission.GiveBack(rctx, req, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
+		return stock.Order{}, unavailable
+	}
+	defer s.admission.Done(res)
 	if err := s.admission.HandOver(rctx, req.SKU, []stock.OrderRequest{req}); err != nil {
 		s.log.Debug("reservation not handed over to the queue; the sweeper does it", "order", o.OrderID, "err", err)
 	}

@@ -391,7 +391,7 @@ func TestFinishOnce(t *testing.T) {
 	})
 }
 
-// TestWaitEndsOnFinish: a wait ends as soon as the record is final (a watch, not a poll), and
+// TestWaitEndsOnFinish: a wait ends as soon as the record is final (not a poll), and
 // otherwise answers the record as it stands when the wait passes.
 func TestWaitEndsOnFinish(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
