@@ -692,6 +692,11 @@ func instanceOf(held string) string {
 	return ""
 }
 
+// RecentWindow is how long after its last order here a product is watched by this instance: swept,
+// reported by its stranded-units gauge, checked for lost queue messages. Recent prunes older
+// products, so every caller asks with it.
+const RecentWindow = time.Minute
+
 // Recent lists the products this instance admitted orders for within the window: the ones its
 // sweeper watches. Older entries are forgotten.
 func (a *Ledger) Recent(window time.Duration) []string {

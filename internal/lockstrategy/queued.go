@@ -157,10 +157,16 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		// between admission and here) and returned its units: it was never accepted.
 		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
 	}
-	if err := s.admission.HandOver(rctx, req.SKU, []stock.OrderRequest{req}); err != nil {
+	return s.accepted(rctx, req, o), nil
+}
+
+// accepted hands the reservation of an order whose message is out over to the queue, and is the
+// order the buyer's 202 answers.
+func (s *Queued) accepted(ctx context.Context, req stock.OrderRequest, o orderqueue.Order) stock.Order {
+	if err := s.admission.HandOver(ctx, req.SKU, []stock.OrderRequest{req}); err != nil {
 		s.log.Debug("reservation not handed over to the queue; the sweeper does it", "order", o.OrderID, "err", err)
 	}
-	return queuedOrder(o), nil
+	return queuedOrder(o)
 }
 
 // inDoubt answers an order whose publish was not answered within its budget: the message may
@@ -184,10 +190,7 @@ func (s *Queued) inDoubt(ctx context.Context, req stock.OrderRequest, o orderque
 		return stock.Order{}, unavailable
 	}
 	defer s.admission.Done(res)
-	if err := s.admission.HandOver(rctx, req.SKU, []stock.OrderRequest{req}); err != nil {
-		s.log.Debug("reservation not handed over to the queue; the sweeper does it", "order", o.OrderID, "err", err)
-	}
-	return queuedOrder(o), nil
+	return s.accepted(rctx, req, o), nil
 }
 
 // queuedOrder is the order a queued record stands for.
@@ -345,10 +348,6 @@ func (s *Queued) finish(ctx context.Context, h held, state orderqueue.State, why
 	_ = h.Ack()
 }
 
-// watchedWindow is how long after its last order here a product is watched for lost
-// messages: the sweeper's window (the service's recentWindow).
-const watchedWindow = time.Minute
-
 // resend puts back on the queue, every AckWait, the orders of this instance's recent products
 // that hold a reservation and are still recorded queued two AckWaits after their 202 while the
 // queue holds no message of their product old enough to be theirs: their message was lost — a
@@ -365,7 +364,7 @@ func (s *Queued) resend(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for _, sku := range s.admission.Recent(watchedWindow) {
+		for _, sku := range s.admission.Recent(admission.RecentWindow) {
 			if err := s.resendLost(ctx, sku, 2*every, sent); err != nil {
 				s.log.Debug("queued orders not checked for lost messages", "sku", sku, "err", err)
 			}
@@ -380,12 +379,12 @@ func (s *Queued) resend(ctx context.Context) {
 
 // resendLost sends again the lost messages of sku's orders older than after (see resend).
 func (s *Queued) resendLost(ctx context.Context, sku string, after time.Duration, sent map[string]time.Time) error {
-	held, err := s.admission.Reservations(ctx, sku)
+	reservations, err := s.admission.Reservations(ctx, sku)
 	if err != nil {
 		return err
 	}
 	var backlog *orderqueue.Backlog
-	for _, h := range held {
+	for _, h := range reservations {
 		id, err := ulid.ParseStrict(h.ID)
 		if err != nil {
 			continue

@@ -255,17 +255,13 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 	return p, nil
 }
 
-// recentWindow is how long after its last order here a product is swept by this instance and
-// reported by its stranded-units gauge.
-const recentWindow = time.Minute
-
 // sweep returns to sale the units of reservations whose order never reached the database
 // (admission.Ledger.Sweep) — their instance stopped, or this one lost track of them — for
 // every product this instance admitted orders for lately. It runs every eighth of the instance
 // TTL: with the TTL it bounds how long units of a stopped instance stay off sale. Other
 // instances sweep too; each reservation is resolved once.
 func (s *Service) sweep(ctx context.Context) {
-	skus := s.admission.Recent(recentWindow)
+	skus := s.admission.Recent(admission.RecentWindow)
 	if len(skus) == 0 {
 		return
 	}

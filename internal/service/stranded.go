@@ -44,7 +44,7 @@ func newStranded(ledger *admission.Ledger, store *stock.Store, log *slog.Logger)
 	return &stranded{
 		admission: ledger,
 		store:     store,
-		window:    recentWindow, // the sweeper's: Recent prunes older products, so both must ask alike
+		window:    admission.RecentWindow, // the sweeper's: Recent prunes older products, so both must ask alike
 		log:       log,
 		heldBack: prometheus.NewDesc("seckill_admission_held_back_units",
 			"Units the database has that Redis admission does not offer (the audit's held_back): those of orders in flight, and any stranded.",
