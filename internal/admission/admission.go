@@ -122,10 +122,15 @@ type Ledger struct {
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
 	pending Pending              // nil: no order is written by anyone but its admitting instance
 
+	batch   int                // buyers of a product one admission call may take (batch.go); <= 1: one call per buyer
+	bmu     sync.Mutex         // guards waiting
+	waiting map[string][]*call // by SKU: buyers waiting for the next call; a key is present while its drainer runs
+
 	results   *prometheus.CounterVec
 	givebacks prometheus.Counter
 	swept     *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
+	calls     prometheus.Histogram
 }
 
 // sweepGrace is how long a reservation in doubt is left alone: a commit sent before its section
@@ -177,6 +182,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},
+		waiting:  map[string][]*call{},
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
@@ -190,7 +196,11 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 			Name: "seckill_redis_fallbacks_total", Help: "Orders placed on the database-guarded path because Redis was unavailable, by the step that found it so.",
 		}, []string{"step"}),
 	}
-	reg.MustRegister(a.results, a.givebacks, a.swept, a.fallbacks)
+	a.calls = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "seckill_admission_call_buyers", Help: "Buyers answered by one Redis admission call: one per call, unless SECKILL_ADMIT_BATCH lets the buyers who pile up go together.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+	})
+	reg.MustRegister(a.results, a.givebacks, a.swept, a.fallbacks, a.calls)
 	return a
 }
 
@@ -268,56 +278,84 @@ func (a *Ledger) Down(step string, err error) {
 // no unit left, and none held by an order that could give it back), stock.ErrBusy (too few
 // units left, but orders in their sections hold some: retry), stock.ErrAlreadyPurchased,
 // stock.ErrDuplicateRequest (a request with the same Idempotency-Key holds the buyer's
-// reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown.
+// reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown. With Batch set, the
+// buyers of a product that arrive while its last call is out go to Redis together (batch.go).
 func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reservation, error) {
 	if !a.Available() {
 		return stock.Reservation{}, ErrRedisDown
 	}
 	a.touch(req.SKU)
+	res := req.Reservation
+	if res.ID == "" {
+		res.ID = reservationID()
+	}
+	// Tracked before Redis has it, so that this instance's sweeper never takes a reservation of
+	// an order in flight here for one it lost track of.
+	a.track(res.ID, time.Time{})
+	code, err := a.ask(ctx, buyer{req: req, id: res.ID})
+	if code != 0 || err != nil {
+		a.Done(res)
+	}
+	if err != nil {
+		return stock.Reservation{}, err
+	}
+	switch code {
+	case 0:
+		a.results.WithLabelValues("admitted").Inc()
+		return res, nil
+	case 1:
+		a.results.WithLabelValues("sold_out").Inc()
+		return stock.Reservation{}, fmt.Errorf("admission %s: %w", req.SKU, stock.ErrSoldOut)
+	case 2:
+		a.results.WithLabelValues("already_purchased").Inc()
+		return stock.Reservation{}, fmt.Errorf("admission %s/%s: %w", req.SKU, req.UserID, stock.ErrAlreadyPurchased)
+	case 3:
+		a.results.WithLabelValues("in_flight").Inc()
+		return stock.Reservation{}, fmt.Errorf("admission %s/%s: key %q in flight: %w", req.SKU, req.UserID, req.IdempotencyKey,
+			stock.ErrDuplicateRequest)
+	case 4:
+		a.results.WithLabelValues("held").Inc()
+		return stock.Reservation{}, fmt.Errorf("admission %s: the units left are held by orders in their sections, which may give them back: %w",
+			req.SKU, stock.ErrBusy)
+	}
+	return stock.Reservation{}, fmt.Errorf("admission %s: answer %d: %w", req.SKU, code, ErrRedisDown)
+}
+
+// buyer is one order asking admission: its request and the id of the reservation it takes.
+type buyer struct {
+	req stock.OrderRequest
+	id  string
+}
+
+// admit runs lua/admit.lua once for buyers, all of sku, and returns their answers in order,
+// warming the counter from the database first if it is missing.
+func (a *Ledger) admit(ctx context.Context, sku string, buyers []buyer) ([]int64, error) {
+	args := make([]any, 0, 1+4*len(buyers))
+	args = append(args, a.instance)
+	for _, b := range buyers {
+		args = append(args, b.req.UserID, b.req.Quantity, b.id, b.req.IdempotencyKey)
+	}
 	for warmed := false; ; warmed = true {
-		res := req.Reservation
-		if res.ID == "" {
-			res.ID = reservationID()
-		}
-		// Tracked before Redis has it, so that this instance's sweeper never takes a
-		// reservation of an order in flight here for one it lost track of.
-		a.track(res.ID, time.Time{})
-		code, err := admitScript.Run(ctx, a.client, keys(req.SKU), req.UserID, req.Quantity, res.ID, a.instance,
-			req.IdempotencyKey).Int()
-		if code != 0 || err != nil {
-			a.Done(res)
+		codes, err := admitScript.Run(ctx, a.client, keys(sku), args...).Int64Slice()
+		if err == nil && len(codes) != len(buyers) {
+			err = fmt.Errorf("%d answers for %d buyers", len(codes), len(buyers))
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return stock.Reservation{}, ctx.Err()
+			if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errAdmitSlow) {
+				return nil, ctx.Err()
 			}
 			a.Down("admission", err)
-			return stock.Reservation{}, fmt.Errorf("%w: %w", ErrRedisDown, err)
+			return nil, fmt.Errorf("%w: %w", ErrRedisDown, err)
 		}
-		switch code {
-		case 0:
-			a.results.WithLabelValues("admitted").Inc()
-			return res, nil
-		case 1:
-			a.results.WithLabelValues("sold_out").Inc()
-			return stock.Reservation{}, fmt.Errorf("admission %s: %w", req.SKU, stock.ErrSoldOut)
-		case 2:
-			a.results.WithLabelValues("already_purchased").Inc()
-			return stock.Reservation{}, fmt.Errorf("admission %s/%s: %w", req.SKU, req.UserID, stock.ErrAlreadyPurchased)
-		case 3:
-			a.results.WithLabelValues("in_flight").Inc()
-			return stock.Reservation{}, fmt.Errorf("admission %s/%s: key %q in flight: %w", req.SKU, req.UserID, req.IdempotencyKey,
-				stock.ErrDuplicateRequest)
-		case 4:
-			a.results.WithLabelValues("held").Inc()
-			return stock.Reservation{}, fmt.Errorf("admission %s: the units left are held by orders in their sections, which may give them back: %w",
-				req.SKU, stock.ErrBusy)
+		if codes[0] != -1 {
+			a.calls.Observe(float64(len(buyers)))
+			return codes, nil
 		}
 		if warmed {
-			return stock.Reservation{}, fmt.Errorf("admission %s: counter vanished right after warming: %w", req.SKU, ErrRedisDown)
+			return nil, fmt.Errorf("admission %s: counter vanished right after warming: %w", sku, ErrRedisDown)
 		}
-		if err := a.warm(ctx, req.SKU, "nx"); err != nil {
-			return stock.Reservation{}, err
+		if err := a.warm(ctx, sku, "nx"); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -34,6 +34,7 @@ type Config struct {
 	LockExtend       time.Duration // how often a watchdog extends a held lock (Redis, lock table); 0: a third of LockTTL
 	LockPoll         time.Duration // how often a waiter tries a taken Redis lock between release messages; 0: 1-5 ms, jittered
 	GroupCommit      int           // orders of a SKU one critical section may place; 1 (or 0): one per section
+	AdmitBatch       int           // buyers of a SKU one Redis admission call may take, those who pile up while the last is out; 1 (or 0): one call per buyer
 	RowLock          stock.RowWait // pessimistic: NOWAIT and try again (stock.NoWait), or wait in the row's lock queue (stock.WaitForRow)
 	InstanceTTL      time.Duration // how long after this instance's last heartbeat the others return its Redis reservations; it beats every quarter of it
 	SoldOutFlag      time.Duration // local sold-out flags, rechecked at least this often; 0: off
@@ -52,6 +53,7 @@ func Defaults() Config {
 		LockTTL:          2 * time.Second,
 		LockWait:         2 * time.Second,
 		GroupCommit:      64,
+		AdmitBatch:       64,
 		InstanceTTL:      2 * time.Second,
 		SoldOutFlag:      time.Second,
 		NaivePause:       5 * time.Millisecond,
@@ -123,6 +125,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		Name: "seckill_restocked_units_total",
 		Help: "Units of cancelled and expired orders given back to Redis admission by this instance's relay.",
 	})
+	s.admission.Batch(cfg.AdmitBatch)
 	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.restocked)
 	reg.MustRegister(newStranded(s.admission, b.Store, log))
 	s.catalog = newCatalog(b.Store.Product, time.Second)

@@ -1,0 +1,105 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+)
+
+// Admission in batches. Every buyer of a hot product asks Redis the same question of the same
+// keys, and under load most of an instance's buyers of a product arrive while an earlier call for
+// it is out. With Batch(n) those wait for it and then go together: one script call for up to n
+// buyers, each answered exactly as if it had asked alone, in order (lua/admit.lua), so the ledger
+// is the same and Redis runs one script where it ran n. A buyer who comes to an idle product
+// goes at once, alone: a batch forms only where buyers pile up, and none waits for more than the
+// call before its own.
+
+// errAdmitSlow is the cause of a batch's end when Redis did not answer within admitTimeout: the
+// breaker's business, unlike a buyer who gave up.
+var errAdmitSlow = errors.New("admission call took too long")
+
+// admitTimeout bounds one call of a batch, which no buyer's context does.
+const admitTimeout = 3 * time.Second
+
+// call is a buyer waiting for its batch's answer.
+type call struct {
+	buyer
+	code int64
+	err  error
+	done chan struct{}
+}
+
+// Batch makes Admit send the buyers of a product that arrive while its last call is out in one
+// call, at most n at a time; n <= 1 (the default): one call per buyer, each on its own.
+func (a *Ledger) Batch(n int) { a.batch = n }
+
+// ask returns b's answer from lua/admit.lua: asked on its own, or in its product's next batch.
+// A buyer that gives up (ctx) before its batch went is never asked; once asked, it waits for
+// the answer, so that a reservation it took is never left behind untracked.
+func (a *Ledger) ask(ctx context.Context, b buyer) (int64, error) {
+	if a.batch <= 1 {
+		codes, err := a.admit(ctx, b.req.SKU, []buyer{b})
+		if err != nil {
+			return 0, err
+		}
+		return codes[0], nil
+	}
+	c := &call{buyer: b, done: make(chan struct{})}
+	sku := b.req.SKU
+	a.bmu.Lock()
+	q, running := a.waiting[sku]
+	a.waiting[sku] = append(q, c)
+	a.bmu.Unlock()
+	if !running {
+		go a.drain(sku)
+	}
+	select {
+	case <-c.done:
+		return c.code, c.err
+	case <-ctx.Done():
+	}
+	a.bmu.Lock()
+	if q := a.waiting[sku]; slices.Contains(q, c) {
+		a.waiting[sku] = slices.DeleteFunc(q, func(w *call) bool { return w == c })
+		a.bmu.Unlock()
+		return 0, ctx.Err()
+	}
+	a.bmu.Unlock()
+	<-c.done
+	return c.code, c.err
+}
+
+// drain sends sku's waiting buyers, a batch at a time, until none is left. Its calls run on a
+// context of their own: the buyer who happened to start it must not cut off everyone else's.
+func (a *Ledger) drain(sku string) {
+	for {
+		a.bmu.Lock()
+		q := a.waiting[sku]
+		if len(q) == 0 {
+			delete(a.waiting, sku)
+			a.bmu.Unlock()
+			return
+		}
+		n := min(len(q), a.batch)
+		calls := q[:n:n]
+		a.waiting[sku] = q[n:]
+		a.bmu.Unlock()
+
+		buyers := make([]buyer, n)
+		for i, c := range calls {
+			buyers[i] = c.buyer
+		}
+		ctx, cancel := context.WithTimeoutCause(context.Background(), admitTimeout, errAdmitSlow)
+		codes, err := a.admit(ctx, sku, buyers)
+		cancel()
+		for i, c := range calls {
+			if err != nil {
+				c.err = err
+			} else {
+				c.code = codes[i]
+			}
+			close(c.done)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+func TestMain(m *testing.M) { backendtest.Main(m) }
+
+// TestBatchedAdmissionAnswersAsAlone releases 300 requests together on one ledger: 150 buyers
+// asking twice each (half of them with one Idempotency-Key for both) for 50 units. Asked in
+// batches or one call per buyer, the answers are the same: 50 buyers admitted once each, the
+// second request of each answered in flight (same key) or already purchased, and every other
+// request busy — the units are held by reservations that could still come back. The counter
+// ends at zero with 50 reservations. A batch that read the counter once and not again per buyer
+// admits all 64 of its first call; one that forgot its own buyers admits a buyer twice; and the
+// batched case must have seen calls of more than one buyer, or it did not batch.
+func TestBatchedAdmissionAnswersAsAlone(t *testing.T) {
+	for _, batch := range []int{1, 64} {
+		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
+			const units, buyers = 50, 150
+			sku := backendtest.SKU(t)
+			store := backendtest.Store(t)
+			ctx := context.Background()
+			_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1})
+			require.NoError(t, err)
+			reg := prometheus.NewRegistry()
+			ledger := admission.New(backendtest.Redis(t), store, "batch-test", 2*time.Second, slog.New(slog.DiscardHandler), reg)
+			ledger.Batch(batch)
+			ledger.Beat(ctx)
+
+			type answer struct {
+				user string
+				err  error
+			}
+			answers := make(chan answer, 2*buyers)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range buyers {
+				user := fmt.Sprintf("u%03d", i)
+				key := ""
+				if i%2 == 0 {
+					key = "k-" + user
+				}
+				for range 2 {
+					wg.Go(func() {
+						<-start
+						req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, IdempotencyKey: key}
+						_, err := ledger.Admit(ctx, req)
+						answers <- answer{user, err}
+					})
+				}
+			}
+			close(start)
+			wg.Wait()
+			close(answers)
+
+			admitted, second := map[string]int{}, map[string]error{}
+			busy := 0
+			for a := range answers {
+				switch {
+				case a.err == nil:
+					admitted[a.user]++
+				case errors.Is(a.err, stock.ErrBusy):
+					busy++
+				case errors.Is(a.err, stock.ErrDuplicateRequest), errors.Is(a.err, stock.ErrAlreadyPurchased):
+					second[a.user] = a.err
+				default:
+					t.Errorf("%s: unexpected answer %v", a.user, a.err)
+				}
+			}
+			require.Len(t, admitted, units, "buyers admitted")
+			for user, n := range admitted {
+				assert.Equal(t, 1, n, "%s admitted twice", user)
+				var i int
+				_, _ = fmt.Sscanf(user, "u%03d", &i)
+				want := stock.ErrAlreadyPurchased
+				if i%2 == 0 {
+					want = stock.ErrDuplicateRequest
+				}
+				assert.ErrorIs(t, second[user], want, "%s's second request", user)
+			}
+			assert.Len(t, second, units, "only admitted buyers hear already purchased or in flight")
+			assert.Equal(t, 2*(buyers-units), busy, "every request of the others is busy: the units are held")
+
+			st, err := ledger.State(ctx, sku, nil)
+			require.NoError(t, err)
+			require.NotNil(t, st.Stock)
+			assert.Zero(t, *st.Stock, "the counter")
+			assert.EqualValues(t, units, st.Reservations, "reservations")
+
+			calls, asked := callBuyers(t, reg)
+			assert.Equal(t, 2*buyers, asked, "buyers answered")
+			if batch > 1 {
+				assert.Less(t, calls, asked, "no call took more than one buyer")
+			} else {
+				assert.Equal(t, calls, asked, "a call of one per buyer")
+			}
+		})
+	}
+}
+
+// callBuyers returns the admission calls that answered and the buyers they answered
+// (seckill_admission_call_buyers).
+func callBuyers(t *testing.T, reg *prometheus.Registry) (calls, buyers int) {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "seckill_admission_call_buyers" {
+			h := f.GetMetric()[0].GetHistogram()
+			return int(h.GetSampleCount()), int(h.GetSampleSum())
+		}
+	}
+	t.Fatal("seckill_admission_call_buyers not registered")
+	return 0, 0
+}
