@@ -60,8 +60,9 @@ func (a *Ledger) ask(ctx context.Context, b buyer) (int64, error) {
 	case <-ctx.Done():
 	}
 	a.bmu.Lock()
-	if q := a.waiting[sku]; slices.Contains(q, c) {
-		a.waiting[sku] = slices.DeleteFunc(q, func(w *call) bool { return w == c })
+	q = a.waiting[sku]
+	if i := slices.Index(q, c); i >= 0 {
+		a.waiting[sku] = slices.Delete(q, i, i+1)
 		a.bmu.Unlock()
 		return 0, ctx.Err()
 	}
