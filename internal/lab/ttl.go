@@ -100,6 +100,10 @@ func ttlSale(ctx context.Context, env *Env, guarded, watchdog bool, lockTTL, lat
 	var o overlaps
 	cfg := labConfig("hybrid")
 	cfg.LockTTL, cfg.LockWait = lockTTL, 5*time.Second
+	// One admission call per buyer, so the units go to both instances' buyers as they arrive:
+	// batched, one instance's call can take every unit left, its buyers queue behind its own
+	// lock, and no second holder ever comes in.
+	cfg.AdmitBatch = 1
 	if !watchdog {
 		cfg.LockExtend = time.Hour // never extended: the TTL is all the holder has
 	}
