@@ -615,7 +615,8 @@ func cpuTables(reports []Row) []table {
 		if cores > 0 {
 			t.Intro += fmt.Sprintf(" ceiling orders/s is the CPU-bound ceiling: the %d cores over all groups' CPU per order (with a group n/a, a bound above it), "+
 				"and reached the row's orders/s over it. A row below %.1f of its ceiling waits on something other than the cores: "+
-				"waits on names it where the tool measured it (busy answers retried after their Retry-After; the lock, held most of the window, or its hand-off, "+
+				"waits on names it where the tool measured it (busy answers retried after their Retry-After; a queued sale's writers, placing slower than admission accepted; "+
+				"the lock, held most of the window, or its hand-off, "+
 				"acquisitions waiting longer than the lock is held, from the lock histograms), and says unknown where it did not "+
 				"(the row lock, timed inside its wait; round trips, which the tool does not count).", cores, waitShare)
 		}

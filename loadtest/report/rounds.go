@@ -70,8 +70,13 @@ const waitShare = 0.7
 // one holder at a time — to be named as what a row waits on.
 const heldShare = 0.8
 
+// queueLag is how many times faster than its writers place orders a queued sale must accept
+// them for its writers to be named as what it waits on: the queue grew while the sale lasted.
+const queueLag = 1.5
+
 // waitsOn says what a row far below its ceiling waits on, from what the tool measured of it:
-// busy answers retried after their Retry-After, the lock's hold and wait times. It says
+// busy answers retried after their Retry-After, a queued sale's writers falling behind its
+// 202s, the lock's hold and wait times. It says
 // "unknown" when those do not tell, rather than guess: the tool does not count round trips.
 func waitsOn(r Row) string {
 	c := r.Ceiling
@@ -82,6 +87,9 @@ func waitsOn(r Row) string {
 		return "the cores: it gains only by costing less"
 	case r.Attempts > r.Requests:
 		return fmt.Sprintf("Retry-After: %d busy answers were retried after it, whole seconds each, inside the selling window", r.Attempts-r.Requests)
+	case r.Queue != nil && r.Queue.AcceptedPerSecond > queueLag*r.Queue.PlacedPerSecond:
+		return fmt.Sprintf("its writers: they placed %.0f orders/s while admission accepted %.0f/s, so the queue grew while the sale lasted and the sale ended when they had drained it",
+			r.Queue.PlacedPerSecond, r.Queue.AcceptedPerSecond)
 	}
 	l := r.Locks
 	if l == nil || l.Hold.Count == 0 || r.CPU == nil || r.CPU.Selling == nil || r.CPU.Selling.WallSeconds <= 0 {

@@ -167,6 +167,14 @@ func TestWaitsOn(t *testing.T) {
 	assert.Equal(t, "unknown", waitsOn(row(0.3, 100, held(100, 5*time.Millisecond, 1*time.Millisecond))), "a lock idle and not waited on")
 	assert.Equal(t, "unknown", waitsOn(row(0.3, 100, held(0, 0, 30*time.Millisecond))), "a row lock: its hold is timed inside its wait")
 	assert.Equal(t, "unknown", waitsOn(row(0.3, 100, nil)), "no lock measured")
+	queued := func(accepted, placed float64) Row {
+		r := row(0.3, 100, nil)
+		r.Queue = &attack.Queue{AcceptedPerSecond: accepted, PlacedPerSecond: placed}
+		return r
+	}
+	assert.Equal(t, "its writers: they placed 1200 orders/s while admission accepted 2800/s, so the queue grew while the sale lasted and the sale ended when they had drained it",
+		waitsOn(queued(2800, 1200)))
+	assert.Equal(t, "unknown", waitsOn(queued(1300, 1200)), "writers keeping up with the 202s: not what it waits on")
 	assert.Empty(t, waitsOn(Row{}), "no ceiling, nothing to say")
 }
 
