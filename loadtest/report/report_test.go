@@ -269,7 +269,8 @@ func TestGoals(t *testing.T) {
 	assert.Equal(t, []string{"yes: 5.00x (5000 vs 1000 orders/s)", "yes: 0.80x (5000 vs 6250 orders/s)", "yes: 0.70x (7000 vs 10000 req/s)",
 		"yes: 200.0 ms", "yes: 80 MB"}, []string{good[0].text(), good[1].text(), good[2].text(), good[3].text(), good[4].text()})
 	assert.Equal(t, []string{"orders/s >= 5x baseline", "hybrid >= 0.8x pessimistic", "sold-out req/s >= 0.7x bare", "selling p99 <= 200.0 ms",
-		"peak RSS <= 100 MB", "202/s >= 0.8x sold-out req/s", "placed/s >= hybrid's orders/s", "202 to final p99 <= 3000.0 ms"}, targetsAt(512).names())
+		"peak RSS <= 100 MB", "202/s >= 0.8x sold-out req/s", "placed/s >= hybrid's orders/s", "202 to final p99 <= 3000.0 ms",
+		"hybrid service CPU <= 1.2x pessimistic's", "reached >= 0.7 of ceiling, or its wait named"}, targetsAt(512).names())
 	assert.Equal(t, "sold-out req/s >= 0.8x bare", targetsAt(64).names()[goalVsBare])
 	assert.Equal(t, "selling p99 <= 50.0 ms", targetsAt(64).names()[goalP99])
 	assert.Equal(t, 64, targetsAt(288).Clients, "a tie goes to the stricter, lower count")
@@ -321,6 +322,27 @@ func TestGoals(t *testing.T) {
 	q.Queue = &attack.Queue{AcceptedPerSecond: 1000, PlacedPerSecond: 1000}
 	assert.Equal(t, "n/a: no hybrid row in this pass (it needs -compare)", Goals(q, []Row{q}, base)[len(Goals(q, []Row{q}, base))-2].text())
 	assert.Len(t, Goals(row("hybrid", 64, 1000, 0.9, 10*ms, 60), nil, base), 5, "a row without a 202 has no queue targets")
+
+	// hybrid's service CPU per order against pessimistic's in the pass, and every row with its
+	// CPU measured against its ceiling: near it, or below it with its wait named.
+	withCPU := func(r Row, service float64) Row {
+		r.CPU = &cpu.Cost{Selling: &cpu.Phase{Groups: []cpu.GroupCost{{Group: cpu.Service, SecondsPer1000: &service}}}}
+		return r
+	}
+	pess := withCPU(Row{Name: "pessimistic", OrdersPerSecond: 5000}, 0.100)
+	last := func(g []goal) string { return g[len(g)-1].text() }
+	assert.Equal(t, "yes: 1.20x (0.120 vs 0.100 s per 1000 orders)", last(Goals(withCPU(hybrid, 0.120), []Row{pess}, base)))
+	assert.Equal(t, "NO: 1.25x (0.125 vs 0.100 s per 1000 orders)", last(Goals(withCPU(hybrid, 0.125), []Row{pess}, base)))
+	assert.Equal(t, "n/a: the service's CPU not measured in both rows", last(Goals(withCPU(hybrid, 0.120), []Row{{Name: "pessimistic", OrdersPerSecond: 5000}}, base)))
+	assert.Len(t, Goals(hybrid, []Row{pess}, base), 5, "a hybrid row without its CPU measured is not judged on it")
+	ceiling := func(reached float64, waits string) string {
+		r := row("etcd", 64, 5000, 0.9, 10*ms, 60)
+		r.Ceiling = &Ceiling{Reached: reached, OrdersPerSecond: 5000 / reached, WaitsOn: waits}
+		return last(Goals(r, nil, base))
+	}
+	assert.Equal(t, "yes: 0.70 of 7143 orders/s", ceiling(0.7, "the cores: it gains only by costing less"))
+	assert.Equal(t, "yes: 0.50 of 10000 orders/s, its wait named", ceiling(0.5, "the lock hand-off: ..."))
+	assert.Equal(t, "NO: 0.50 of 10000 orders/s, its wait unknown", ceiling(0.5, "unknown"))
 }
 
 // TestTablesByCount: a run at two client counts reports each count's tables apart, each

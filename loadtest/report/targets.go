@@ -3,7 +3,10 @@ package report
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/flashsale/seckill/loadtest/cpu"
 )
 
 // targetSet is the performance targets (README, Performance) at one client count, each row
@@ -13,6 +16,7 @@ type targetSet struct {
 	Clients             int           // the concurrency the set is stated at
 	VsBaseline          float64       // selling orders/s over the per-order FOR UPDATE baseline's, same client count
 	HybridVsPessimistic float64       // hybrid's selling orders/s over pessimistic's, same pass
+	HybridCPU           float64       // hybrid's service CPU per order over pessimistic's, same pass, at most
 	VsBare              float64       // steady sold-out req/s over the bare handler's
 	P99                 time.Duration // selling p99
 	RSSMB               float64       // peak RSS of any one instance under load
@@ -23,9 +27,9 @@ type targetSet struct {
 // targetSets are the stated sets, by client count. At 512 clients the sold-out ceiling and the
 // tail are looser: eight times the clients queue eight times as deep on the same two cores.
 var targetSets = []targetSet{
-	{Clients: 64, VsBaseline: 5, HybridVsPessimistic: 0.8, VsBare: 0.8, P99: 50 * time.Millisecond, RSSMB: 100,
+	{Clients: 64, VsBaseline: 5, HybridVsPessimistic: 0.8, HybridCPU: 1.2, VsBare: 0.8, P99: 50 * time.Millisecond, RSSMB: 100,
 		AcceptedVsSoldOut: 0.8, QueuedEndP99: time.Second},
-	{Clients: 512, VsBaseline: 5, HybridVsPessimistic: 0.8, VsBare: 0.7, P99: 200 * time.Millisecond, RSSMB: 100,
+	{Clients: 512, VsBaseline: 5, HybridVsPessimistic: 0.8, HybridCPU: 1.2, VsBare: 0.7, P99: 200 * time.Millisecond, RSSMB: 100,
 		AcceptedVsSoldOut: 0.8, QueuedEndP99: 3 * time.Second},
 }
 
@@ -53,6 +57,8 @@ const (
 	goalAcceptedVsSoldOut
 	goalPlacedVsHybrid
 	goalQueuedEndP99
+	goalHybridCPU
+	goalCeiling
 )
 
 // names head the targets table, indexed by the goal constants.
@@ -60,6 +66,8 @@ func (ts targetSet) names() []string {
 	return []string{
 		goalVsBaseline:          fmt.Sprintf("orders/s >= %gx baseline", ts.VsBaseline),
 		goalHybridVsPessimistic: fmt.Sprintf("hybrid >= %gx pessimistic", ts.HybridVsPessimistic),
+		goalHybridCPU:           fmt.Sprintf("hybrid service CPU <= %gx pessimistic's", ts.HybridCPU),
+		goalCeiling:             fmt.Sprintf("reached >= %g of ceiling, or its wait named", waitShare),
 		goalVsBare:              fmt.Sprintf("sold-out req/s >= %gx bare", ts.VsBare),
 		goalP99:                 fmt.Sprintf("selling p99 <= %s ms", Milliseconds(ts.P99)),
 		goalRSS:                 fmt.Sprintf("peak RSS <= %g MB", ts.RSSMB),
@@ -100,11 +108,11 @@ func (g goal) text() string {
 // Goals judges a strategy's row against the targets of its client count, given the other rows
 // of its pass (hybrid is held against pessimistic there: the same processes, configuration and
 // load) and the baseline measured at the same count (nil when not measured); the sold-out phase
-// carries its own bare measurement. Only the hybrid row has the hybrid-vs-pessimistic goal, and
-// only a row answered 202 (queued) the three of the queue: its 202s against its own sold-out
-// answers (admission is the front door of both), its placed/s against hybrid's orders/s in the
-// pass, and the time from a 202 to the final state. It
-// returns nil for rows that are not judged: the references themselves, skipped rows, and the
+// carries its own bare measurement. Only the hybrid row has the two goals against pessimistic
+// (orders/s, and, its CPU measured, the service's CPU per order), and only a row answered 202 (queued) the three of
+// the queue: its 202s against its own sold-out answers (admission is the front door of both), its
+// placed/s against hybrid's orders/s in the pass, and the time from a 202 to the final state. A
+// row whose CPU was measured is held against its ceiling. It returns nil for rows that are not judged: the references themselves, skipped rows, and the
 // unsafe controls, whose speed is beside the point.
 func Goals(r Row, pass []Row, baseline *Row) []goal {
 	if r.Strategy == BareRow || r.Strategy == "baseline" || r.Skipped != "" || r.ExpectOversell {
@@ -162,6 +170,12 @@ func Goals(r Row, pass []Row, baseline *Row) []goal {
 	if r.Queue != nil {
 		out = append(out, queueGoals(r, pass, ts, judged, unmeasured)...)
 	}
+	if r.Name == "hybrid" && r.CPU != nil {
+		out = append(out, hybridCPU(r, pass, ts, judged, unmeasured))
+	}
+	if r.Ceiling != nil {
+		out = append(out, ceilingGoal(r, judged))
+	}
 	return out
 }
 
@@ -190,6 +204,47 @@ func queueGoals(r Row, pass []Row, ts targetSet, judged func(int, bool, string) 
 			fmt.Sprintf("%.2fx (%.0f vs %.0f orders/s)", q.PlacedPerSecond/h, q.PlacedPerSecond, h)))
 	}
 	return append(out, judged(goalQueuedEndP99, q.EndP99 <= ts.QueuedEndP99, Milliseconds(q.EndP99)+" ms"))
+}
+
+// hybridCPU holds hybrid's service CPU per order while selling against pessimistic's in the same
+// pass: what the recommended pattern costs the instances, which scale out, per order it sells.
+func hybridCPU(r Row, pass []Row, ts targetSet, judged func(int, bool, string) goal, unmeasured func(int, string) goal) goal {
+	i := slices.IndexFunc(pass, func(p Row) bool { return p.Name == "pessimistic" })
+	if i < 0 {
+		return unmeasured(goalHybridCPU, "no pessimistic row in this pass (it needs -compare)")
+	}
+	h, okH := serviceCPU(r)
+	p, okP := serviceCPU(pass[i])
+	if !okH || !okP || p == 0 {
+		return unmeasured(goalHybridCPU, "the service's CPU not measured in both rows")
+	}
+	return judged(goalHybridCPU, h <= ts.HybridCPU*p, fmt.Sprintf("%.2fx (%.3f vs %.3f s per 1000 orders)", h/p, h, p))
+}
+
+// serviceCPU is a row's service instances' CPU seconds per 1000 orders while selling.
+func serviceCPU(r Row) (float64, bool) {
+	if r.CPU == nil || r.CPU.Selling == nil {
+		return 0, false
+	}
+	for _, g := range r.CPU.Selling.Groups {
+		if g.Group == cpu.Service && g.SecondsPer1000 != nil {
+			return *g.SecondsPer1000, true
+		}
+	}
+	return 0, false
+}
+
+// ceilingGoal holds a row with a ceiling (its CPU measured) against it: near it, or below it
+// with what it waits on named from what the tool measured.
+func ceilingGoal(r Row, judged func(int, bool, string) goal) goal {
+	c := r.Ceiling
+	switch {
+	case c.Reached >= waitShare:
+		return judged(goalCeiling, true, fmt.Sprintf("%.2f of %.0f orders/s", c.Reached, c.OrdersPerSecond))
+	case strings.HasPrefix(c.WaitsOn, "unknown"):
+		return judged(goalCeiling, false, fmt.Sprintf("%.2f of %.0f orders/s, its wait unknown", c.Reached, c.OrdersPerSecond))
+	}
+	return judged(goalCeiling, true, fmt.Sprintf("%.2f of %.0f orders/s, its wait named", c.Reached, c.OrdersPerSecond))
 }
 
 // hybridVsPessimistic holds hybrid's selling rate against pessimistic's in the same pass: the
