@@ -109,11 +109,12 @@ func (g goal) text() string {
 // of its pass (hybrid is held against pessimistic there: the same processes, configuration and
 // load) and the baseline measured at the same count (nil when not measured); the sold-out phase
 // carries its own bare measurement. Only the hybrid row has the two goals against pessimistic
-// (orders/s, and, its CPU measured, the service's CPU per order), and only a row answered 202 (queued) the three of
-// the queue: its 202s against its own sold-out answers (admission is the front door of both), its
-// placed/s against hybrid's orders/s in the pass, and the time from a 202 to the final state. A
-// row whose CPU was measured is held against its ceiling. It returns nil for rows that are not judged: the references themselves, skipped rows, and the
-// unsafe controls, whose speed is beside the point.
+// (orders/s, and, its CPU measured, the service's CPU per order), and only a row answered 202
+// (queued) the three of the queue: its 202s against its own sold-out answers (admission is the
+// front door of both), its placed/s against hybrid's orders/s in the pass, and the time from a
+// 202 to the final state. A row whose CPU was measured is held against its ceiling. It returns
+// nil for rows that are not judged: the references themselves, skipped rows, and the unsafe
+// controls, whose speed is beside the point.
 func Goals(r Row, pass []Row, baseline *Row) []goal {
 	if r.Strategy == BareRow || r.Strategy == "baseline" || r.Skipped != "" || r.ExpectOversell {
 		return nil
