@@ -866,12 +866,20 @@ func TestProcessesHybridKill(t *testing.T) {
 		stranded float64
 	)
 	// Until the kill, all orders go to the process that dies, so that it has reservations in
-	// flight when it does. A kill that caught none (its requests all between two reservations)
-	// strands nothing for the sweep to return, tests nothing, and is sold again.
+	// flight when it does: it is killed the moment Redis is seen holding one. Not at once: the
+	// answer that triggers the fault comes from a section that has just settled its batch, and
+	// its clients' next orders are not yet admitted. A kill that caught none strands nothing for
+	// the sweep to return, tests nothing, and is sold again.
+	r := backendtest.Redis(t)
 	for try := 1; ; try++ {
 		procs = startThree(t)
 		sku = putOnSale(t, procs[0], units)
 		res = loadHTTP(t, procs, sku, "hybrid", userRange{0, first}, clients, httpFault{at: first / 3, only: &procs[1], inject: func() {
+			for until := time.Now().Add(2 * time.Second); time.Now().Before(until); {
+				if n, err := r.HLen(context.Background(), "seckill:{"+sku+"}:reserved").Result(); err == nil && n > 0 {
+					break
+				}
+			}
 			killed = time.Now()
 			procs[1].kill()
 			var audit map[string]any
