@@ -70,6 +70,9 @@ const waitShare = 0.7
 // one holder at a time — to be named as what a row waits on.
 const heldShare = 0.8
 
+// waitUnknown starts what waitsOn says when what the tool measured does not tell.
+const waitUnknown = "unknown"
+
 // queueLag is how many times faster than its writers place orders a queued sale must accept
 // them for its writers to be named as what it waits on: the queue grew while the sale lasted.
 const queueLag = 1.5
@@ -93,14 +96,14 @@ func waitsOn(r Row) string {
 	}
 	l := r.Locks
 	if l == nil || l.Hold.Count == 0 || r.CPU == nil || r.CPU.Selling == nil || r.CPU.Selling.WallSeconds <= 0 {
-		return "unknown"
+		return waitUnknown
 	}
 	held := float64(l.Hold.Count) * l.Hold.Mean.Seconds() / r.CPU.Selling.WallSeconds
 	switch {
 	case held > 1:
 		// One holder at a time cannot hold longer than the window: the histograms, taken over
 		// all the row's phases, then hold more than its selling phase, and do not tell.
-		return fmt.Sprintf("unknown: the lock's holds (%d of %s ms on average) add up to more than the selling window, so its histograms do not isolate it",
+		return fmt.Sprintf(waitUnknown+": the lock's holds (%d of %s ms on average) add up to more than the selling window, so its histograms do not isolate it",
 			l.Hold.Count, Milliseconds(l.Hold.Mean))
 	case held >= heldShare:
 		return fmt.Sprintf("the lock: held %.0f%% of the selling window (%d holds of %s ms on average), one holder at a time",
@@ -109,7 +112,7 @@ func waitsOn(r Row) string {
 		return fmt.Sprintf("the lock hand-off: the lock was held %.0f%% of the selling window, while acquisitions waited %s ms on average for holds of %s ms",
 			100*held, Milliseconds(l.Wait.Mean), Milliseconds(l.Hold.Mean))
 	}
-	return "unknown"
+	return waitUnknown
 }
 
 // Combine makes one row of every row's rounds: rounds[k] is each row of round k+1 (a row is
@@ -249,22 +252,25 @@ func (r *Row) combineCPU(rs []Row) {
 	c, p := *r.CPU, *r.CPU.Selling
 	p.Groups = slices.Clone(p.Groups)
 	for i, g := range p.Groups {
-		v, ok := r.median(figGroupPrefix+g.Group, rs, func(x Row) (float64, bool) {
-			if x.CPU == nil || x.CPU.Selling == nil {
-				return 0, false
-			}
-			j := slices.IndexFunc(x.CPU.Selling.Groups, func(h cpu.GroupCost) bool { return h.Group == g.Group })
-			if j < 0 || x.CPU.Selling.Groups[j].SecondsPer1000 == nil {
-				return 0, false
-			}
-			return *x.CPU.Selling.Groups[j].SecondsPer1000, true
-		})
+		v, ok := r.median(figGroupPrefix+g.Group, rs, func(x Row) (float64, bool) { return x.sellingCPU(g.Group) })
 		if ok {
 			p.Groups[i].SecondsPer1000 = &v
 		}
 	}
 	c.Selling = &p
 	r.CPU = &c
+}
+
+// sellingCPU is group's CPU seconds per 1000 orders in the row's selling phase, if measured.
+func (r Row) sellingCPU(group string) (float64, bool) {
+	if r.CPU == nil || r.CPU.Selling == nil {
+		return 0, false
+	}
+	j := slices.IndexFunc(r.CPU.Selling.Groups, func(g cpu.GroupCost) bool { return g.Group == group })
+	if j < 0 || r.CPU.Selling.Groups[j].SecondsPer1000 == nil {
+		return 0, false
+	}
+	return *r.CPU.Selling.Groups[j].SecondsPer1000, true
 }
 
 // median is the median of the figure get gives over the rounds it is measured in (ok), and

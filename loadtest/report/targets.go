@@ -210,29 +210,16 @@ func queueGoals(r Row, pass []Row, ts targetSet, judged func(int, bool, string) 
 // hybridCPU holds hybrid's service CPU per order while selling against pessimistic's in the same
 // pass: what the recommended pattern costs the instances, which scale out, per order it sells.
 func hybridCPU(r Row, pass []Row, ts targetSet, judged func(int, bool, string) goal, unmeasured func(int, string) goal) goal {
-	i := slices.IndexFunc(pass, func(p Row) bool { return p.Name == "pessimistic" })
-	if i < 0 {
-		return unmeasured(goalHybridCPU, "no pessimistic row in this pass (it needs -compare)")
+	pess, ok := pessimisticIn(pass)
+	if !ok {
+		return unmeasured(goalHybridCPU, noPessimistic)
 	}
-	h, okH := serviceCPU(r)
-	p, okP := serviceCPU(pass[i])
+	h, okH := r.sellingCPU(cpu.Service)
+	p, okP := pess.sellingCPU(cpu.Service)
 	if !okH || !okP || p == 0 {
 		return unmeasured(goalHybridCPU, "the service's CPU not measured in both rows")
 	}
 	return judged(goalHybridCPU, h <= ts.HybridCPU*p, fmt.Sprintf("%.2fx (%.3f vs %.3f s per 1000 orders)", h/p, h, p))
-}
-
-// serviceCPU is a row's service instances' CPU seconds per 1000 orders while selling.
-func serviceCPU(r Row) (float64, bool) {
-	if r.CPU == nil || r.CPU.Selling == nil {
-		return 0, false
-	}
-	for _, g := range r.CPU.Selling.Groups {
-		if g.Group == cpu.Service && g.SecondsPer1000 != nil {
-			return *g.SecondsPer1000, true
-		}
-	}
-	return 0, false
 }
 
 // ceilingGoal holds a row with a ceiling (its CPU measured) against it: near it, or below it
@@ -242,7 +229,7 @@ func ceilingGoal(r Row, judged func(int, bool, string) goal) goal {
 	switch {
 	case c.Reached >= waitShare:
 		return judged(goalCeiling, true, fmt.Sprintf("%.2f of %.0f orders/s", c.Reached, c.OrdersPerSecond))
-	case strings.HasPrefix(c.WaitsOn, "unknown"):
+	case strings.HasPrefix(c.WaitsOn, waitUnknown):
 		return judged(goalCeiling, false, fmt.Sprintf("%.2f of %.0f orders/s, its wait unknown", c.Reached, c.OrdersPerSecond))
 	}
 	return judged(goalCeiling, true, fmt.Sprintf("%.2f of %.0f orders/s, its wait named", c.Reached, c.OrdersPerSecond))
@@ -251,18 +238,28 @@ func ceilingGoal(r Row, judged func(int, bool, string) goal) goal {
 // hybridVsPessimistic holds hybrid's selling rate against pessimistic's in the same pass: the
 // recommended pattern should not cost much against the plain row lock it keeps off the hot row.
 func hybridVsPessimistic(r Row, pass []Row, ts targetSet, judged func(int, bool, string) goal, unmeasured func(int, string) goal) goal {
-	for _, p := range pass {
-		if p.Name != "pessimistic" {
-			continue
-		}
-		if p.Skipped != "" || p.OrdersPerSecond == 0 {
-			return unmeasured(goalHybridVsPessimistic, "pessimistic sold nothing in this pass")
-		}
-		ratio := r.OrdersPerSecond / p.OrdersPerSecond
-		return judged(goalHybridVsPessimistic, ratio >= ts.HybridVsPessimistic,
-			fmt.Sprintf("%.2fx (%.0f vs %.0f orders/s)", ratio, r.OrdersPerSecond, p.OrdersPerSecond))
+	p, ok := pessimisticIn(pass)
+	switch {
+	case !ok:
+		return unmeasured(goalHybridVsPessimistic, noPessimistic)
+	case p.Skipped != "" || p.OrdersPerSecond == 0:
+		return unmeasured(goalHybridVsPessimistic, "pessimistic sold nothing in this pass")
 	}
-	return unmeasured(goalHybridVsPessimistic, "no pessimistic row in this pass (it needs -compare)")
+	ratio := r.OrdersPerSecond / p.OrdersPerSecond
+	return judged(goalHybridVsPessimistic, ratio >= ts.HybridVsPessimistic,
+		fmt.Sprintf("%.2fx (%.0f vs %.0f orders/s)", ratio, r.OrdersPerSecond, p.OrdersPerSecond))
+}
+
+// noPessimistic is why hybrid's goals against pessimistic go unjudged in a pass without it.
+const noPessimistic = "no pessimistic row in this pass (it needs -compare)"
+
+// pessimisticIn is the pass's pessimistic row, which hybrid's goals are held against.
+func pessimisticIn(pass []Row) (Row, bool) {
+	i := slices.IndexFunc(pass, func(p Row) bool { return p.Name == "pessimistic" })
+	if i < 0 {
+		return Row{}, false
+	}
+	return pass[i], true
 }
 
 // goalsTable is the targets of every judged row, the rows all of one client count; ok is false if
