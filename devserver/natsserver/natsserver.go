@@ -89,10 +89,53 @@ func URLs(servers ...*Server) []string {
 }
 
 // StartAll starts every server and waits until JetStream answers on each — in a cluster, until
-// the members have elected a metadata leader; on failure it stops those it started.
+// the members have elected a metadata leader and it can place a stream on every member; on
+// failure it stops those it started.
 func StartAll(servers []*Server) error {
-	return process.StartAll(len(servers), func(i int) error { return servers[i].launch() },
+	err := process.StartAll(len(servers), func(i int) error { return servers[i].launch() },
 		func(i int) error { return servers[i].waitServing() }, func() { Kill(servers...) })
+	if err != nil || len(servers) == 1 {
+		return err
+	}
+	if err := waitPlacing(servers); err != nil {
+		Kill(servers...)
+		return err
+	}
+	return nil
+}
+
+// waitPlacing waits up to 30 s until the cluster places a stream with a replica on every member:
+// a metadata leader answers before it has heard from every peer, and until then a stream of
+// that many replicas is refused ("no suitable peers for placement").
+func waitPlacing(servers []*Server) error {
+	nc, err := nats.Connect(strings.Join(URLs(servers...), ","), nats.Timeout(time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	probe := jetstream.StreamConfig{Name: "NATSSERVER_PROBE", Subjects: []string{"natsserver.probe"},
+		Storage: jetstream.MemoryStorage, Replicas: len(servers)}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = js.CreateStream(ctx, probe)
+		if err == nil {
+			err = js.DeleteStream(ctx, probe.Name)
+		}
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("a cluster of %d nats-servers places no stream on all of them after 30 s: %w", len(servers), err)
+	}
+	return nil
 }
 
 // Kill stops servers abruptly (SIGKILL), as a crash would.
