@@ -174,6 +174,7 @@ type Queue struct {
 	stream   jetstream.Stream
 	consumer jetstream.Consumer
 	records  jetstream.KeyValue
+	watch    *watch
 	orders   *prometheus.CounterVec
 }
 
@@ -189,6 +190,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, reg prometheus.Regi
 		return nil, err
 	}
 	if err := q.declare(ctx); err != nil {
+		q.Close()
+		return nil, err
+	}
+	if err := q.watchRecords(); err != nil {
 		q.Close()
 		return nil, err
 	}

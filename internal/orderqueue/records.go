@@ -150,15 +150,12 @@ func decode(e jetstream.KeyValueEntry) (Record, error) {
 }
 
 // Wait returns the order's record once it is final, or as it stands when wait passes (still
-// queued); ErrNotFound when the order has no record by then. It listens on the record's subject
-// (a plain subscription: the records are a stream of puts on $KV.<bucket>.<order id>) and reads
-// the record from the bucket whenever something is said there, so that any instance's writer
-// ends the wait at once. A JetStream watch would create a consumer for every wait, whose cost
-// grows with the records the bucket holds (on nats-server 2.9 a sale's followers slowed the
-// queue threefold over three sales). The subject alone is not the record: every conditional
-// write is said there, the refused ones too — a second writer's "rejected" for an order the
-// first one placed — so only the bucket's answer is taken, read again for a moment when a
-// final one is said and the bucket does not have it yet.
+// queued); ErrNotFound when the order has no record by then. It listens for the order's writes
+// on the instance's one watch of the records (watch) and reads the record from the bucket
+// whenever a final one is said there, so that any instance's writer ends the wait at once —
+// read again for a moment when the bucket does not have it yet. A JetStream watch would create
+// a consumer for every wait, whose cost grows with the records the bucket holds (on
+// nats-server 2.9 a sale's followers slowed the queue threefold over three sales).
 func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
 	if !validKey(orderID) {
 		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
@@ -166,11 +163,8 @@ func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (R
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	sub, err := q.nc.SubscribeSync("$KV." + q.cfg.Bucket + "." + orderID)
-	if err != nil {
-		return Record{}, fmt.Errorf("watch order %s: %w", orderID, classify(err))
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	said, stop := q.watch.listen(orderID)
+	defer stop()
 	r, err := q.Get(ctx, orderID)
 	switch {
 	case err == nil && r.State.Final():
@@ -178,14 +172,11 @@ func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (R
 	case err != nil && !errors.Is(err, ErrNotFound) && ctx.Err() == nil:
 		return Record{}, err
 	}
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			break // the wait passed
-		}
-		var said Record
-		if m.Header.Get("KV-Operation") != "" || json.Unmarshal(m.Data, &said) != nil || !said.State.Final() {
-			continue // a delete or purge (the TTL), or not an end
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			continue // the wait passed
+		case <-said:
 		}
 		for range 5 {
 			if r, err := q.Get(ctx, orderID); err == nil && r.State.Final() {
