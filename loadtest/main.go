@@ -15,7 +15,7 @@
 // sale's lock from its holder, over and over, while the sale sells, and compares every lock
 // strategy with its unguarded twin, which must be caught overselling; with a -concurrency list
 // it repeats the whole comparison at each client count. It judges every row against the performance targets of its count, and reports what each
-// process group — the service, the database, Redis, etcd, the load generator — costs in CPU
+// process group — the service, the database, Redis, etcd, NATS, the load generator — costs in CPU
 // per order, the CPU-bound ceiling that cost sets on this machine's cores, and how close each row
 // came to it.
 //

@@ -1,5 +1,5 @@
 // Package cpu accounts for what a sale costs in CPU, per process group (the service instances,
-// the database, Redis, etcd, ZooKeeper, the load generator), from /proc/<pid>/stat: it finds
+// the database, Redis, etcd, ZooKeeper, NATS, the load generator), from /proc/<pid>/stat: it finds
 // each group's processes, samples their CPU time while a phase runs, and gives the seconds a
 // phase used, per 1000 orders or answers.
 package cpu
@@ -46,6 +46,7 @@ const (
 	Redis     = "Redis"
 	Etcd      = "etcd"
 	ZooKeeper = "ZooKeeper"
+	NATS      = "NATS"
 	Load      = "load generator"
 )
 
@@ -304,12 +305,13 @@ type Run struct {
 	MySQL     string // the -mysql DSN; "": the processes' embedded SQLite, or unknown with -target
 	Redis     string // the -redis addresses; "": the first process's embedded Redis, or unknown
 	ZooKeeper string // the -zk addresses; "": no ZooKeeper
+	NATS      string // the NATS URLs of the service (-nats, or the server the tool started); "": none, or embedded in the service
 	Spawned   bool   // the tool started the service processes (no -target)
 	EtcdPID   int    // the etcd process the tool started for them; 0 with -target
 }
 
 // Backends are the groups that stay for the whole run: the database, Redis, etcd, ZooKeeper
-// (when the run has one) and the load generator itself.
+// and NATS (when the run has them) and the load generator itself.
 func Backends(o Run) []Group {
 	var out []Group
 	switch {
@@ -336,7 +338,24 @@ func Backends(o Run) []Group {
 	if o.ZooKeeper != "" {
 		out = append(out, addressesGroup(ZooKeeper, o.ZooKeeper, "java"))
 	}
+	if o.NATS != "" {
+		out = append(out, addressesGroup(NATS, natsAddresses(o.NATS), "nats-server"))
+	}
 	return append(out, Group{name: Load, pids: []int{os.Getpid()}})
+}
+
+// natsAddresses is the host:port list of a comma-separated list of NATS URLs (nats://host:port,
+// or host:port alone).
+func natsAddresses(urls string) string {
+	var out []string
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if parsed, err := url.Parse(u); err == nil && parsed.Host != "" {
+			u = parsed.Host
+		}
+		out = append(out, u)
+	}
+	return strings.Join(out, ",")
 }
 
 // databaseGroup is the database server of dsn, when it is on this machine.

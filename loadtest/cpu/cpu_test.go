@@ -117,6 +117,10 @@ func TestCPUGroups(t *testing.T) {
 	assert.Equal(t, "the targets' own (-target)", byName[Etcd].na)
 	assert.Equal(t, []int{os.Getpid()}, byName[Load].pids)
 	assert.NotContains(t, byName, ZooKeeper, "no -zk: no ZooKeeper column")
+	assert.NotContains(t, byName, NATS, "no NATS: no NATS column")
+	assert.Equal(t, "192.0.2.7:4222: 192.0.2.7 is not this machine",
+		Backends(Run{NATS: "nats://192.0.2.7:4222"})[3].na, "a NATS URL is found by its host and port")
+	assert.Equal(t, "127.0.0.1:4223,127.0.0.1:4224", natsAddresses("nats://127.0.0.1:4223, 127.0.0.1:4224"))
 	embedded := Backends(Run{Spawned: true, EtcdPID: 42})
 	assert.Contains(t, embedded[0].na, "embedded SQLite")
 	assert.Contains(t, embedded[1].na, "embedded (miniredis)")

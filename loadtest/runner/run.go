@@ -145,7 +145,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer bare.stop()
 	}
 	client := &http.Client{Timeout: o.timeout}
-	backends := cpu.Backends(cpu.Run{MySQL: o.mysql, Redis: o.redis, ZooKeeper: o.zk, Spawned: o.targets == "", EtcdPID: etcdPid})
+	backends := cpu.Backends(cpu.Run{MySQL: o.mysql, Redis: o.redis, ZooKeeper: o.zk, NATS: o.nats, Spawned: o.targets == "", EtcdPID: etcdPid})
 	var (
 		perRound     = make([][]report.Row, o.rounds) // every row of each round
 		roundSales   = make([]map[string]attack.Sale, o.rounds)
