@@ -106,3 +106,24 @@ func TestQueuedRejectedHTTP(t *testing.T) {
 	require.NotNil(t, a.RedisReservations)
 	assert.Zero(t, *a.RedisReservations, "the rejected order's reservation was given back")
 }
+
+// TestWaitOnAStoredOrder: with the queued strategy offered, a ?wait= on an order of another
+// strategy, which the queue has no record of, answers the order's row at once — the queue is
+// asked first, and its "no record" must not hold the answer for the wait.
+func TestWaitOnAStoredOrder(t *testing.T) {
+	cfg := service.Defaults()
+	cfg.Strategy = "queued"
+	s := newServerOn(t, cfg, backendtest.Wiring{})
+	sku := backendtest.SKU(t)
+	require.Equal(t, http.StatusOK, s.do(t, http.MethodPut, productPath(sku), `{"name":"q","stock":1}`, admin).Code)
+	rec := s.do(t, http.MethodPost, ordersPath(sku), `{"user_id":"u-1","strategy":"hybrid"}`, nil)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	id := decodeOrder(t, rec.Body.Bytes()).OrderID
+
+	start := time.Now()
+	rec = s.do(t, http.MethodGet, orderPath(id)+"?wait=10s", "", nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, id, decodeOrder(t, rec.Body.Bytes()).OrderID)
+	assert.Less(t, time.Since(start), 2*time.Second, "answered at once, not after the wait")
+	assert.Equal(t, http.StatusOK, s.do(t, http.MethodGet, orderPath(id), "", nil).Code)
+}

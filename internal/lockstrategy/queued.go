@@ -457,8 +457,9 @@ func (s *Queued) Pending(ctx context.Context, sku string, held []admission.Held)
 	return writable, nil
 }
 
-// Order reads the record of an order with no row: queued, rejected with its reason, or — placed
-// meanwhile — its row. stock.ErrNotFound when the queue has no record of it.
+// Order reads the record of an order: queued, rejected with its reason, or — placed — its row.
+// stock.ErrNotFound when the queue has no record of it, stock.ErrUnavailable when the queue does
+// not answer.
 func (s *Queued) Order(ctx context.Context, orderID string) (stock.Order, error) {
 	rec, err := s.queue.Get(ctx, orderID)
 	return s.order(ctx, rec, err)
@@ -467,6 +468,13 @@ func (s *Queued) Order(ctx context.Context, orderID string) (stock.Order, error)
 // WaitOrder is Order once the order's record is final, or as it stands when wait passes.
 func (s *Queued) WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
 	rec, err := s.queue.Wait(ctx, orderID, wait)
+	return s.order(ctx, rec, err)
+}
+
+// WaitRecorded is WaitOrder for an order the queue has a record of: stock.ErrNotFound at once
+// when it has none.
+func (s *Queued) WaitRecorded(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
+	rec, err := s.queue.WaitRecorded(ctx, orderID, wait)
 	return s.order(ctx, rec, err)
 }
 
@@ -483,6 +491,12 @@ func (s *Queued) order(ctx context.Context, rec orderqueue.Record, err error) (s
 	case orderqueue.Rejected:
 		o := queuedOrder(rec.Order)
 		o.Status, o.Reason = stock.Rejected, rec.Reason
+		return o, nil
+	}
+	// Still queued, as the record stands: a writer may have committed it and stopped before its
+	// placed record (the message comes back to another within AckWait), and then the row is
+	// the answer.
+	if o, err := s.store.Order(ctx, rec.OrderID); err == nil {
 		return o, nil
 	}
 	return queuedOrder(rec.Order), nil

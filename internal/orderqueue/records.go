@@ -129,7 +129,13 @@ func (q *Queue) Get(ctx context.Context, orderID string) (Record, error) {
 	return r, err
 }
 
+// readAttempt bounds one read of a record: a bucket that does not answer at once is asked again
+// by a writer (its delivery comes back), and a buyer's read falls back to the database.
+const readAttempt = time.Second
+
 func (q *Queue) get(ctx context.Context, orderID string) (Record, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, readAttempt)
+	defer cancel()
 	e, err := q.records.Get(ctx, orderID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 		return Record{}, 0, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
@@ -157,6 +163,15 @@ func decode(e jetstream.KeyValueEntry) (Record, error) {
 // a consumer for every wait, whose cost grows with the records the bucket holds (on
 // nats-server 2.9 a sale's followers slowed the queue threefold over three sales).
 func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
+	return q.wait(ctx, orderID, wait, false)
+}
+
+// WaitRecorded is Wait for an order that has a record: ErrNotFound at once when it has none.
+func (q *Queue) WaitRecorded(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
+	return q.wait(ctx, orderID, wait, true)
+}
+
+func (q *Queue) wait(ctx context.Context, orderID string, wait time.Duration, recorded bool) (Record, error) {
 	if !validKey(orderID) {
 		return Record{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
 	}
@@ -169,6 +184,8 @@ func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (R
 	switch {
 	case err == nil && r.State.Final():
 		return r, nil
+	case errors.Is(err, ErrNotFound) && recorded:
+		return Record{}, err
 	case err != nil && !errors.Is(err, ErrNotFound) && ctx.Err() == nil:
 		return Record{}, err
 	}

@@ -212,24 +212,56 @@ func (s *Service) Product(ctx context.Context, sku string) (stock.Product, error
 	return s.store.Product(ctx, sku)
 }
 
-// Order reads one order from the database, or, while the queued strategy has not written it,
-// from the order queue's record: queued, or rejected with its reason.
+// Order reads one order: with the queued strategy offered, from the order queue's record first —
+// queued, rejected with its reason, or placed and then read from the database — and from the
+// database where the queue has no record of it (another strategy's order, or a record past its
+// TTL) or cannot be asked.
 func (s *Service) Order(ctx context.Context, orderID string) (stock.Order, error) {
-	o, err := s.store.Order(ctx, orderID)
-	if errors.Is(err, stock.ErrNotFound) && s.queued != nil {
-		return s.queued.Order(ctx, orderID)
+	if s.queued == nil {
+		return s.store.Order(ctx, orderID)
 	}
-	return o, err
+	o, err := s.queued.Order(ctx, orderID)
+	return s.orStored(ctx, orderID, o, err)
 }
 
 // WaitOrder is Order, held while the order is queued — until a writer on any instance places or
-// rejects it, or wait passes.
+// rejects it, or wait passes. The record comes first because a queued order's follower asks
+// right after its 202, when the database has no row yet: asking the database first cost every
+// follower a read that found nothing.
 func (s *Service) WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
-	o, err := s.store.Order(ctx, orderID)
-	if errors.Is(err, stock.ErrNotFound) && s.queued != nil {
-		return s.queued.WaitOrder(ctx, orderID, wait)
+	if s.queued == nil {
+		return s.store.Order(ctx, orderID)
 	}
-	return o, err
+	o, err := s.queued.WaitRecorded(ctx, orderID, wait)
+	if !errors.Is(err, stock.ErrNotFound) {
+		return s.orStored(ctx, orderID, o, err)
+	}
+	stored, err := s.store.Order(ctx, orderID)
+	if !errors.Is(err, stock.ErrNotFound) {
+		return stored, err
+	}
+	// Neither has it yet: a queued order whose publisher's record did not land is recorded
+	// by the writer that takes its message.
+	return s.queued.WaitOrder(ctx, orderID, wait)
+}
+
+// orStored is the queue's answer about an order, or the database's when the queue has no record
+// of it or could not say: an order with a row is answered whatever the queue's state, and one
+// with neither is not found — unavailable when the queue did not answer.
+func (s *Service) orStored(ctx context.Context, orderID string, o stock.Order, err error) (stock.Order, error) {
+	switch {
+	case err == nil:
+		return o, nil
+	case errors.Is(err, stock.ErrNotFound):
+		return s.store.Order(ctx, orderID)
+	case errors.Is(err, stock.ErrUnavailable):
+		stored, serr := s.store.Order(ctx, orderID)
+		if errors.Is(serr, stock.ErrNotFound) {
+			return stock.Order{}, err
+		}
+		return stored, serr
+	}
+	return stock.Order{}, err
 }
 
 // PutProduct starts a sale round (stock.Store.PutProduct) and keeps Redis admission in step: its
