@@ -67,6 +67,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -174,7 +175,7 @@ type Queue struct {
 	stream   jetstream.Stream
 	consumer jetstream.Consumer
 	records  jetstream.KeyValue
-	watch    *watch
+	watch    atomic.Pointer[watch] // set once Open has declared the bucket; read by the connection's handlers
 	orders   *prometheus.CounterVec
 }
 
@@ -189,11 +190,12 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, reg prometheus.Regi
 	if err := q.connect(); err != nil {
 		return nil, err
 	}
-	if err := q.declare(ctx); err != nil {
+	republished, err := q.declare(ctx)
+	if err != nil {
 		q.Close()
 		return nil, err
 	}
-	if err := q.watchRecords(); err != nil {
+	if err := q.watchRecords(republished); err != nil {
 		q.Close()
 		return nil, err
 	}
@@ -218,7 +220,18 @@ func (q *Queue) connect() error {
 				q.log.Warn("order queue: disconnected; reconnecting", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { q.log.Info("order queue: reconnected", "server", nc.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			if w := q.watch.Load(); w != nil {
+				w.forget()
+			}
+			q.log.Info("order queue: reconnected", "server", nc.ConnectedUrl())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if w := q.watch.Load(); w != nil && sub == w.sub {
+				w.forget() // a slow consumer: writes were dropped unheard
+			}
+			q.log.Warn("order queue: asynchronous error", "err", err)
+		}),
 	}
 	url := strings.Join(q.cfg.URLs, ",")
 	if len(q.cfg.URLs) == 0 {
@@ -253,7 +266,9 @@ func (q *Queue) replicas() int {
 	return min(3, max(1, len(q.nc.Servers())))
 }
 
-func (q *Queue) declare(ctx context.Context) error {
+// declare creates the stream, the consumer and the records bucket, or brings them to the config,
+// and reports whether the bucket republishes its stored writes (watch).
+func (q *Queue) declare(ctx context.Context) (bool, error) {
 	replicas := q.replicas()
 	var err error
 	q.stream, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -269,7 +284,7 @@ func (q *Queue) declare(ctx context.Context) error {
 		Replicas:    replicas,
 	})
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", q.cfg.Stream, err)
+		return false, fmt.Errorf("stream %s: %w", q.cfg.Stream, err)
 	}
 	q.consumer, err = q.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       q.cfg.Consumer,
@@ -284,9 +299,9 @@ func (q *Queue) declare(ctx context.Context) error {
 		Replicas:   replicas,
 	})
 	if err != nil {
-		return fmt.Errorf("consumer %s: %w", q.cfg.Consumer, err)
+		return false, fmt.Errorf("consumer %s: %w", q.cfg.Consumer, err)
 	}
-	q.records, err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv := jetstream.KeyValueConfig{
 		Bucket:      q.cfg.Bucket,
 		Description: "seckill: queued orders, placed or rejected",
 		History:     1,
@@ -294,11 +309,30 @@ func (q *Queue) declare(ctx context.Context) error {
 		MaxBytes:    4 * q.cfg.MaxBytes,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("order records %s: %w", q.cfg.Bucket, err)
+		RePublish:   recordsRePublish(q.cfg.Bucket),
 	}
-	return nil
+	q.records, err = q.js.CreateOrUpdateKeyValue(ctx, kv)
+	if err != nil {
+		// A server before 2.10 cannot change the RePublish of a bucket that exists (err_code
+		// 10052): one an older version declared keeps its own, and is watched without it.
+		var old jetstream.KeyValue
+		if old, err = q.js.KeyValue(ctx, q.cfg.Bucket); err == nil {
+			var st jetstream.KeyValueStatus
+			if st, err = old.Status(ctx); err == nil {
+				kv.RePublish = st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.RePublish
+				q.records, err = q.js.CreateOrUpdateKeyValue(ctx, kv)
+			}
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("order records %s: %w", q.cfg.Bucket, err)
+	}
+	republished := kv.RePublish != nil && *kv.RePublish == *recordsRePublish(q.cfg.Bucket)
+	if !republished {
+		q.log.Warn("order records: the bucket does not republish its writes (declared by an older version on a server before 2.10); every wait reads the bucket",
+			"bucket", q.cfg.Bucket)
+	}
+	return republished, nil
 }
 
 // Close ends the connection, and stops the embedded server.

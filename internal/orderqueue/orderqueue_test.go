@@ -10,12 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -395,60 +397,123 @@ func TestFinishOnce(t *testing.T) {
 // otherwise answers the record as it stands when the wait passes.
 func TestWaitEndsOnFinish(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
-		ctx := ctxT(t)
-		_, err := q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
-		require.NoError(t, err)
-		start := time.Now()
-		r, err := q.Wait(ctx, "1", 300*time.Millisecond)
-		require.NoError(t, err)
-		assert.Equal(t, Queued, r.State)
-		assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
-
-		finished := make(chan error, 1)
-		go func() {
-			time.Sleep(200 * time.Millisecond)
-			_, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
-			finished <- err
-		}()
-		defer func() { require.NoError(t, <-finished) }()
-		start = time.Now()
-		r, err = q.Wait(ctx, "1", 10*time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, Placed, r.State)
-		assert.Less(t, time.Since(start), 2*time.Second)
-
-		r, err = q.Wait(ctx, "1", time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, Placed, r.State, "a final record answers at once")
-
-		_, err = q.Wait(ctx, "nobody", 200*time.Millisecond)
-		require.ErrorIs(t, err, ErrNotFound)
-		// A write the bucket refuses (a second writer's "rejected" on a stale revision, for an
-		// order the first one placed) still goes out on the record's subject: the wait must not
-		// take it for the record.
-		c, err := q.Claim(ctx, order("a", "2"))
-		require.NoError(t, err)
-		waited := make(chan Record, 1)
-		go func() {
-			r, err := q.Wait(ctx, "2", 5*time.Second)
-			assert.NoError(t, err)
-			waited <- r
-		}()
-		time.Sleep(300 * time.Millisecond)
-		refused, err := json.Marshal(Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
-		require.NoError(t, err)
-		_, err = q.records.Update(ctx, "2", refused, c.rev+100)
-		require.Error(t, err, "a stale revision is refused")
-		time.Sleep(300 * time.Millisecond)
-		_, err = q.Finish(ctx, c, Record{Order: order("a", "2"), State: Placed})
-		require.NoError(t, err)
-		assert.Equal(t, Placed, (<-waited).State, "the record that stood, not the write refused")
-
-		for _, bad := range []string{"*", ">", "a b", "a.*", ".a"} {
-			_, err = q.Wait(ctx, bad, 200*time.Millisecond)
-			require.ErrorIs(t, err, ErrNotFound, "%q is no record's key, nor a subscription's wildcard", bad)
-		}
+		require.True(t, q.watch.Load().stored, "a bucket declared here republishes its stored writes")
+		waitsEnd(t, q)
 	})
+}
+
+// TestWaitWithoutRePublish: a records bucket an older version declared without RePublish is
+// kept as it is on a server that cannot add it (before 2.10), and watched on its own subjects,
+// where a refused write is said too; a server that can add it does.
+func TestWaitWithoutRePublish(t *testing.T) {
+	cfg := testConfig(Config{})
+	cfg.URLs = []string{realURL(t)}
+	nc, err := nats.Connect(cfg.URLs[0])
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, History: 1, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	q := open(t, cfg)
+	var major, minor int
+	_, err = fmt.Sscanf(nc.ConnectedServerVersion(), "%d.%d", &major, &minor)
+	require.NoError(t, err)
+	canAdd := major > 2 || major == 2 && minor >= 10
+	t.Logf("nats-server %s: RePublish added to the bucket: %v", nc.ConnectedServerVersion(), q.watch.Load().stored)
+	require.Equal(t, canAdd, q.watch.Load().stored)
+	waitsEnd(t, q)
+}
+
+// TestHeardKeepsTheLatest: the watch keeps the record of the latest revision heard, however the
+// messages came, forgets a deleted one, and keeps at most two generations of heardKept.
+func TestHeardKeepsTheLatest(t *testing.T) {
+	w := &watch{stored: true, recent: [2]map[string]heard{{}, {}}}
+	rec := func(s State) []byte {
+		b, err := json.Marshal(Record{Order: order("a", "1"), State: s})
+		require.NoError(t, err)
+		return b
+	}
+	assert.True(t, w.keep("1", heard{data: rec(Placed), rev: 7}, false))
+	assert.False(t, w.keep("1", heard{data: rec(Queued), rev: 5}, false), "an earlier revision heard late")
+	r, rev, ok := w.latest("1")
+	require.True(t, ok)
+	assert.Equal(t, Placed, r.State)
+	assert.Equal(t, uint64(7), rev)
+	assert.True(t, w.keep("1", heard{rev: 9}, true))
+	_, _, ok = w.latest("1")
+	assert.False(t, ok, "a delete forgets the order")
+	for i := range 3 * heardKept {
+		w.keep(strconv.Itoa(i), heard{data: rec(Queued), rev: uint64(10 + i)}, false)
+	}
+	assert.LessOrEqual(t, len(w.recent[0])+len(w.recent[1]), 2*heardKept)
+	_, _, ok = w.latest(strconv.Itoa(3*heardKept - 1))
+	assert.True(t, ok)
+	_, _, ok = w.latest("0")
+	assert.False(t, ok, "the oldest generation is dropped")
+	w.forget()
+	_, _, ok = w.latest(strconv.Itoa(3*heardKept - 1))
+	assert.False(t, ok, "a lost connection forgets every record heard")
+}
+
+// waitsEnd: a wait ends at once on the final record, holds a queued one until wait passes, and
+// never takes a refused write for the record.
+func waitsEnd(t *testing.T, q *Queue) {
+	t.Helper()
+	ctx := ctxT(t)
+	_, err := q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
+	require.NoError(t, err)
+	start := time.Now()
+	r, err := q.Wait(ctx, "1", 300*time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, Queued, r.State)
+	assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
+
+	finished := make(chan error, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
+		finished <- err
+	}()
+	defer func() { require.NoError(t, <-finished) }()
+	start = time.Now()
+	r, err = q.Wait(ctx, "1", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, Placed, r.State)
+	assert.Less(t, time.Since(start), 2*time.Second)
+
+	r, err = q.Wait(ctx, "1", time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, Placed, r.State, "a final record answers at once")
+
+	_, err = q.Wait(ctx, "nobody", 200*time.Millisecond)
+	require.ErrorIs(t, err, ErrNotFound)
+	// A write the bucket refuses (a second writer's "rejected" on a stale revision, for an
+	// order the first one placed) still goes out on the record's subject: the wait must not
+	// take it for the record.
+	c, err := q.Claim(ctx, order("a", "2"))
+	require.NoError(t, err)
+	waited := make(chan Record, 1)
+	go func() {
+		r, err := q.Wait(ctx, "2", 5*time.Second)
+		assert.NoError(t, err)
+		waited <- r
+	}()
+	time.Sleep(300 * time.Millisecond)
+	refused, err := json.Marshal(Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
+	require.NoError(t, err)
+	_, err = q.records.Update(ctx, "2", refused, c.rev+100)
+	require.Error(t, err, "a stale revision is refused")
+	time.Sleep(300 * time.Millisecond)
+	_, err = q.Finish(ctx, c, Record{Order: order("a", "2"), State: Placed})
+	require.NoError(t, err)
+	assert.Equal(t, Placed, (<-waited).State, "the record that stood, not the write refused")
+
+	for _, bad := range []string{"*", ">", "a b", "a.*", ".a"} {
+		_, err = q.Wait(ctx, bad, 200*time.Millisecond)
+		require.ErrorIs(t, err, ErrNotFound, "%q is no record's key, nor a subscription's wildcard", bad)
+	}
 }
 
 // TestEmbeddedKeepsOrders: the embedded server keeps its queue in the data directory: orders

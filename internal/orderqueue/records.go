@@ -76,6 +76,11 @@ type Claimed struct {
 // before writing it), written queued now unless a sweeper's rejection came first. Finish it from
 // there.
 func (q *Queue) Claim(ctx context.Context, o Order) (Claimed, error) {
+	if r, rev, ok := q.watch.Load().latest(o.OrderID); ok {
+		// As the bucket stored it lately: a Finish from it is conditional on its revision, so
+		// a record that changed since costs one refused write and a read, never a wrong one.
+		return Claimed{Record: r, rev: rev}, nil
+	}
 	r, rev, err := q.get(ctx, o.OrderID)
 	if errors.Is(err, ErrNotFound) {
 		r, rev, err = q.record(ctx, Record{Order: o, State: Queued})
@@ -157,11 +162,12 @@ func decode(e jetstream.KeyValueEntry) (Record, error) {
 
 // Wait returns the order's record once it is final, or as it stands when wait passes (still
 // queued); ErrNotFound when the order has no record by then. It listens for the order's writes
-// on the instance's one watch of the records (watch) and reads the record from the bucket
-// whenever a final one is said there, so that any instance's writer ends the wait at once —
-// read again for a moment when the bucket does not have it yet. A JetStream watch would create
-// a consumer for every wait, whose cost grows with the records the bucket holds (on
-// nats-server 2.9 a sale's followers slowed the queue threefold over three sales).
+// on the instance's one watch of the records (watch), so that any instance's writer ends the
+// wait at once: the final record as the bucket stored it, or — a bucket that does not
+// republish — the cue to read it, read again for a moment when the bucket does not have it yet.
+// The record the watch heard last answers the first look without a read. A JetStream watch
+// would create a consumer for every wait, whose cost grows with the records the bucket holds
+// (on nats-server 2.9 a sale's followers slowed the queue threefold over three sales).
 func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
 	return q.wait(ctx, orderID, wait, false)
 }
@@ -178,9 +184,14 @@ func (q *Queue) wait(ctx context.Context, orderID string, wait time.Duration, re
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	said, stop := q.watch.listen(orderID)
+	w := q.watch.Load()
+	said, stop := w.listen(orderID)
 	defer stop()
-	r, err := q.Get(ctx, orderID)
+	r, _, heard := w.latest(orderID)
+	var err error
+	if !heard {
+		r, err = q.Get(ctx, orderID)
+	}
 	switch {
 	case err == nil && r.State.Final():
 		return r, nil
@@ -193,7 +204,13 @@ func (q *Queue) wait(ctx context.Context, orderID string, wait time.Duration, re
 		select {
 		case <-ctx.Done():
 			continue // the wait passed
-		case <-said:
+		case h := <-said:
+			if h.rev != 0 {
+				var r Record
+				if json.Unmarshal(h.data, &r) == nil {
+					return r, nil // final, as stored
+				}
+			}
 		}
 		for range 5 {
 			if r, err := q.Get(ctx, orderID); err == nil && r.State.Final() {

@@ -3,70 +3,162 @@ package orderqueue
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// watch is the one subscription an instance's waits share: every write to the order records
-// goes out on $KV.<bucket>.<order id>, and each is passed to the waits of that order. A
-// subscription of a wait's own would cost a subscribe and an unsubscribe at the server for
-// every wait, and nats.go gives each synchronous subscription a buffer of 64k messages — half a
-// megabyte that a sale's followers allocated hundreds of times a second and the garbage
-// collector then scanned (a third of a queued sale's service CPU in the profile, 2026-12-02).
+// watch is the one subscription an instance's waits share: every write to the order records is
+// heard once, and passed to the waits of that order. A subscription of a wait's own would cost a
+// subscribe and an unsubscribe at the server for every wait, and nats.go gives each synchronous
+// subscription a buffer of 64k messages — half a megabyte that a sale's followers allocated
+// hundreds of times a second and the garbage collector then scanned (a third of a queued sale's
+// service CPU in the profile, 2026-12-02).
+//
+// What it hears depends on the bucket. The records bucket republishes every write it stored
+// (RePublish, to saidSubjects): each message is then the record itself at its revision
+// (Nats-Sequence), so a wait ends on it without reading the bucket, and the watch keeps the
+// records it heard last (heard) — a follower's first read and a writer's Claim find them there.
+// A bucket declared without RePublish by an older version, on a server before 2.10 (which
+// cannot add it to a bucket that exists), is watched on $KV.<bucket>.<id>, where every
+// conditional write is said, the refused ones too: there a message is only the cue to read the
+// bucket.
 type watch struct {
 	prefix string
+	stored bool // the writes heard were stored ones (RePublish): each is the record
 	sub    *nats.Subscription
 	mu     sync.Mutex
-	waits  map[string]map[chan struct{}]struct{}
+	waits  map[string]map[chan heard]struct{}
+	recent [2]map[string]heard // the records heard last, newest first (stored only)
 }
 
-// watchRecords subscribes to every write to the order records.
-func (q *Queue) watchRecords() error {
-	w := &watch{prefix: "$KV." + q.cfg.Bucket + ".", waits: map[string]map[chan struct{}]struct{}{}}
+// heard is a write the watch heard: a stored record at its revision, or with rev 0 the cue that
+// the order's record was written (a bucket without RePublish).
+type heard struct {
+	data []byte
+	rev  uint64
+}
+
+// heardKept bounds each of the two generations of records the watch keeps: at a sale's rate of
+// two writes an order, a few seconds of them — a follower asks within moments of its 202, a
+// writer within its order's time in the queue — in a few megabytes.
+const heardKept = 8192
+
+// saidSubjects is where the records bucket republishes its stored writes: <it>.<order id>.
+func saidSubjects(bucket string) string { return "seckill.records." + bucket }
+
+// recordsRePublish is the RePublish of the records bucket.
+func recordsRePublish(bucket string) *jetstream.RePublish {
+	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: saidSubjects(bucket) + ".>"}
+}
+
+// watchRecords subscribes to every write to the order records: the stored ones when the bucket
+// republishes them to saidSubjects, else every one said on the bucket's subjects.
+func (q *Queue) watchRecords(stored bool) error {
+	w := &watch{prefix: "$KV." + q.cfg.Bucket + ".", stored: stored, waits: map[string]map[chan heard]struct{}{}}
+	if stored {
+		w.prefix = saidSubjects(q.cfg.Bucket) + "."
+		w.recent = [2]map[string]heard{{}, {}}
+	}
 	sub, err := q.nc.Subscribe(w.prefix+">", w.said)
 	if err != nil {
 		return fmt.Errorf("watch order records %s: %w", q.cfg.Bucket, classify(err))
 	}
 	w.sub = sub
-	q.watch = w
+	q.watch.Store(w)
 	return nil
 }
 
-// said passes a write to the order's waits when it says a final state. The subject alone is not
-// the record: every conditional write is said there, the refused ones too — a second writer's
-// "rejected" for an order the first one placed — so a wait only takes it as the cue to read the
-// bucket.
+// said takes in one write heard: a stored one is kept as the order's latest record, and a
+// final one is passed to the order's waits.
 func (w *watch) said(m *nats.Msg) {
 	id := strings.TrimPrefix(m.Subject, w.prefix)
-	w.mu.Lock()
-	_, waited := w.waits[id]
-	w.mu.Unlock()
-	if !waited {
-		return
-	}
-	var said Record
-	if m.Header.Get("KV-Operation") != "" || json.Unmarshal(m.Data, &said) != nil || !said.State.Final() {
-		return // a delete or purge (the TTL), or not an end
+	deleted := m.Header.Get("KV-Operation") != "" // a delete or purge (the TTL)
+	h := heard{data: m.Data}
+	if w.stored {
+		rev, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return
+		}
+		h.rev = rev
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for ch := range w.waits[id] {
+	if w.stored && !w.keep(id, h, deleted) {
+		return
+	}
+	waits := w.waits[id]
+	if len(waits) == 0 || deleted {
+		return
+	}
+	var said Record
+	if json.Unmarshal(h.data, &said) != nil || !said.State.Final() {
+		return
+	}
+	for ch := range waits {
 		select {
-		case ch <- struct{}{}:
-		default: // told already, and not yet read
+		case ch <- h:
+		default: // told already, and not yet read; a record ends once
 		}
 	}
 }
 
+// keep records h as the order's latest, unless a later revision was heard first; a delete
+// forgets the order. It reports whether h is the latest. The caller holds w.mu.
+func (w *watch) keep(id string, h heard, deleted bool) bool {
+	for _, gen := range w.recent {
+		if was, ok := gen[id]; ok && was.rev >= h.rev {
+			return false
+		}
+	}
+	delete(w.recent[1], id)
+	if deleted {
+		delete(w.recent[0], id)
+		return true
+	}
+	if len(w.recent[0]) >= heardKept {
+		w.recent[1], w.recent[0] = w.recent[0], make(map[string]heard, heardKept)
+	}
+	w.recent[0][id] = h
+	return true
+}
+
+// latest is the order's record as last heard, with its revision; false when none was heard
+// lately (or the bucket does not republish).
+func (w *watch) latest(id string) (Record, uint64, bool) {
+	w.mu.Lock()
+	h, ok := w.recent[0][id]
+	if !ok {
+		h, ok = w.recent[1][id]
+	}
+	w.mu.Unlock()
+	var r Record
+	if !ok || json.Unmarshal(h.data, &r) != nil {
+		return Record{}, 0, false
+	}
+	return r, h.rev, true
+}
+
+// forget drops every record heard: the connection was lost, and the writes made meanwhile were
+// not heard, so a record kept may no longer be the latest.
+func (w *watch) forget() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stored {
+		w.recent = [2]map[string]heard{{}, {}}
+	}
+}
+
 // listen tells ch of every final state said of the order, until the returned stop.
-func (w *watch) listen(id string) (ch chan struct{}, stop func()) {
-	ch = make(chan struct{}, 1)
+func (w *watch) listen(id string) (ch chan heard, stop func()) {
+	ch = make(chan heard, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.waits[id] == nil {
-		w.waits[id] = map[chan struct{}]struct{}{}
+		w.waits[id] = map[chan heard]struct{}{}
 	}
 	w.waits[id][ch] = struct{}{}
 	return ch, func() {
