@@ -807,3 +807,28 @@ func TestStraysTakenUp(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"5"}, taken)
 }
+
+// TestReconnectForgetsHeard: a server restarted under the queue forgets the writes made while the
+// connection was down, so the records the watch heard before are dropped on the reconnect; the
+// next waits read the bucket and still end.
+func TestReconnectForgetsHeard(t *testing.T) {
+	servers := startServers(t, 1)
+	cfg := testConfig(Config{})
+	cfg.URLs = natsserver.URLs(servers...)
+	q := open(t, cfg)
+	ctx := ctxT(t)
+	_, err := q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, _, ok := q.watch.Load().latest("1"); return ok }, 5*time.Second, 10*time.Millisecond,
+		"the watch hears the record")
+	servers[0].Kill()
+	require.NoError(t, servers[0].Start())
+	require.Eventually(t, q.nc.IsConnected, 20*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { _, _, ok := q.watch.Load().latest("1"); return !ok }, 5*time.Second, 10*time.Millisecond,
+		"a reconnect forgets the records heard")
+	_, err = q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
+	require.NoError(t, err)
+	r, err := q.Wait(ctx, "1", 5*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, Placed, r.State)
+}
