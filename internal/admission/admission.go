@@ -122,9 +122,9 @@ type Ledger struct {
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
 	pending Pending              // nil: no order is written by anyone but its admitting instance
 
-	batch   int                // buyers of a product one admission call may take (batch.go); <= 1: one call per buyer
-	bmu     sync.Mutex         // guards waiting
-	waiting map[string][]*call // by SKU: buyers waiting for the next call; a key is present while its drainer runs
+	batch   int                     // buyers of a product one admission call may take (batch.go), and hand-overs one call may carry; <= 1: one call each
+	admits  *coalescer[*call]       // by SKU: buyers waiting for the next admission call
+	handing *coalescer[*handedOver] // by SKU: hand-overs waiting for the next call (HandOver)
 
 	results   *prometheus.CounterVec
 	givebacks prometheus.Counter
@@ -182,7 +182,8 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},
-		waiting:  map[string][]*call{},
+		admits:   newCoalescer[*call](),
+		handing:  newCoalescer[*handedOver](),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
@@ -628,13 +629,56 @@ func (a *Ledger) leaveWritable(ctx context.Context, sku string, users, helds, id
 // HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their orders'
 // messages went out, and the writer that takes each resolves it, whichever instance it runs on —
 // the sweeper never returns their units, even once this instance is gone. A hand-over that
-// fails is done by the sweeper instead, once Pending confirms the message went out.
+// fails is done by the sweeper instead, once Pending confirms the message went out. With
+// Batch(n), the hand-overs of one order each that arrive while the product's last one is out
+// wait for it and then go together, up to n in one call, as admission's buyers do.
 func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
 	users, ids := make([]string, len(reqs)), make([]string, len(reqs))
 	for i, r := range reqs {
 		users[i], ids[i] = r.UserID, r.Reservation.ID
 	}
-	return a.handOver(ctx, sku, users, ids)
+	if a.batch <= 1 || len(reqs) != 1 {
+		return a.handOver(ctx, sku, users, ids)
+	}
+	h := &handedOver{user: users[0], id: ids[0], done: make(chan struct{})}
+	if a.handing.add(sku, h) {
+		go a.drainHandOvers(sku)
+	}
+	select {
+	case <-h.done:
+		return h.err
+	case <-ctx.Done():
+	}
+	if a.handing.remove(sku, h) {
+		return ctx.Err()
+	}
+	<-h.done
+	return h.err
+}
+
+// handedOver is one hand-over waiting for its product's next call.
+type handedOver struct {
+	user, id string
+	err      error
+	done     chan struct{}
+}
+
+// drainHandOvers sends sku's waiting hand-overs, a batch at a time, until none is left, on a
+// context of its own (like drain).
+func (a *Ledger) drainHandOvers(sku string) {
+	for hs := a.handing.take(sku, a.batch); hs != nil; hs = a.handing.take(sku, a.batch) {
+		users, ids := make([]string, len(hs)), make([]string, len(hs))
+		for i, h := range hs {
+			users[i], ids[i] = h.user, h.id
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
+		err := a.handOver(ctx, sku, users, ids)
+		cancel()
+		for _, h := range hs {
+			h.err = err
+			close(h.done)
+		}
+	}
 }
 
 func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) error {

@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 )
 
@@ -47,11 +46,7 @@ func (a *Ledger) ask(ctx context.Context, b buyer) (int64, error) {
 	}
 	c := &call{buyer: b, done: make(chan struct{})}
 	sku := b.req.SKU
-	a.bmu.Lock()
-	q, running := a.waiting[sku]
-	a.waiting[sku] = append(q, c)
-	a.bmu.Unlock()
-	if !running {
+	if a.admits.add(sku, c) {
 		go a.drain(sku)
 	}
 	select {
@@ -59,14 +54,9 @@ func (a *Ledger) ask(ctx context.Context, b buyer) (int64, error) {
 		return c.code, c.err
 	case <-ctx.Done():
 	}
-	a.bmu.Lock()
-	q = a.waiting[sku]
-	if i := slices.Index(q, c); i >= 0 {
-		a.waiting[sku] = slices.Delete(q, i, i+1)
-		a.bmu.Unlock()
+	if a.admits.remove(sku, c) {
 		return 0, ctx.Err()
 	}
-	a.bmu.Unlock()
 	<-c.done
 	return c.code, c.err
 }
@@ -74,20 +64,8 @@ func (a *Ledger) ask(ctx context.Context, b buyer) (int64, error) {
 // drain sends sku's waiting buyers, a batch at a time, until none is left. Its calls run on a
 // context of their own: the buyer who happened to start it must not cut off everyone else's.
 func (a *Ledger) drain(sku string) {
-	for {
-		a.bmu.Lock()
-		q := a.waiting[sku]
-		if len(q) == 0 {
-			delete(a.waiting, sku)
-			a.bmu.Unlock()
-			return
-		}
-		n := min(len(q), a.batch)
-		calls := q[:n:n]
-		a.waiting[sku] = q[n:]
-		a.bmu.Unlock()
-
-		buyers := make([]buyer, n)
+	for calls := a.admits.take(sku, a.batch); calls != nil; calls = a.admits.take(sku, a.batch) {
+		buyers := make([]buyer, len(calls))
 		for i, c := range calls {
 			buyers[i] = c.buyer
 		}

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -127,4 +130,75 @@ func callBuyers(t *testing.T, reg *prometheus.Registry) (calls, buyers int) {
 	}
 	t.Fatal("seckill_admission_call_buyers not registered")
 	return 0, 0
+}
+
+// countScripts counts the scripts a client runs (EVALSHA).
+type countScripts struct{ n atomic.Int64 }
+
+func (c *countScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *countScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.EqualFold(cmd.Name(), "evalsha") {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *countScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestBatchedHandOver hands 60 admitted reservations over to the order queue at once, as 60
+// queued orders' 202s do: every one moves to the queue's hash, none is left in the reserved one,
+// and with Batch(64) they went in fewer calls than hand-overs — one per hand-over without it.
+// A batch that dropped a member would leave its reservation reserved, for a sweeper to return
+// under an order that is queued.
+func TestBatchedHandOver(t *testing.T) {
+	for _, batch := range []int{1, 64} {
+		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
+			const n = 60
+			sku := backendtest.SKU(t)
+			store := backendtest.Store(t)
+			ctx := context.Background()
+			_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: n, MaxPerOrder: 1})
+			require.NoError(t, err)
+			client := backendtest.Redis(t)
+			ledger := admission.New(client, store, "handover-test", 2*time.Second, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+			ledger.Batch(batch)
+			ledger.Beat(ctx)
+			reqs := make([]stock.OrderRequest, n)
+			for i := range reqs {
+				reqs[i] = stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("u%02d", i), Quantity: 1}
+				res, err := ledger.Admit(ctx, reqs[i])
+				require.NoError(t, err)
+				reqs[i].Reservation = res
+			}
+			counted := &countScripts{}
+			client.AddHook(counted)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for _, r := range reqs {
+				wg.Go(func() {
+					<-start
+					assert.NoError(t, ledger.HandOver(ctx, sku, []stock.OrderRequest{r}))
+				})
+			}
+			close(start)
+			wg.Wait()
+			k := admission.KeysOf(sku)
+			queued, err := client.HLen(ctx, k.Queued).Result()
+			require.NoError(t, err)
+			reserved, err := client.HLen(ctx, k.Reserved).Result()
+			require.NoError(t, err)
+			assert.EqualValues(t, n, queued, "reservations handed over")
+			assert.Zero(t, reserved, "reservations left with their instance")
+			calls := counted.n.Load()
+			t.Logf("%d hand-overs in %d calls", n, calls)
+			if batch > 1 {
+				assert.Less(t, calls, int64(n), "no call carried more than one hand-over")
+			} else {
+				assert.EqualValues(t, n, calls, "a call per hand-over")
+			}
+		})
+	}
 }

@@ -1,0 +1,54 @@
+package admission
+
+import (
+	"slices"
+	"sync"
+)
+
+// coalescer holds, per product, the callers waiting for that product's next Redis call: the
+// first to arrive starts the product's drainer, which takes them a batch at a time until none is
+// left. Admission (batch.go) and the queued strategy's hand-overs (HandOver) share it.
+type coalescer[T comparable] struct {
+	mu      sync.Mutex
+	waiting map[string][]T // a key is present while its drainer runs
+}
+
+func newCoalescer[T comparable]() *coalescer[T] {
+	return &coalescer[T]{waiting: map[string][]T{}}
+}
+
+// add queues t for sku's next call, and reports whether the caller must start sku's drainer.
+func (c *coalescer[T]) add(sku string, t T) (start bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q, running := c.waiting[sku]
+	c.waiting[sku] = append(q, t)
+	return !running
+}
+
+// take is the drainer's next batch of sku, at most n; none left, the drainer ends (nil).
+func (c *coalescer[T]) take(sku string, n int) []T {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.waiting[sku]
+	if len(q) == 0 {
+		delete(c.waiting, sku)
+		return nil
+	}
+	n = min(len(q), n)
+	c.waiting[sku] = q[n:]
+	return q[:n:n]
+}
+
+// remove takes t out of sku's queue, and reports whether it was still there (its call not sent).
+func (c *coalescer[T]) remove(sku string, t T) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.waiting[sku]
+	i := slices.Index(q, t)
+	if i < 0 {
+		return false
+	}
+	c.waiting[sku] = slices.Delete(q, i, i+1)
+	return true
+}
