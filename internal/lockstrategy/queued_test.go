@@ -113,8 +113,12 @@ func TestQueuedRejectsWhatTheDatabaseLacks(t *testing.T) {
 	}
 	placed, rejected := ended(t, insts, accepted, 10*time.Second)
 	assert.Len(t, placed, 2)
-	assert.Equal(t, map[string]string{accepted[2].OrderID: "sold_out", accepted[3].OrderID: "sold_out"}, rejected,
-		"the last two, in the queue's order")
+	// Which two: the instance's two writer loops take deliveries side by side, so a later order
+	// can be written before an earlier one that another loop holds.
+	assert.Len(t, rejected, 2)
+	for id, reason := range rejected {
+		assert.Equal(t, "sold_out", reason, "order %s", id)
+	}
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
 	audit, err := insts[0].Audit(ctx, sku)
 	require.NoError(t, err)
