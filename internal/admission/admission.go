@@ -641,18 +641,9 @@ func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderReq
 		return a.handOver(ctx, sku, users, ids)
 	}
 	h := &handedOver{user: users[0], id: ids[0], done: make(chan struct{})}
-	if a.handing.add(sku, h) {
-		go a.drainHandOvers(sku)
+	if err := a.handing.await(ctx, sku, h, h.done, a.drainHandOvers); err != nil {
+		return err
 	}
-	select {
-	case <-h.done:
-		return h.err
-	case <-ctx.Done():
-	}
-	if a.handing.remove(sku, h) {
-		return ctx.Err()
-	}
-	<-h.done
 	return h.err
 }
 

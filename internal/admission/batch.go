@@ -45,19 +45,9 @@ func (a *Ledger) ask(ctx context.Context, b buyer) (int64, error) {
 		return codes[0], nil
 	}
 	c := &call{buyer: b, done: make(chan struct{})}
-	sku := b.req.SKU
-	if a.admits.add(sku, c) {
-		go a.drain(sku)
+	if err := a.admits.await(ctx, b.req.SKU, c, c.done, a.drain); err != nil {
+		return 0, err
 	}
-	select {
-	case <-c.done:
-		return c.code, c.err
-	case <-ctx.Done():
-	}
-	if a.admits.remove(sku, c) {
-		return 0, ctx.Err()
-	}
-	<-c.done
 	return c.code, c.err
 }
 

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"slices"
 	"sync"
 )
@@ -15,6 +16,26 @@ type coalescer[T comparable] struct {
 
 func newCoalescer[T comparable]() *coalescer[T] {
 	return &coalescer[T]{waiting: map[string][]T{}}
+}
+
+// await queues t for sku's next call, starting sku's drainer (drain) if none runs, and waits
+// until t's call is answered (done closed). When ctx ends first, a t still waiting is taken out
+// and never sent (ctx's error); a t already sent is waited for, so that what its call did is
+// never left behind untracked.
+func (c *coalescer[T]) await(ctx context.Context, sku string, t T, done <-chan struct{}, drain func(sku string)) error {
+	if c.add(sku, t) {
+		go drain(sku)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	if c.remove(sku, t) {
+		return ctx.Err()
+	}
+	<-done
+	return nil
 }
 
 // add queues t for sku's next call, and reports whether the caller must start sku's drainer.

@@ -314,14 +314,11 @@ func (q *Queue) declare(ctx context.Context) (bool, error) {
 	q.records, err = q.js.CreateOrUpdateKeyValue(ctx, kv)
 	if err != nil {
 		// A server before 2.10 cannot change the RePublish of a bucket that exists (err_code
-		// 10052): one an older version declared keeps its own, and is watched without it.
-		var old jetstream.KeyValue
-		if old, err = q.js.KeyValue(ctx, q.cfg.Bucket); err == nil {
-			var st jetstream.KeyValueStatus
-			if st, err = old.Status(ctx); err == nil {
-				kv.RePublish = st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.RePublish
-				q.records, err = q.js.CreateOrUpdateKeyValue(ctx, kv)
-			}
+		// 10052): one an older version declared keeps its own, and is watched without it. The
+		// bucket is the stream KV_<bucket>.
+		if old, lookErr := q.js.Stream(ctx, "KV_"+q.cfg.Bucket); lookErr == nil {
+			kv.RePublish = old.CachedInfo().Config.RePublish
+			q.records, err = q.js.CreateOrUpdateKeyValue(ctx, kv)
 		}
 	}
 	if err != nil {

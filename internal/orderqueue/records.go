@@ -204,12 +204,9 @@ func (q *Queue) wait(ctx context.Context, orderID string, wait time.Duration, re
 		select {
 		case <-ctx.Done():
 			continue // the wait passed
-		case h := <-said:
-			if h.rev != 0 {
-				var r Record
-				if json.Unmarshal(h.data, &r) == nil {
-					return r, nil // final, as stored
-				}
+		case r := <-said:
+			if r.State.Final() {
+				return r, nil // as stored
 			}
 		}
 		for range 5 {

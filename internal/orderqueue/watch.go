@@ -31,12 +31,12 @@ type watch struct {
 	stored bool // the writes heard were stored ones (RePublish): each is the record
 	sub    *nats.Subscription
 	mu     sync.Mutex
-	waits  map[string]map[chan heard]struct{}
+	waits  map[string]map[chan Record]struct{}
 	recent [2]map[string]heard // the records heard last, newest first (stored only)
 }
 
-// heard is a write the watch heard: a stored record at its revision, or with rev 0 the cue that
-// the order's record was written (a bucket without RePublish).
+// heard is a write the watch heard: a stored record at its revision, or with rev 0 a write said
+// on a bucket without RePublish, which may have been refused.
 type heard struct {
 	data []byte
 	rev  uint64
@@ -58,10 +58,10 @@ func recordsRePublish(bucket string) *jetstream.RePublish {
 // watchRecords subscribes to every write to the order records: the stored ones when the bucket
 // republishes them to saidSubjects, else every one said on the bucket's subjects.
 func (q *Queue) watchRecords(stored bool) error {
-	w := &watch{prefix: "$KV." + q.cfg.Bucket + ".", stored: stored, waits: map[string]map[chan heard]struct{}{}}
+	w := &watch{prefix: "$KV." + q.cfg.Bucket + ".", stored: stored, waits: map[string]map[chan Record]struct{}{},
+		recent: [2]map[string]heard{{}, {}}}
 	if stored {
 		w.prefix = saidSubjects(q.cfg.Bucket) + "."
-		w.recent = [2]map[string]heard{{}, {}}
 	}
 	sub, err := q.nc.Subscribe(w.prefix+">", w.said)
 	if err != nil {
@@ -73,7 +73,8 @@ func (q *Queue) watchRecords(stored bool) error {
 }
 
 // said takes in one write heard: a stored one is kept as the order's latest record, and a
-// final one is passed to the order's waits.
+// final one is passed to the order's waits — the record itself, or (a write said, perhaps
+// refused) an empty one, the cue to read it.
 func (w *watch) said(m *nats.Msg) {
 	id := strings.TrimPrefix(m.Subject, w.prefix)
 	deleted := m.Header.Get("KV-Operation") != "" // a delete or purge (the TTL)
@@ -98,9 +99,12 @@ func (w *watch) said(m *nats.Msg) {
 	if json.Unmarshal(h.data, &said) != nil || !said.State.Final() {
 		return
 	}
+	if !w.stored {
+		said = Record{}
+	}
 	for ch := range waits {
 		select {
-		case ch <- h:
+		case ch <- said:
 		default: // told already, and not yet read; a record ends once
 		}
 	}
@@ -147,18 +151,16 @@ func (w *watch) latest(id string) (Record, uint64, bool) {
 func (w *watch) forget() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.stored {
-		w.recent = [2]map[string]heard{{}, {}}
-	}
+	w.recent = [2]map[string]heard{{}, {}}
 }
 
 // listen tells ch of every final state said of the order, until the returned stop.
-func (w *watch) listen(id string) (ch chan heard, stop func()) {
-	ch = make(chan heard, 1)
+func (w *watch) listen(id string) (ch chan Record, stop func()) {
+	ch = make(chan Record, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.waits[id] == nil {
-		w.waits[id] = map[chan heard]struct{}{}
+		w.waits[id] = map[chan Record]struct{}{}
 	}
 	w.waits[id][ch] = struct{}{}
 	return ch, func() {
