@@ -76,6 +76,8 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.IntVar(&sc.GroupCommit, "group-commit", d.GroupCommit, "place up to this many queued orders of a SKU in one critical section; 0 or 1: one order per section")
 	fs.IntVar(&sc.AdmitBatch, "admit-batch", d.AdmitBatch,
 		"hybrid and queued: answer up to this many buyers of a SKU in one Redis admission call, those who arrive while its last call is out; 0 or 1: one call per buyer")
+	fs.IntVar(&sc.QueuedMaxWaiting, "queued-max-waiting", d.QueuedMaxWaiting,
+		"queued: the most orders of a SKU accepted and not yet written or rejected, on all instances; past it an order is answered busy (429), so none waits behind more; 0: only the queue's bound")
 	rowLock := fs.String("row-lock", d.RowLock.String(),
 		"pessimistic: nowait (SELECT ... FOR UPDATE NOWAIT, a held row tried again until the lock wait runs out) or wait (in the row's lock queue); SQLite: no difference")
 	fs.DurationVar(&sc.InstanceTTL, "instance-ttl", d.InstanceTTL,
@@ -130,8 +132,8 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 			return nil, err
 		}
 	}
-	if sc.GroupCommit < 0 || sc.AdmitBatch < 0 {
-		return nil, errors.New("group-commit and admit-batch must not be negative")
+	if sc.GroupCommit < 0 || sc.AdmitBatch < 0 || sc.QueuedMaxWaiting < 0 {
+		return nil, errors.New("group-commit, admit-batch and queued-max-waiting must not be negative")
 	}
 	if sc.RowLock, err = stock.ParseRowWait(*rowLock); err != nil {
 		return nil, fmt.Errorf("%s: %w", envName("row-lock"), err)

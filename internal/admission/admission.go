@@ -185,7 +185,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		admits:   newCoalescer[*call](),
 		handing:  newCoalescer[*handedOver](),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy) and counters (re)built from the database (warmed).",
+			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy; waiting: a queued order past its product's bound of orders waiting to be written, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
 		givebacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_admission_givebacks_total", Help: "Admitted orders whose reservation was given back after the database step failed.",
@@ -282,6 +282,14 @@ func (a *Ledger) Down(step string, err error) {
 // reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown. With Batch set, the
 // buyers of a product that arrive while its last call is out go to Redis together (batch.go).
 func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reservation, error) {
+	return a.AdmitWithin(ctx, req, 0)
+}
+
+// AdmitWithin is Admit for an order that waits behind every other of its product (the queued
+// strategy's): while the product holds bound reservations or more — orders admitted and not yet
+// written or given back, on any instance — it answers stock.ErrBusy, units left or not, so that
+// no order waits behind more than bound others. 0: no bound.
+func (a *Ledger) AdmitWithin(ctx context.Context, req stock.OrderRequest, bound int) (stock.Reservation, error) {
 	if !a.Available() {
 		return stock.Reservation{}, ErrRedisDown
 	}
@@ -293,7 +301,7 @@ func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reser
 	// Tracked before Redis has it, so that this instance's sweeper never takes a reservation of
 	// an order in flight here for one it lost track of.
 	a.track(res.ID, time.Time{})
-	code, err := a.ask(ctx, buyer{req: req, id: res.ID})
+	code, err := a.ask(ctx, buyer{req: req, id: res.ID, bound: bound})
 	if code != 0 || err != nil {
 		a.Done(res)
 	}
@@ -318,23 +326,28 @@ func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reser
 		a.results.WithLabelValues("held").Inc()
 		return stock.Reservation{}, fmt.Errorf("admission %s: the units left are held by orders in their sections, which may give them back: %w",
 			req.SKU, stock.ErrBusy)
+	case 5:
+		a.results.WithLabelValues("waiting").Inc()
+		return stock.Reservation{}, fmt.Errorf("admission %s: %d orders are waiting to be written, the most allowed: %w", req.SKU, bound, stock.ErrBusy)
 	}
 	return stock.Reservation{}, fmt.Errorf("admission %s: answer %d: %w", req.SKU, code, ErrRedisDown)
 }
 
-// buyer is one order asking admission: its request and the id of the reservation it takes.
+// buyer is one order asking admission: its request, the id of the reservation it takes, and
+// the most reservations its product may hold with it (AdmitWithin; 0: no bound).
 type buyer struct {
-	req stock.OrderRequest
-	id  string
+	req   stock.OrderRequest
+	id    string
+	bound int
 }
 
 // admit runs lua/admit.lua once for buyers, all of sku, and returns their answers in order,
 // warming the counter from the database first if it is missing.
 func (a *Ledger) admit(ctx context.Context, sku string, buyers []buyer) ([]int64, error) {
-	args := make([]any, 0, 1+4*len(buyers))
+	args := make([]any, 0, 1+5*len(buyers))
 	args = append(args, a.instance)
 	for _, b := range buyers {
-		args = append(args, b.req.UserID, b.req.Quantity, b.id, b.req.IdempotencyKey)
+		args = append(args, b.req.UserID, b.req.Quantity, b.id, b.req.IdempotencyKey, b.bound)
 	}
 	for warmed := false; ; warmed = true {
 		codes, err := admitScript.Run(ctx, a.client, keys(sku), args...).Int64Slice()

@@ -69,6 +69,10 @@ type QueuedOptions struct {
 	Idle    time.Duration // how long an idle writer waits for an order before asking again (default 1 s)
 	Retry   time.Duration // how long an order that could not be decided waits before it comes back (default 250 ms)
 	Publish time.Duration // budget of an order's publish, and again of its record (default 2 s)
+	// MaxWaiting bounds the orders of a product accepted and not yet written or rejected, on
+	// all instances: past it a new order is answered busy, so that none waits behind more than
+	// this many (0: only the queue's own bound).
+	MaxWaiting int
 }
 
 // NewQueued returns the queued strategy over hybrid's admission and section, and starts its
@@ -115,7 +119,7 @@ func (s *Queued) Close() error {
 func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	req.OrderID = ulid.Make().String()
 	req.Reservation = stock.Reservation{ID: req.OrderID}
-	res, err := s.admission.Admit(ctx, req)
+	res, err := s.admission.AdmitWithin(ctx, req, s.opts.MaxWaiting)
 	if errors.Is(err, admission.ErrRedisDown) {
 		// No 202 can be promised without admission, and the database path is no fallback here:
 		// it would sell units that admission holds for orders already answered 202, which the

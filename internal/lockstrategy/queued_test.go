@@ -128,6 +128,52 @@ func TestQueuedRejectsWhatTheDatabaseLacks(t *testing.T) {
 	assert.Zero(t, audit.Redis.Reservations, "every reservation ended: settled or given back")
 }
 
+// TestQueuedBoundsTheWaiting: with SECKILL_QUEUED_MAX_WAITING at 3 and the writers held in
+// their section, three orders on one instance are accepted and a fourth, on another, is answered
+// busy with units left and takes none — the bound is the product's, across instances. Once the
+// writers go on, the three are placed and the fourth is accepted and placed too.
+func TestQueuedBoundsTheWaiting(t *testing.T) {
+	sku := backendtest.SKU(t)
+	cfg := config("queued")
+	cfg.QueuedMaxWaiting = 3
+	release := make(chan struct{})
+	cfg.Hooks.InSection = func(ctx context.Context, _ []stock.OrderRequest) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	insts := newInstances(t, 2, cfg, backendtest.Wiring{})
+	ctx := context.Background()
+	_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 10, MaxPerOrder: 1})
+	require.NoError(t, err)
+	order := func(inst backendtest.Instance, user string) (stock.Order, error) {
+		o, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued"})
+		return o, err
+	}
+	var accepted []stock.Order
+	for i := range 3 {
+		o, err := order(insts[0], fmt.Sprintf("u-%d", i))
+		require.NoError(t, err)
+		accepted = append(accepted, o)
+	}
+	_, err = order(insts[1], "u-3")
+	require.ErrorIs(t, err, stock.ErrBusy, "a fourth order waiting behind three, with the bound at 3")
+	audit, err := insts[1].Audit(ctx, sku)
+	require.NoError(t, err)
+	require.NotNil(t, audit.Redis)
+	require.NotNil(t, audit.Redis.Stock)
+	assert.EqualValues(t, 7, *audit.Redis.Stock, "the busy answer took no unit")
+	close(release)
+	placed, rejected := ended(t, insts, accepted, 10*time.Second)
+	assert.Len(t, placed, 3)
+	assert.Empty(t, rejected)
+	o, err := order(insts[1], "u-3")
+	require.NoError(t, err, "accepted once the three were written")
+	more, _ := ended(t, insts, []stock.Order{o}, 10*time.Second)
+	backendtest.RequireInvariant(t, backendtest.Store(t), sku, append(placed, more...))
+}
+
 // frozen is an instance that admitted an order and then stopped — before publishing it, or after —
 // as a SIGKILL or a SIGSTOP would stop it: its ledger beat once, with a short TTL, and never
 // again, so that the live instances' sweepers soon find its reservation orphaned.

@@ -35,6 +35,7 @@ type Config struct {
 	LockPoll         time.Duration // how often a waiter tries a taken Redis lock between release messages; 0: 1-5 ms, jittered
 	GroupCommit      int           // orders of a SKU one critical section may place; 1 (or 0): one per section
 	AdmitBatch       int           // buyers of a SKU one Redis admission call may take, those who pile up while the last is out; 1 (or 0): one call per buyer
+	QueuedMaxWaiting int           // queued: orders of a SKU accepted and not yet written or rejected, at most; past it an order is answered busy; 0: only the queue's bound
 	RowLock          stock.RowWait // pessimistic: NOWAIT and try again (stock.NoWait), or wait in the row's lock queue (stock.WaitForRow)
 	InstanceTTL      time.Duration // how long after this instance's last heartbeat the others return its Redis reservations; it beats every quarter of it
 	SoldOutFlag      time.Duration // local sold-out flags, rechecked at least this often; 0: off
@@ -54,6 +55,7 @@ func Defaults() Config {
 		LockWait:         2 * time.Second,
 		GroupCommit:      64,
 		AdmitBatch:       64,
+		QueuedMaxWaiting: 2048,
 		InstanceTTL:      2 * time.Second,
 		SoldOutFlag:      time.Second,
 		NaivePause:       5 * time.Millisecond,
@@ -149,7 +151,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	s.register(hybrid, false)
 	if b.Queue != nil {
 		// Hybrid's admission and section, with the order queue between them.
-		s.queued = lockstrategy.NewQueued(hybrid, b.Queue, lockstrategy.QueuedOptions{Batch: cfg.GroupCommit}, log)
+		s.queued = lockstrategy.NewQueued(hybrid, b.Queue, lockstrategy.QueuedOptions{Batch: cfg.GroupCommit, MaxWaiting: cfg.QueuedMaxWaiting}, log)
 		s.register(s.queued, false)
 		s.checks = append(s.checks, Check{Name: "nats", Ping: b.Queue.Ping})
 	}

@@ -13,16 +13,19 @@
 --           the reservations of orders in their instance's hands (a critical section)
 -- KEYS[4] = seckill:{sku}:queued    the same, of reservations handed over to the order queue
 --           (handover.lua): a writer resolves each, whichever instance it runs on
--- ARGV[1] = instance id; then per buyer: user id, quantity, reservation id, Idempotency-Key ('' without one)
+-- ARGV[1] = instance id; then per buyer: user id, quantity, reservation id, Idempotency-Key ('' without one),
+--           and the most reservations the product may hold with this one (0: no bound)
 -- Returns one answer per buyer: -1 counter missing (warm it from the database: every answer is
 -- -1 then), 0 admitted, 1 sold out, 2 already purchased, 3 a request with this Idempotency-Key
 -- holds the user's reservation (in flight: its answer is coming), 4 held: too few units left, but
 -- orders in their sections hold some, and one that fails gives its units back — so not sold out
--- yet (the caller hears busy and retries). Sold out is final: answered only when no such order
+-- yet (the caller hears busy and retries), 5 waiting: units are left, but the product holds as
+-- many reservations as the buyer's bound allows (a queued order waits behind them all; the
+-- caller hears busy and retries). Sold out is final: answered only when no such order
 -- could give a unit back, so no buyer who comes later buys one. Reservations handed over to the
 -- queue do not hold the answer back: their orders are accepted, and a writer rejects one only
 -- when the database disagrees.
-local n = (#ARGV - 1) / 4
+local n = (#ARGV - 1) / 5
 local out = {}
 local stock = redis.call('GET', KEYS[1])
 if not stock then
@@ -33,7 +36,7 @@ if not stock then
 end
 local left = tonumber(stock)
 local taken = 0
-local function admit(user, qty, id, key)
+local function admit(user, qty, id, key, bound)
   if redis.call('SISMEMBER', KEYS[2], user) == 1 then
     if key ~= '' then
       local held = redis.call('HGET', KEYS[3], user) or redis.call('HGET', KEYS[4], user)
@@ -49,6 +52,9 @@ local function admit(user, qty, id, key)
     end
     return 1
   end
+  if bound > 0 and redis.call('HLEN', KEYS[3]) + redis.call('HLEN', KEYS[4]) >= bound then
+    return 5
+  end
   left = left - qty
   taken = taken + qty
   redis.call('SADD', KEYS[2], user)
@@ -56,8 +62,8 @@ local function admit(user, qty, id, key)
   return 0
 end
 for i = 1, n do
-  local j = 4 * (i - 1) + 2
-  out[i] = admit(ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2], ARGV[j + 3])
+  local j = 5 * (i - 1) + 2
+  out[i] = admit(ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2], ARGV[j + 3], tonumber(ARGV[j + 4]))
 end
 if taken > 0 then
   redis.call('DECRBY', KEYS[1], taken)
