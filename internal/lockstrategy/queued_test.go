@@ -143,7 +143,10 @@ func TestQueuedBoundsTheWaiting(t *testing.T) {
 		case <-ctx.Done():
 		}
 	}
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
 	insts := newInstances(t, 2, cfg, backendtest.Wiring{})
+	t.Cleanup(free) // a test that fails early lets the writers go before its instances close
 	ctx := context.Background()
 	_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 10, MaxPerOrder: 1})
 	require.NoError(t, err)
@@ -164,7 +167,7 @@ func TestQueuedBoundsTheWaiting(t *testing.T) {
 	require.NotNil(t, audit.Redis)
 	require.NotNil(t, audit.Redis.Stock)
 	assert.EqualValues(t, 7, *audit.Redis.Stock, "the busy answer took no unit")
-	close(release)
+	free()
 	placed, rejected := ended(t, insts, accepted, 10*time.Second)
 	assert.Len(t, placed, 3)
 	assert.Empty(t, rejected)
