@@ -1,6 +1,7 @@
 package orderqueue
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -84,7 +85,9 @@ func (w *watch) said(m *nats.Msg) {
 		if err != nil {
 			return
 		}
-		h.rev = rev
+		// Kept, the record alone: m.Data shares its buffer with the message's headers, which
+		// are as long again.
+		h.data, h.rev = bytes.Clone(m.Data), rev
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
