@@ -182,8 +182,6 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},
-		admits:   newCoalescer[*call](),
-		handing:  newCoalescer[*handedOver](),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy; waiting: a queued order past its product's bound of orders waiting to be written, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
@@ -197,6 +195,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 			Name: "seckill_redis_fallbacks_total", Help: "Orders placed on the database-guarded path because Redis was unavailable, by the step that found it so.",
 		}, []string{"step"}),
 	}
+	a.admits, a.handing = newCoalescer(a.admitAll), newCoalescer(a.handOverAll)
 	a.calls = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "seckill_admission_call_buyers", Help: "Buyers answered by one Redis admission call: one per call, unless SECKILL_ADMIT_BATCH lets the buyers who pile up go together.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 8),
@@ -654,7 +653,7 @@ func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderReq
 		return a.handOver(ctx, sku, users, ids)
 	}
 	h := &handedOver{user: users[0], id: ids[0], done: make(chan struct{})}
-	if err := a.handing.await(ctx, sku, h, h.done, a.drainHandOvers); err != nil {
+	if err := a.handing.await(ctx, sku, h, h.done, a.batch); err != nil {
 		return err
 	}
 	return h.err
@@ -667,21 +666,16 @@ type handedOver struct {
 	done     chan struct{}
 }
 
-// drainHandOvers sends sku's waiting hand-overs, a batch at a time, until none is left, on a
-// context of its own (like drain).
-func (a *Ledger) drainHandOvers(sku string) {
-	for hs := a.handing.take(sku, a.batch); hs != nil; hs = a.handing.take(sku, a.batch) {
-		users, ids := make([]string, len(hs)), make([]string, len(hs))
-		for i, h := range hs {
-			users[i], ids[i] = h.user, h.id
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
-		err := a.handOver(ctx, sku, users, ids)
-		cancel()
-		for _, h := range hs {
-			h.err = err
-			close(h.done)
-		}
+// handOverAll is one hand-over call for hs, all of sku (the coalescer's send).
+func (a *Ledger) handOverAll(ctx context.Context, sku string, hs []*handedOver) {
+	users, ids := make([]string, len(hs)), make([]string, len(hs))
+	for i, h := range hs {
+		users[i], ids[i] = h.user, h.id
+	}
+	err := a.handOver(ctx, sku, users, ids)
+	for _, h := range hs {
+		h.err = err
+		close(h.done)
 	}
 }
 

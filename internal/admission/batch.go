@@ -45,30 +45,25 @@ func (a *Ledger) ask(ctx context.Context, b buyer) (int64, error) {
 		return codes[0], nil
 	}
 	c := &call{buyer: b, done: make(chan struct{})}
-	if err := a.admits.await(ctx, b.req.SKU, c, c.done, a.drain); err != nil {
+	if err := a.admits.await(ctx, b.req.SKU, c, c.done, a.batch); err != nil {
 		return 0, err
 	}
 	return c.code, c.err
 }
 
-// drain sends sku's waiting buyers, a batch at a time, until none is left. Its calls run on a
-// context of their own: the buyer who happened to start it must not cut off everyone else's.
-func (a *Ledger) drain(sku string) {
-	for calls := a.admits.take(sku, a.batch); calls != nil; calls = a.admits.take(sku, a.batch) {
-		buyers := make([]buyer, len(calls))
-		for i, c := range calls {
-			buyers[i] = c.buyer
+// admitAll is one admission call for calls, all of sku (the coalescer's send).
+func (a *Ledger) admitAll(ctx context.Context, sku string, calls []*call) {
+	buyers := make([]buyer, len(calls))
+	for i, c := range calls {
+		buyers[i] = c.buyer
+	}
+	codes, err := a.admit(ctx, sku, buyers)
+	for i, c := range calls {
+		if err != nil {
+			c.err = err
+		} else {
+			c.code = codes[i]
 		}
-		ctx, cancel := context.WithTimeoutCause(context.Background(), admitTimeout, errAdmitSlow)
-		codes, err := a.admit(ctx, sku, buyers)
-		cancel()
-		for i, c := range calls {
-			if err != nil {
-				c.err = err
-			} else {
-				c.code = codes[i]
-			}
-			close(c.done)
-		}
+		close(c.done)
 	}
 }
