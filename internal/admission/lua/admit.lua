@@ -36,6 +36,7 @@ if not stock then
 end
 local left = tonumber(stock)
 local taken = 0
+local holding -- the product's reservations, counted once, at the first buyer with a bound
 local function admit(user, qty, id, key, bound)
   if redis.call('SISMEMBER', KEYS[2], user) == 1 then
     if key ~= '' then
@@ -52,13 +53,19 @@ local function admit(user, qty, id, key, bound)
     end
     return 1
   end
-  if bound > 0 and redis.call('HLEN', KEYS[3]) + redis.call('HLEN', KEYS[4]) >= bound then
-    return 5
+  if bound > 0 then
+    holding = holding or redis.call('HLEN', KEYS[3]) + redis.call('HLEN', KEYS[4])
+    if holding >= bound then
+      return 5
+    end
   end
   left = left - qty
   taken = taken + qty
   redis.call('SADD', KEYS[2], user)
-  redis.call('HSET', KEYS[3], user, id .. '|' .. qty .. '|' .. ARGV[1] .. '|' .. key)
+  local added = redis.call('HSET', KEYS[3], user, id .. '|' .. qty .. '|' .. ARGV[1] .. '|' .. key)
+  if holding then
+    holding = holding + added
+  end
   return 0
 end
 for i = 1, n do
