@@ -90,14 +90,17 @@ func (w *watch) said(m *nats.Msg) {
 		h.data, h.rev = bytes.Clone(m.Data), rev
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stored && !w.keep(id, h, deleted) {
+	if (w.stored && !w.keep(id, h, deleted)) || deleted || len(w.waits[id]) == 0 {
+		w.mu.Unlock()
 		return
 	}
-	waits := w.waits[id]
-	if len(waits) == 0 || deleted {
-		return
+	waits := make([]chan Record, 0, len(w.waits[id]))
+	for ch := range w.waits[id] {
+		waits = append(waits, ch)
 	}
+	w.mu.Unlock()
+	// Decoded outside the lock, which every wait's listen, stop and first look take. A wait
+	// that stopped meanwhile is told into its buffer, which nobody reads again.
 	var said Record
 	if json.Unmarshal(h.data, &said) != nil || !said.State.Final() {
 		return
@@ -105,7 +108,7 @@ func (w *watch) said(m *nats.Msg) {
 	if !w.stored {
 		said = Record{}
 	}
-	for ch := range waits {
+	for _, ch := range waits {
 		select {
 		case ch <- said:
 		default: // told already, and not yet read; a record ends once
