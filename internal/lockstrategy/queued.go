@@ -149,6 +149,9 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	// it (reason unavailable) and returns its units — and the buyer following the order sees
 	// which. Answering unavailable instead would leave an order that may yet be placed behind an
 	// answer that says nothing of it.
+	if h := s.hybrid.run.opts.Hooks.Published; h != nil {
+		h(ctx, o.OrderID)
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
 	defer cancel()
 	defer s.admission.Done(res)
@@ -156,9 +159,11 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	if err != nil {
 		s.log.Debug("queued order not recorded; its writer records it, or a sweeper rejects it", "order", o.OrderID, "err", err)
 	}
-	if err == nil && rec.State == orderqueue.Rejected {
+	if err == nil && rec.State == orderqueue.Rejected && rec.Reason == givenUp {
 		// A sweeper recorded it rejected first (this instance had stopped beating, frozen
-		// between admission and here) and returned its units: it was never accepted.
+		// between admission and here) and returned its units: it was never accepted. Any other
+		// rejection is a writer's, which took the message: the order was accepted, and its
+		// record ends it (TestQueuedRecordedFirst).
 		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
 	}
 	return s.accepted(rctx, req, o), nil
@@ -184,7 +189,7 @@ func (s *Queued) inDoubt(ctx context.Context, req stock.OrderRequest, o orderque
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
 	defer cancel()
 	unavailable := fmt.Errorf("%w: %w", stock.ErrUnavailable, published)
-	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Rejected, Reason: stock.Code(stock.ErrUnavailable)})
+	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Rejected, Reason: givenUp})
 	switch {
 	case err != nil:
 		s.admission.GiveBack(rctx, req, unavailable) // not definite: in doubt, for the sweeper
@@ -196,6 +201,11 @@ func (s *Queued) inDoubt(ctx context.Context, req stock.OrderRequest, o orderque
 	defer s.admission.Done(res)
 	return s.accepted(rctx, req, o), nil
 }
+
+// givenUp is the reason of an order rejected before any writer took it — by a sweeper, or by
+// its publisher in doubt — so that none ever will: the record of an order never accepted.
+// Writers never reject for it (refusal).
+var givenUp = stock.Code(stock.ErrUnavailable)
 
 // queuedOrder is the order a queued record stands for.
 func queuedOrder(o orderqueue.Order) stock.Order {
@@ -451,7 +461,7 @@ func (s *Queued) Pending(ctx context.Context, sku string, held []admission.Held)
 			Order: orderqueue.Order{OrderID: h.ID, SKU: sku, UserID: h.User, Quantity: h.Units, Strategy: s.Name(),
 				IdempotencyKey: h.IdempotencyKey, Reservation: h.ID, AcceptedAt: time.Now().UTC()},
 			State:  orderqueue.Rejected,
-			Reason: "unavailable",
+			Reason: givenUp,
 		})
 		if err != nil {
 			return nil, err

@@ -128,6 +128,66 @@ func TestQueuedRejectsWhatTheDatabaseLacks(t *testing.T) {
 	assert.Zero(t, audit.Redis.Reservations, "every reservation ended: settled or given back")
 }
 
+// TestQueuedRecordedFirst: between an order's publish and its publisher's record of it (a
+// publisher descheduled there, as on a loaded machine) someone else may record the order first,
+// and the first record decides. A writer that took the message and placed it, or rejected it
+// sold_out, means the order was accepted: the buyer hears 202, and the order ends as the writer
+// decided. A sweeper's rejection (this instance frozen there, its heartbeat lapsed) means it was
+// never accepted: the buyer hears unavailable, and its unit goes back on sale.
+func TestQueuedRecordedFirst(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		units int64 // in the database; admission offers one either way
+		swept bool
+		want  stock.Status
+	}{
+		{name: "a writer placed it", units: 1, want: stock.Confirmed},
+		{name: "a writer rejected it", units: 0, want: stock.Rejected},
+		{name: "a sweeper gave it up", units: 1, swept: true, want: stock.Rejected},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sku := backendtest.SKU(t)
+			cfg := config("queued")
+			var inst backendtest.Instance
+			sweeper := backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())
+			cfg.Hooks.Published = func(ctx context.Context, orderID string) {
+				if c.swept {
+					_, err := sweeper.Record(ctx, orderqueue.Record{Order: orderqueue.Order{OrderID: orderID, SKU: sku, UserID: "u-1",
+						Quantity: 1, Strategy: "queued", Reservation: orderID, AcceptedAt: time.Now().UTC()},
+						State: orderqueue.Rejected, Reason: "unavailable"})
+					assert.NoError(t, err)
+				}
+				o, err := inst.WaitOrder(ctx, orderID, 10*time.Second)
+				assert.NoError(t, err)
+				assert.Equal(t, c.want, o.Status, "decided before its publisher recorded it")
+			}
+			inst = newInstances(t, 1, cfg, backendtest.Wiring{})[0]
+			ctx := context.Background()
+			_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 1, MaxPerOrder: 1})
+			require.NoError(t, err)
+			_, err = backendtest.SQL(t).ExecContext(ctx, "UPDATE products SET stock = ?, initial_stock = ? WHERE sku = ?", c.units, c.units, sku)
+			require.NoError(t, err)
+			o, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: "queued"})
+			var placed []stock.Order
+			if c.swept {
+				require.ErrorIs(t, err, stock.ErrUnavailable, "given up before it was recorded queued: never accepted")
+			} else {
+				require.NoError(t, err, "its message went out: the order was accepted")
+				assert.Equal(t, stock.Queued, o.Status)
+				var rejected map[string]string
+				placed, rejected = ended(t, []backendtest.Instance{inst}, []stock.Order{o}, 10*time.Second)
+				if c.want == stock.Rejected {
+					assert.Equal(t, map[string]string{o.OrderID: "sold_out"}, rejected)
+				} else {
+					assert.Len(t, placed, 1)
+				}
+			}
+			backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
+			settled(t, inst, sku)
+		})
+	}
+}
+
 // TestQueuedBoundsTheWaiting: with SECKILL_QUEUED_MAX_WAITING at 3 and the writers held in
 // their section, three orders on one instance are accepted and a fourth, on another, is answered
 // busy with units left and takes none — the bound is the product's, across instances. Once the

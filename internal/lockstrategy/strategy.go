@@ -29,9 +29,10 @@ type Strategy interface {
 	PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error)
 }
 
-// Hooks reach into the one critical section of every strategy, for tests that must hold a
-// section open as a paused holder would (GC, a frozen VM, SIGSTOP) or act at its most delicate
-// moment. The zero value, which production uses, does nothing.
+// Hooks reach into the one critical section of every strategy, and into the queued strategy's
+// publish, for tests that must hold a section open as a paused holder would (GC, a frozen VM,
+// SIGSTOP) or act at its most delicate moment. The zero value, which production uses, does
+// nothing.
 type Hooks struct {
 	// InSection runs inside the critical section of every strategy at one moment: the lock held
 	// (the row locked, for pessimistic; naive has no lock) and the product read, right before the
@@ -39,6 +40,9 @@ type Hooks struct {
 	// (TestHookMoment). It runs in the section runner (runner.inSection), called by each guard's
 	// write.
 	InSection func(ctx context.Context, orders []stock.OrderRequest)
+	// Published runs in the queued strategy once an order's message is out and before its
+	// publisher records it queued: the moment a writer can take the order and decide it first.
+	Published func(ctx context.Context, orderID string)
 }
 
 // Locked is a strategy that is a lock and a guard and nothing around them: etcd and zookeeper
