@@ -159,11 +159,9 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	if err != nil {
 		s.log.Debug("queued order not recorded; its writer records it, or a sweeper rejects it", "order", o.OrderID, "err", err)
 	}
-	if err == nil && rec.State == orderqueue.Rejected && rec.Reason == givenUp {
+	if err == nil && neverAccepted(rec) {
 		// A sweeper recorded it rejected first (this instance had stopped beating, frozen
-		// between admission and here) and returned its units: it was never accepted. Any other
-		// rejection is a writer's, which took the message: the order was accepted, and its
-		// record ends it (TestQueuedRecordedFirst).
+		// between admission and here) and returned its units.
 		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
 	}
 	return s.accepted(rctx, req, o), nil
@@ -194,7 +192,7 @@ func (s *Queued) inDoubt(ctx context.Context, req stock.OrderRequest, o orderque
 	case err != nil:
 		s.admission.GiveBack(rctx, req, unavailable) // not definite: in doubt, for the sweeper
 		return stock.Order{}, unavailable
-	case rec.State == orderqueue.Rejected:
+	case neverAccepted(rec):
 		s.admission.GiveBack(rctx, req, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
 		return stock.Order{}, unavailable
 	}
@@ -206,6 +204,14 @@ func (s *Queued) inDoubt(ctx context.Context, req stock.OrderRequest, o orderque
 // its publisher in doubt — so that none ever will: the record of an order never accepted.
 // Writers never reject for it (refusal).
 var givenUp = stock.Code(stock.ErrUnavailable)
+
+// neverAccepted reports whether the record that stands for an order says it was never accepted:
+// given up before any writer took it. Any other record — queued, placed, or a writer's rejection
+// — means a writer took or will take its message: the order was accepted, and its record ends it
+// (TestQueuedRecordedFirst).
+func neverAccepted(rec orderqueue.Record) bool {
+	return rec.State == orderqueue.Rejected && rec.Reason == givenUp
+}
 
 // queuedOrder is the order a queued record stands for.
 func queuedOrder(o orderqueue.Order) stock.Order {
