@@ -131,6 +131,9 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	}
 	o := orderqueue.Order{OrderID: req.OrderID, SKU: req.SKU, UserID: req.UserID, Quantity: req.Quantity, Strategy: req.Strategy,
 		IdempotencyKey: req.IdempotencyKey, Reservation: res.ID, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if h := s.hybrid.run.opts.Hooks.Admitted; h != nil {
+		h(ctx, o.OrderID)
+	}
 	// Past admission the order's steps run to their end even if the client goes: a publish cut
 	// off halfway would leave the buyer's reservation in doubt for a sweeper to settle.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)

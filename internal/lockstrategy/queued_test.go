@@ -128,12 +128,12 @@ func TestQueuedRejectsWhatTheDatabaseLacks(t *testing.T) {
 	assert.Zero(t, audit.Redis.Reservations, "every reservation ended: settled or given back")
 }
 
-// TestQueuedRecordedFirst: between an order's publish and its publisher's record of it (a
-// publisher descheduled there, as on a loaded machine) someone else may record the order first,
-// and the first record decides. A writer that took the message and placed it, or rejected it
-// sold_out, means the order was accepted: the buyer hears 202, and the order ends as the writer
-// decided. A sweeper's rejection (this instance frozen there, its heartbeat lapsed) means it was
-// never accepted: the buyer hears unavailable, and its unit goes back on sale.
+// TestQueuedRecordedFirst: before its publisher records an order (a publisher descheduled or
+// frozen on the way, as on a loaded machine) someone else may record it first, and the first
+// record decides. A writer that took the message and placed it, or rejected it sold_out, means the
+// order was accepted: the buyer hears 202, and the order ends as the writer decided. A sweeper's
+// rejection (the instance frozen before its publish, its heartbeat lapsed) means it was never
+// accepted: the buyer hears unavailable, and its unit goes back on sale.
 func TestQueuedRecordedFirst(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -150,13 +150,16 @@ func TestQueuedRecordedFirst(t *testing.T) {
 			cfg := config("queued")
 			var inst backendtest.Instance
 			sweeper := backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())
-			cfg.Hooks.Published = func(ctx context.Context, orderID string) {
-				if c.swept {
+			if c.swept {
+				// As a sweeper does, before the message can reach a writer.
+				cfg.Hooks.Admitted = func(ctx context.Context, orderID string) {
 					_, err := sweeper.Record(ctx, orderqueue.Record{Order: orderqueue.Order{OrderID: orderID, SKU: sku, UserID: "u-1",
 						Quantity: 1, Strategy: "queued", Reservation: orderID, AcceptedAt: time.Now().UTC()},
 						State: orderqueue.Rejected, Reason: "unavailable"})
 					assert.NoError(t, err)
 				}
+			}
+			cfg.Hooks.Published = func(ctx context.Context, orderID string) {
 				o, err := inst.WaitOrder(ctx, orderID, 10*time.Second)
 				assert.NoError(t, err)
 				assert.Equal(t, c.want, o.Status, "decided before its publisher recorded it")

@@ -40,6 +40,9 @@ type Hooks struct {
 	// (TestHookMoment). It runs in the section runner (runner.inSection), called by each guard's
 	// write.
 	InSection func(ctx context.Context, orders []stock.OrderRequest)
+	// Admitted runs in the queued strategy once an order is admitted and before its message is
+	// sent: the moment at which a sweeper may give up the order of an instance frozen there.
+	Admitted func(ctx context.Context, orderID string)
 	// Published runs in the queued strategy once an order's message is out and before its
 	// publisher records it queued: the moment a writer can take the order and decide it first.
 	Published func(ctx context.Context, orderID string)
