@@ -146,15 +146,15 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		}
 		return s.inDoubt(ctx, req, o, res, err)
 	}
+	if h := s.hybrid.run.opts.Hooks.Published; h != nil {
+		h(ctx, o.OrderID)
+	}
 	// The record has a budget of its own: a publish retried through a failover may have spent
 	// the first. The message is out, so the 202 holds either way: without the record, whoever
 	// records first decides — a writer, which then places the order, or a sweeper, which rejects
 	// it (reason unavailable) and returns its units — and the buyer following the order sees
 	// which. Answering unavailable instead would leave an order that may yet be placed behind an
 	// answer that says nothing of it.
-	if h := s.hybrid.run.opts.Hooks.Published; h != nil {
-		h(ctx, o.OrderID)
-	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
 	defer cancel()
 	defer s.admission.Done(res)
