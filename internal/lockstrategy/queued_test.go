@@ -149,8 +149,8 @@ func TestQueuedRecordedFirst(t *testing.T) {
 			sku := backendtest.SKU(t)
 			cfg := config("queued")
 			var inst backendtest.Instance
-			sweeper := backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())
 			if c.swept {
+				sweeper := backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())
 				// As a sweeper does, before the message can reach a writer.
 				cfg.Hooks.Admitted = func(ctx context.Context, orderID string) {
 					_, err := sweeper.Record(ctx, orderqueue.Record{Order: orderqueue.Order{OrderID: orderID, SKU: sku, UserID: "u-1",
