@@ -568,60 +568,120 @@ func TestPlaceOrderConflicts(t *testing.T) {
 	})
 }
 
+// TestIdempotency is the Idempotency-Key under every safe strategy: a replay answers the
+// original order and deducts nothing more; the key with any other request — another buyer,
+// quantity, strategy or product — is idempotency_conflict, and no order of it ever exists, nor a
+// unit held for it. Queued's first order is followed until it is placed: from then on it is
+// answered 201, like the others. A key replayed across buyers (another buyer handed the first
+// one's order, or queued accepting a second order that then waits for ever) fails here.
 func TestIdempotency(t *testing.T) {
-	s := newServer(t)
+	for _, strategy := range []string{"hybrid", "etcd", "pessimistic", "dblock", "zookeeper", "queued"} {
+		t.Run(strategy, func(t *testing.T) {
+			cfg := service.Defaults()
+			cfg.Strategy = strategy
+			s := newServerOn(t, cfg, backendtest.Wiring{ZKServers: backendtest.ZooKeeperFor(t, strategy)})
+			idempotency(t, s, strategy)
+		})
+	}
+}
+
+func idempotency(t *testing.T, s *server, strategy string) {
 	sku := backendtest.SKU(t)
 	s.putProduct(t, sku, 5, 2)
 	key := header{"Idempotency-Key": "key-" + sku}
 	body := `{"user_id":"u-1","quantity":2}`
 
-	first := s.order(t, sku, body, key)
+	first := s.placed(t, sku, body, key)
 	for range 2 {
 		again := s.order(t, sku, body, key)
 		assert.Equal(t, first.OrderID, again.OrderID, "a replay answers the original order")
 		assert.Equal(t, first.Quantity, again.Quantity)
 	}
-	// The same request spelled differently (default strategy named, fields reordered) is the same request.
-	again := s.order(t, sku, `{"quantity":2,"strategy":"hybrid","user_id":"u-1"}`, key)
+	// The same request spelled differently (the strategy named, fields reordered) is the same request.
+	again := s.order(t, sku, fmt.Sprintf(`{"quantity":2,"strategy":%q,"user_id":"u-1"}`, strategy), key)
 	assert.Equal(t, first.OrderID, again.OrderID)
 
 	p := s.product(t, sku)
 	assert.Equal(t, int64(3), p.Stock, "a replay deducts nothing more")
 	assert.Equal(t, int64(2), p.Sold)
 
+	other := "dblock"
+	if strategy == other {
+		other = "hybrid"
+	}
 	conflicts := []struct {
 		name, body string
 	}{
 		{"different user", `{"user_id":"u-2","quantity":2}`},
+		{"different user and quantity", `{"user_id":"u-2","quantity":1}`},
 		{"different quantity", `{"user_id":"u-1","quantity":1}`},
-		{"different strategy", `{"user_id":"u-1","quantity":2,"strategy":"dblock"}`},
+		{"different strategy", fmt.Sprintf(`{"user_id":"u-1","quantity":2,"strategy":%q}`, other)},
 		{"a quantity over the product's limit", `{"user_id":"u-2","quantity":3}`},
 	}
 	for _, c := range conflicts {
 		t.Run(c.name, func(t *testing.T) {
-			assertError(t, s.do(t, http.MethodPost, ordersPath(sku), c.body, key), http.StatusConflict, "idempotency_conflict")
+			for range 2 {
+				rec := s.do(t, http.MethodPost, ordersPath(sku), c.body, key)
+				assert.NotContains(t, rec.Body.String(), first.OrderID, "another request under the key was handed its order")
+				assertError(t, rec, http.StatusConflict, "idempotency_conflict")
+			}
 		})
 	}
 	t.Run("different product", func(t *testing.T) {
 		other := backendtest.SKU(t)
 		s.putProduct(t, other, 5, 2)
 		assertError(t, s.do(t, http.MethodPost, ordersPath(other), body, key), http.StatusConflict, "idempotency_conflict")
+		assertError(t, s.do(t, http.MethodPost, ordersPath(other), `{"user_id":"u-2","quantity":2}`, key), http.StatusConflict, "idempotency_conflict")
 		s.requireUntouched(t, other, 5)
+		s.requireNothingHeld(t, other)
 	})
 	t.Run("unknown product", func(t *testing.T) {
 		assertError(t, s.do(t, http.MethodPost, ordersPath(backendtest.SKU(t)), body, key), http.StatusConflict, "idempotency_conflict")
 	})
 
 	a := s.audit(t, sku)
-	assert.Equal(t, int64(1), a.Orders)
+	assert.Equal(t, int64(1), a.Orders, "no order of a conflicting request exists")
 	assert.Equal(t, int64(3), a.Stock)
 	assert.True(t, a.Consistent)
+	s.requireNothingHeld(t, sku)
+	// The other buyer was refused, not recorded: with a key of its own it buys.
+	assert.NotEqual(t, first.OrderID, s.placed(t, sku, `{"user_id":"u-2","quantity":1}`, header{"Idempotency-Key": "key2-" + sku}).OrderID)
 
 	t.Run("Idempotency-Key of 128 bytes", func(t *testing.T) {
 		long := header{"Idempotency-Key": strings.Repeat("k", 128-len(sku)) + sku}
-		o := s.order(t, sku, `{"user_id":"u-3"}`, long)
+		o := s.placed(t, sku, `{"user_id":"u-3"}`, long)
 		assert.Equal(t, o.OrderID, s.order(t, sku, `{"user_id":"u-3"}`, long).OrderID)
 	})
+}
+
+// placed places an order that must be accepted, and follows a queued one (202) until it is
+// placed, so that the caller sees the order as every strategy's 201 shows it.
+func (s *server) placed(t *testing.T, sku, body string, h header) contract.Order {
+	t.Helper()
+	rec := s.do(t, http.MethodPost, ordersPath(sku), body, h)
+	if rec.Code != http.StatusAccepted {
+		return decode[contract.Order](t, rec, http.StatusCreated, orderFields)
+	}
+	o := decode[contract.Order](t, rec, http.StatusAccepted, orderFields)
+	o = decode[contract.Order](t, s.do(t, http.MethodGet, orderPath(o.OrderID)+"?wait=10s", "", nil), http.StatusOK, orderFields)
+	require.Equal(t, "confirmed", o.Status, "the queued order was placed: %+v", o)
+	return o
+}
+
+// requireNothingHeld checks that Redis admission holds no reservation of sku and nothing back,
+// and that no order of it waits in the queue: every refused request left nothing behind.
+func (s *server) requireNothingHeld(t *testing.T, sku string) {
+	t.Helper()
+	a := s.audit(t, sku)
+	if a.RedisReservations != nil {
+		assert.Zero(t, *a.RedisReservations, "reservations left: %+v", a)
+	}
+	if a.HeldBack != nil {
+		assert.Zero(t, *a.HeldBack, "units held back: %+v", a)
+	}
+	if a.Queued != nil {
+		assert.Zero(t, *a.Queued, "orders queued: %+v", a)
+	}
 }
 
 func TestBusy(t *testing.T) {

@@ -129,6 +129,10 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	if err != nil {
 		return stock.Order{}, err
 	}
+	if err := s.keyUnused(ctx, req); err != nil {
+		s.admission.GiveBack(ctx, req, fmt.Errorf("%w: %w", admission.ErrNotPlaced, err))
+		return stock.Order{}, err
+	}
 	o := orderqueue.Order{OrderID: req.OrderID, SKU: req.SKU, UserID: req.UserID, Quantity: req.Quantity, Strategy: req.Strategy,
 		IdempotencyKey: req.IdempotencyKey, Reservation: res.ID, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	if h := s.hybrid.run.opts.Hooks.Admitted; h != nil {
@@ -168,6 +172,25 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
 	}
 	return s.accepted(rctx, req, o), nil
+}
+
+// keyUnused refuses an order whose Idempotency-Key a written order already carries, before it is
+// accepted: the writer's insert would refuse it only after the 202. The service then answers that
+// order (a replay) or idempotency_conflict (another buyer's key). Only admitted orders pay the
+// read, so the crowd that admission turns away costs none. A database that cannot answer does not
+// stop the sale: the writer's unique key still decides (refusal).
+func (s *Queued) keyUnused(ctx context.Context, req stock.OrderRequest) error {
+	if req.IdempotencyKey == "" {
+		return nil
+	}
+	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
+	if err != nil {
+		if !errors.Is(err, stock.ErrNotFound) {
+			s.log.Debug("idempotency key not checked before the 202; the writer's insert decides", "key", req.IdempotencyKey, "err", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("key %q already used by order %s: %w", req.IdempotencyKey, prior.OrderID, stock.ErrDuplicateRequest)
 }
 
 // accepted hands the reservation of an order whose message is out over to the queue, and is the
@@ -292,6 +315,11 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 	var ok, refused []held
 	refusals := map[string]error{}
 	for i, p := range placed {
+		if errors.Is(p.Err, stock.ErrDuplicateRequest) {
+			// Another order holds its key (both were accepted while neither was written): a
+			// refusal for good, or the order would come back for ever.
+			p.Err = fmt.Errorf("%w: %w", stock.ErrIdempotencyConflict, p.Err)
+		}
 		switch {
 		case p.Err == nil:
 			ok = append(ok, todo[i])
