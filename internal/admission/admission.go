@@ -292,6 +292,9 @@ func (a *Ledger) AdmitWithin(ctx context.Context, req stock.OrderRequest, bound 
 	if !a.Available() {
 		return stock.Reservation{}, ErrRedisDown
 	}
+	if planted.On(planted.IgnoredWaitingBound) {
+		bound = 0
+	}
 	a.touch(req.SKU)
 	res := req.Reservation
 	if res.ID == "" {
@@ -522,7 +525,14 @@ func (a *Ledger) Settle(ctx context.Context, sku string, reqs []stock.OrderReque
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	out, err := settleScript.Run(ctx, a.client, withSwept(sku, ids), args...).Int64Slice()
+	ks := withSwept(sku, ids)
+	if planted.On(planted.SettleWithoutTakeBack) {
+		ks = append(keys(sku), make([]string, len(ids))...)
+		for i, id := range ids {
+			ks[4+i] = sweptKey(sku, id) + ":unread"
+		}
+	}
+	out, err := settleScript.Run(ctx, a.client, ks, args...).Int64Slice()
 	if err != nil {
 		a.log.Debug("settle failed; the sweeper settles", "sku", sku, "err", err)
 		return

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -288,7 +289,7 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 		switch {
 		case err != nil:
 			s.retry(h.Delivery, err)
-		case c.State == orderqueue.Rejected:
+		case c.State == orderqueue.Rejected && !planted.On(planted.UncheckedWriter):
 			// A sweeper was first, or a writer rejected it and stopped before its ack: the
 			// give-back is by reservation id, so a second one returns nothing.
 			s.admission.GiveBack(ctx, request(h.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))

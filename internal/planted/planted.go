@@ -27,4 +27,20 @@ const (
 	// EveryoneAlive: the sweeper takes every instance that ever beat for alive, so a frozen or
 	// dead instance's reservations hold their units for as long as it stays away.
 	EveryoneAlive Bug = "everyone-alive"
+	// DoubleReturn: ending an order (cancel, expiry) drops its status condition, so an order
+	// that ended already gives its units back again.
+	DoubleReturn Bug = "double-return"
+	// UncheckedWriter: a queued writer places the orders it is handed without reading their
+	// records first, so an order a sweeper gave up (its units already back on sale) is placed too.
+	UncheckedWriter Bug = "unchecked-writer"
+	// KeyAcrossUsers: the request an Idempotency-Key names leaves out the buyer, so another
+	// buyer's request under the key is answered the first buyer's order.
+	KeyAcrossUsers Bug = "key-across-users"
+	// SettleWithoutTakeBack: the settle of an order written after the sweeper returned its
+	// reservation does not take the unit and the buyer again, so admission offers a unit the
+	// database has sold.
+	SettleWithoutTakeBack Bug = "settle-without-take-back"
+	// IgnoredWaitingBound: queued admission ignores the bound on a product's waiting orders, so
+	// an order may wait behind any number of others.
+	IgnoredWaitingBound Bug = "ignored-waiting-bound"
 )

@@ -59,6 +59,12 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.LostGiveBack, "internal/lockstrategy", "TestHybridGiveBack", nil, "the repeat buyer's unit was given back"},
 		{planted.NoSweep, "cmd/api", "TestProcessesHybridKill", nil, "units held back by dead reservations never came back"},
 		{planted.EveryoneAlive, "internal/service", "TestStrandedUnits", nil, "a reservation whose instance stopped beating is never reported stranded"},
+		{planted.NoFence, "internal/lockstrategy", "TestZooKeeperSessionExpiredMidHold", nil, "the old holder's write was fenced out"},
+		{planted.DoubleReturn, "internal/stock", "TestExpiry", nil, "every unit back, once"},
+		{planted.UncheckedWriter, "internal/lockstrategy", "TestQueuedCrashBeforePublish", nil, "the late message placed nothing"},
+		{planted.KeyAcrossUsers, "internal/handler", "TestIdempotency", nil, "another request under the key was handed its order"},
+		{planted.SettleWithoutTakeBack, "internal/admission", "TestSettleAfterSweep", nil, "the settle took the swept unit again"},
+		{planted.IgnoredWaitingBound, "internal/lockstrategy", "TestQueuedBoundsTheWaiting", nil, "a fourth order waiting behind three"},
 	} {
 		name := tc.check
 		if name == "" {

@@ -8,6 +8,8 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/flashsale/seckill/internal/planted"
 )
 
 // The order as a state machine — the "lock and business record as a state machine" that «Choosing a
@@ -145,11 +147,16 @@ func (s *Store) transition(ctx context.Context, orderID, userID string,
 
 // end moves an active order to status (cancelled or expired) and gives its units back, in tx.
 func (s *Store) end(tx *gorm.DB, o *orderRow, status Status) error {
+	ended := map[string]any{"status": status, "expires_at": nil, "restock_pending": true}
+	if planted.On(planted.DoubleReturn) {
+		tx.Model(&orderRow{}).Where("order_id = ?", o.OrderID).Updates(ended)
+		o.Status, o.ExpiresAt, o.RestockPending = status, nil, true
+		return restock(tx, o.SKU, int64(o.Quantity))
+	}
 	if !o.Status.Active() {
 		return nil // ended already: its units came back then
 	}
-	res := tx.Model(&orderRow{}).Where("order_id = ? AND status = ?", o.OrderID, o.Status).
-		Updates(map[string]any{"status": status, "expires_at": nil, "restock_pending": true})
+	res := tx.Model(&orderRow{}).Where("order_id = ? AND status = ?", o.OrderID, o.Status).Updates(ended)
 	if err := changedOne(res, o.OrderID); err != nil {
 		return err
 	}

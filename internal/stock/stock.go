@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/flashsale/seckill/internal/planted"
 )
 
 // Domain errors. Strategies and the store wrap them with context (%w); the handler maps each to
@@ -221,7 +223,11 @@ type Reservation struct {
 // Fingerprint identifies what the request asks for, so that a replay with the same
 // Idempotency-Key can be told apart from a different request that reuses the key.
 func (r OrderRequest) Fingerprint() string {
-	sum := sha256.Sum256([]byte(r.SKU + "\x00" + r.UserID + "\x00" + strconv.Itoa(r.Quantity) + "\x00" + r.Strategy))
+	user := r.UserID
+	if planted.On(planted.KeyAcrossUsers) {
+		user = ""
+	}
+	sum := sha256.Sum256([]byte(r.SKU + "\x00" + user + "\x00" + strconv.Itoa(r.Quantity) + "\x00" + r.Strategy))
 	return hex.EncodeToString(sum[:])
 }
 
