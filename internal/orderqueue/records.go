@@ -76,9 +76,10 @@ type Claimed struct {
 // before writing it), written queued now unless a sweeper's rejection came first. Finish it from
 // there.
 func (q *Queue) Claim(ctx context.Context, o Order) (Claimed, error) {
-	if r, rev, ok := q.watch.Load().latest(o.OrderID); ok {
-		// As the bucket stored it lately: a Finish from it is conditional on its revision, so
-		// a record that changed since costs one refused write and a read, never a wrong one.
+	if r, rev, ok := q.watch.Load().latest(o.OrderID); ok && r.State.Final() {
+		// A final record never changes: as heard, it stands. A queued one heard may have
+		// been finished since by another writer (a redelivery while the first still held the
+		// order), and a writer that took it for queued would place an order already rejected.
 		return Claimed{Record: r, rev: rev}, nil
 	}
 	r, rev, err := q.get(ctx, o.OrderID)
