@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +118,8 @@ type Ledger struct {
 	ttl       time.Duration // an instance whose last beat is older is not alive
 	downUntil atomic.Int64  // unix nanoseconds; Redis is not asked before then
 	recent    sync.Map      // sku -> time.Time of its last admission here: the products this instance sweeps
+
+	heldWait time.Duration // how long a buyer waits for held units to be decided (WaitHeld)
 
 	mu      sync.Mutex
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
@@ -303,7 +306,24 @@ func (a *Ledger) AdmitWithin(ctx context.Context, req stock.OrderRequest, bound 
 	// Tracked before Redis has it, so that this instance's sweeper never takes a reservation of
 	// an order in flight here for one it lost track of.
 	a.track(res.ID, time.Time{})
-	code, err := a.ask(ctx, buyer{req: req, id: res.ID, bound: bound})
+	b := buyer{req: req, id: res.ID, bound: bound}
+	code, err := a.ask(ctx, b)
+	heldWait := a.heldWait
+	if planted.On(planted.HeldAtOnce) {
+		heldWait = 0
+	}
+	// Held units are decided within a section's time: ask again until they are, and answer
+	// busy only once the wait budget ran out. A buyer told busy at once comes back while
+	// nobody knows whether a unit is left.
+	start := time.Now()
+	for pause := time.Millisecond; code == 4 && err == nil && time.Since(start)+pause < heldWait; pause = min(2*pause, 16*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(pause/2 + rand.N(pause)):
+			code, err = a.ask(ctx, b)
+		}
+	}
 	if code != 0 || err != nil {
 		a.Done(res)
 	}
@@ -326,11 +346,11 @@ func (a *Ledger) AdmitWithin(ctx context.Context, req stock.OrderRequest, bound 
 			stock.ErrDuplicateRequest)
 	case 4:
 		a.results.WithLabelValues("held").Inc()
-		return stock.Reservation{}, fmt.Errorf("admission %s: the units left are held by orders in their sections, which may give them back: %w",
-			req.SKU, stock.ErrBusy)
+		return stock.Reservation{}, stock.Busy(stock.BusyHeld, fmt.Errorf("admission %s: the units left are held by orders in their sections, which may give them back, still after %s",
+			req.SKU, heldWait))
 	case 5:
 		a.results.WithLabelValues("waiting").Inc()
-		return stock.Reservation{}, fmt.Errorf("admission %s: %d orders are waiting to be written, the most allowed: %w", req.SKU, bound, stock.ErrBusy)
+		return stock.Reservation{}, stock.Busy(stock.BusyWaiting, fmt.Errorf("admission %s: %d orders are waiting to be written, the most allowed", req.SKU, bound))
 	}
 	return stock.Reservation{}, fmt.Errorf("admission %s: answer %d: %w", req.SKU, code, ErrRedisDown)
 }

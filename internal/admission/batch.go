@@ -33,6 +33,10 @@ type call struct {
 // call, at most n at a time; n <= 1 (the default): one call per buyer, each on its own.
 func (a *Ledger) Batch(n int) { a.batch = n }
 
+// WaitHeld makes a buyer who finds the units left held by orders in their sections wait up to d
+// for them to be decided, asking again, before it is answered busy (0, the default: at once).
+func (a *Ledger) WaitHeld(d time.Duration) { a.heldWait = d }
+
 // ask returns b's answer from lua/admit.lua: asked on its own, or in its product's next batch.
 // A buyer that gives up (ctx) before its batch went is never asked; once asked, it waits for
 // the answer, so that a reservation it took is never left behind untracked.

@@ -105,7 +105,7 @@ func (r *runner) versioned(ctx context.Context, reqs []stock.OrderRequest, known
 			continue // older than the row: read it, as without one
 		}
 		if i >= r.opts.Attempts {
-			return failAll(len(reqs), fmt.Errorf("%d version conflicts on products/%s: %w", i, reqs[0].SKU, stock.ErrBusy)), nil
+			return failAll(len(reqs), stock.Busy(stock.BusyConflicts, fmt.Errorf("%d version conflicts on products/%s", i, reqs[0].SKU))), nil
 		}
 		r.metrics.retried(r.name)
 		i++
@@ -150,7 +150,7 @@ func (r *runner) fenced(ctx context.Context, l Lock, key string, reqs []stock.Or
 	for attempt := 1; ; attempt++ {
 		if !l.Held(ctx) {
 			r.metrics.lostAt(r.name, key)
-			return failAll(len(reqs), fmt.Errorf("lock %s lost before the write, section abandoned: %w", key, stock.ErrBusy))
+			return failAll(len(reqs), stock.Busy(stock.BusyLockLost, fmt.Errorf("lock %s lost before the write, section abandoned", key)))
 		}
 		placed, err := r.store.PlaceFenced(ctx, reqs, l.Token(), func(ctx context.Context) error {
 			r.inSection(ctx, reqs)
@@ -169,12 +169,12 @@ func (r *runner) fenced(ctx context.Context, l Lock, key string, reqs []stock.Or
 			return placed
 		case errors.Is(err, stock.ErrFencedOut):
 			r.metrics.fenced(r.name)
-			return failAll(len(reqs), fmt.Errorf("lock %s: %w: %w", key, stock.ErrBusy, err))
+			return failAll(len(reqs), stock.Busy(stock.BusyFencedOut, fmt.Errorf("lock %s: %w", key, err)))
 		case errors.Is(err, stock.ErrVersionConflict) && attempt < r.opts.Attempts:
 			r.metrics.retried(r.name) // a writer outside the lock moved the stock: read again
 			continue
 		case errors.Is(err, stock.ErrVersionConflict):
-			return failAll(len(reqs), fmt.Errorf("%w: %w", stock.ErrBusy, err))
+			return failAll(len(reqs), stock.Busy(stock.BusyConflicts, err))
 		}
 		return failAll(len(reqs), err)
 	}
@@ -197,7 +197,7 @@ func (r *runner) unguarded(ctx context.Context, reqs []stock.OrderRequest) []sto
 		return ctx.Err()
 	})
 	if errors.Is(err, stock.ErrVersionConflict) {
-		return failAll(len(reqs), fmt.Errorf("%w: %w", stock.ErrBusy, err))
+		return failAll(len(reqs), stock.Busy(stock.BusyConflicts, err))
 	}
 	if err != nil {
 		return failAll(len(reqs), err)

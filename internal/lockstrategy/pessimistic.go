@@ -70,7 +70,7 @@ func (p *Pessimistic) section(ctx context.Context, sku string, take func() []sto
 		}
 		pause := backoff/2 + rand.N(backoff)
 		if time.Now().Add(pause).After(deadline) {
-			return failAll(len(take()), fmt.Errorf("lock products/%s: waited %s: %w", sku, p.run.opts.Wait, stock.ErrBusy))
+			return failAll(len(take()), stock.Busy(stock.BusyLockWait, fmt.Errorf("row products/%s: waited %s", sku, p.run.opts.Wait)))
 		}
 		select {
 		case <-time.After(pause):

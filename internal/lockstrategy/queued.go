@@ -125,7 +125,7 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		// No 202 can be promised without admission, and the database path is no fallback here:
 		// it would sell units that admission holds for orders already answered 202, which the
 		// writers would then reject. The buyer retries shortly, with its key.
-		return stock.Order{}, fmt.Errorf("queued %s: admission cannot be asked, retry: %w: %w", req.SKU, stock.ErrBusy, err)
+		return stock.Order{}, stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued %s: admission cannot be asked, retry: %w", req.SKU, err))
 	}
 	if err != nil {
 		return stock.Order{}, err
@@ -145,7 +145,7 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	defer cancel()
 	if _, err := s.queue.Publish(pctx, o); err != nil {
 		if errors.Is(err, orderqueue.ErrFull) {
-			err = fmt.Errorf("%w: %w", stock.ErrBusy, err)
+			err = stock.Busy(stock.BusyQueueFull, err)
 			s.admission.GiveBack(pctx, req, err)
 			return stock.Order{}, err
 		}

@@ -183,7 +183,7 @@ func abandoned(section context.Context, key string, placed []stock.Placed) {
 	}
 	for i := range placed {
 		if placed[i].Err != nil && !errors.Is(placed[i].Err, stock.ErrSoldOut) {
-			placed[i].Err = fmt.Errorf("lock %s lost mid-section, section abandoned: %w", key, stock.ErrBusy)
+			placed[i].Err = stock.Busy(stock.BusyLockLost, fmt.Errorf("lock %s lost mid-section, section abandoned", key))
 		}
 	}
 }
@@ -203,5 +203,5 @@ func waitFailed(ctx context.Context, key string, budget time.Duration, err error
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return fmt.Errorf("lock %s: waited %s: %w: %w", key, budget, stock.ErrBusy, err)
+	return stock.Busy(stock.BusyLockWait, fmt.Errorf("lock %s: waited %s: %w", key, budget, err))
 }

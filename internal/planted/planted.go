@@ -43,4 +43,7 @@ const (
 	// IgnoredWaitingBound: queued admission ignores the bound on a product's waiting orders, so
 	// an order may wait behind any number of others.
 	IgnoredWaitingBound Bug = "ignored-waiting-bound"
+	// HeldAtOnce: a buyer who finds the units left held by orders in their sections hears busy
+	// at once, before the wait budget, though those orders decide within milliseconds.
+	HeldAtOnce Bug = "held-at-once"
 )

@@ -64,6 +64,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.UncheckedWriter, "internal/lockstrategy", "TestQueuedCrashBeforePublish", nil, "the late message placed nothing"},
 		{planted.KeyAcrossUsers, "internal/handler", "TestIdempotency", nil, "another request under the key was handed its order"},
 		{planted.SettleWithoutTakeBack, "internal/admission", "TestSettleAfterSweep", nil, "the settle took the swept unit again"},
+		{planted.HeldAtOnce, "internal/service", "TestNoNeedlessBusy", nil, "busy answers came before their wait budget ran out"},
 		{planted.IgnoredWaitingBound, "internal/lockstrategy", "TestQueuedBoundsTheWaiting", nil, "a fourth order waiting behind three"},
 	} {
 		name := tc.check

@@ -123,12 +123,17 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		Name: "seckill_order_transitions_total",
 		Help: "Order transitions asked for (pay, cancel) and done by the expirer (expire), by the code of the answer (ok, order_expired, order_cancelled, not_found, ...).",
 	}, []string{"transition", "outcome"})
+	s.busy = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_busy_total",
+		Help: "Busy answers (429) by strategy (empty for pay and cancel) and cause: lock_wait and in_flight, a wait budget run out; lock_lost, fenced_out, version_conflicts, row_locked, deadlock, held, waiting, queue_full, no_admission (docs/operations.md).",
+	}, []string{"strategy", "cause"})
 	s.restocked = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "seckill_restocked_units_total",
 		Help: "Units of cancelled and expired orders given back to Redis admission by this instance's relay.",
 	})
 	s.admission.Batch(cfg.AdmitBatch)
-	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.restocked)
+	s.admission.WaitHeld(cfg.LockWait)
+	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.busy, s.restocked)
 	reg.MustRegister(newStranded(s.admission, b.Store, log))
 	s.catalog = newCatalog(b.Store.Product, time.Second)
 	if cfg.SoldOutFlag > 0 {

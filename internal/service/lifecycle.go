@@ -22,6 +22,7 @@ func (s *Service) PayOrder(ctx context.Context, orderID, userID string) (stock.O
 		s.relay(ctx)
 	}
 	s.transitions.WithLabelValues("pay", stock.Code(err)).Inc()
+	s.countBusy(ctx, "", err)
 	return o, err
 }
 
@@ -34,6 +35,7 @@ func (s *Service) CancelOrder(ctx context.Context, orderID, userID string) (stoc
 		s.relay(ctx)
 	}
 	s.transitions.WithLabelValues("cancel", stock.Code(err)).Inc()
+	s.countBusy(ctx, "", err)
 	return o, err
 }
 

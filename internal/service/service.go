@@ -45,6 +45,7 @@ type Service struct {
 	outcomes      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
 	transitions   *prometheus.CounterVec
+	busy          *prometheus.CounterVec
 	restocked     prometheus.Counter
 }
 
@@ -135,6 +136,7 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 			outcome = "replayed"
 		}
 		s.outcomes.WithLabelValues(st.Name(), outcome).Inc()
+		s.countBusy(ctx, st.Name(), err)
 	}()
 	// Outside its sale window an order is answered from memory (catalog) — but a retry of an
 	// order placed before the window closed still finds its order.
@@ -181,7 +183,7 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 			return order, false, err
 		}
 		if time.Since(start) > s.inFlightWait {
-			return stock.Order{}, false, fmt.Errorf("waited %s for the request in flight: %w: %w", s.inFlightWait, stock.ErrBusy, err)
+			return stock.Order{}, false, stock.Busy(stock.BusyInFlight, fmt.Errorf("waited %s for the request in flight: %w", s.inFlightWait, err))
 		}
 		select {
 		case <-ctx.Done():
@@ -189,6 +191,17 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 		case <-time.After(10*time.Millisecond + rand.N(20*time.Millisecond)):
 		}
 	}
+}
+
+// countBusy counts a busy answer by its cause, and logs it at debug: a busy buyer comes back
+// while units may be on sale, so each cause is one an operator should be able to name.
+func (s *Service) countBusy(ctx context.Context, strategy string, err error) {
+	if stock.Code(err) != "busy" {
+		return
+	}
+	cause := stock.CauseOfBusy(err)
+	s.busy.WithLabelValues(strategy, string(cause)).Inc()
+	s.log.LogAttrs(ctx, slog.LevelDebug, "busy", slog.String("strategy", strategy), slog.String("cause", string(cause)), slog.Any("err", err))
 }
 
 // replay finds the order already placed under req's Idempotency-Key — or, for the queued

@@ -59,8 +59,10 @@ func classify(err error) error {
 		case mysqlDuplicateKey:
 			// "Duplicate entry 'v' for key 'uq_orders_sku_user'" (MySQL 8 prefixes "orders.").
 			return &errDuplicate{key: after(my.Message, "for key "), err: err}
-		case mysqlLockWaitTimeout, mysqlLockNowait, mysqlDeadlock:
-			return fmt.Errorf("%w: %w", ErrBusy, err)
+		case mysqlLockWaitTimeout, mysqlLockNowait:
+			return Busy(BusyRowLocked, err)
+		case mysqlDeadlock:
+			return Busy(BusyDeadlock, err)
 		case mysqlTooManyConns, mysqlServerShutdown, mysqlUnknownDatabase:
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
@@ -70,7 +72,7 @@ func classify(err error) error {
 	if errors.As(err, &lite) {
 		switch lite.Code() & sqlitePrimaryCodeMask {
 		case sqliteBusy, sqliteLocked:
-			return fmt.Errorf("%w: %w", ErrBusy, err)
+			return Busy(BusyRowLocked, err)
 		case sqliteConstraint:
 			if strings.Contains(lite.Error(), "UNIQUE") || strings.Contains(lite.Error(), "PRIMARY KEY") {
 				// "UNIQUE constraint failed: orders.sku, orders.user_id"

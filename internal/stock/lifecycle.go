@@ -134,7 +134,7 @@ func (s *Store) transition(ctx context.Context, orderID, userID string,
 		return nil
 	})
 	if errors.Is(err, ErrVersionConflict) {
-		err = fmt.Errorf("%w: %w", ErrBusy, err) // the world moved under a lock: the client may retry
+		err = Busy(BusyConflicts, err) // the world moved under a lock: the client may retry
 	}
 	if err != nil {
 		return Order{}, fmt.Errorf("order %s: %w", orderID, err)
