@@ -237,6 +237,12 @@ var givenUp = stock.Code(stock.ErrUnavailable)
 // — means a writer took or will take its message: the order was accepted, and its record ends it
 // (TestQueuedRecordedFirst).
 func neverAccepted(rec orderqueue.Record) bool {
+	switch {
+	case planted.On(planted.AnyRejectionGivenUp):
+		return rec.State == orderqueue.Rejected
+	case planted.On(planted.NoneGivenUp):
+		return false
+	}
 	return rec.State == orderqueue.Rejected && rec.Reason == givenUp
 }
 

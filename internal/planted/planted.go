@@ -46,4 +46,10 @@ const (
 	// HeldAtOnce: a buyer who finds the units left held by orders in their sections hears busy
 	// at once, before the wait budget, though those orders decide within milliseconds.
 	HeldAtOnce Bug = "held-at-once"
+	// AnyRejectionGivenUp: a queued publisher that finds its order rejected before its own record
+	// takes a writer's rejection for a sweeper's and answers 503, though the order was accepted.
+	AnyRejectionGivenUp Bug = "any-rejection-given-up"
+	// NoneGivenUp: a queued publisher that finds its order given up by a sweeper answers 202 for
+	// an order no writer will ever take.
+	NoneGivenUp Bug = "none-given-up"
 )

@@ -65,6 +65,8 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.KeyAcrossUsers, "internal/handler", "TestIdempotency", nil, "another request under the key was handed its order"},
 		{planted.SettleWithoutTakeBack, "internal/admission", "TestSettleAfterSweep", nil, "the settle took the swept unit again"},
 		{planted.HeldAtOnce, "internal/service", "TestNoNeedlessBusy", nil, "busy answers came before their wait budget ran out"},
+		{planted.AnyRejectionGivenUp, "internal/lockstrategy", "TestQueuedRecordedFirst", nil, "its message went out: the order was accepted"},
+		{planted.NoneGivenUp, "internal/lockstrategy", "TestQueuedRecordedFirst", nil, "given up before it was recorded queued: never accepted"},
 		{planted.IgnoredWaitingBound, "internal/lockstrategy", "TestQueuedBoundsTheWaiting", nil, "a fourth order waiting behind three"},
 	} {
 		name := tc.check
