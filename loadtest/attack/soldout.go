@@ -26,7 +26,7 @@ type Steady struct {
 	Requests   int             `json:"requests"`
 	Outcomes   map[string]int  `json:"outcomes"`
 	TooMany    int             `json:"status_429"`          // busy or rate limited: reported, not a failure
-	Server     int             `json:"status_5xx"`          // reported, not a failure: the phase measures load
+	Server     int             `json:"status_5xx"`          // reported; a 500 (ServerError) fails the run, a 503 does not
 	Throughput float64         `json:"requests_per_second"` // answered requests over the phase
 	P50        time.Duration   `json:"p50"`
 	P90        time.Duration   `json:"p90"`

@@ -117,7 +117,7 @@ func NewRow(row, strategy, sku string, s attack.Sale, fault string) Row {
 }
 
 // Judge decides whether the run passes: a safe strategy must keep the invariant, never answer
-// 5xx while selling, and never answer 201 once sold out (that unit does not exist), and the
+// 5xx but 503 while selling or once sold out, and never answer 201 once sold out (that unit does not exist), and the
 // invariant must still hold after the sold-out phase; an unsafe one (naive; an unguarded one
 // under a fault that took its lock) must be caught overselling, or the checks are blind. An
 // unguarded one with no fault is judged as a safe one: its lock alone holds (mustOversell). A
@@ -162,6 +162,9 @@ func (r *Row) Judge() {
 	}
 	if n := r.Steady.Outcomes[attack.Queued]; n > 0 {
 		r.Failed = append(r.Failed, fmt.Sprintf("%d orders accepted (202) in the sold-out phase: admitted past the stock", n))
+	}
+	if n := r.Steady.Outcomes[attack.ServerError]; n > 0 {
+		r.Failed = append(r.Failed, fmt.Sprintf("%d requests answered 5xx in the sold-out phase", n))
 	}
 	if r.Steady.Verdict != nil {
 		for _, p := range r.Steady.Verdict.Problems {

@@ -210,9 +210,14 @@ func TestJudgeAfterSoldOut(t *testing.T) {
 	r.Judge()
 	assert.Equal(t, []string{"p1", "after the sold-out phase: p2"}, r.Failed)
 	clean := Row{Strategy: "hybrid", Outcomes: map[string]int{attack.OK: 5},
-		Steady: &attack.Steady{Outcomes: map[string]int{attack.SoldOut: 10, attack.Busy: 3}, TooMany: 3, Verdict: &verify.Verdict{}}}
+		Steady: &attack.Steady{Outcomes: map[string]int{attack.SoldOut: 10, attack.Busy: 3, attack.Unavailable: 2}, TooMany: 3, Server: 2,
+			Verdict: &verify.Verdict{}}}
 	clean.Judge()
-	assert.Empty(t, clean.Failed, "429 and 5xx in the sold-out phase are reported, not failures")
+	assert.Empty(t, clean.Failed, "429 and 503 in the sold-out phase are reported, not failures")
+	clean.Steady.Outcomes[attack.ServerError] = 1
+	clean.Failed = nil
+	clean.Judge()
+	assert.Equal(t, []string{"1 requests answered 5xx in the sold-out phase"}, clean.Failed, "a 500 is never an answer")
 }
 
 // TestGoals: each row is judged against the targets of its own client count — 5x the baseline
