@@ -150,12 +150,14 @@ type sale struct {
 }
 
 // sell has buyers buy one unit each of sku, already on sale, spread over the instances' forms,
-// all at once; it then audits the product in the database.
+// all at once; it then audits the product in the database. An internal error (a 500) fails the
+// experiment: no form, failing or fixed, may answer one.
 func sell(ctx context.Context, env *Env, places []placer, sku string, buyers int) (sale, error) {
 	var (
-		mu  sync.Mutex
-		out sale
-		wg  sync.WaitGroup
+		mu       sync.Mutex
+		out      sale
+		internal error
+		wg       sync.WaitGroup
 	)
 	start := make(chan struct{})
 	for b := range buyers {
@@ -169,6 +171,8 @@ func sell(ctx context.Context, env *Env, places []placer, sku string, buyers int
 				out.ok++
 			case errors.Is(err, stock.ErrSoldOut):
 				out.soldOut++
+			case stock.Code(err) == "internal":
+				internal = err
 			default:
 				out.other++
 			}
@@ -176,6 +180,9 @@ func sell(ctx context.Context, env *Env, places []placer, sku string, buyers int
 	}
 	close(start)
 	wg.Wait()
+	if internal != nil {
+		return out, fmt.Errorf("a buyer of %s was answered an internal error: %w", sku, internal)
+	}
 	a, err := env.Store.Audit(ctx, sku)
 	out.audit = a
 	return out, err
