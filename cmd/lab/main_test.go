@@ -50,7 +50,9 @@ func TestRun(t *testing.T) {
 	assert.Equal(t, 1, summary.Reproduced)
 	assert.Equal(t, 1, summary.Total)
 	html, _ := os.ReadFile(filepath.Join(dir, "report.html"))
-	assert.Contains(t, string(html), `<rect x="0"`, "the chart has its bars")
+	// gonum's SVG fills each bar as a path in its verdict's colour.
+	assert.Regexp(t, `<path d="M[^"]+" style="fill:#CF222E"`, string(html), "the chart has its bars: the failure's")
+	assert.Regexp(t, `<path d="M[^"]+" style="fill:#1A7F37"`, string(html), "and the fix's")
 }
 
 func TestRunRefuses(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"github.com/flashsale/seckill/devserver/zkserver"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/lock/zklock"
+	"github.com/flashsale/seckill/quantile"
 )
 
 // herd is the herd effect of a queue lock. Waiters that watch the lock itself — the prefix in
@@ -407,7 +408,6 @@ func handOff(ctx context.Context, acquires []acquire, queued func(context.Contex
 	if err := errors.Join(errs...); err != nil {
 		return herdRun{}, err
 	}
-	slices.Sort(took)
 	return herdRun{waiters: len(waiters), handoffs: len(waiters), events: seen.events.Load() - events, wakes: seen.wakes.Load() - wakes,
-		p50: percentile(took, 50), p99: percentile(took, 99)}, nil
+		p50: quantile.Of(took, 0.5), p99: quantile.Of(took, 0.99)}, nil
 }

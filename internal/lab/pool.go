@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
+	"github.com/flashsale/seckill/quantile"
 )
 
 // pool is the database lock of «Choosing a lock» and «Locks in practice» under a flash sale's burst: every order takes the
@@ -269,8 +269,7 @@ func burst(ctx context.Context, env *Env, store *stock.Store, f poolForm, sku, b
 			return r, fmt.Errorf("%s: an answer the burst does not expect: %w", f.name, err)
 		}
 	}
-	slices.Sort(took)
-	r.p50, r.p99 = percentile(took, 50), percentile(took, 99)
+	r.p50, r.p99 = quantile.Of(took, 0.5), quantile.Of(took, 0.99)
 	// The requests that timed out may have left transactions the server is still unwinding: the
 	// audit reads committed rows only, so it sees every order that was placed.
 	a, err := env.Store.Audit(context.WithoutCancel(ctx), sku)
@@ -306,14 +305,6 @@ func deleteProducts(ctx context.Context, env *Env, skus []string) {
 			env.Log.Warn("lab: product left behind", "sku", sku, "err", err)
 		}
 	}
-}
-
-// percentile is the p-th percentile of sorted durations, by nearest rank (0 when there are none).
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[max(0, (len(sorted)*p+99)/100-1)]
 }
 
 // ms is d in milliseconds, for the report.

@@ -6,11 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"image/color"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Report is one experiment's run: what summary.json holds for it.
@@ -335,33 +344,58 @@ func Write(dir, provenance string, reports []Report) error {
 	return page.Execute(f, reports)
 }
 
-// barRow is one bar of a chart laid out in SVG: its label above it, its width scaled to the
-// largest value of the chart, its value beside it.
-type barRow struct {
-	Label, Value string
-	Y, Width     int
-	Failed       bool
-}
+// Colours of a chart's bars: where the failure happened, and where the fix held.
+var (
+	failedColor = color.RGBA{R: 0xcf, G: 0x22, B: 0x2e, A: 0xff}
+	heldColor   = color.RGBA{R: 0x1a, G: 0x7f, B: 0x37, A: 0xff}
+)
 
-// Rows lays the chart out, one row per bar.
-func (c Chart) Rows() []barRow {
+// SVG is the chart drawn by gonum/plot, for the page: a bar per value, the first on top, each
+// named on the left and with its value beside it.
+func (c Chart) SVG() template.HTML {
+	n := len(c.Bars)
+	if n == 0 {
+		return ""
+	}
+	sans := font.Font{Typeface: "Liberation", Variant: "Sans"}
+	p := plot.New()
+	p.X.Label.Text = c.Unit
+	p.X.Label.TextStyle.Font, p.X.Tick.Label.Font = font.From(sans, 12), font.From(sans, 11)
+	p.Y.Tick.Label.Font = font.From(sans, 12)
+	names := make([]string, n)
+	values := &plotter.Labels{Offset: vg.Point{X: 6}}
 	top := 0.0
-	for _, b := range c.Bars {
+	for i, b := range c.Bars {
+		y := float64(n - 1 - i)
+		names[n-1-i] = b.Label
+		colour := heldColor
+		if b.Failed {
+			colour = failedColor
+		}
+		// Outlined in its own colour, so that a bar of 0 still shows which it is.
+		p.Add(&plotter.BarChart{Values: plotter.Values{b.Value}, XMin: y, Width: vg.Points(18), Color: colour, Horizontal: true,
+			LineStyle: draw.LineStyle{Color: colour, Width: vg.Points(2)}})
+		values.XYs = append(values.XYs, plotter.XY{X: b.Value, Y: y})
+		values.Labels = append(values.Labels, strings.TrimSpace(fmt.Sprintf("%.3g %s", b.Value, c.Unit)))
+		values.TextStyle = append(values.TextStyle, text.Style{Font: font.From(sans, 12), YAlign: draw.YCenter, Handler: plot.DefaultTextHandler})
 		top = max(top, b.Value)
 	}
-	rows := make([]barRow, len(c.Bars))
-	for i, b := range c.Bars {
-		w := 0
-		if top > 0 {
-			w = int(b.Value / top * 560)
-		}
-		rows[i] = barRow{Label: b.Label, Value: strings.TrimSpace(fmt.Sprintf("%.3g %s", b.Value, c.Unit)), Y: 4 + i*42, Width: max(w, 2), Failed: b.Failed}
+	p.Add(values)
+	p.NominalY(names...)
+	p.X.Min, p.X.Max, p.X.Padding = 0, top, 0
+	if top <= 0 {
+		p.X.Max = 1
 	}
-	return rows
+	p.Y.Min, p.Y.Max = -0.5, float64(n)-0.5
+	canvas := vgsvg.New(760, vg.Length(36*n+50))
+	p.Draw(draw.New(canvas))
+	var b strings.Builder
+	_, _ = canvas.WriteTo(&b) // a strings.Builder does not fail
+	// vgsvg heads a file of its own (<?xml ...?>, a comment): the page takes the element alone.
+	// gonum escapes the text it writes.
+	svg := b.String()
+	return template.HTML(svg[strings.Index(svg, "<svg"):])
 }
-
-// Height is the SVG height of the chart.
-func (c Chart) Height() int { return 10 + len(c.Bars)*42 }
 
 var page = template.Must(template.New("lab").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>seckill lab</title>
@@ -370,7 +404,8 @@ body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 
 section{border-top:1px solid #ddd;padding:1em 0}
 .verdict{font-weight:bold}.ok{color:#1a7f37}.bad{color:#cf222e}
 code{background:#f3f3f3;padding:0 .2em}
-svg text{font-size:12px}
+figure svg{display:block;width:100%;height:auto}
+svg text{font-family:"Liberation Sans",Arimo,Arial,Helvetica,sans-serif !important}
 </style></head><body>
 <h1>seckill lab: the failures locks exist for, each beside its fix</h1>
 {{range .}}<section id="{{.Name}}">
@@ -386,11 +421,7 @@ svg text{font-size:12px}
 {{range .Result.NotRun}}<p class="verdict bad">Its {{.Name}} part did not run: {{.Why}}</p>
 {{end}}
 <figure><figcaption>{{.Result.Chart.Title}}</figcaption>
-<svg class="chart" width="760" height="{{.Result.Chart.Height}}" role="img" aria-label="{{.Result.Chart.Title}}">
-{{range .Result.Chart.Rows}}<text x="0" y="{{.Y}}" dy="12">{{.Label}}</text>
-<rect x="0" y="{{.Y}}" transform="translate(0,16)" width="{{.Width}}" height="18" fill="{{if .Failed}}#cf222e{{else}}#1a7f37{{end}}"></rect>
-<text x="{{.Width}}" dx="6" y="{{.Y}}" dy="30">{{.Value}}</text>
-{{end}}</svg></figure>{{end}}
+{{.Result.Chart.SVG}}</figure>{{end}}
 </section>
 {{end}}</body></html>
 `))

@@ -4,16 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"math"
 	"net/http"
 	"net/url"
-	"slices"
 	"sync"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/flashsale/seckill/contract"
+	"github.com/flashsale/seckill/quantile"
 )
 
 // EndWithin is how long after its sale's last answer every 202 must have ended (docs/lifecycle.md,
@@ -180,8 +179,7 @@ func NewQueue(results []*vegeta.Result, queued []Accepted) *Queue {
 	}
 	f.AcceptedPerSecond = perSecond(f.Accepted, first, lastAccepted)
 	f.PlacedPerSecond = perSecond(f.Placed, first, lastPlaced)
-	slices.Sort(ends)
-	f.EndP50, f.EndP99 = quantile(ends, 0.5), quantile(ends, 0.99)
+	f.EndP50, f.EndP99 = quantile.Of(ends, 0.5), quantile.Of(ends, 0.99)
 	return &f
 }
 
@@ -197,12 +195,4 @@ func perSecond(n int, from, to time.Time) float64 {
 		return 0
 	}
 	return float64(n) / to.Sub(from).Seconds()
-}
-
-// quantile is the nearest-rank q-quantile of sorted; 0 when it is empty.
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[max(0, int(math.Ceil(q*float64(len(sorted))))-1)]
 }

@@ -1,19 +1,15 @@
 // Package cpu accounts for what a sale costs in CPU, per process group (the service instances,
 // the database, Redis, etcd, ZooKeeper, NATS, the load generator), from /proc/<pid>/stat: it finds
 // each group's processes, samples their CPU time while a phase runs, and gives the seconds a
-// phase used, per 1000 orders or answers.
+// phase used, per 1000 orders or answers. prometheus/procfs reads /proc.
 package cpu
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"math"
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/procfs"
 )
 
 // What a sale costs in CPU, per process group and per 1000 orders (selling) or answers (sold
@@ -30,13 +27,10 @@ import (
 // instances scale out; the database and Redis hold the one hot product; the load generator is
 // not part of a real sale at all.
 
-// clockTicks is the unit of utime and stime in /proc/<pid>/stat: USER_HZ, which the kernel
-// exports as 100 per second whatever its own tick rate (getconf CLK_TCK).
-const clockTicks = 100
-
 // sampleEvery is how often a recording reads the groups while a phase runs: the selling
 // phase ends at the last sale's answer, which is known only afterwards, so its end is
-// interpolated between samples. At 100 ticks a second, 50 ms is five ticks per process.
+// interpolated between samples. The kernel counts CPU time in ticks of 10 ms (USER_HZ): 50 ms is
+// five ticks per process.
 const sampleEvery = 50 * time.Millisecond
 
 // The process groups, the columns of the CPU tables.
@@ -57,36 +51,14 @@ type Group struct {
 	na   string // why the group is not measured ("" when it is): not on this machine, embedded in another group
 }
 
-// procTicks is a process's CPU time so far, user and system, in clock ticks.
-func procTicks(pid int) (uint64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// cpuSeconds is a process's CPU time so far, user and system (utime + stime of
+// /proc/<pid>/stat): its own, not that of the children it waited for.
+func cpuSeconds(p procfs.Proc) (float64, error) {
+	s, err := p.Stat()
 	if err != nil {
 		return 0, err
 	}
-	return parseStatTicks(raw)
-}
-
-// parseStatTicks reads utime + stime, fields 14 and 15, from the text of /proc/<pid>/stat. The
-// command name, field 2, is in parentheses and may itself hold spaces and parentheses, so the
-// fields are counted from the last ')'.
-func parseStatTicks(stat []byte) (uint64, error) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, errors.New("/proc/<pid>/stat: no command name")
-	}
-	fields := strings.Fields(string(stat[i+1:])) // fields[0] is field 3, the state
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("/proc/<pid>/stat: %d fields after the command name, want at least 13", len(fields))
-	}
-	user, err := strconv.ParseUint(fields[11], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/<pid>/stat utime: %w", err)
-	}
-	system, err := strconv.ParseUint(fields[12], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/<pid>/stat stime: %w", err)
-	}
-	return user + system, nil
+	return s.CPUTime(), nil
 }
 
 // Meter reads the CPU time of the groups of one pass.
@@ -95,27 +67,31 @@ type Meter struct{ groups []Group }
 // NewMeter is a meter of groups, which are the columns of its phases in this order.
 func NewMeter(groups ...Group) *Meter { return &Meter{groups: groups} }
 
-// sample is every group's CPU time at one moment, in ticks; NaN for a group not measured, or
-// one of whose processes could not be read (it ended).
+// sample is every group's CPU seconds at one moment; NaN for a group not measured, or one of
+// whose processes could not be read (it ended).
 type sample struct {
-	at    time.Time
-	ticks []float64
+	at      time.Time
+	seconds []float64
 }
 
 func (m *Meter) read() sample {
-	s := sample{at: time.Now(), ticks: make([]float64, len(m.groups))}
+	s := sample{at: time.Now(), seconds: make([]float64, len(m.groups))}
 	for i, g := range m.groups {
 		if g.na != "" {
-			s.ticks[i] = math.NaN()
+			s.seconds[i] = math.NaN()
 			continue
 		}
 		for _, pid := range g.pids {
-			t, err := procTicks(pid)
+			p, err := procfs.NewProc(pid)
+			var t float64
+			if err == nil {
+				t, err = cpuSeconds(p)
+			}
 			if err != nil {
-				s.ticks[i] = math.NaN()
+				s.seconds[i] = math.NaN()
 				break
 			}
-			s.ticks[i] += float64(t)
+			s.seconds[i] += t
 		}
 	}
 	return s
@@ -165,15 +141,15 @@ func (rec *Recording) at(t time.Time) []float64 {
 	j := sort.Search(len(s), func(i int) bool { return !s[i].at.Before(t) })
 	switch {
 	case j == 0:
-		return s[0].ticks
+		return s[0].seconds
 	case j == len(s):
-		return s[len(s)-1].ticks
+		return s[len(s)-1].seconds
 	}
 	p, q := s[j-1], s[j]
 	f := float64(t.Sub(p.at)) / float64(q.at.Sub(p.at))
-	out := make([]float64, len(p.ticks))
+	out := make([]float64, len(p.seconds))
 	for i := range out {
-		out[i] = p.ticks[i] + f*(q.ticks[i]-p.ticks[i])
+		out[i] = p.seconds[i] + f*(q.seconds[i]-p.seconds[i])
 	}
 	return out
 }
@@ -183,7 +159,7 @@ func (rec *Recording) Between(from, to time.Time) Use {
 	a, b := rec.at(from), rec.at(to)
 	u := Use{wall: to.Sub(from), seconds: make([]float64, len(a))}
 	for i := range a {
-		u.seconds[i] = (b[i] - a[i]) / clockTicks
+		u.seconds[i] = b[i] - a[i]
 	}
 	return u
 }
@@ -441,21 +417,25 @@ func localHost(host string) bool {
 	})
 }
 
-// listeningInodes are the inodes of the TCP sockets listening on port (state 0A in
-// /proc/net/tcp and tcp6).
+// tcpListen is the state of a listening socket in /proc/net/tcp (TCP_LISTEN, 0A).
+const tcpListen = 10
+
+// listeningInodes are the inodes of the TCP sockets listening on port, from /proc/net/tcp and
+// tcp6. A file that cannot be read (no IPv6) is passed over.
 func listeningInodes(port int) map[string]bool {
 	out := map[string]bool{}
-	suffix := fmt.Sprintf(":%04X", port)
-	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		raw, err := os.ReadFile(file)
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return out
+	}
+	for _, read := range []func() (procfs.NetTCP, error){fs.NetTCP, fs.NetTCP6} {
+		sockets, err := read()
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(bytes.NewReader(raw))
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) > 9 && f[3] == "0A" && strings.HasSuffix(f[1], suffix) {
-				out[f[9]] = true
+		for _, s := range sockets {
+			if s.St == tcpListen && s.LocalPort == uint64(port) {
+				out[strconv.FormatUint(s.Inode, 10)] = true
 			}
 		}
 	}
@@ -469,17 +449,16 @@ func socketOwners(inodes map[string]bool) []int {
 		return nil
 	}
 	var out []int
-	for _, pid := range allPIDs() {
-		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, p := range allProcs() {
+		targets, err := p.FileDescriptorTargets()
 		if err != nil {
 			continue
 		}
-		for _, fd := range fds {
-			link, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
-			if inode, ok := strings.CutPrefix(link, "socket:["); err == nil && ok && inodes[strings.TrimSuffix(inode, "]")] {
-				out = append(out, pid)
-				break
-			}
+		if slices.ContainsFunc(targets, func(link string) bool {
+			inode, ok := strings.CutPrefix(link, "socket:[")
+			return ok && inodes[strings.TrimSuffix(inode, "]")]
+		}) {
+			out = append(out, p.PID)
 		}
 	}
 	return out
@@ -487,19 +466,21 @@ func socketOwners(inodes map[string]bool) []int {
 
 // namedPIDs are the processes whose command name is one of comms: those whose command line
 // names port (an argument that is it, or ends in =port or :port) if any does, else the only one.
+// An argument is split at spaces too: Redis rewrites its command line as one ("redis-server
+// 127.0.0.1:6379").
 func namedPIDs(port string, comms ...string) []int {
 	var named, withPort []int
-	for _, pid := range allPIDs() {
-		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if err != nil || !slices.Contains(comms, strings.TrimSpace(string(comm))) {
+	for _, p := range allProcs() {
+		comm, err := p.Comm()
+		if err != nil || !slices.Contains(comms, comm) {
 			continue
 		}
-		named = append(named, pid)
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if slices.ContainsFunc(strings.FieldsFunc(string(cmdline), func(r rune) bool { return r == 0 || r == ' ' }), func(arg string) bool {
+		named = append(named, p.PID)
+		cmdline, _ := p.CmdLine()
+		if slices.ContainsFunc(strings.Fields(strings.Join(cmdline, " ")), func(arg string) bool {
 			return port != "" && (arg == port || strings.HasSuffix(arg, "="+port) || strings.HasSuffix(arg, ":"+port))
 		}) {
-			withPort = append(withPort, pid)
+			withPort = append(withPort, p.PID)
 		}
 	}
 	switch {
@@ -511,14 +492,8 @@ func namedPIDs(port string, comms ...string) []int {
 	return nil
 }
 
-// allPIDs are the processes of this machine (as /proc shows them).
-func allPIDs() []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		if pid, err := strconv.Atoi(e.Name()); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out
+// allProcs are the processes of this machine (as /proc shows them).
+func allProcs() procfs.Procs {
+	procs, _ := procfs.AllProcs()
+	return procs
 }

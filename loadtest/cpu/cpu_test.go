@@ -7,37 +7,51 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// TestParseStatTicks: utime + stime from /proc/<pid>/stat, counted from the last ')' of the
-// command name, and growing with the CPU a process burns.
-func TestParseStatTicks(t *testing.T) {
-	n, err := parseStatTicks([]byte("4242 (a (b) c) R 1 4242 4242 0 -1 4194304 100 0 0 0 70 30 5 6 20 0 3 0 12345 0 0"))
+// TestCPUSeconds: utime + stime of /proc/<pid>/stat, read by procfs: not the fields of a command
+// name with spaces and parentheses, not the children's (cutime, cstime); and growing with the
+// CPU a process burns.
+func TestCPUSeconds(t *testing.T) {
+	fake := func(stat string) procfs.Proc {
+		dir := t.TempDir()
+		require.NoError(t, os.Mkdir(filepath.Join(dir, "4242"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "4242", "stat"), []byte(stat), 0o644))
+		fs, err := procfs.NewFS(dir)
+		require.NoError(t, err)
+		p, err := fs.Proc(4242)
+		require.NoError(t, err)
+		return p
+	}
+	s, err := cpuSeconds(fake("4242 (a (b) c) R 1 4242 4242 0 -1 4194304 100 0 0 0 70 30 5 6 20 0 3 0 12345 3133440 410 18446744073709551615 " +
+		"1 1 1 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 1 1 1 1 1 1 1 0\n"))
 	require.NoError(t, err)
-	assert.Equal(t, uint64(100), n, "utime 70 + stime 30, not fields of the command name")
-	_, err = parseStatTicks([]byte("4242 (seckill) R 1 2"))
+	assert.InDelta(t, 1.0, s, 1e-9, "utime 70 + stime 30 ticks, not fields of the command name, not the children's 5 + 6")
+	_, err = cpuSeconds(fake("4242 (seckill) R 1 2"))
 	assert.Error(t, err, "too few fields")
-	_, err = parseStatTicks([]byte("4242 seckill R"))
+	_, err = cpuSeconds(fake("4242 seckill R"))
 	assert.Error(t, err, "no command name")
 
-	raw, err := os.ReadFile("/proc/self/stat")
+	self, err := procfs.Self()
 	require.NoError(t, err)
-	before, err := parseStatTicks(raw)
+	before, err := cpuSeconds(self)
 	require.NoError(t, err)
 	began := time.Now()
 	for time.Since(began) < 300*time.Millisecond {
 	}
-	after, err := procTicks(os.Getpid())
+	after, err := cpuSeconds(self)
 	require.NoError(t, err)
 	elapsed := time.Since(began)
 	assert.Greater(t, after, before, "300 ms of spinning shows in utime")
-	assert.LessOrEqual(t, after-before, uint64(elapsed.Seconds()*clockTicks*float64(runtime.NumCPU()))+2,
+	assert.LessOrEqual(t, after-before, elapsed.Seconds()*float64(runtime.NumCPU())+0.02,
 		"no more than every core for the whole time: ticks, not another counter")
 }
 
@@ -47,9 +61,9 @@ func TestCPURecording(t *testing.T) {
 	t0 := time.Now()
 	m := &Meter{groups: []Group{{name: Service, pids: []int{1}}, {name: Redis, na: "embedded"}}}
 	rec := &Recording{meter: m, samples: []sample{
-		{at: t0, ticks: []float64{0, math.NaN()}},
-		{at: t0.Add(100 * time.Millisecond), ticks: []float64{10, math.NaN()}},
-		{at: t0.Add(200 * time.Millisecond), ticks: []float64{30, math.NaN()}},
+		{at: t0, seconds: []float64{0, math.NaN()}},
+		{at: t0.Add(100 * time.Millisecond), seconds: []float64{0.1, math.NaN()}},
+		{at: t0.Add(200 * time.Millisecond), seconds: []float64{0.3, math.NaN()}},
 	}}
 	u := rec.Between(t0.Add(50*time.Millisecond), t0.Add(150*time.Millisecond))
 	assert.Equal(t, 100*time.Millisecond, u.wall)

@@ -1,52 +1,32 @@
 package proc
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // resetPeakRSS makes the kernel forget a process's peak resident set size, so that the next
-// readPeakRSS tells the peak of what ran since (Linux: "5" into /proc/<pid>/clear_refs). Without
+// peakRSS tells the peak of what ran since (Linux: "5" into /proc/<pid>/clear_refs). Without
 // it every row would carry the peak of the rows before it on the same processes.
 func resetPeakRSS(pid int) error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
-// readPeakRSS is a process's peak resident set size in bytes: VmHWM in /proc/<pid>/status. It is
+// peakRSS is a process's peak resident set size in bytes: VmHWM in /proc/<pid>/status. It is
 // read from outside because the peak under load is the figure that matters, and /metrics can
 // only tell the size at the moment it is scraped.
-func readPeakRSS(pid int) (int64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func peakRSS(p procfs.Proc) (int64, error) {
+	s, err := p.NewStatus()
 	if err != nil {
 		return 0, err
 	}
-	return parsePeakRSS(raw)
-}
-
-// parsePeakRSS reads VmHWM from the text of /proc/<pid>/status.
-func parsePeakRSS(status []byte) (int64, error) {
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "VmHWM:")
-		if !ok {
-			continue
-		}
-		kb, ok := strings.CutSuffix(strings.TrimSpace(v), " kB")
-		if !ok {
-			return 0, fmt.Errorf("VmHWM: unexpected unit in %q", v)
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(kb), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("VmHWM: %w", err)
-		}
-		return n << 10, nil
+	if s.VmHWM == 0 {
+		return 0, errors.New("no VmHWM in /proc/<pid>/status")
 	}
-	return 0, errors.New("no VmHWM in /proc/<pid>/status")
+	return int64(s.VmHWM), nil
 }
 
 // Peaks measures the service processes' memory over a stretch of work: reset, then read back.
@@ -69,7 +49,11 @@ func (p *Peaks) Begin() {
 func (p *Peaks) Highest() (float64, error) {
 	var top int64
 	for _, pid := range p.PIDs {
-		n, err := readPeakRSS(pid)
+		proc, err := procfs.NewProc(pid)
+		var n int64
+		if err == nil {
+			n, err = peakRSS(proc)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("peak RSS of process %d: %w", pid, err)
 		}

@@ -3,17 +3,31 @@ package proc
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/prometheus/procfs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func TestParsePeakRSS(t *testing.T) {
-	n, err := parsePeakRSS([]byte("Name:\tseckill\nVmPeak:\t 2000 kB\nVmHWM:\t    51200 kB\nVmRSS:\t 40000 kB\n"))
+// TestPeakRSS: VmHWM of /proc/<pid>/status, read by procfs, in bytes; none is an error; and a
+// live process's, reset and read back.
+func TestPeakRSS(t *testing.T) {
+	status := func(text string) procfs.Proc {
+		dir := t.TempDir()
+		require.NoError(t, os.Mkdir(filepath.Join(dir, "4242"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "4242", "status"), []byte(text), 0o644))
+		fs, err := procfs.NewFS(dir)
+		require.NoError(t, err)
+		p, err := fs.Proc(4242)
+		require.NoError(t, err)
+		return p
+	}
+	n, err := peakRSS(status("Name:\tseckill\nVmPeak:\t 2000 kB\nVmHWM:\t    51200 kB\nVmRSS:\t 40000 kB\n"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(50<<20), n)
-	_, err = parsePeakRSS([]byte("Name:\tseckill\n"))
+	_, err = peakRSS(status("Name:\tseckill\n"))
 	assert.Error(t, err)
 
 	p := Peaks{PIDs: []int{os.Getpid()}}

@@ -3,6 +3,8 @@ package report
 import (
 	"cmp"
 	"fmt"
+	"html/template"
+	"image/color"
 	"math"
 	"net/http"
 	"slices"
@@ -11,235 +13,226 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/flashsale/seckill/loadtest/attack"
 	"github.com/flashsale/seckill/loadtest/scrape"
 )
 
-// The charts of report.html are inline SVG laid out here, in Go: the page carries no script and
-// loads nothing, so it reads the same on a machine without a network and renders the same in the
-// test's headless Chromium. The geometry is in SVG units; the page scales each chart to its width.
+// The charts of report.html are drawn by gonum/plot and written as SVG by its vgsvg canvas,
+// inline in the page: the page carries no script and loads nothing, so it reads the same on a
+// machine without a network and renders the same in the test's headless Chromium. A chart is
+// two SVGs side by side, its plot and its legend, on one scale: the legend never hides data.
 const (
-	chartWidth = 1160.0
-	chartLeft  = 16.0 // the title and the legend start here
-	plotLeft   = 80.0 // room for the y ticks and the y axis title
-	plotRight  = 28.0
-	charWidth  = 6.6 // the average width of a 12px sans-serif character: the layout of labels
+	chartWidth = 1160.0 // points, plot and legend together: the page scales them to its width
+	legendGap  = 14.0   // points between the plot and its legend
 )
+
+// sans is the charts' typeface (Liberation Sans, which gonum/plot carries to measure text).
+var sans = font.Font{Typeface: "Liberation", Variant: "Sans"}
+
+func rgb(v uint32) color.RGBA {
+	return color.RGBA{R: uint8(v >> 16), G: uint8(v >> 8), B: uint8(v), A: 255}
+}
 
 // rowPalette colours the rows that sold, in the order of the report, the same in every chart.
 // The reference rows (the SQL baseline, the bare handler) are grey.
-var rowPalette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#17becf",
-	"#9c755f", "#d37295", "#8c8c00", "#1f3b73", "#a0522d", "#2f8f6f"}
+var rowPalette = []color.Color{rgb(0x4e79a7), rgb(0xf28e2b), rgb(0x59a14f), rgb(0xe15759), rgb(0xb07aa1), rgb(0x17becf),
+	rgb(0x9c755f), rgb(0xd37295), rgb(0x8c8c00), rgb(0x1f3b73), rgb(0xa0522d), rgb(0x2f8f6f)}
 
-const (
-	baselineColor = "#6f6f6f"
-	bareColor     = "#b5b0ab"
+var (
+	baselineColor = rgb(0x6f6f6f)
+	bareColor     = rgb(0xb5b0ab)
+	gridColor     = rgb(0xe8e8e8)
+	textColor     = rgb(0x222222)
+	// refLine marks the stock and the last sale, under the data.
+	refLine = draw.LineStyle{Color: rgb(0x888888), Width: vg.Points(1.2), Dashes: []vg.Length{vg.Points(6), vg.Points(4)}}
 )
 
 // outcomes are the outcomes of classify in the order the latency charts list them, each with its
 // colour in every chart.
-var outcomes = []struct{ name, color string }{
-	{attack.OK, "#2ca02c"},
-	{attack.Queued, "#1f77b4"},
-	{attack.SoldOut, "#98a2ad"},
-	{attack.Busy, "#ff7f0e"},
-	{attack.AlreadyPurchased, "#9467bd"},
-	{attack.Invalid, "#8c564b"},
-	{attack.Unavailable, "#e377c2"},
-	{attack.OtherClient, "#bcbd22"},
-	{attack.ServerError, "#d62728"},
-	{attack.Transport, "#111111"},
+var outcomes = []struct {
+	name  string
+	color color.Color
+}{
+	{attack.OK, rgb(0x2ca02c)},
+	{attack.Queued, rgb(0x1f77b4)},
+	{attack.SoldOut, rgb(0x98a2ad)},
+	{attack.Busy, rgb(0xff7f0e)},
+	{attack.AlreadyPurchased, rgb(0x9467bd)},
+	{attack.Invalid, rgb(0x8c564b)},
+	{attack.Unavailable, rgb(0xe377c2)},
+	{attack.OtherClient, rgb(0xbcbd22)},
+	{attack.ServerError, rgb(0xd62728)},
+	{attack.Transport, rgb(0x111111)},
 }
 
-// chart is one SVG chart: what the template draws, element by element.
+// chart is one chart of report.html: its plot and its legend as SVG, and the words around them.
 type chart struct {
 	ID     string // data-chart: what the chart shows (the page's test finds charts by it)
 	Row    string // data-row: the row of a chart of one row
 	Title  string
+	Swatch string // the row's colour (CSS) beside the title of a chart of one row
 	Note   string // under the chart: what the figures are and where they come from
-	Width  float64
-	Height float64
-	Swatch *svgRect // the row's colour beside the title of a chart of one row
-	Legend []legendItem
-	Axes   []svgLine // grid, axis and reference lines, under the data
-	Texts  []svgText // the title, ticks, axis titles, reference labels
-	// The data, drawn over the axes.
-	Rects   []svgRect
-	Paths   []svgPath
-	Circles []svgCircle
-	Labels  []svgText
-	plot    box
+	Plot   template.HTML
+	Legend template.HTML
+	// The widths of the two SVGs in points: the page gives each its share, so both have one scale.
+	PlotWidth, LegendWidth float64
 }
 
-type box struct{ X, Y, W, H float64 }
-
-type legendItem struct {
-	Swatch svgRect
-	Text   svgText
+// newPlot is a plot in the report's style: sans-serif text, the axes' titles, and no gap
+// between an axis and the data, so that a bar stands on its axis.
+func newPlot(xTitle, yTitle string) *plot.Plot {
+	p := plot.New()
+	p.X.Label.Text, p.Y.Label.Text = xTitle, yTitle
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font = font.From(sans, 12)
+		a.Tick.Label.Font = font.From(sans, 11)
+		a.Tick.Marker = plainTicks{}
+		a.Padding = 0
+	}
+	return p
 }
 
-type svgLine struct {
-	X1, Y1, X2, Y2 float64
-	Class          string
-}
+// plainTicks are gonum's default ticks, labelled without trailing zeros: 250, not 250.00.
+type plainTicks struct{}
 
-type svgText struct {
-	X, Y   float64
-	Text   string
-	Anchor string // text-anchor; "": start
-	Class  string
-	Rotate float64 // degrees around (X, Y)
-}
-
-type svgRect struct {
-	X, Y, W, H float64
-	Fill       string
-	Title      string // the tooltip
-}
-
-// svgPath is a line, drawn with round caps and joins — so that a zero-length segment ("h0") is
-// a dot and a path of them a series of dots.
-type svgPath struct {
-	D      string
-	Stroke string
-	Width  float64
-	Title  string
-}
-
-type svgCircle struct {
-	X, Y, R float64
-	Fill    string
-	Title   string
-}
-
-type legendEntry struct{ label, color string }
-
-// newChart lays out the title and the legend (wrapped to the width) and places the plot area
-// under them, plotX from the left and plotH high.
-func newChart(id, title string, legend []legendEntry, plotX, plotH float64) *chart {
-	c := &chart{ID: id, Title: title, Width: chartWidth}
-	c.Texts = append(c.Texts, svgText{X: chartLeft, Y: 24, Text: title, Class: "title"})
-	x, y := chartLeft, 50.0
-	for _, e := range legend {
-		w := 20 + charWidth*float64(len([]rune(e.label))) + 22
-		if x > chartLeft && x+w > chartWidth-plotRight {
-			x, y = chartLeft, y+20
+func (plainTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i, t := range ticks {
+		if t.Label != "" {
+			ticks[i].Label = tickLabel(t.Value)
 		}
-		c.Legend = append(c.Legend, legendItem{Swatch: svgRect{X: x, Y: y - 10, W: 14, H: 11, Fill: e.color},
-			Text: svgText{X: x + 20, Y: y, Text: e.label}})
-		x += w
 	}
-	c.plot = box{X: plotX, Y: y + 22, W: chartWidth - plotX - plotRight, H: plotH}
-	c.Height = c.plot.Y + c.plot.H + 48
-	return c
+	return ticks
 }
 
-func (c *chart) bottom() float64 { return c.plot.Y + c.plot.H }
-
-// yAxis draws s's grid lines and ticks across the plot, and the y axis title.
-func (c *chart) yAxis(s scale, title string) {
-	for _, v := range s.ticks() {
-		y := s.at(v)
-		c.Axes = append(c.Axes, svgLine{X1: c.plot.X, Y1: y, X2: c.plot.X + c.plot.W, Y2: y, Class: "grid"})
-		c.Texts = append(c.Texts, svgText{X: c.plot.X - 7, Y: y + 4, Text: tickLabel(v), Anchor: "end", Class: "tick"})
+// grid is the light grid under the data, along the ticks of the axes asked for.
+func grid(vertical, horizontal bool) *plotter.Grid {
+	g := &plotter.Grid{}
+	line := draw.LineStyle{Color: gridColor, Width: vg.Points(1)}
+	if vertical {
+		g.Vertical = line
 	}
-	c.Axes = append(c.Axes, svgLine{X1: c.plot.X, Y1: c.plot.Y, X2: c.plot.X, Y2: c.bottom(), Class: "axis"})
-	c.Texts = append(c.Texts, svgText{X: c.plot.X - 56, Y: c.plot.Y + c.plot.H/2, Text: title, Anchor: "middle", Class: "axis-title", Rotate: -90})
-}
-
-// xAxis draws s's grid lines and ticks along the plot, and the x axis title.
-func (c *chart) xAxis(s scale, title string) {
-	for _, v := range s.ticks() {
-		x := s.at(v)
-		c.Axes = append(c.Axes, svgLine{X1: x, Y1: c.plot.Y, X2: x, Y2: c.bottom(), Class: "grid"})
-		c.Texts = append(c.Texts, svgText{X: x, Y: c.bottom() + 17, Text: tickLabel(v), Anchor: "middle", Class: "tick"})
+	if horizontal {
+		g.Horizontal = line
 	}
-	c.xTitle(title)
+	return g
 }
 
-func (c *chart) xTitle(title string) {
-	c.Axes = append(c.Axes, svgLine{X1: c.plot.X, Y1: c.bottom(), X2: c.plot.X + c.plot.W, Y2: c.bottom(), Class: "axis"})
-	if title != "" {
-		c.Texts = append(c.Texts, svgText{X: c.plot.X + c.plot.W/2, Y: c.bottom() + 38, Text: title, Anchor: "middle", Class: "axis-title"})
-	}
+// newLegend is a legend in the report's style: its entries from the top down.
+func newLegend() plot.Legend {
+	l := plot.NewLegend()
+	l.TextStyle.Font = font.From(sans, 12)
+	l.Top, l.Left = true, true
+	l.ThumbnailWidth = vg.Points(16)
+	l.Padding = vg.Points(5)
+	return l
 }
 
-// scale maps values to pixels, linearly or by decades.
-type scale struct {
-	lo, hi   float64
-	from, to float64 // the pixels of lo and hi
-	step     float64 // between ticks, linear scales only
-	log      bool
+// swatch is a legend's square of c, the thumbnail of a bar.
+func swatch(c color.Color) plot.Thumbnailer { return &plotter.BarChart{Color: c} }
+
+// plotWidth is what is left of the chart's width to the plot beside l.
+func plotWidth(l plot.Legend) vg.Length {
+	return vg.Points(chartWidth) - l.Rectangle(draw.Canvas{}).Size().X - vg.Points(legendGap)
 }
 
-// linearScale runs from 0 to a round number at or above hi.
-func linearScale(hi, from, to float64) scale {
+// dataArea is the size of p's data area, drawn height high beside l: how wide a bar can be,
+// how close two dots.
+func dataArea(p *plot.Plot, l plot.Legend, height vg.Length) vg.Point {
+	return p.DataCanvas(draw.Canvas{Rectangle: vg.Rectangle{Max: vg.Point{X: plotWidth(l), Y: height}}}).Size()
+}
+
+// render lays p out height high and l beside it, as wide as its longest entry.
+func (c *chart) render(p *plot.Plot, l plot.Legend, height vg.Length) {
+	pw := plotWidth(l)
+	lw := vg.Points(chartWidth) - pw
+	c.Plot = svgOf(pw, height, p.Draw)
+	c.Legend = svgOf(lw, max(height, l.Rectangle(draw.Canvas{}).Size().Y+4), func(dc draw.Canvas) {
+		l.Draw(draw.Crop(dc, vg.Points(legendGap), 0, 0, -4))
+	})
+	c.PlotWidth, c.LegendWidth = pw.Points(), lw.Points()
+}
+
+// svgOf is what drawOn draws on a canvas of w × h points, as an SVG element of the page.
+func svgOf(w, h vg.Length, drawOn func(draw.Canvas)) template.HTML {
+	canvas := vgsvg.New(w, h)
+	drawOn(draw.New(canvas))
+	var b strings.Builder
+	_, _ = canvas.WriteTo(&b) // a strings.Builder does not fail
+	// vgsvg heads a file of its own (<?xml ...?>, a comment): the page takes the element alone.
+	// gonum escapes the text it writes.
+	s := b.String()
+	return template.HTML(s[strings.Index(s, "<svg"):])
+}
+
+// linearAxis runs a from 0 to hi, or to 1 when there is nothing to show.
+func linearAxis(a *plot.Axis, hi float64) {
+	a.Min, a.Max = 0, hi
 	if hi <= 0 {
-		hi = 1
+		a.Max = 1
 	}
-	step := niceStep(hi / 5)
-	return scale{hi: math.Ceil(hi/step-1e-9) * step, from: from, to: to, step: step}
 }
 
-// logScale runs over the whole decades around lo and hi (both above 0): latencies span from
-// tenths of a millisecond to seconds, and the fast rows must stay readable beside the slow ones.
-func logScale(lo, hi, from, to float64) scale {
-	lo, hi = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
-	if hi <= lo {
-		hi = lo * 10
+// logAxis puts a on a scale by decades over the whole decades around lo and hi (both above
+// 0): latencies span from tenths of a millisecond to seconds, and the fast rows must stay
+// readable beside the slow ones.
+func logAxis(a *plot.Axis, lo, hi float64) {
+	a.Min, a.Max = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
+	if a.Max <= a.Min {
+		a.Max = a.Min * 10
 	}
-	return scale{lo: lo, hi: hi, from: from, to: to, log: true}
+	a.Scale, a.Tick.Marker = floorLog{}, decadeTicks{}
 }
 
-func (s scale) at(v float64) float64 {
-	var f float64
-	if s.log {
-		f = math.Log10(math.Max(v, s.lo)/s.lo) / math.Log10(s.hi/s.lo)
-	} else {
-		f = (v - s.lo) / (s.hi - s.lo)
-	}
-	return s.from + f*(s.to-s.from)
+// floorLog is gonum's log scale with what lies below the axis at its bottom: a bar's base, 0,
+// which gonum's own scale refuses.
+type floorLog struct{}
+
+func (floorLog) Normalize(min, max, x float64) float64 {
+	return plot.LogScale{}.Normalize(min, max, math.Max(x, min))
 }
 
-// ticks are round values over the scale: every step, or every decade (with 2 and 5 between
-// when there are few).
-func (s scale) ticks() []float64 {
-	var out []float64
-	if !s.log {
-		for i := 0.0; s.lo+i*s.step <= s.hi*(1+1e-9); i++ {
-			out = append(out, s.lo+i*s.step)
-		}
-		return out
-	}
-	few := math.Log10(s.hi/s.lo) <= 3.01
-	for d := s.lo; d <= s.hi*1.001; d *= 10 {
-		out = append(out, d)
-		if few && d*10 <= s.hi*1.001 {
-			out = append(out, 2*d, 5*d)
+// decadeTicks are gonum's log ticks, with 2 and 5 labelled too when the axis spans three
+// decades or fewer, every label rounded (0.05, not 0.05000000000000001).
+type decadeTicks struct{}
+
+func (decadeTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.LogTicks{}.Ticks(min, max)
+	few := max/min <= 1000*1.001
+	for i, t := range ticks {
+		m := math.Round(t.Value / math.Pow(10, math.Floor(math.Log10(t.Value)+1e-9)))
+		if t.Label != "" || few && (m == 2 || m == 5) {
+			ticks[i].Label = tickLabel(t.Value)
 		}
 	}
-	return out
-}
-
-// niceStep is the 1, 2 or 5 times a power of ten at or above x.
-func niceStep(x float64) float64 {
-	p := math.Pow(10, math.Floor(math.Log10(x)))
-	switch f := x / p; {
-	case f <= 1:
-		return p
-	case f <= 2:
-		return 2 * p
-	case f <= 5:
-		return 5 * p
-	}
-	return 10 * p
+	return ticks
 }
 
 func tickLabel(v float64) string { return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64) }
 
-// svgNumber prints a coordinate: a tenth of a unit is finer than any screen shows.
-func svgNumber(v float64) string { return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64) }
+// labels are texts at points of the data, offset by off.
+func labels(at plotter.XYs, texts []string, x draw.XAlignment, y draw.YAlignment, off vg.Point) *plotter.Labels {
+	sty := text.Style{Color: textColor, Font: font.From(sans, 11), XAlign: x, YAlign: y, Handler: plot.DefaultTextHandler}
+	styles := make([]text.Style, len(texts))
+	for i := range styles {
+		styles[i] = sty
+	}
+	return &plotter.Labels{XYs: at, Labels: texts, TextStyle: styles, Offset: off}
+}
+
+// cssColor is c as the page's CSS writes it.
+func cssColor(c color.Color) string {
+	r, g, b, _ := c.RGBA()
+	return fmt.Sprintf("#%02x%02x%02x", r>>8, g>>8, b>>8)
+}
 
 // msText prints a latency in milliseconds with the digits that matter at its size.
 func msText(v float64) string {
@@ -257,7 +250,7 @@ func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisec
 // chartRow is one row of the report as the charts see it.
 type chartRow struct {
 	Row
-	color   string
+	color   color.Color
 	results []*vegeta.Result  // every attempt of the sale; nil for a reference row (baseline, bare handler)
 	queued  []attack.Accepted // what became of each 202 of the sale
 	start   time.Time         // the sale's first request: time 0 of its time axes
@@ -292,14 +285,6 @@ func rowsWithSales(rows []chartRow) []chartRow {
 	return slices.DeleteFunc(slices.Clone(rows), func(r chartRow) bool { return r.results == nil })
 }
 
-func legendOf(rows []chartRow) []legendEntry {
-	out := make([]legendEntry, len(rows))
-	for i, r := range rows {
-		out[i] = legendEntry{r.Strategy, r.color}
-	}
-	return out
-}
-
 // since is when something happened in the row's sale, in seconds from its first request.
 func (r chartRow) since(t time.Time) float64 { return t.Sub(r.start).Seconds() }
 
@@ -326,6 +311,20 @@ func charts(reports []Row, sales map[string]attack.Sale) (comparison, perRow []c
 	return comparison, append(queueCharts(rows), latencyScatters(rowsWithSales(rows))...)
 }
 
+// countLine is a count over time: times sorted, in seconds, the count rising by one at each.
+func countLine(times []float64, style draw.LineStyle) *plotter.Line {
+	xys := plotter.XYs{{}}
+	// At most about 600 vertices a line: a 40k-unit sale would otherwise weigh megabytes.
+	step := max(1, len(times)/600)
+	for j := step - 1; j < len(times); j += step {
+		xys = append(xys, plotter.XY{X: times[j], Y: float64(j + 1)})
+	}
+	if n := len(times); n > 0 && (n-1)%step != step-1 {
+		xys = append(xys, plotter.XY{X: times[n-1], Y: float64(n)})
+	}
+	return &plotter.Line{XYs: xys, LineStyle: style}
+}
+
 // unitsChart is the units sold over time, a line per row: how fast each sale went, and whether
 // it stopped at the stock.
 func unitsChart(rows []chartRow) (chart, bool) {
@@ -349,50 +348,39 @@ func unitsChart(rows []chartRow) (chart, bool) {
 		}
 		stock = max(stock, r.Verdict.Audit.InitialStock)
 	}
-	c := newChart("units", "Units sold over time", legendOf(rows), plotLeft, 300)
-	x := linearScale(end*1.03, c.plot.X, c.plot.X+c.plot.W)
-	y := linearScale(float64(max(int64(most), stock))*1.05, c.bottom(), c.plot.Y)
-	c.yAxis(y, "units sold (201s)")
-	c.xAxis(x, "seconds since the sale's first request")
+	p := newPlot("seconds since the sale's first request", "units sold (201s)")
+	p.Add(grid(true, true))
+	linearAxis(&p.X, end*1.03)
+	linearAxis(&p.Y, float64(max(int64(most), stock))*1.05)
 	if stock > 0 {
-		sy := y.at(float64(stock))
-		c.Axes = append(c.Axes, svgLine{X1: c.plot.X, Y1: sy, X2: c.plot.X + c.plot.W, Y2: sy, Class: "ref"})
-		c.Texts = append(c.Texts, svgText{X: c.plot.X + c.plot.W - 4, Y: sy - 5, Text: fmt.Sprintf("stock %d", stock), Anchor: "end", Class: "ref-label"})
+		line := plotter.XYs{{X: p.X.Min, Y: float64(stock)}, {X: p.X.Max, Y: float64(stock)}}
+		p.Add(&plotter.Line{XYs: line, LineStyle: refLine},
+			labels(line[1:], []string{fmt.Sprintf("stock %d", stock)}, draw.XRight, draw.YBottom, vg.Point{X: -4, Y: 4}))
 	}
+	l := newLegend()
 	for i, r := range rows {
-		n := len(sold[i])
-		title := fmt.Sprintf("%s: %d units", r.Strategy, n)
-		c.Paths = append(c.Paths, svgPath{D: countPath(sold[i], x, y), Stroke: r.color, Width: 2.5, Title: title})
-		if n > 0 {
-			c.Circles = append(c.Circles, svgCircle{X: x.at(sold[i][n-1]), Y: y.at(float64(n)), R: 4.5, Fill: r.color,
-				Title: fmt.Sprintf("%s in %.2f s", title, sold[i][n-1])})
+		line := countLine(sold[i], draw.LineStyle{Color: r.color, Width: vg.Points(2.5)})
+		p.Add(line)
+		thumbs := []plot.Thumbnailer{line}
+		if n := len(sold[i]); n > 0 {
+			last := &plotter.Scatter{XYs: plotter.XYs{{X: sold[i][n-1], Y: float64(n)}},
+				GlyphStyle: draw.GlyphStyle{Color: r.color, Radius: vg.Points(4.5), Shape: draw.CircleGlyph{}}}
+			p.Add(last)
+			thumbs = append(thumbs, last)
 		}
+		l.Add(r.Strategy, thumbs...)
 	}
-	c.Note = "Each line is one row's sale: its 201s counted by the time they were answered (retried busy answers included), " +
-		"from the sale's first request; the dot is its last sale. A line above the stock oversold."
-	return *c, true
-}
-
-// countPath is the line of a count over time: times sorted, in seconds, the count rising by one
-// at each.
-func countPath(times []float64, x, y scale) string {
-	var d strings.Builder
-	fmt.Fprintf(&d, "M%s %s", svgNumber(x.at(0)), svgNumber(y.at(0)))
-	// At most about 600 vertices a line: a 40k-unit sale would otherwise weigh megabytes.
-	step := max(1, len(times)/600)
-	for j := step - 1; j < len(times); j += step {
-		fmt.Fprintf(&d, "L%s %s", svgNumber(x.at(times[j])), svgNumber(y.at(float64(j+1))))
-	}
-	if n := len(times); n > 0 && (n-1)%step != step-1 {
-		fmt.Fprintf(&d, "L%s %s", svgNumber(x.at(times[n-1])), svgNumber(y.at(float64(n))))
-	}
-	return d.String()
+	c := chart{ID: "units", Title: "Units sold over time",
+		Note: "Each line is one row's sale: its 201s counted by the time they were answered (retried busy answers included), " +
+			"from the sale's first request; the dot is its last sale. A line above the stock oversold."}
+	c.render(p, l, 340)
+	return c, true
 }
 
 // Colours of the queue chart's two lines.
-const (
-	acceptedColor = "#4e79a7"
-	placedColor   = "#59a14f"
+var (
+	acceptedColor = rgb(0x4e79a7)
+	placedColor   = rgb(0x59a14f)
 )
 
 // queueCharts are, for each row whose sale was answered 202, its accepted and its placed units
@@ -416,22 +404,22 @@ func queueCharts(rows []chartRow) []chart {
 		if len(placed) > 0 {
 			end = max(end, placed[len(placed)-1])
 		}
-		legend := []legendEntry{{fmt.Sprintf("accepted, 202 (%d)", len(accepted)), acceptedColor}, {fmt.Sprintf("placed (%d)", len(placed)), placedColor}}
-		c := newChart("queue", r.Strategy+": units accepted and placed over time", legend, plotLeft, 240)
-		c.Row = r.Strategy
-		c.Swatch = &svgRect{X: chartLeft, Y: 11, W: 14, H: 14, Fill: r.color}
-		c.Texts[0].X += 22
-		x := linearScale(end*1.03, c.plot.X, c.plot.X+c.plot.W)
-		y := linearScale(float64(len(accepted))*1.05, c.bottom(), c.plot.Y)
-		c.yAxis(y, "units")
-		c.xAxis(x, "seconds since the sale's first request")
-		c.Paths = append(c.Paths,
-			svgPath{D: countPath(accepted, x, y), Stroke: acceptedColor, Width: 2.5, Title: fmt.Sprintf("accepted: %d units", len(accepted))},
-			svgPath{D: countPath(placed, x, y), Stroke: placedColor, Width: 2.5, Title: fmt.Sprintf("placed: %d units", len(placed))})
-		c.Note = fmt.Sprintf("Each 202 counted when it was answered, and again when a client polling its order saw it placed; "+
-			"the gap between the lines is the queue. %d rejected, %d never ended; 202 to final state p50 %s ms, p99 %s ms.",
-			r.Queue.Rejected, r.Queue.Unended, Milliseconds(r.Queue.EndP50), Milliseconds(r.Queue.EndP99))
-		out = append(out, *c)
+		p := newPlot("seconds since the sale's first request", "units")
+		p.Add(grid(true, true))
+		linearAxis(&p.X, end*1.03)
+		linearAxis(&p.Y, float64(len(accepted))*1.05)
+		a := countLine(accepted, draw.LineStyle{Color: acceptedColor, Width: vg.Points(2.5)})
+		pl := countLine(placed, draw.LineStyle{Color: placedColor, Width: vg.Points(2.5)})
+		p.Add(a, pl)
+		l := newLegend()
+		l.Add(fmt.Sprintf("accepted, 202 (%d)", len(accepted)), a)
+		l.Add(fmt.Sprintf("placed (%d)", len(placed)), pl)
+		c := chart{ID: "queue", Row: r.Strategy, Title: r.Strategy + ": units accepted and placed over time", Swatch: cssColor(r.color),
+			Note: fmt.Sprintf("Each 202 counted when it was answered, and again when a client polling its order saw it placed; "+
+				"the gap between the lines is the queue. %d rejected, %d never ended; 202 to final state p50 %s ms, p99 %s ms.",
+				r.Queue.Rejected, r.Queue.Unended, Milliseconds(r.Queue.EndP50), Milliseconds(r.Queue.EndP99))}
+		c.render(p, l, 280)
+		out = append(out, c)
 	}
 	return out
 }
@@ -443,18 +431,21 @@ func ordersChart(rows []chartRow) (chart, bool) {
 	if len(rows) == 0 {
 		return chart{}, false
 	}
-	labels, most := 0, 0.0
-	for _, r := range rows {
-		labels = max(labels, len([]rune(r.Strategy)))
-		most = max(most, r.OrdersPerSecond)
-	}
-	const band = 30.0
-	c := newChart("orders", "Orders per second while selling", legendOf(rows), max(plotLeft, chartLeft+charWidth*float64(labels)+16), band*float64(len(rows)))
-	x := linearScale(most*1.3, c.plot.X, c.plot.X+c.plot.W)
-	c.xAxis(x, "orders/s (201s over the selling phase)")
-	c.Axes = append(c.Axes, svgLine{X1: c.plot.X, Y1: c.plot.Y, X2: c.plot.X, Y2: c.bottom(), Class: "axis"})
+	const band = 30.0 // points a row
+	n := len(rows)
+	p := newPlot("orders/s (201s over the selling phase)", "")
+	p.Add(grid(true, false))
+	l := newLegend()
+	names := make([]string, n)
+	var at plotter.XYs
+	var texts []string
+	most := 0.0
 	for i, r := range rows {
-		top := c.plot.Y + band*float64(i) + 5
+		y := float64(n - 1 - i) // the first row on top
+		names[n-1-i] = r.Strategy
+		bar := &plotter.BarChart{Values: plotter.Values{r.OrdersPerSecond}, XMin: y, Width: vg.Points(band - 10), Color: r.color, Horizontal: true}
+		p.Add(bar)
+		l.Add(r.Strategy, bar)
 		text := fmt.Sprintf("%.0f", r.OrdersPerSecond)
 		if r.VsBaseline > 0 {
 			text += fmt.Sprintf(" (%.2fx baseline)", r.VsBaseline)
@@ -462,21 +453,26 @@ func ordersChart(rows []chartRow) (chart, bool) {
 		if r.Verdict.Oversold > 0 {
 			text += fmt.Sprintf(", oversold by %d", r.Verdict.Oversold)
 		}
-		c.Texts = append(c.Texts, svgText{X: c.plot.X - 8, Y: top + band/2, Text: r.Strategy, Anchor: "end", Class: "tick"})
-		c.Rects = append(c.Rects, svgRect{X: c.plot.X, Y: top, W: x.at(r.OrdersPerSecond) - c.plot.X, H: band - 10, Fill: r.color,
-			Title: r.Strategy + ": " + text + " orders/s"})
-		c.Labels = append(c.Labels, svgText{X: x.at(r.OrdersPerSecond) + 6, Y: top + band/2, Text: text, Class: "value"})
+		at = append(at, plotter.XY{X: r.OrdersPerSecond, Y: y})
+		texts = append(texts, text)
+		most = max(most, r.OrdersPerSecond)
 	}
-	c.Note = "Orders answered 201 over the selling phase (from the first request to the last 201). " +
-		"The baseline is the per-order SELECT ... FOR UPDATE transaction in SQL, without HTTP."
-	return *c, true
+	p.Add(labels(at, texts, draw.XLeft, draw.YCenter, vg.Point{X: 6}))
+	p.NominalY(names...)
+	linearAxis(&p.X, most*1.3)
+	p.Y.Min, p.Y.Max = -0.5, float64(n)-0.5
+	c := chart{ID: "orders", Title: "Orders per second while selling",
+		Note: "Orders answered 201 over the selling phase (from the first request to the last 201). " +
+			"The baseline is the per-order SELECT ... FOR UPDATE transaction in SQL, without HTTP."}
+	c.render(p, l, vg.Points(band*float64(n)+60))
+	return c, true
 }
 
 // barSeries is one row of a grouped bar chart: a value per group, 0 for none.
 type barSeries struct {
-	label, color string
-	values       []float64
-	titles       []string // the tooltip of each bar
+	label  string
+	color  color.Color
+	values []float64
 }
 
 // groupedBars draws a bar per series in each group, on a scale by decades.
@@ -492,46 +488,44 @@ func groupedBars(id, title, yTitle, note string, groups []string, series []barSe
 	if hi == 0 {
 		return chart{}, false
 	}
-	legend := make([]legendEntry, len(series))
-	for i, s := range series {
-		legend[i] = legendEntry{s.label, s.color}
+	const height = 320
+	p := newPlot("", yTitle)
+	p.Add(grid(false, true))
+	logAxis(&p.Y, lo, hi)
+	p.NominalX(groups...)
+	p.X.Min, p.X.Max = -0.5, float64(len(groups))-0.5
+	l := newLegend()
+	for _, s := range series {
+		l.Add(s.label, swatch(s.color))
 	}
-	c := newChart(id, title, legend, plotLeft, 280)
-	c.Note = note
-	y := logScale(lo, hi, c.bottom(), c.plot.Y)
-	c.yAxis(y, yTitle)
-	c.xTitle("")
-	group := c.plot.W / float64(len(groups))
-	bar := group * 0.8 / float64(len(series))
-	for g, name := range groups {
-		left := c.plot.X + group*float64(g)
-		if g > 0 {
-			c.Axes = append(c.Axes, svgLine{X1: left, Y1: c.plot.Y, X2: left, Y2: c.bottom(), Class: "grid"})
-		}
-		c.Texts = append(c.Texts, svgText{X: left + group/2, Y: c.bottom() + 18, Text: name, Anchor: "middle", Class: "tick"})
-		for i, s := range series {
-			v := s.values[g]
+	bar := dataArea(p, l, height).X / vg.Length(len(groups)) * 0.8 / vg.Length(len(series))
+	decades := [2]float64{p.Y.Min, p.Y.Max}
+	for i, s := range series {
+		offset := bar * vg.Length(float64(i)-float64(len(series)-1)/2)
+		var at plotter.XYs
+		var texts []string
+		for g, v := range s.values {
 			if v <= 0 {
 				continue
 			}
-			x, top := left+group*0.1+bar*float64(i), y.at(v)
-			c.Rects = append(c.Rects, svgRect{X: x + 1, Y: top, W: bar - 2, H: c.bottom() - top, Fill: s.color, Title: s.titles[g]})
-			if bar >= 28 {
-				c.Labels = append(c.Labels, svgText{X: x + bar/2, Y: top - 4, Text: msText(v), Anchor: "middle", Class: "value"})
-			}
+			p.Add(&plotter.BarChart{Values: plotter.Values{v}, XMin: float64(g), Offset: offset, Width: bar - 2, Color: s.color})
+			at = append(at, plotter.XY{X: float64(g), Y: v})
+			texts = append(texts, msText(v))
+		}
+		if bar >= 28 {
+			p.Add(labels(at, texts, draw.XCenter, draw.YBottom, vg.Point{X: offset, Y: 3}))
 		}
 	}
-	return *c, true
+	// A bar's base, 0, stretched the axis: back to the decades.
+	p.Y.Min, p.Y.Max = decades[0], decades[1]
+	c := chart{ID: id, Title: title, Note: note}
+	c.render(p, l, height)
+	return c, true
 }
 
 // percentileSeries is a row's p50, p90 and p99 in milliseconds.
 func percentileSeries(r chartRow, p50, p90, p99 time.Duration) barSeries {
-	s := barSeries{label: r.Strategy, color: r.color}
-	for i, d := range []time.Duration{p50, p90, p99} {
-		s.values = append(s.values, millis(d))
-		s.titles = append(s.titles, fmt.Sprintf("%s %s: %s ms", r.Strategy, []string{"p50", "p90", "p99"}[i], msText(millis(d))))
-	}
-	return s
+	return barSeries{label: r.Strategy, color: r.color, values: []float64{millis(p50), millis(p90), millis(p99)}}
 }
 
 func sellingLatencyChart(rows []chartRow) (chart, bool) {
@@ -579,17 +573,8 @@ func lockChart(rows []chartRow) (chart, bool) {
 			continue
 		}
 		s := barSeries{label: r.Strategy, color: r.color}
-		for _, t := range []struct {
-			name string
-			scrape.LockTime
-		}{{"wait", l.Wait}, {"hold", l.Hold}} {
-			for _, v := range []struct {
-				name string
-				d    time.Duration
-			}{{"mean", t.Mean}, {"p50", t.P50}, {"p99", t.P99}} {
-				s.values = append(s.values, millis(v.d))
-				s.titles = append(s.titles, fmt.Sprintf("%s %s %s: %s ms over %d", r.Strategy, t.name, v.name, msText(millis(v.d)), t.Count))
-			}
+		for _, t := range []scrape.LockTime{l.Wait, l.Hold} {
+			s.values = append(s.values, millis(t.Mean), millis(t.P50), millis(t.P99))
 		}
 		series = append(series, s)
 		counts = append(counts, fmt.Sprintf("%s %d/%d", r.Strategy, l.Wait.Count, l.Hold.Count))
@@ -632,50 +617,54 @@ func latencyScatter(r chartRow, lo, hi float64) chart {
 		byOutcome[o] = append(byOutcome[o], res)
 		end = max(end, r.since(res.End()))
 	}
-	var legend []legendEntry
+	const height = 280
+	p := newPlot("seconds since the sale's first request (when each attempt was sent)", "ms (log scale)")
+	p.Add(grid(true, true))
+	linearAxis(&p.X, end*1.02)
+	logAxis(&p.Y, lo, hi)
+	if last := r.lastSale(); last >= 0 {
+		line := plotter.XYs{{X: last, Y: p.Y.Max}, {X: last, Y: p.Y.Min}}
+		p.Add(&plotter.Line{XYs: line, LineStyle: refLine},
+			labels(line[:1], []string{fmt.Sprintf("last 201 answered at %.2f s", last)}, draw.XLeft, draw.YTop, vg.Point{X: 4, Y: -4}))
+	}
+	l := newLegend()
 	for _, o := range outcomes {
 		if n := len(byOutcome[o.name]); n > 0 {
-			legend = append(legend, legendEntry{fmt.Sprintf("%s (%d)", o.name, n), o.color})
+			l.Add(fmt.Sprintf("%s (%d)", o.name, n), &plotter.Scatter{GlyphStyle: draw.GlyphStyle{Color: o.color, Radius: vg.Points(5), Shape: draw.CircleGlyph{}}})
 		}
 	}
-	c := newChart("scatter", r.Strategy+": latency of every request", legend, plotLeft, 240)
-	c.Row = r.Strategy
-	c.Swatch = &svgRect{X: chartLeft, Y: 11, W: 14, H: 14, Fill: r.color}
-	c.Texts[0].X += 22
-	x := linearScale(end*1.02, c.plot.X, c.plot.X+c.plot.W)
-	y := logScale(lo, hi, c.bottom(), c.plot.Y)
-	c.yAxis(y, "ms (log scale)")
-	c.xAxis(x, "seconds since the sale's first request (when each attempt was sent)")
-	if last := r.lastSale(); last >= 0 {
-		lx := x.at(last)
-		c.Axes = append(c.Axes, svgLine{X1: lx, Y1: c.plot.Y, X2: lx, Y2: c.bottom(), Class: "ref"})
-		c.Texts = append(c.Texts, svgText{X: lx + 4, Y: c.plot.Y + 12, Text: fmt.Sprintf("last 201 answered at %.2f s", last), Class: "ref-label"})
-	}
-	// The most numerous outcome first, so that the rare ones (busy, errors) are drawn on top. Dots
-	// closer than 2 units are drawn once: a sale of 40k requests stays a page of kilobytes.
-	drawn := slices.SortedStableFunc(slices.Values(outcomes), func(a, b struct{ name, color string }) int {
+	// Dots closer than a dot's width are drawn once: a sale of 40k requests stays a chart of
+	// hundreds of kilobytes, not megabytes. The cells are in the data's units: seconds, decades.
+	dot := draw.GlyphStyle{Radius: vg.Points(1.75), Shape: draw.CircleGlyph{}}
+	area := dataArea(p, l, height)
+	cellX := (p.X.Max - p.X.Min) / float64(area.X/(2*dot.Radius))
+	cellY := math.Log10(p.Y.Max/p.Y.Min) / float64(area.Y/(2*dot.Radius))
+	// The most numerous outcome first, so that the rare ones (busy, errors) are drawn on top.
+	drawn := slices.SortedStableFunc(slices.Values(outcomes), func(a, b struct {
+		name  string
+		color color.Color
+	}) int {
 		return cmp.Compare(len(byOutcome[b.name]), len(byOutcome[a.name]))
 	})
 	for _, o := range drawn {
-		results := byOutcome[o.name]
-		if len(results) == 0 {
-			continue
-		}
 		seen := map[[2]int]bool{}
-		var d strings.Builder
-		for _, res := range results {
-			px, py := x.at(r.since(res.Timestamp)), y.at(millis(res.Latency))
-			cell := [2]int{int(px / 2), int(py / 2)}
-			if seen[cell] {
-				continue
+		var dots plotter.XYs
+		for _, res := range byOutcome[o.name] {
+			x, y := r.since(res.Timestamp), millis(res.Latency)
+			cell := [2]int{int(x / cellX), int(math.Log10(max(y, lo)) / cellY)}
+			if !seen[cell] {
+				seen[cell] = true
+				dots = append(dots, plotter.XY{X: x, Y: y})
 			}
-			seen[cell] = true
-			fmt.Fprintf(&d, "M%s %sh0", svgNumber(px), svgNumber(py))
 		}
-		c.Paths = append(c.Paths, svgPath{D: d.String(), Stroke: o.color, Width: 3.5,
-			Title: fmt.Sprintf("%s: %d attempts", o.name, len(results))})
+		if len(dots) > 0 {
+			dot.Color = o.color
+			p.Add(&plotter.Scatter{XYs: dots, GlyphStyle: dot})
+		}
 	}
-	c.Note = fmt.Sprintf("%d requests in %d attempts (a busy answer is retried after its Retry-After): each a dot at the time it was sent "+
-		"and its latency, coloured by its outcome, from the answer's status and error code.", r.Requests, len(r.results))
-	return *c
+	c := chart{ID: "scatter", Row: r.Strategy, Title: r.Strategy + ": latency of every request", Swatch: cssColor(r.color),
+		Note: fmt.Sprintf("%d requests in %d attempts (a busy answer is retried after its Retry-After): each a dot at the time it was sent "+
+			"and its latency, coloured by its outcome, from the answer's status and error code.", r.Requests, len(r.results))}
+	c.render(p, l, height)
+	return c
 }

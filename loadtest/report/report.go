@@ -1,7 +1,7 @@
 // Package report is the load tool's report: a row per sale (Row), measured and judged — the
 // invariant, the fault's bite, the performance targets of its client count (Goals) — and
-// written as Markdown on stdout and in report.md, as report.html with its inline SVG charts, and
-// as JSON.
+// written as Markdown on stdout and in report.md, as report.html with its inline SVG charts (drawn
+// by gonum/plot), and as JSON.
 package report
 
 import (
@@ -415,8 +415,9 @@ func Markdown(w io.Writer, reports []Row) {
 
 // htmlReport is report.html: the charts that compare the rows, the tables, then a latency chart
 // per row. Everything is in the one file — styles and SVG, no script, no link — so that it opens
-// anywhere, offline.
-var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{"f": svgNumber}).Parse(`<!doctype html>
+// anywhere, offline. The charts' text asks for Liberation Sans, which gonum/plot measured it in,
+// or a face of its metrics.
+var htmlReport = template.Must(template.New("report").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>seckill load test</title>
 <style>
 body{font-family:"DejaVu Sans",Verdana,system-ui,sans-serif;margin:24px auto;max-width:1200px;padding:0 16px;color:#222;line-height:1.45;font-size:14px}
@@ -428,16 +429,12 @@ td,th{border:1px solid #d9d9d9;padding:4px 8px;text-align:left;vertical-align:to
 th{background:#f2f2f2}
 tr:nth-child(even) td{background:#fafafa}
 figure.chart{margin:10px 0 30px;padding:0}
-figure.chart svg{display:block;width:100%;height:auto;background:#fff}
+figure.chart h3{font-size:16px;margin:0 0 6px 16px;color:#111}
+.swatch{display:inline-block;width:14px;height:14px;margin-right:8px;vertical-align:-1px}
+.drawing{display:grid;align-items:start}
+.drawing svg{display:block;width:100%;height:auto}
+svg text{font-family:"Liberation Sans",Arimo,Arial,Helvetica,sans-serif !important}
 figcaption{font-size:12.5px;color:#555;margin:2px 16px 0;max-width:1080px}
-svg text{font-family:"DejaVu Sans",Verdana,sans-serif;font-size:12px;fill:#333}
-svg .title{font-size:16px;font-weight:bold;fill:#111}
-svg .tick{fill:#555}
-svg .value{font-size:11px;fill:#222}
-svg .ref-label{font-size:11px;fill:#666}
-svg .grid{stroke:#e8e8e8;stroke-width:1}
-svg .axis{stroke:#888;stroke-width:1}
-svg .ref{stroke:#888;stroke-width:1.2;stroke-dasharray:6 4}
 </style></head><body>
 <h1>seckill load test</h1>
 <p>{{.Provenance}}</p>
@@ -454,18 +451,13 @@ svg .ref{stroke:#888;stroke-width:1.2;stroke-dasharray:6 4}
 {{range .}}{{template "chart" .}}{{end}}{{end}}
 </body></html>
 {{define "chart"}}<figure class="chart" data-chart="{{.ID}}"{{with .Row}} data-row="{{.}}"{{end}}>
-<svg viewBox="0 0 {{f .Width}} {{f .Height}}" role="img" aria-label="{{.Title}}">
-<g class="axes">{{range .Axes}}<line x1="{{f .X1}}" y1="{{f .Y1}}" x2="{{f .X2}}" y2="{{f .Y2}}" class="{{.Class}}"/>{{end}}</g>
-<g class="texts">{{range .Texts}}{{template "text" .}}{{end}}{{with .Swatch}}<rect x="{{f .X}}" y="{{f .Y}}" width="{{f .W}}" height="{{f .H}}" fill="{{.Fill}}"/>{{end}}</g>
-<g class="legend">{{range .Legend}}<rect x="{{f .Swatch.X}}" y="{{f .Swatch.Y}}" width="{{f .Swatch.W}}" height="{{f .Swatch.H}}" fill="{{.Swatch.Fill}}"/>{{template "text" .Text}}{{end}}</g>
-<g class="marks">{{range .Rects}}<rect x="{{f .X}}" y="{{f .Y}}" width="{{f .W}}" height="{{f .H}}" fill="{{.Fill}}"><title>{{.Title}}</title></rect>{{end}}
-{{range .Paths}}<path d="{{.D}}" fill="none" stroke="{{.Stroke}}" stroke-width="{{f .Width}}" stroke-linecap="round" stroke-linejoin="round"><title>{{.Title}}</title></path>{{end}}
-{{range .Circles}}<circle cx="{{f .X}}" cy="{{f .Y}}" r="{{f .R}}" fill="{{.Fill}}"><title>{{.Title}}</title></circle>{{end}}
-{{range .Labels}}{{template "text" .}}{{end}}</g>
-</svg>
+<h3>{{with .Swatch}}<span class="swatch" style="background:{{.}}"></span>{{end}}{{.Title}}</h3>
+<div class="drawing" style="grid-template-columns:minmax(0,{{.PlotWidth}}fr) minmax(0,{{.LegendWidth}}fr)">
+<div class="plot">{{.Plot}}</div>
+<div class="legend">{{.Legend}}</div>
+</div>
 {{with .Note}}<figcaption>{{.}}</figcaption>{{end}}</figure>
 {{end}}
-{{define "text"}}<text x="{{f .X}}" y="{{f .Y}}"{{with .Anchor}} text-anchor="{{.}}"{{end}}{{with .Class}} class="{{.}}"{{end}}{{if .Rotate}} transform="rotate({{f .Rotate}} {{f .X}} {{f .Y}})"{{end}}>{{.Text}}</text>{{end}}
 `))
 
 // fileName turns a row name ("hybrid (batched 64)") into a file name part ("hybrid-batched-64").

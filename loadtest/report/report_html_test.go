@@ -50,8 +50,10 @@ func TestReportHTML(t *testing.T) {
 	figures := drawnCharts(dom)
 	require.NotEmpty(t, figures, "no chart in the rendered page")
 	assert.NotContains(t, dom, "ERROR", "outcomes are named, not vegeta's OK/ERROR")
-	assert.NotContains(t, dom, "http://", "the page loads nothing")
-	assert.NotContains(t, dom, "https://", "the page loads nothing")
+	// An SVG's namespace is a name, not an address: it loads nothing.
+	loads := svgNamespaceRE.ReplaceAllString(dom, "")
+	assert.NotContains(t, loads, "http://", "the page loads nothing")
+	assert.NotContains(t, loads, "https://", "the page loads nothing")
 
 	sold := []string{"hybrid", "etcd", "pessimistic", "dblock", "naive"}
 	want := map[string]struct {
@@ -59,12 +61,13 @@ func TestReportHTML(t *testing.T) {
 		marks  func(f figure) int
 		count  int
 	}{
-		"units":           {sold, func(f figure) int { return min(f.paths, f.circles) }, len(sold)},
-		"orders":          {append([]string{"baseline"}, sold...), func(f figure) int { return f.rects }, 1 + len(sold)},
-		"latency-selling": {sold, func(f figure) int { return f.rects }, 3 * len(sold)},
-		"latency-soldout": {[]string{BareRow, "hybrid", "etcd", "pessimistic", "dblock"}, func(f figure) int { return f.rects }, 3 * 5},
+		// A line and a dot (its last sale) per row.
+		"units":           {sold, func(f figure) int { return min(f.strokes(), f.fills()) }, len(sold)},
+		"orders":          {append([]string{"baseline"}, sold...), figure.fills, 1 + len(sold)},
+		"latency-selling": {sold, figure.fills, 3 * len(sold)},
+		"latency-soldout": {[]string{BareRow, "hybrid", "etcd", "pessimistic", "dblock"}, figure.fills, 3 * 5},
 		// pessimistic times its wait only; naive takes no lock.
-		"locks": {[]string{"hybrid", "etcd", "pessimistic", "dblock"}, func(f figure) int { return f.rects }, 6 + 6 + 3 + 6},
+		"locks": {[]string{"hybrid", "etcd", "pessimistic", "dblock"}, figure.fills, 6 + 6 + 3 + 6},
 	}
 	colours := map[string]string{}
 	for id, w := range want {
@@ -75,6 +78,7 @@ func TestReportHTML(t *testing.T) {
 			assert.NotEmpty(t, f.title)
 			assert.GreaterOrEqual(t, f.ticks, 3, "axis ticks")
 			assert.Equal(t, w.legend, f.order, "the legend names the rows")
+			assert.Len(t, f.marks, len(w.legend), "marks in each row's colour, and in no other")
 			assert.Equal(t, w.count, w.marks(f), "drawn marks")
 			for label, colour := range f.legend {
 				if c, ok := colours[label]; ok {
@@ -92,8 +96,8 @@ func TestReportHTML(t *testing.T) {
 		rows = append(rows, f.row)
 		assert.Contains(t, f.title, f.row)
 		assert.GreaterOrEqual(t, f.ticks, 3, "axis ticks")
-		assert.Len(t, f.legend, f.paths, "%s: a series per outcome in the legend", f.row)
-		assert.Greater(t, f.dots, 300, "%s: the requests are drawn", f.row)
+		assert.Len(t, f.marks, len(f.legend), "%s: a series per outcome in the legend", f.row)
+		assert.Greater(t, f.fills(), 300, "%s: the requests are drawn", f.row)
 		labels := strings.Join(f.order, " ")
 		assert.Contains(t, labels, "ok (", f.row)
 		assert.Contains(t, labels, "sold_out (", f.row)
@@ -162,55 +166,119 @@ func runChromium(t *testing.T, chromium string, args ...string) []byte {
 
 // figure is one chart of the rendered page, as Chromium's DOM has it.
 type figure struct {
-	id, row, title        string
-	ticks                 int
-	legend                map[string]string // label -> swatch colour
-	order                 []string          // the legend's labels in order
-	rects, paths, circles int               // the data drawn
-	dots                  int               // dots of the scatter series
+	id, row, title string
+	ticks          int               // numbers along the plot's axes
+	legend         map[string]string // label -> swatch colour
+	order          []string          // the legend's labels in order
+	marks          map[string]mark   // the plot's paths drawn in a legend colour, by colour
 }
 
+// mark counts the paths of one colour in a plot: filled (bars, dots) and stroked (lines).
+type mark struct {
+	fills, strokes int
+	lines          []string // the stroked paths' data
+}
+
+// The page's SVG is gonum's vgsvg: every mark and swatch a <path> with its colour in a style
+// attribute, every label a <text>, in the order they were drawn. The HTML around them says
+// which SVG is the plot and which the legend.
 var (
-	figureRE = regexp.MustCompile(`(?s)<figure class="chart" data-chart="([^"]+)"(?: data-row="([^"]*)")?>(.*?)</figure>`)
-	groupRE  = func(class string) *regexp.Regexp {
-		return regexp.MustCompile(`(?s)<g class="` + class + `">(.*?)</g>`)
-	}
-	marksRE  = groupRE("marks")
-	legendRE = groupRE("legend")
-	textsRE  = groupRE("texts")
-	swatchRE = regexp.MustCompile(`<rect [^>]*fill="([^"]+)"[^>]*>(?:</rect>)?<text[^>]*>([^<]*)</text>`)
-	titleRE  = regexp.MustCompile(`<text[^>]*class="title"[^>]*>([^<]*)</text>`)
-	tickRE   = regexp.MustCompile(`<text[^>]*class="tick"`)
+	figureRE  = regexp.MustCompile(`(?s)<figure class="chart" data-chart="([^"]+)"(?: data-row="([^"]*)")?>(.*?)</figure>`)
+	titleRE   = regexp.MustCompile(`(?s)<h3>(.*?)</h3>`)
+	tagRE     = regexp.MustCompile(`<[^>]*>`)
+	plotRE    = regexp.MustCompile(`(?s)<div class="plot">(.*?)</div>`)
+	legendRE  = regexp.MustCompile(`(?s)<div class="legend">(.*?)</div>`)
+	elementRE = regexp.MustCompile(`(?s)<path d="([^"]*)"\s*(?:style="([^"]*)")?[^>]*>|<text[^>]*>([^<]*)</text>`)
+	colourRE  = regexp.MustCompile(`(fill|stroke):(#[0-9A-Fa-f]{6})`)
+	numberRE  = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+
+	svgNamespaceRE = regexp.MustCompile(`xmlns(:xlink)?="http://www\.w3\.org/[^"]*"`)
 )
 
 // drawnCharts finds the charts in a DOM dumped by Chromium.
 func drawnCharts(dom string) []figure {
 	var out []figure
 	for _, m := range figureRE.FindAllStringSubmatch(dom, -1) {
-		f := figure{id: m[1], row: html.UnescapeString(m[2]), legend: map[string]string{}}
+		f := figure{id: m[1], row: html.UnescapeString(m[2])}
 		body := m[3]
-		if g := textsRE.FindStringSubmatch(body); g != nil {
-			if t := titleRE.FindStringSubmatch(g[1]); t != nil {
-				f.title = html.UnescapeString(t[1])
-			}
-			f.ticks = len(tickRE.FindAllString(g[1], -1))
+		if t := titleRE.FindStringSubmatch(body); t != nil {
+			f.title = html.UnescapeString(tagRE.ReplaceAllString(t[1], ""))
 		}
 		if g := legendRE.FindStringSubmatch(body); g != nil {
-			for _, s := range swatchRE.FindAllStringSubmatch(g[1], -1) {
-				label := html.UnescapeString(s[2])
-				f.legend[label] = s[1]
-				f.order = append(f.order, label)
-			}
+			f.order, f.legend = legendOf(g[1])
 		}
-		if g := marksRE.FindStringSubmatch(body); g != nil {
-			f.rects = strings.Count(g[1], "<rect ")
-			f.paths = strings.Count(g[1], "<path ")
-			f.circles = strings.Count(g[1], "<circle ")
-			f.dots = strings.Count(g[1], "h0")
+		if g := plotRE.FindStringSubmatch(body); g != nil {
+			f.ticks, f.marks = plotOf(g[1], f.legend)
 		}
 		out = append(out, f)
 	}
 	return out
+}
+
+// legendOf reads a legend's SVG: each label with the colour of the swatch drawn just before it.
+func legendOf(svg string) (order []string, colours map[string]string) {
+	colours = map[string]string{}
+	swatch := ""
+	for _, e := range elementRE.FindAllStringSubmatch(svg, -1) {
+		if strings.HasPrefix(e[0], "<path") {
+			if c := colourRE.FindStringSubmatch(e[2]); c != nil {
+				swatch = strings.ToLower(c[2])
+			}
+			continue
+		}
+		label := html.UnescapeString(e[3])
+		order, colours[label], swatch = append(order, label), swatch, ""
+	}
+	return order, colours
+}
+
+// plotOf reads a plot's SVG: how many of its texts are numbers (the ticks), and its marks: every
+// filled path but the white background, and the lines in a colour of its legend (the other lines
+// are the grid, the axes and the reference lines).
+func plotOf(svg string, legend map[string]string) (ticks int, marks map[string]mark) {
+	inLegend := map[string]bool{}
+	for _, c := range legend {
+		inLegend[c] = true
+	}
+	marks = map[string]mark{}
+	for _, e := range elementRE.FindAllStringSubmatch(svg, -1) {
+		if !strings.HasPrefix(e[0], "<path") {
+			if numberRE.MatchString(strings.TrimSpace(e[3])) {
+				ticks++
+			}
+			continue
+		}
+		for _, c := range colourRE.FindAllStringSubmatch(e[2], -1) {
+			colour := strings.ToLower(c[2])
+			if c[1] == "fill" && colour == "#ffffff" || c[1] == "stroke" && !inLegend[colour] {
+				continue
+			}
+			m := marks[colour]
+			if c[1] == "fill" {
+				m.fills++
+			} else {
+				m.strokes++
+				m.lines = append(m.lines, e[1])
+			}
+			marks[colour] = m
+		}
+	}
+	return ticks, marks
+}
+
+// fills and strokes are the figure's marks in its legend's colours.
+func (f figure) fills() (n int) {
+	for _, m := range f.marks {
+		n += m.fills
+	}
+	return n
+}
+
+func (f figure) strokes() (n int) {
+	for _, m := range f.marks {
+		n += m.strokes
+	}
+	return n
 }
 
 func figuresOf(figures []figure, id string) []figure {

@@ -117,11 +117,14 @@ func TestQueueChart(t *testing.T) {
 	require.Len(t, queue, 1, "one queue chart, for the row answered 202")
 	c := queue[0]
 	assert.Equal(t, "queued", c.Row)
-	require.Len(t, c.Paths, 2)
-	assert.Equal(t, "accepted: 4 units", c.Paths[0].Title)
-	assert.Equal(t, "placed: 3 units", c.Paths[1].Title, "the rejected 202 is not placed")
-	assert.Equal(t, 4, strings.Count(c.Paths[0].D, "L"), "a vertex per accepted unit")
-	assert.Equal(t, "accepted, 202 (4)", c.Legend[0].Text.Text)
+	order, colours := legendOf(string(c.Legend))
+	assert.Equal(t, []string{"accepted, 202 (4)", "placed (3)"}, order, "the rejected 202 is not placed")
+	_, marks := plotOf(string(c.Plot), colours)
+	accepted, placed := marks[colours[order[0]]], marks[colours[order[1]]]
+	require.Len(t, accepted.lines, 1)
+	require.Len(t, placed.lines, 1)
+	assert.Equal(t, 4, strings.Count(accepted.lines[0], "L"), "a vertex per accepted unit")
+	assert.Equal(t, 3, strings.Count(placed.lines[0], "L"), "a vertex per placed unit")
 }
 
 // TestFaultBite: a guarded row under the fault passes only if the fault bit — the thief took a
