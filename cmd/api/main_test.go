@@ -22,7 +22,7 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-func TestMain(m *testing.M) { backendtest.Main(m) }
+func TestMain(m *testing.M) { backendtest.Main(m, removeService) }
 
 // instance is one running instance of the API, in this process (run) or in a child process.
 type instance struct {

@@ -34,18 +34,43 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// buildService compiles cmd/api once for the test — with the bugs this test binary can plant
-// (TestChecksCatchPlantedBugs), so that a planted bug runs in the processes too.
+// service is the service binary, built once per test binary (buildService) in a directory of
+// its own that TestMain removes.
+var service struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// buildService returns cmd/api compiled for this test binary — once, whichever test asks first —
+// with the bugs this test binary can plant (TestChecksCatchPlantedBugs), so that a planted bug
+// runs in the processes too.
 func buildService(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "seckill")
-	args := []string{"build", "-o", bin}
-	if planted.Built {
-		args = append(args, "-tags", "plantedbugs")
+	service.once.Do(func() {
+		if service.dir, service.err = os.MkdirTemp("", "seckill-api-test-"); service.err != nil {
+			return
+		}
+		bin := filepath.Join(service.dir, "seckill")
+		args := []string{"build", "-o", bin}
+		if planted.Built {
+			args = append(args, "-tags", "plantedbugs")
+		}
+		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+			service.err = fmt.Errorf("go build: %w: %s", err, out)
+			return
+		}
+		service.bin = bin
+	})
+	require.NoError(t, service.err)
+	return service.bin
+}
+
+// removeService removes the service binary, once every test has stopped its processes.
+func removeService() {
+	if service.dir != "" {
+		_ = os.RemoveAll(service.dir)
 	}
-	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
 }
 
 // startProcess starts the service binary as a child process on the test database and waits
