@@ -1037,7 +1037,7 @@ func TestProcessesLifecycleRaces(t *testing.T) {
 						}()
 					}
 				}
-				time.Sleep(time.Until(at))
+				time.Sleep(time.Until(at)) // the race is at the deadline: the moment it is about, by the clock
 				close(start)
 				wg.Wait()
 			}
@@ -1048,14 +1048,21 @@ func TestProcessesLifecycleRaces(t *testing.T) {
 			go func() { defer wg.Done(); race(perRace, 2*perRace, "cancel", deadline.Add(-5*time.Millisecond)) }()
 			go func() { defer wg.Done(); race(2*perRace, 3*perRace, "pay", deadline.Add(-5*time.Millisecond)) }()
 			wg.Wait()
-			time.Sleep(time.Until(deadline.Add(100 * time.Millisecond)))
+			// Each order ends: decided by its racers, or past its deadline (it reads expired).
+			finals := make([]string, len(orders))
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				for i, o := range orders {
+					var got map[string]any
+					require.Equal(c, http.StatusOK, procs[i%3].call(t, "GET", "/api/v1/orders/"+o.id, "", &got))
+					finals[i] = got["status"].(string)
+					require.NotEqual(c, "pending", finals[i], "order %d", i)
+				}
+			}, 10*time.Second, 50*time.Millisecond, "an order is still pending past its deadline")
 
 			var acked []stock.Order
 			outcomes := map[string]int{}
 			for i, o := range orders {
-				var got map[string]any
-				require.Equal(t, http.StatusOK, procs[i%3].call(t, "GET", "/api/v1/orders/"+o.id, "", &got))
-				final := got["status"].(string)
+				final := finals[i]
 				outcomes[final]++
 				won := slices.Contains(answers[i], http.StatusOK)
 				switch {
