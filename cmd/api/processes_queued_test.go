@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -33,9 +31,9 @@ type queuedAnswer struct {
 }
 
 // buyQueued has clients buy one unit each for users from..to-1 with the queued strategy, round-
-// robin over procs; a 429 is retried, and a lost answer is retried on the next process with the
-// same Idempotency-Key. inject runs once, after at accepted orders; until then every request
-// goes to procs[only].
+// robin over procs; a 429 or a 503 is retried, and a lost answer is retried on the next process
+// with the same Idempotency-Key; a 500 fails the test. inject runs once, after at accepted
+// orders; until then every request goes to procs[only].
 func buyQueued(t *testing.T, procs []instance, sku string, from, to, clients, at, only int, inject func()) map[string]queuedAnswer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -67,14 +65,17 @@ func buyQueued(t *testing.T, procs []instance, sku string, from, to, clients, at
 						target = procs[only]
 					}
 					mu.Unlock()
-					status, id, err := postQueued(ctx, client, target.url, sku, user)
-					if err != nil || status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+					a, err := postOrder(ctx, client, target.url, sku, user, queuedBody(user))
+					if failed(t, user, a) {
+						break
+					}
+					if err != nil || a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable {
 						time.Sleep(5*time.Millisecond + rand.N(20*time.Millisecond))
 						continue
 					}
 					mu.Lock()
-					answers[user] = queuedAnswer{status: status, order: id}
-					if status == http.StatusAccepted || status == http.StatusCreated {
+					answers[user] = queuedAnswer{status: a.status, order: a.order.OrderID}
+					if a.status == http.StatusAccepted || a.status == http.StatusCreated {
 						accepted++
 						if accepted == at && inject != nil {
 							faulted = true
@@ -92,29 +93,8 @@ func buyQueued(t *testing.T, procs []instance, sku string, from, to, clients, at
 	return answers
 }
 
-func postQueued(ctx context.Context, client *http.Client, url, sku, user string) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/api/v1/products/"+sku+"/orders",
-		strings.NewReader(fmt.Sprintf(`{"user_id":%q,"strategy":"queued"}`, user)))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", sku+"/"+user)
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, "", err
-	}
-	var o struct {
-		OrderID string `json:"order_id"`
-	}
-	_ = json.Unmarshal(raw, &o)
-	return resp.StatusCode, o.OrderID, nil
-}
+// queuedBody is the order of one unit for user with the queued strategy.
+func queuedBody(user string) string { return fmt.Sprintf(`{"user_id":%q,"strategy":"queued"}`, user) }
 
 // TestProcessesQueuedWriterKill SIGKILLs one of three queued processes mid-sale, while its
 // writers hold batches and its reservations are in flight. Its unacked messages go to the other
@@ -213,7 +193,8 @@ const queueAckWait = 5 * time.Second
 // free units left in a second or two, and then the ones the victim reserved once the sweepers
 // return them. Just before the victim is resumed, admission's counter and its reservations are
 // read. Every buyer retries a 429, a 503 or a lost answer on its process with the same
-// Idempotency-Key until it has a final answer (202, 201 or 409), so every 202 is accounted for.
+// Idempotency-Key until it has a final answer (202, 201 or 409), so every 202 is accounted for;
+// a 500 fails the test.
 func sellOutQueuedAcrossFreeze(t *testing.T, procs []instance, victim int, sku string, units int, pause time.Duration) (queuedFreeze, time.Time, time.Time) {
 	t.Helper()
 	const clients = 64
@@ -239,17 +220,20 @@ func sellOutQueuedAcrossFreeze(t *testing.T, procs []instance, victim int, sku s
 				user := fmt.Sprintf("c%02d-%05d", c, n)
 				first := time.Now()
 				for deadline.Err() == nil {
-					status, id, err := postQueued(deadline, client, target.url, sku, user)
-					if err != nil || status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+					a, err := postOrder(deadline, client, target.url, sku, user, queuedBody(user))
+					if failed(t, user, a) {
+						return
+					}
+					if err != nil || a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable {
 						time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
 						continue
 					}
 					mu.Lock()
 					if at := frozen.Load(); target.pid == procs[victim].pid && at != nil && first.Before(*at) && resumed.Load() {
-						res.late[status]++
+						res.late[a.status]++
 					}
-					if status == http.StatusAccepted || status == http.StatusCreated {
-						res.accepted[id] = accepted{user: user, at: time.Now()}
+					if a.status == http.StatusAccepted || a.status == http.StatusCreated {
+						res.accepted[a.order.OrderID] = accepted{user: user, at: time.Now()}
 						if target.pid != procs[victim].pid {
 							res.elsewhere = append(res.elsewhere, time.Now())
 						}

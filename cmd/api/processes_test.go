@@ -235,7 +235,7 @@ func longestGap(sales []time.Time, from, to time.Time) time.Duration {
 // — lock held, row locked — when it is stopped (SIGSTOP) for pause; then
 // clients buy on the other processes; then the victim is resumed and everyone buys for another
 // second. Every buyer retries a 429, a 503 or a lost answer with the same Idempotency-Key until
-// it has a final answer, so every 201 is accounted for.
+// it has a final answer, so every 201 is accounted for; a 500 fails the test.
 func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy string, pause time.Duration,
 	probe lockProbe) (frozenSale, time.Time, time.Time) {
 	t.Helper()
@@ -261,15 +261,18 @@ func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy 
 			body := fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy)
 			for attempt := 0; deadline.Err() == nil; attempt++ {
 				target := targets[(id+attempt)%len(targets)]
-				status, order, err := postOrder(deadline, client, target.url, sku, user, body)
-				if err != nil || status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+				a, err := postOrder(deadline, client, target.url, sku, user, body)
+				if failed(t, user, a) {
+					return
+				}
+				if err != nil || a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable {
 					time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
 					continue
 				}
 				mu.Lock()
-				res.status[status]++
-				if status == http.StatusCreated {
-					res.acked = append(res.acked, order)
+				res.status[a.status]++
+				if a.status == http.StatusCreated {
+					res.acked = append(res.acked, a.order)
 					if target.pid != procs[victim].pid {
 						res.elsewhere = append(res.elsewhere, time.Now())
 					}
@@ -387,8 +390,7 @@ func TestProcessesFrozenInstance(t *testing.T) {
 			// What a refused late write of the frozen process leaves on its /metrics.
 			refused := func() float64 {
 				if strategy == "pessimistic" {
-					return scrape(t, victim, fmt.Sprintf(`seckill_orders_total{outcome="unavailable",strategy=%q}`, strategy)) +
-						scrape(t, victim, fmt.Sprintf(`seckill_orders_total{outcome="internal",strategy=%q}`, strategy))
+					return scrape(t, victim, fmt.Sprintf(`seckill_orders_total{outcome="unavailable",strategy=%q}`, strategy))
 				}
 				return scrape(t, victim, fmt.Sprintf(`seckill_lock_lost_total{strategy=%q}`, strategy)) +
 					scrape(t, victim, fmt.Sprintf(`seckill_fenced_out_total{strategy=%q}`, strategy))
@@ -426,7 +428,8 @@ type endOfSale struct {
 // for pause — with its orders in flight, their units reserved in Redis admission — and its
 // clients hang with it, as a frozen instance's clients do. Just before it is resumed the
 // database's stock is read. Every buyer retries a 429, a 503 or a lost answer on its process with
-// the same Idempotency-Key until it has a final answer, so every 201 is accounted for.
+// the same Idempotency-Key until it has a final answer, so every 201 is accounted for; a 500
+// fails the test.
 func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string, units int, pause time.Duration) (endOfSale, time.Time) {
 	t.Helper()
 	const clients = 64
@@ -452,17 +455,20 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 				body := fmt.Sprintf(`{"user_id":%q,"strategy":"hybrid"}`, user)
 				first := time.Now()
 				for deadline.Err() == nil {
-					status, order, err := postOrder(deadline, client, target.url, sku, user, body)
-					if err != nil || status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+					a, err := postOrder(deadline, client, target.url, sku, user, body)
+					if failed(t, user, a) {
+						return
+					}
+					if err != nil || a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable {
 						time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
 						continue
 					}
 					mu.Lock()
 					if at := frozen.Load(); target.pid == procs[victim].pid && at != nil && first.Before(*at) && resumed.Load() {
-						res.late[status]++
+						res.late[a.status]++
 					}
-					if status == http.StatusCreated {
-						res.acked = append(res.acked, order)
+					if a.status == http.StatusCreated {
+						res.acked = append(res.acked, a.order)
 						if target.pid != procs[victim].pid {
 							res.elsewhere = append(res.elsewhere, time.Now())
 						}
@@ -660,7 +666,7 @@ type userRange struct{ from, to int }
 // loadHTTP has clients concurrent clients buy one unit each for the buyers, round-robin over the
 // processes. A 429 is retried after a short jittered pause, and a lost answer on the next
 // process, with the same Idempotency-Key, bounded by a deadline. A 202 (queued) is followed
-// until it ends, and counted as 201 once its order is placed.
+// until it ends, and counted as 201 once its order is placed. A 500 fails the test.
 func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRange, clients int, f httpFault) httpSale {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -691,7 +697,7 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 						target = *f.only
 					}
 					sent := time.Now()
-					status, order, err := postOrder(ctx, client, target.url, sku, user, body)
+					a, err := postOrder(ctx, client, target.url, sku, user, body)
 					if err != nil {
 						// The answer was lost (the process died): the outcome is unknown, so the
 						// same request, with the same Idempotency-Key, goes to the next process.
@@ -705,33 +711,36 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 						time.Sleep(10 * time.Millisecond)
 						continue
 					}
+					if failed(t, user, a) {
+						return
+					}
 					latency := time.Since(sent)
-					if status == http.StatusAccepted {
+					if a.status == http.StatusAccepted {
 						// Queued: a sale once placed. A 202 that ends rejected stays counted as
 						// 202 — with no fault the database has every unit admission accepted, so
 						// the sale's statuses show it.
-						o, err := followQueued(ctx, client, target.url, order.OrderID)
+						o, err := followQueued(ctx, client, target.url, a.order.OrderID)
 						if err != nil {
 							t.Errorf("%s: accepted (202), never ended: %v", user, err)
 							return
 						}
 						if placed(o) {
-							status = http.StatusCreated
+							a.status = http.StatusCreated
 						}
 					}
 					mu.Lock()
 					res.latencies = append(res.latencies, latency)
-					if status == http.StatusTooManyRequests {
+					if a.status == http.StatusTooManyRequests {
 						res.busy++
 						mu.Unlock()
 						time.Sleep(time.Millisecond + rand.N(5*time.Millisecond))
 						continue
 					}
-					res.status[status]++
-					op.Return, op.Output = time.Now().UnixNano(), map[int]string{http.StatusCreated: "ok", http.StatusConflict: "sold_out"}[status]
+					res.status[a.status]++
+					op.Return, op.Output = time.Now().UnixNano(), map[int]string{http.StatusCreated: "ok", http.StatusConflict: "sold_out"}[a.status]
 					res.history = append(res.history, op)
-					if status == http.StatusCreated {
-						res.acked = append(res.acked, order)
+					if a.status == http.StatusCreated {
+						res.acked = append(res.acked, a.order)
 						res.lastSale = time.Now()
 						if f.inject != nil && len(res.acked) == f.at {
 							injected.Add(1)
@@ -754,23 +763,43 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 	return res
 }
 
+// answer is the answer to one order request: its status, the order a 201 or a 202 carries,
+// and the body as it came.
+type answer struct {
+	status int
+	order  stock.Order
+	body   string
+}
+
+// failed reports a server error — a 500 or any 5xx but 503 (unavailable: retried with the same
+// Idempotency-Key) — as the failure of the test it is, with its body: never an answer to count,
+// nor one to try again.
+func failed(t *testing.T, who string, a answer) bool {
+	t.Helper()
+	if a.status < 500 || a.status == http.StatusServiceUnavailable {
+		return false
+	}
+	t.Errorf("%s: answered %d: %s", who, a.status, a.body)
+	return true
+}
+
 // postOrder places one order over HTTP. The Idempotency-Key makes a retry after a lost answer
 // safe: it would return the original order, never a second one.
-func postOrder(ctx context.Context, client *http.Client, url, sku, user, body string) (int, stock.Order, error) {
+func postOrder(ctx context.Context, client *http.Client, url, sku, user, body string) (answer, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/api/v1/products/"+sku+"/orders", strings.NewReader(body))
 	if err != nil {
-		return 0, stock.Order{}, err
+		return answer{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", sku+"/"+user)
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, stock.Order{}, err
+		return answer{}, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, stock.Order{}, err
+		return answer{}, err
 	}
 	var order struct {
 		OrderID string `json:"order_id"`
@@ -778,10 +807,10 @@ func postOrder(ctx context.Context, client *http.Client, url, sku, user, body st
 	}
 	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusAccepted {
 		if err := json.Unmarshal(raw, &order); err != nil {
-			return 0, stock.Order{}, err
+			return answer{}, err
 		}
 	}
-	return resp.StatusCode, stock.Order{OrderID: order.OrderID, UserID: order.UserID}, nil
+	return answer{status: resp.StatusCode, order: stock.Order{OrderID: order.OrderID, UserID: order.UserID}, body: string(raw)}, nil
 }
 
 // lockedStrategies are the safe strategies that place an order inside its request, under a lock
@@ -853,24 +882,25 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 					defer wg.Done()
 					<-start
 					for attempt := 0; ctx.Err() == nil; attempt++ {
-						status, order, err := postOrder(ctx, client, procs[(i+attempt)%len(procs)].url, sku, "u-1", body)
-						if err == nil && status == http.StatusTooManyRequests {
+						a, err := postOrder(ctx, client, procs[(i+attempt)%len(procs)].url, sku, "u-1", body)
+						if err == nil && a.status == http.StatusTooManyRequests {
 							mu.Lock()
 							busy++
 							mu.Unlock()
 							time.Sleep(10*time.Millisecond + rand.N(40*time.Millisecond))
 							continue
 						}
+						if !assert.NoError(t, err) || failed(t, "u-1", a) {
+							return
+						}
 						mu.Lock()
 						defer mu.Unlock()
-						if assert.NoError(t, err) {
-							if status == http.StatusAccepted {
-								queued++
-								status = http.StatusCreated
-							}
-							statuses[status]++
-							orders[order.OrderID]++
+						if a.status == http.StatusAccepted {
+							queued++
+							a.status = http.StatusCreated
 						}
+						statuses[a.status]++
+						orders[a.order.OrderID]++
 						return
 					}
 				}()
