@@ -854,7 +854,10 @@ func placed(o contract.Order) bool { return o.Status == "pending" || o.Status ==
 // at once over three processes, under every strategy, as a client whose first attempt timed out
 // might: each repeat either waits for the original or hears 429 busy and retries (queued: or
 // hears 202 with the original while it is queued). In the end all 20 hold the one order, and the
-// database has one row: never already_purchased, never a second order.
+// database has one row. The processes' own counts (seckill_orders_total) must say the same: one
+// order placed, 19 answers that are the original replayed, and never already_purchased, nor
+// a 500; every 429 a client heard is a busy answer the processes counted; under hybrid and
+// queued, admission met the original in flight (seckill_admission_total{result="in_flight"}).
 func TestProcessesRetriesInFlight(t *testing.T) {
 	procs := startThree(t)
 	client := &http.Client{Timeout: 30 * time.Second}
@@ -864,7 +867,15 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			sku := putOnSale(t, procs[0], 5)
-			inFlight := scrape(t, procs, `seckill_admission_total{result="in_flight"}`)
+			outcomes := func() map[string]float64 {
+				counts := map[string]float64{}
+				for _, o := range []string{"ok", "replayed", "busy", "already_purchased", "internal"} {
+					counts[o] = scrape(t, procs, fmt.Sprintf(`seckill_orders_total{outcome=%q,strategy=%q}`, o, strategy))
+				}
+				counts["in_flight"] = scrape(t, procs, `seckill_admission_total{result="in_flight"}`)
+				return counts
+			}
+			before := outcomes()
 			body := fmt.Sprintf(`{"user_id":"u-1","strategy":%q}`, strategy)
 			const repeats = 20
 			var (
@@ -907,9 +918,23 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
-			t.Logf("%s: 20 identical requests over 3 processes: statuses %v (%d of them 202, queued), %d busy answers retried; admission found the original in flight %v times",
-				strategy, statuses, queued, busy, scrape(t, procs, `seckill_admission_total{result="in_flight"}`)-inFlight)
+			after := outcomes()
+			counted := map[string]float64{}
+			for o := range after {
+				counted[o] = after[o] - before[o]
+			}
+			t.Logf("%s: 20 identical requests over 3 processes: statuses %v (%d of them 202, queued), %d busy answers retried; the processes counted %v",
+				strategy, statuses, queued, busy, counted)
 			assert.Equal(t, map[int]int{http.StatusCreated: repeats}, statuses, "every repeat answered 201 (queued: or 202)")
+			assert.Equal(t, 1.0, counted["ok"], "the processes placed one order")
+			assert.Equal(t, float64(repeats-1), counted["replayed"], "every repeat was answered with the original, replayed")
+			assert.Equal(t, float64(busy), counted["busy"], "every 429 a client heard is a busy answer of a process")
+			assert.Zero(t, counted["already_purchased"], "a repeat heard already_purchased")
+			if strategy == "hybrid" || strategy == "queued" {
+				// Their admission sees a repeat meet its original in flight (the key's reservation
+				// held, its order not written); the locked strategies only queue repeats behind it.
+				assert.Positive(t, counted["in_flight"], "no repeat met the original in flight")
+			}
 			require.Len(t, orders, 1, "one order_id for all of them")
 			for id := range orders {
 				if strategy == "queued" {
