@@ -209,13 +209,11 @@ func offered(t *testing.T, strategy string) {
 // frozenSale is what the buyers of one frozen-instance sale saw.
 type frozenSale struct {
 	acked     []stock.Order
-	elsewhere []time.Time // when each 201 from the other processes arrived
+	elsewhere []string // the orders the other processes answered 201
 	status    map[int]int
-	held      bool // the frozen process held the strategy's lock (or, pessimistic, the row) when it stopped
+	holder    string // who held the strategy's lock (or, pessimistic, the row) right after the stop: lockProbe.holder
+	released  bool   // that hold had ended when the process was resumed
 }
-
-// stall is the longest time in [from, to] without a sale on the other processes.
-func (f frozenSale) stall(from, to time.Time) time.Duration { return longestGap(f.elsewhere, from, to) }
 
 // longestGap is the longest time in [from, to] with none of sales in it.
 func longestGap(sales []time.Time, from, to time.Time) time.Duration {
@@ -230,12 +228,67 @@ func longestGap(sales []time.Time, from, to time.Time) time.Duration {
 	return max(longest, to.Sub(last))
 }
 
-// sellAcrossFreeze has clients buy for a second on the victim alone — enough of them that its
-// queue never runs dry, so that its sections follow each other and it is most likely inside one
-// — lock held, row locked — when it is stopped (SIGSTOP) for pause; then
-// clients buy on the other processes; then the victim is resumed and everyone buys for another
-// second. Every buyer retries a 429, a 503 or a lost answer with the same Idempotency-Key until
-// it has a final answer, so every 201 is accounted for; a 500 fails the test.
+// placedAt reads when each order of sku was placed, by the clock of the process that placed
+// it: the created_at its section wrote (DATETIME(6): to the microsecond), the moment of the
+// sale — not when its answer reached a client, which on a loaded machine may be starved for
+// longer than the promise being measured.
+func placedAt(t *testing.T, sku string) map[string]time.Time {
+	t.Helper()
+	rows, err := backendtest.SQL(t).Query("SELECT order_id, created_at FROM orders WHERE sku = ?", sku)
+	require.NoError(t, err)
+	defer rows.Close()
+	at := map[string]time.Time{}
+	for rows.Next() {
+		var id string
+		var created any
+		require.NoError(t, rows.Scan(&id, &created))
+		at[id] = dbTime(t, created)
+	}
+	require.NoError(t, rows.Err())
+	return at
+}
+
+// dbTime reads a DATETIME column as the driver returns it: MySQL's text (the DSN does not
+// parse times) in UTC, as the store writes it, or SQLite's time.
+func dbTime(t *testing.T, v any) time.Time {
+	t.Helper()
+	switch v := v.(type) {
+	case time.Time:
+		return v
+	case []byte:
+		return dbTime(t, string(v))
+	case string:
+		for _, layout := range []string{"2006-01-02 15:04:05.999999999", "2006-01-02 15:04:05.999999999-07:00", time.RFC3339Nano} {
+			if at, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+				return at
+			}
+		}
+	}
+	t.Fatalf("a database time the test cannot read: %#v", v)
+	return time.Time{}
+}
+
+// timesOf are the times of orders, from at.
+func timesOf(t *testing.T, orders []string, at map[string]time.Time) []time.Time {
+	t.Helper()
+	var times []time.Time
+	for _, id := range orders {
+		when, ok := at[id]
+		require.True(t, ok, "order %s was answered 201 and has no row", id)
+		times = append(times, when)
+	}
+	return times
+}
+
+// sellAcrossFreeze has clients buy on the victim alone — enough of them that its queue never
+// runs dry, so that its sections follow each other and it is most likely inside one, lock held
+// or row locked — until it has sold a hundred orders; then it is stopped (SIGSTOP) the moment it
+// is seen holding the lock, for pause, and clients buy on the other processes meanwhile; just
+// before it is resumed, the hold it had at the stop is read again: it must have ended (a lease,
+// a key or a transaction that outlives the stop freezes the sale); then every buyer finishes the
+// purchase it is on — the victim's buyers, stopped with it, too: its late writes are made. Every
+// buyer retries a 429, a 503 or a lost answer with the same Idempotency-Key until it has a final
+// answer, so every 201 is accounted for; a 500 fails the test.
 func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy string, pause time.Duration,
 	probe lockProbe) (frozenSale, time.Time, time.Time) {
 	t.Helper()
@@ -245,6 +298,8 @@ func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy 
 		res      = frozenSale{status: map[int]int{}}
 		wg       sync.WaitGroup
 		stopping atomic.Bool
+		sold     int // by the victim
+		selling  = make(chan struct{})
 	)
 	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -274,7 +329,9 @@ func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy 
 				if a.status == http.StatusCreated {
 					res.acked = append(res.acked, a.order)
 					if target.pid != procs[victim].pid {
-						res.elsewhere = append(res.elsewhere, time.Now())
+						res.elsewhere = append(res.elsewhere, a.order.OrderID)
+					} else if sold++; sold == 100 {
+						close(selling)
 					}
 				}
 				mu.Unlock()
@@ -286,97 +343,159 @@ func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy 
 		wg.Add(1)
 		go buyer("victim", i, procs[victim:victim+1])
 	}
-	time.Sleep(time.Second)
+	select {
+	case <-selling:
+	case <-deadline.Done():
+		t.Fatal("the victim did not sell a hundred orders within two minutes")
+	}
 	// Stop it the moment it is seen holding the lock. A row lock is held only for the few
 	// milliseconds of a transaction: stopped at a random moment, the process was found holding
 	// it in none of five tries on a quiet machine.
-	for until := time.Now().Add(time.Second); !probe.held() && time.Now().Before(until); {
+	for until := time.Now().Add(time.Second); probe.holder() == "" && time.Now().Before(until); {
 	}
 	frozen := time.Now()
 	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
-	res.held = probe.held()
+	res.holder = probe.holder()
 	for i := range 16 {
 		wg.Add(1)
 		go buyer("others", i, others)
 	}
-	time.Sleep(pause)
+	time.Sleep(pause - time.Since(frozen)) // the stop lasts pause, whatever happens meanwhile: it is the fault
+	res.released = res.holder != "" && !probe.holds(res.holder)
 	resumed := time.Now()
 	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGCONT))
-	time.Sleep(time.Second)
 	stopping.Store(true)
 	wg.Wait()
 	return res, frozen, resumed
 }
 
-// lockProbe reports, with the process that sells frozen, whether sku's lock under its strategy
-// is held — by that process, the only one that sold until then: the Redis lock key, the etcd
-// mutex key, the ZooKeeper lock node, the lock-table row, or (pessimistic) the product's row
-// lock, probed with NOWAIT — which takes the row for a moment when it is free: the process's
-// next transaction finds it taken that moment and tries again, so the probe may be asked again
-// and again like the others, which take nothing.
+// lockProbe reads who holds sku's lock under its strategy, with the process that sells frozen —
+// the only one that sold until then, so that the holder it finds is that process: the Redis lock
+// key's token, the etcd mutex's first key and its revision, the ZooKeeper lock's first node, the
+// lock-table row's holder, or (pessimistic) the transactions that hold rows of the test's
+// database while the product's row lock is taken — probed with NOWAIT, which takes the row for
+// a moment when it is free: the process's next transaction finds it taken that moment and tries
+// again, so the probe may be asked again and again like the others, which take nothing.
 type lockProbe struct {
-	held func() bool
+	holder func() string            // who holds the lock now; "" when nobody does
+	holds  func(holder string) bool // whether holder (one holder reads) still holds it
 }
 
 func newLockProbe(t *testing.T, strategy, sku string) lockProbe {
 	t.Helper()
 	ctx := context.Background()
+	var holder func() string
 	switch strategy {
 	case "hybrid":
 		r := backendtest.Redis(t)
-		return lockProbe{held: func() bool {
-			n, err := r.Exists(ctx, "seckill:{"+sku+"}:lock").Result()
-			require.NoError(t, err)
-			return n == 1
-		}}
-	case "etcd":
-		c := backendtest.Etcd(t)
-		return lockProbe{held: func() bool {
-			resp, err := c.Get(ctx, "/seckill/locks/"+sku+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-			require.NoError(t, err)
-			return resp.Count > 0
-		}}
-	case "zookeeper":
-		c := backendtest.ZooKeeper(t, backendtest.ZooKeeperServers(t), time.Second)
-		return lockProbe{held: func() bool {
-			nodes, _, err := c.Children("/seckill/locks/" + sku)
-			if errors.Is(err, zk.ErrNoNode) {
-				return false
+		holder = func() string {
+			token, err := r.Get(ctx, "seckill:{"+sku+"}:lock").Result()
+			if errors.Is(err, redis.Nil) {
+				return ""
 			}
 			require.NoError(t, err)
-			return len(nodes) > 0
-		}}
+			return token
+		}
+	case "etcd":
+		c := backendtest.Etcd(t)
+		holder = func() string {
+			resp, err := c.Get(ctx, "/seckill/locks/"+sku+"/", clientv3.WithFirstCreate()...)
+			require.NoError(t, err)
+			if len(resp.Kvs) == 0 {
+				return ""
+			}
+			return fmt.Sprintf("%s@%d", resp.Kvs[0].Key, resp.Kvs[0].CreateRevision)
+		}
+	case "zookeeper":
+		c := backendtest.ZooKeeper(t, backendtest.ZooKeeperServers(t), time.Second)
+		holder = func() string {
+			nodes, _, err := c.Children("/seckill/locks/" + sku)
+			if errors.Is(err, zk.ErrNoNode) || len(nodes) == 0 {
+				return ""
+			}
+			require.NoError(t, err)
+			// Sequential nodes end in their sequence number, ten digits: the lowest holds the lock.
+			return slices.MinFunc(nodes, func(a, b string) int { return strings.Compare(a[len(a)-10:], b[len(b)-10:]) })
+		}
 	case "dblock":
 		db := backendtest.SQL(t)
-		return lockProbe{held: func() bool {
-			var n int
-			require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM distributed_locks WHERE lock_name = ?", "products/"+sku).Scan(&n))
-			return n > 0
-		}}
+		holder = func() string {
+			var h string
+			err := db.QueryRowContext(ctx, "SELECT holder FROM distributed_locks WHERE lock_name = ?", "products/"+sku).Scan(&h)
+			if errors.Is(err, sql.ErrNoRows) {
+				return ""
+			}
+			require.NoError(t, err)
+			return h
+		}
+	default:
+		return rowLockProbe(t, sku)
 	}
+	return lockProbe{holder: holder, holds: func(h string) bool { return holder() == h }}
+}
+
+// rowLockProbe is pessimistic's lockProbe: the row lock's holder is the set of transactions
+// holding rows in the test's database (information_schema.INNODB_TRX), and it holds as long as
+// one of them is open — the server ends it as idle (the idle-transaction bound) when its
+// process stops.
+func rowLockProbe(t *testing.T, sku string) lockProbe {
+	t.Helper()
+	ctx := context.Background()
 	db := backendtest.SQL(t)
-	return lockProbe{held: func() bool {
-		tx, err := db.BeginTx(ctx, nil)
+	open := func() []string {
+		rows, err := db.QueryContext(ctx, `SELECT t.trx_id FROM information_schema.INNODB_TRX t
+			JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+			WHERE p.DB = DATABASE() AND t.trx_rows_locked > 0 ORDER BY t.trx_id`)
 		require.NoError(t, err)
-		defer func() { _ = tx.Rollback() }()
-		_, err = tx.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE NOWAIT", sku)
-		return err != nil
-	}}
+		defer rows.Close()
+		var ids []string
+		for rows.Next() {
+			var id string
+			require.NoError(t, rows.Scan(&id))
+			ids = append(ids, id)
+		}
+		require.NoError(t, rows.Err())
+		return ids
+	}
+	return lockProbe{
+		holder: func() string {
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			_, err = tx.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE NOWAIT", sku)
+			_ = tx.Rollback()
+			if err == nil {
+				return ""
+			}
+			return strings.Join(open(), ",")
+		},
+		holds: func(h string) bool {
+			for _, id := range open() {
+				if slices.Contains(strings.Split(h, ","), id) {
+					return true
+				}
+			}
+			return false
+		},
+	}
 }
 
 // TestProcessesFrozenInstance stops one of three processes with SIGSTOP in the middle of a sale
 // — a GC pause, a frozen VM — for longer than the lock TTL and the database's idle-transaction
-// bound, under every strategy that locks inside the request, while it holds its lock: the Redis lock, the etcd lease, the
-// ZooKeeper session, the lock-table row, or the product's row lock — its watchdog, keep-alive
-// and pings frozen too. The other processes must be selling again within 3 s (the longest gap
-// between their sales is measured), and when the frozen one wakes, a write it was about to make
-// must be refused by its guard: a write computed before the freeze and made after it would leave
-// the stock out of step with the orders, which RequireInvariant catches whatever the product's
-// size (stock + active orders == initial stock). The refusals the process counts (its lock found
-// gone, its write fenced out, its transaction ended by the server) are logged: whether there is
-// one depends on where in its section the stop fell. Every 201 has its row. The freeze is tried
-// up to five times until it catches the process holding the lock, so that the case measured is
-// the worst one.
+// bound, under every strategy that locks inside the request, while it holds its lock: the Redis
+// lock, the etcd lease, the ZooKeeper session, the lock-table row, or the product's row lock —
+// its watchdog, keep-alive and pings frozen too. Its hold must end while it is stopped (the key
+// expires, the lease or the session runs out, the row is reclaimed, the server ends the idle
+// transaction: seen on the lock service or the database), and the other processes must be
+// selling again within 3 s: the longest gap between their sales while it is stopped, measured by
+// the times their sections placed the orders (created_at), is under 3 s. When the frozen one
+// wakes, a write it was about to make must be refused by its guard: a write computed before the
+// freeze and made after it would leave the stock out of step with the orders, which
+// RequireInvariant catches whatever the product's size (stock + active orders == initial
+// stock). The refusals the process counts (its lock found gone, its write fenced out, its
+// transaction ended by the server) are logged: whether there is one depends on where in its
+// section the stop fell. Every 201 has its row, and no buyer hears a 500. Each try is judged;
+// the freeze is tried up to five times until it catches the process holding the lock, so that
+// the case measured is the worst one.
 func TestProcessesFrozenInstance(t *testing.T) {
 	procs := startThree(t)
 	const pause = 5 * time.Second
@@ -399,14 +518,17 @@ func TestProcessesFrozenInstance(t *testing.T) {
 				sku := putOnSale(t, procs[0], 1_000_000)
 				refusedBefore := refused()
 				res, frozen, resumed := sellAcrossFreeze(t, procs, 1, sku, strategy, pause, newLockProbe(t, strategy, sku))
-				stall := res.stall(frozen, resumed)
+				stall := longestGap(timesOf(t, res.elsewhere, placedAt(t, sku)), frozen, resumed)
 				late := refused() - refusedBefore
-				t.Logf("%s, try %d: one of 3 processes SIGSTOPped for %s, holding the lock: %v; longest stall of the others %s; %d orders, %v; the frozen process's late writes refused %v times when it woke",
-					strategy, try, pause, res.held, stall.Round(10*time.Millisecond), len(res.acked), res.status, late)
+				t.Logf("%s, try %d: one of 3 processes SIGSTOPped for %s, holding the lock: %t (its hold ended while stopped: %t); longest stall of the others %s (their sections' times); %d orders, %v; the frozen process's late writes refused %v times when it woke",
+					strategy, try, pause, res.holder != "", res.released, stall.Round(10*time.Millisecond), len(res.acked), res.status, late)
 				backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 				assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
-				if res.held || try == 5 {
-					require.True(t, res.held, "the frozen process never held the lock when stopped: the worst case was not exercised")
+				if res.holder != "" {
+					assert.True(t, res.released, "the frozen process's hold on the lock (%s) outlasted its %s stop", res.holder, pause)
+				}
+				if res.holder != "" || try == 5 {
+					require.NotEmpty(t, res.holder, "the frozen process never held the lock when stopped: the worst case was not exercised")
 					return
 				}
 			}
