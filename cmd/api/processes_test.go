@@ -539,19 +539,24 @@ func TestProcessesFrozenInstance(t *testing.T) {
 // endOfSale is what the buyers of one sale that froze near its end saw.
 type endOfSale struct {
 	acked     []stock.Order
-	elsewhere []time.Time // when each 201 from the other processes arrived
+	elsewhere []string    // the orders the other processes answered 201
 	late      map[int]int // final answers, by status, of the frozen process's buyers in flight when it stopped
-	reserved  int         // reservations the frozen process held when it stopped
+	reserved  []string    // the reservations the frozen process held right after the stop, by id
+	unwritten int         // of them, those whose order the database did not have when it woke
+	swept     bool        // the frozen process held no reservation any more just before it woke
 	stockLeft int64       // the database's stock just before it woke
 }
 
 // sellOutAcrossFreeze sells units of sku to clients spread over procs, each client on one
-// process, until every unit is sold; the moment a tenth is sold the victim is stopped (SIGSTOP)
-// for pause — with its orders in flight, their units reserved in Redis admission — and its
-// clients hang with it, as a frozen instance's clients do. Just before it is resumed the
-// database's stock is read. Every buyer retries a 429, a 503 or a lost answer on its process with
-// the same Idempotency-Key until it has a final answer, so every 201 is accounted for; a 500
-// fails the test.
+// process, until every unit is sold; once a tenth is sold the victim is stopped (SIGSTOP) for
+// pause — the moment it is seen with orders in flight, their units reserved in Redis admission —
+// and its clients hang with it, as a frozen instance's clients do. Right after the stop its
+// reservations are read; just before it is resumed, the database's stock, whether any
+// reservation is still its own, and which of those it held at the stop have no order: the
+// database cannot gain one while it is stopped, and no sweeper writes orders, so that is what
+// the stop caught. Then every buyer finishes the purchase it is on, the victim's too. Every
+// buyer retries a 429, a 503 or a lost answer on its process with the same Idempotency-Key until
+// it has a final answer, so every 201 is accounted for; a 500 fails the test.
 func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string, units int, pause time.Duration) (endOfSale, time.Time) {
 	t.Helper()
 	const clients = 64
@@ -592,7 +597,7 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 					if a.status == http.StatusCreated {
 						res.acked = append(res.acked, a.order)
 						if target.pid != procs[victim].pid {
-							res.elsewhere = append(res.elsewhere, time.Now())
+							res.elsewhere = append(res.elsewhere, a.order.OrderID)
 						}
 						if len(res.acked) == units/10 {
 							close(tenth)
@@ -614,21 +619,21 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 	// holding several reservations of orders the database does not have yet, not just after a
 	// settle, nor between a batch's commit and its settle (nothing to return there).
 	for until := time.Now().Add(2 * time.Second); time.Now().Before(until); {
-		if users := reservingUsers(t, r, sku, procs[victim].pid); len(users) >= 5 && written(t, db, sku, users) < len(users) {
+		if held := reservations(t, r, sku, procs[victim].pid); len(held) >= 5 && unwritten(t, db, held) > 0 {
 			break
 		}
 	}
 	at := time.Now()
 	frozen.Store(&at)
 	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
-	res.reserved = reservedBy(t, r, sku, procs[victim].pid)
-	time.Sleep(pause)
+	res.reserved = reservations(t, r, sku, procs[victim].pid)
+	time.Sleep(pause - time.Since(at)) // the stop lasts pause, whatever happens meanwhile: it is the fault
 	p, err := backendtest.Store(t).Product(context.Background(), sku)
 	require.NoError(t, err)
-	res.stockLeft = p.Stock
+	res.stockLeft, res.unwritten = p.Stock, unwritten(t, db, res.reserved)
+	res.swept = reservedBy(t, r, sku, procs[victim].pid) == 0
 	resumed.Store(true)
 	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGCONT))
-	time.Sleep(2 * time.Second)
 	stopping.Store(true)
 	wg.Wait()
 	return res, at
@@ -637,44 +642,57 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 // reservedBy counts sku's Redis admission reservations that the process pid holds: of its orders
 // in flight, neither settled, given back, swept nor (queued) handed over to the order queue.
 func reservedBy(t *testing.T, r *redis.Client, sku string, pid int) int {
-	return len(reservingUsers(t, r, sku, pid))
+	return len(reservations(t, r, sku, pid))
 }
 
-// reservingUsers lists the users of those reservations.
-func reservingUsers(t *testing.T, r *redis.Client, sku string, pid int) []any {
+// reservations lists the ids of those reservations.
+func reservations(t *testing.T, r *redis.Client, sku string, pid int) []string {
 	t.Helper()
 	held, err := r.HGetAll(context.Background(), "seckill:{"+sku+"}:reserved").Result()
 	require.NoError(t, err)
-	var users []any
-	for user, h := range held {
-		if strings.Contains(h, fmt.Sprintf("/%d#", pid)) { // the instance: host/pid#<random>
-			users = append(users, user)
+	var ids []string
+	for _, h := range held {
+		if strings.Contains(h, fmt.Sprintf("/%d#", pid)) { // id|units|instance|key, the instance host/pid#<random>
+			id, _, _ := strings.Cut(h, "|")
+			ids = append(ids, id)
 		}
 	}
-	return users
+	return ids
 }
 
-// written counts the orders of sku the database has of users.
-func written(t *testing.T, db *sql.DB, sku string, users []any) int {
+// unwritten counts the reservations, by id, whose order the database does not have: placed
+// under it (orders.reservation_id), as the sweeper asks.
+func unwritten(t *testing.T, db *sql.DB, ids []string) int {
 	t.Helper()
+	if len(ids) == 0 {
+		return 0
+	}
 	var n int
-	in := strings.Repeat(",?", len(users))[1:]
-	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM orders WHERE sku = ? AND user_id IN ("+in+")", append([]any{sku}, users...)...).Scan(&n))
-	return n
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	in := strings.Repeat(",?", len(ids))[1:]
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM orders WHERE reservation_id IN ("+in+")", args...).Scan(&n))
+	return len(ids) - n
 }
 
 // TestProcessesFrozenAtSaleEnd freezes an instance where a flash sale spends its busiest
 // seconds: near the end, when the last units the database has are the ones the frozen
 // instance's orders in flight reserved in Redis admission. Three hybrid processes sell 300 units
-// to 64 clients spread over them; once a tenth is sold, one that holds reservations is stopped
-// (SIGSTOP) for 8 s — far past its heartbeat's TTL. Its reservations must come back to the
-// others within the TTL and a sweep, so that they sell every unit the database has, with no gap
-// between their sales of 3 s or more; when it wakes, the orders whose reservations were returned
-// find the units sold and are refused by the version guard (sold_out, never both an order and a
-// refusal), and the ledger is exact: nothing held back, no reservation left, admission's counter
-// at the database's stock. Five sales in a row, each judged; a sale whose freeze caught only
-// reservations of orders already written (between commit and settle: none was returned) did not
-// exercise the case and is sold again, up to five times.
+// to 64 clients spread over them; once a tenth is sold, one seen holding reservations of orders
+// the database does not have yet is stopped (SIGSTOP) for 8 s — far past its heartbeat's TTL.
+// Its reservations must go back to the others while it is stopped (seen in Redis: none left its
+// own; with a heartbeat longer than the stop they stay its own), so that they sell every unit
+// the database has (none left when it wakes), with no gap between their sales of 3 s or more —
+// measured by the times their sections placed the orders (created_at), not by when the starved
+// clients heard; when it wakes, the orders whose reservations were returned find the units sold
+// and are refused by the version guard (sold_out, never both an order and a refusal), and the
+// ledger is exact: nothing held back, no reservation left, admission's counter at the
+// database's stock. No buyer hears a 500. Five sales in a row, each try judged; a stop that
+// caught no reservation of an order the database did not have (read while it is stopped: what
+// the stop caught, not what the sweepers did) did not exercise the case and is sold again, up to
+// five times.
 func TestProcessesFrozenAtSaleEnd(t *testing.T) {
 	procs := startThree(t)
 	others := []instance{procs[0], procs[2]}
@@ -686,16 +704,21 @@ func TestProcessesFrozenAtSaleEnd(t *testing.T) {
 			sku := putOnSale(t, procs[0], units)
 			res, frozen := sellOutAcrossFreeze(t, procs, 1, sku, units, pause)
 			swept := returned() - before
+			elsewhere := timesOf(t, res.elsewhere, placedAt(t, sku))
 			last := frozen
-			if n := len(res.elsewhere); n > 0 {
-				last = slices.MaxFunc(res.elsewhere, time.Time.Compare)
+			if len(elsewhere) > 0 {
+				last = slices.MaxFunc(elsewhere, time.Time.Compare)
 			}
-			stall := longestGap(res.elsewhere, frozen, last)
-			t.Logf("round %d, try %d: SIGSTOP for %s holding %d reservations, %v returned by the others' sweepers; longest gap between the others' sales %s; stock left when it woke %d; its buyers in flight then heard %v; %d orders",
-				round, try, pause, res.reserved, swept, stall.Round(10*time.Millisecond), res.stockLeft, res.late, len(res.acked))
+			stall := longestGap(elsewhere, frozen, last)
+			t.Logf("round %d, try %d: SIGSTOP for %s holding %d reservations, %d of orders not written; %v returned by the others' sweepers, none left its own before it woke: %t; longest gap between the others' sales %s (their sections' times); stock left when it woke %d; its buyers in flight then heard %v; %d orders",
+				round, try, pause, len(res.reserved), res.unwritten, swept, res.swept, stall.Round(10*time.Millisecond), res.stockLeft, res.late, len(res.acked))
+			require.True(t, res.swept, "the stopped process's reservations were still its own when it woke: no sweeper returned them in %s", pause)
 			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 			assert.Len(t, res.acked, units, "every unit sold once to a client that heard 201")
 			assert.Zero(t, a.Stock)
+			assert.Zero(t, res.stockLeft, "the others did not sell the units the stopped process had reserved")
+			assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
+			assert.GreaterOrEqual(t, swept, float64(res.unwritten), "the others' sweepers returned fewer reservations than it held of orders it had not written")
 			var audit map[string]any
 			assert.Eventually(t, func() bool {
 				audit = nil
@@ -705,12 +728,10 @@ func TestProcessesFrozenAtSaleEnd(t *testing.T) {
 			for status := range res.late {
 				assert.Contains(t, []int{http.StatusCreated, http.StatusConflict}, status, "the stopped process answered %v after it woke", res.late)
 			}
-			if swept == 0 && try < tries {
+			if res.unwritten == 0 && try < tries {
 				continue
 			}
-			require.Positive(t, swept, "no reservation of the stopped process was returned in %d tries: the case was not exercised", tries)
-			assert.Zero(t, res.stockLeft, "the others did not sell the units the stopped process had reserved")
-			assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
+			require.Positive(t, res.unwritten, "no stop in %d tries caught a reservation of an order not yet written: the case was not exercised", tries)
 			assert.Positive(t, res.late[http.StatusConflict], "none of the stopped process's orders in flight, their reservations returned, was refused when it woke")
 			break
 		}
