@@ -27,8 +27,9 @@ func TestMain(m *testing.M) { backendtest.Main(m, removeService) }
 // instance is one running instance of the API, in this process (run) or in a child process.
 type instance struct {
 	url, token string
-	pid        int    // of a child process; 0 in this process
-	kill       func() // SIGKILLs a child process
+	pid        int         // of a child process; 0 in this process
+	kill       func()      // SIGKILLs a child process
+	log        *processLog // of a child process: what it wrote to stderr
 }
 
 // watchOutput scans a service's stdout for its address and admin token, and keeps draining it.
