@@ -777,8 +777,12 @@ func TestProcessesFrozenAtSaleEnd(t *testing.T) {
 }
 
 // TestProcessesShutdownUnderLoad sends SIGTERM to one of three processes while it is taking
-// orders: it drains what is in flight and exits cleanly (checked at cleanup), its clients retry on
-// the others with the same Idempotency-Key, and no acknowledged order is lost.
+// orders — until then every order goes to it — and it drains what is in flight: it places
+// orders after it began shutting down (their sections' times, created_at, past the time it
+// logged the shutdown's start), every request it had taken is answered (no answer lost: the
+// requests retried elsewhere were refused before they reached it), and it exits cleanly
+// (checked at cleanup). Its clients retry on the others with the same Idempotency-Key, no
+// acknowledged order is lost, and no buyer hears a 500.
 func TestProcessesShutdownUnderLoad(t *testing.T) {
 	procs := startThree(t)
 	const units, buyers, clients = 100, 300, 48
@@ -786,9 +790,20 @@ func TestProcessesShutdownUnderLoad(t *testing.T) {
 	res := loadHTTP(t, procs, sku, "hybrid", userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
 		assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGTERM))
 	}})
-	t.Logf("hybrid, one of 3 processes sent SIGTERM mid-sale: %v, %d requests retried elsewhere after the shutdown",
-		res.status, res.transportErrors)
 	assertSoldThrough(t, res, sku, units, buyers)
+	began := procs[1].log.at(t, "shutting down: draining in-flight requests", "")
+	require.Len(t, began, 1, "the process logged its shutdown once:\n%s", procs[1].log)
+	at := placedAt(t, sku)
+	var drained int
+	for id, pid := range res.answeredBy {
+		if pid == procs[1].pid && at[id].After(began[0]) {
+			drained++
+		}
+	}
+	t.Logf("hybrid, one of 3 processes sent SIGTERM mid-sale: %v; it placed %d orders after it began shutting down; %d requests retried elsewhere after the shutdown, %d of them refused before they reached it",
+		res.status, drained, res.transportErrors, res.refused)
+	assert.Positive(t, drained, "the process placed no order after it began shutting down: nothing in flight was drained")
+	assert.Equal(t, res.refused, res.transportErrors, "requests the process had taken lost their answers: it did not drain them")
 }
 
 // scrape sums one sample line of the processes' /metrics.
@@ -824,8 +839,10 @@ type httpFault struct {
 type httpSale struct {
 	status          map[int]int
 	acked           []stock.Order
+	answeredBy      map[string]int // the process (pid) that answered each order's 201, by order id
 	busy            int
 	transportErrors int                   // requests whose answer was lost, retried elsewhere
+	refused         int                   // of them, those refused before they reached a process: nothing was lost
 	latencies       []time.Duration       // of every request answered
 	history         []porcupine.Operation // one per buyer: from its first attempt to its final answer
 	start, lastSale time.Time
@@ -860,7 +877,7 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 			users <- i
 		}
 	}()
-	res := httpSale{status: map[int]int{}, start: time.Now()}
+	res := httpSale{status: map[int]int{}, answeredBy: map[string]int{}, start: time.Now()}
 	var mu sync.Mutex
 	var wg, injected sync.WaitGroup
 	var faulted atomic.Bool
@@ -888,6 +905,9 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 						}
 						mu.Lock()
 						res.transportErrors++
+						if errors.Is(err, syscall.ECONNREFUSED) {
+							res.refused++
+						}
 						mu.Unlock()
 						time.Sleep(10 * time.Millisecond)
 						continue
@@ -922,6 +942,7 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 					res.history = append(res.history, op)
 					if a.status == http.StatusCreated {
 						res.acked = append(res.acked, a.order)
+						res.answeredBy[a.order.OrderID] = target.pid
 						res.lastSale = time.Now()
 						if f.inject != nil && len(res.acked) == f.at {
 							injected.Add(1)
