@@ -59,6 +59,8 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.LostGiveBack, "internal/lockstrategy", "TestHybridGiveBack", nil, "the repeat buyer's unit was given back"},
 		{planted.NoSweep, "cmd/api", "TestProcessesHybridKill", nil, "units held back by dead reservations never came back"},
 		{planted.EveryoneAlive, "internal/service", "TestStrandedUnits", nil, "a reservation whose instance stopped beating is never reported stranded"},
+		{planted.LongHeartbeat, "cmd/api", "TestProcessesFrozenAtSaleEnd", nil, "reservations were still its own when it woke: no sweeper returned them"},
+		{planted.LongAckWait, "cmd/api", "TestProcessesQueuedFrozen", nil, "the orders the stopped process held ended after its wake"},
 	} {
 		name := tc.check
 		if name == "" {
