@@ -219,16 +219,16 @@ func TestProcesses(t *testing.T) {
 
 // TestProcessesLockServiceKill SIGKILLs one of three processes mid-sale, under each lock
 // service, while it holds the lock: until the kill only that process sells, it is killed the
-// moment the lock service shows its key (etcd) or node (ZooKeeper), and the same key or node
-// read right after the kill shows it held the lock when it died. Nobody is left to give that
-// lock back — its etcd lease is not revoked, its ZooKeeper session not closed — so it lasts
-// until the lease or the session expires: that is seen on the lock service (the key or node
-// gone), and the others must be selling again within 3 s of that expiry's bound — the lock TTL
-// past the last keep-alive, and the half second in which the lock service notices — by the
-// times their sections placed the orders (created_at). Clients whose request died with the
-// process retry it, with the same Idempotency-Key, on another process. Nothing is oversold,
-// every unit sells, no buyer hears a 500. A kill that did not catch the lock held is sold again
-// (each sale judged), up to three times.
+// moment the lock service shows its key (etcd) or node (ZooKeeper), and a key or node read right
+// after the kill, before any other process has taken an order, shows it held the lock when it
+// died. Nobody is left to give that lock back — its etcd lease is not revoked, its ZooKeeper
+// session not closed — so it lasts until the lease or the session expires: that is seen on the
+// lock service (the key or node gone), and the others must be selling again within 3 s of that
+// expiry's bound — the lock TTL past the last keep-alive, and the half second in which the lock
+// service notices — by the times their sections placed the orders (created_at). Clients whose
+// request died with the process retry it, with the same Idempotency-Key, on another process.
+// Nothing is oversold, every unit sells, no buyer hears a 500. A kill that did not catch the
+// lock held is sold again (each sale judged), up to three times.
 func TestProcessesLockServiceKill(t *testing.T) {
 	for _, strategy := range []string{"etcd", "zookeeper"} {
 		t.Run(strategy, func(t *testing.T) {
@@ -248,17 +248,16 @@ func TestProcessesLockServiceKill(t *testing.T) {
 				probe := newLockProbe(t, strategy, sku)
 				var (
 					killed time.Time
-					holder string
-					held   bool // the holder seen before the kill still held the lock right after it
+					holder string // who held the lock right after the kill: the dead process, the only one that took it
 				)
 				res := loadHTTP(t, procs, sku, strategy, userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
-					for until := time.Now().Add(2 * time.Second); holder == "" && time.Now().Before(until); {
-						holder = probe.holder()
+					for until := time.Now().Add(2 * time.Second); probe.holder() == "" && time.Now().Before(until); {
 					}
 					killed = time.Now()
 					procs[1].kill()
-					held = holder != "" && probe.holds(holder)
+					holder = probe.holder()
 				}})
+				held := holder != ""
 				if held {
 					// Nobody else could end its hold: only the lease or the session running out.
 					assert.Eventually(t, func() bool { return !probe.holds(holder) }, 10*time.Second, 20*time.Millisecond,
@@ -841,19 +840,8 @@ func TestProcessesShutdownUnderLoad(t *testing.T) {
 	res := loadHTTP(t, procs, sku, "hybrid", userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
 		assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGTERM))
 	}})
-	// The orders it decided after it logged the shutdown's start, by its own clock: a figure of
-	// the drain, not its proof — most orders in flight then had been decided and were answered.
-	began := procs[1].log.at(t, "shutting down: draining in-flight requests", "")
-	require.Len(t, began, 1, "the process logged its shutdown once:\n%s", procs[1].log)
-	at := placedAt(t, sku)
-	var after int
-	for id, pid := range res.answeredBy {
-		if pid == procs[1].pid && at[id].After(began[0]) {
-			after++
-		}
-	}
-	t.Logf("hybrid, one of 3 processes sent SIGTERM mid-sale with %d requests in flight there: %v; it placed %d orders after it began shutting down; %d requests retried elsewhere after the shutdown, %d of them refused before they reached it",
-		res.inFlightAtFault, res.status, after, res.transportErrors, res.refused)
+	t.Logf("hybrid, one of 3 processes sent SIGTERM mid-sale with %d requests in flight there: %v; %d requests retried elsewhere after the shutdown, %d of them refused before they reached it",
+		res.inFlightAtFault, res.status, res.transportErrors, res.refused)
 	assertSoldThrough(t, res, sku, units, buyers)
 	require.Positive(t, res.inFlightAtFault, "no request was in flight when the process was told to stop: the drain was not exercised")
 	assert.Equal(t, res.refused, res.transportErrors, "requests the process had taken lost their answers: it did not drain them")
@@ -892,7 +880,6 @@ type httpFault struct {
 type httpSale struct {
 	status          map[int]int
 	acked           []stock.Order
-	answeredBy      map[string]int // the process (pid) that answered each order's 201, by order id
 	busy            int
 	transportErrors int                   // requests whose answer was lost, retried elsewhere
 	refused         int                   // of them, those refused before they reached a process: nothing was lost
@@ -931,7 +918,7 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 			users <- i
 		}
 	}()
-	res := httpSale{status: map[int]int{}, answeredBy: map[string]int{}, start: time.Now()}
+	res := httpSale{status: map[int]int{}, start: time.Now()}
 	var mu sync.Mutex
 	var wg, injected sync.WaitGroup
 	var faulted atomic.Bool
@@ -1004,7 +991,6 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 					res.history = append(res.history, op)
 					if a.status == http.StatusCreated {
 						res.acked = append(res.acked, a.order)
-						res.answeredBy[a.order.OrderID] = target.pid
 						res.lastSale = time.Now()
 						if f.inject != nil && len(res.acked) == f.at {
 							injected.Add(1)
