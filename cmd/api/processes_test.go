@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -629,7 +630,7 @@ type endOfSale struct {
 	acked     []stock.Order
 	elsewhere []string    // the orders the other processes answered 201
 	late      map[int]int // final answers, by status, of the frozen process's buyers in flight when it stopped
-	reserved  []string    // the reservations the frozen process held right after the stop, by id
+	reserved  []string    // the reservations the frozen process held while it was stopped, by id
 	unwritten int         // of them, those whose order the database did not have when it woke
 	swept     bool        // the frozen process held no reservation any more just before it woke
 	stockLeft int64       // the database's stock just before it woke
@@ -638,9 +639,9 @@ type endOfSale struct {
 // sellOutAcrossFreeze sells units of sku to clients spread over procs, each client on one
 // process, until every unit is sold; once a tenth is sold the victim is stopped (SIGSTOP) for
 // pause — the moment it is seen with orders in flight, their units reserved in Redis admission —
-// and its clients hang with it, as a frozen instance's clients do. Right after the stop its
-// reservations are read; just before it is resumed, the database's stock, whether any
-// reservation is still its own, and which of those it held at the stop have no order: the
+// and its clients hang with it, as a frozen instance's clients do. While it is stopped its
+// reservations are watched (heldWhileStopped); just before it is resumed, the database's stock,
+// whether any reservation is still its own, and which of those it held have no order: the
 // database cannot gain one while it is stopped, and no sweeper writes orders, so that is what
 // the stop caught. Then every buyer finishes the purchase it is on, the victim's too. Every
 // buyer retries a 429, a 503 or a lost answer on its process with the same Idempotency-Key until
@@ -714,8 +715,7 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 	at := time.Now()
 	frozen.Store(&at)
 	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
-	res.reserved = reservations(t, r, sku, procs[victim].pid)
-	time.Sleep(pause - time.Since(at)) // the stop lasts pause, whatever happens meanwhile: it is the fault
+	res.reserved = heldWhileStopped(t, r, sku, procs[victim].pid, at.Add(pause))
 	p, err := backendtest.Store(t).Product(context.Background(), sku)
 	require.NoError(t, err)
 	res.stockLeft, res.unwritten = p.Stock, unwritten(t, db, res.reserved)
@@ -725,6 +725,22 @@ func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string,
 	stopping.Store(true)
 	wg.Wait()
 	return res, at
+}
+
+// heldWhileStopped watches the reservations of the stopped process pid until the stop ends (it
+// is the fault: it lasts, whatever happens meanwhile) and returns every one it saw: those Redis
+// admitted after the stop, from commands the process had sent, too. Each lives until a sweeper
+// resolves it, past the process's heartbeat, far longer than the watch's 20 ms.
+func heldWhileStopped(t *testing.T, r *redis.Client, sku string, pid int, until time.Time) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	for time.Now().Before(until) {
+		for _, id := range reservations(t, r, sku, pid) {
+			seen[id] = true
+		}
+		time.Sleep(min(20*time.Millisecond, time.Until(until)))
+	}
+	return slices.Collect(maps.Keys(seen))
 }
 
 // reservedBy counts sku's Redis admission reservations that the process pid holds: of its orders
