@@ -392,12 +392,16 @@ func scrapeSale(t *testing.T) map[string]bool {
 				resp, err := http.Post(svc.url+"/api/v1/products/"+sku+"/orders", "application/json", strings.NewReader(body))
 				if err == nil {
 					statuses[i] = resp.StatusCode
+					raw, _ := io.ReadAll(resp.Body)
+					_ = resp.Body.Close()
+					if resp.StatusCode >= 500 {
+						t.Errorf("%s: u%d answered %d: %s", strategy, i, resp.StatusCode, raw)
+					}
 					var o struct {
 						OrderID string `json:"order_id"`
 					}
-					_ = json.NewDecoder(resp.Body).Decode(&o)
+					_ = json.Unmarshal(raw, &o)
 					ids[i] = o.OrderID
-					_ = resp.Body.Close()
 				}
 			})
 		}
@@ -428,8 +432,12 @@ func scrapeSale(t *testing.T) map[string]bool {
 		}
 		// Then until sold out (an unsafe strategy may have sold more than there was).
 		for i := len(statuses); !slices.Contains(statuses, http.StatusConflict) && i < 40; i++ {
-			statuses = append(statuses, svc.call(t, "POST", "/api/v1/products/"+sku+"/orders",
-				fmt.Sprintf(`{"user_id":"u%d","strategy":%q}`, i, strategy), nil))
+			var answer map[string]any
+			status := svc.call(t, "POST", "/api/v1/products/"+sku+"/orders", fmt.Sprintf(`{"user_id":"u%d","strategy":%q}`, i, strategy), &answer)
+			if status >= 500 {
+				t.Errorf("%s: u%d answered %d: %v", strategy, i, status, answer)
+			}
+			statuses = append(statuses, status)
 		}
 		assert.Contains(t, statuses, http.StatusConflict, "%s: the product never sold out", strategy)
 	}

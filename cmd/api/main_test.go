@@ -22,13 +22,14 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-func TestMain(m *testing.M) { backendtest.Main(m) }
+func TestMain(m *testing.M) { backendtest.Main(m, removeService) }
 
 // instance is one running instance of the API, in this process (run) or in a child process.
 type instance struct {
 	url, token string
-	pid        int    // of a child process; 0 in this process
-	kill       func() // SIGKILLs a child process
+	pid        int         // of a child process; 0 in this process
+	kill       func()      // SIGKILLs a child process
+	log        *processLog // of a child process: what it wrote to stderr
 }
 
 // watchOutput scans a service's stdout for its address and admin token, and keeps draining it.
@@ -134,12 +135,16 @@ func TestRunEmbeddedDefault(t *testing.T) {
 }
 
 // TestGracefulShutdownDrains cancels run while an order is inside its critical section: the
-// order completes and is answered 201 before run returns, and it is in the database.
+// order completes and is answered 201 before run returns, and it is in the database. The order
+// is naive's, whose section pauses between its read and its write (SECKILL_NAIVE_PAUSE): the
+// section's length, long enough that the cancel lands inside it on a loaded machine. The cancel
+// waits for the event, not a clock: the section has taken the order (seckill_batch_orders, on
+// /metrics, counts a batch when its section takes it, before the read).
 func TestGracefulShutdownDrains(t *testing.T) {
 	dir := t.TempDir()
 	svc, stop := startRun(t, map[string]string{
 		"SECKILL_ADDR": "127.0.0.1:0", "SECKILL_DATA_DIR": dir, "SECKILL_ADMIN_TOKEN": "tok",
-		"SECKILL_ALLOW_UNSAFE": "true", "SECKILL_NAIVE_PAUSE": "800ms",
+		"SECKILL_ALLOW_UNSAFE": "true", "SECKILL_NAIVE_PAUSE": "2s",
 	})
 	require.Equal(t, http.StatusOK, svc.call(t, "PUT", "/api/v1/products/drain", `{"name":"Drain","stock":1}`, nil))
 
@@ -148,7 +153,14 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	go func() {
 		status <- svc.call(t, "POST", "/api/v1/products/drain/orders", `{"user_id":"u1","strategy":"naive"}`, &order)
 	}()
-	time.Sleep(200 * time.Millisecond) // the order is now sleeping between its read and its write
+	require.Eventually(t, func() bool {
+		return scrape(t, []instance{svc}, `seckill_batch_orders_count{strategy="naive"}`) == 1
+	}, 30*time.Second, 5*time.Millisecond, "the order never reached its section")
+	select {
+	case s := <-status:
+		t.Fatalf("the order was answered (%d) before the shutdown began: nothing was in flight to drain", s)
+	default:
+	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	require.Equal(t, http.StatusCreated, <-status, "the in-flight order was answered")

@@ -58,9 +58,13 @@ type backend struct {
 // Required reports whether tests must use real backends (SECKILL_TEST_REQUIRE_BACKENDS=1).
 func Required() bool { return os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" }
 
-// Main runs the package's tests and then drops the per-process database.
-func Main(m *testing.M) {
+// Main runs the package's tests and then drops the per-process database. after runs first:
+// what the package's own tests leave for the whole test process (cmd/api's service binary).
+func Main(m *testing.M, after ...func()) {
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if setup.admin != nil {
 		_, _ = setup.admin.Exec("DROP DATABASE IF EXISTS `" + setup.dbName + "`")
 		_ = setup.admin.Close()

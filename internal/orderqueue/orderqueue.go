@@ -74,6 +74,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/seckill/internal/planted"
 )
 
 // The names the contract gives (docs/lifecycle.md, queued orders) and the defaults beside them.
@@ -154,6 +156,9 @@ func (c *Config) defaults() {
 	}
 	if c.AckWait == 0 {
 		c.AckWait = 5 * time.Second
+		if planted.On(planted.LongAckWait) {
+			c.AckWait = 20 * time.Second
+		}
 	}
 	if c.MaxAckPending == 0 {
 		c.MaxAckPending = 10_000

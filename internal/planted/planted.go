@@ -52,4 +52,11 @@ const (
 	// NoneGivenUp: a queued publisher that finds its order given up by a sweeper answers 202 for
 	// an order no writer will ever take.
 	NoneGivenUp Bug = "none-given-up"
+	// LongHeartbeat: an instance's heartbeat lasts 20 s (the default InstanceTTL is 2 s), so the
+	// reservations of a frozen instance stay its own far longer than the 3 s No frozen sale
+	// promises: the last units of a sale wait for it to wake.
+	LongHeartbeat Bug = "long-heartbeat"
+	// LongAckWait: the queue leaves a message with a writer for 20 s (the default AckWait is
+	// 5 s), longer than a freeze, so the orders a frozen writer holds wait for it to wake.
+	LongAckWait Bug = "long-ack-wait"
 )

@@ -68,6 +68,9 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.AnyRejectionGivenUp, "internal/lockstrategy", "TestQueuedRecordedFirst", nil, "its message went out: the order was accepted"},
 		{planted.NoneGivenUp, "internal/lockstrategy", "TestQueuedRecordedFirst", nil, "given up before it was recorded queued: never accepted"},
 		{planted.IgnoredWaitingBound, "internal/lockstrategy", "TestQueuedBoundsTheWaiting", nil, "a fourth order waiting behind three"},
+		{planted.LongHeartbeat, "cmd/api", "TestProcessesFrozenAtSaleEnd", nil, "reservations were still its own when it woke: no sweeper returned them"},
+		{planted.LongHeartbeat, "cmd/api", "TestProcessesQueuedFrozen", nil, "the stopped process still held reservations when it woke"},
+		{planted.LongAckWait, "cmd/api", "TestProcessesQueuedFrozen", nil, "the orders the stopped process held ended after its wake"},
 	} {
 		name := tc.check
 		if name == "" {

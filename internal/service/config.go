@@ -19,6 +19,7 @@ import (
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -48,6 +49,10 @@ type Config struct {
 
 // Defaults is the configuration of cmd/api when nothing is set.
 func Defaults() Config {
+	instanceTTL := 2 * time.Second
+	if planted.On(planted.LongHeartbeat) {
+		instanceTTL = 20 * time.Second
+	}
 	return Config{
 		Strategy:         "hybrid",
 		StrategyOverride: true,
@@ -56,7 +61,7 @@ func Defaults() Config {
 		GroupCommit:      64,
 		AdmitBatch:       64,
 		QueuedMaxWaiting: 2048,
-		InstanceTTL:      2 * time.Second,
+		InstanceTTL:      instanceTTL,
 		SoldOutFlag:      time.Second,
 		NaivePause:       5 * time.Millisecond,
 		SlowHold:         500 * time.Millisecond,
