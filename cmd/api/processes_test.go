@@ -886,10 +886,12 @@ func scrape(t *testing.T, procs []instance, sample string) float64 {
 
 // httpFault is injected once, when the sale has sold at units. Until then, and until inject
 // returns, when only is set every request goes to that process: it dies with requests in flight.
+// within bounds the whole sale (0: two minutes), for a fault whose failure leaves buyers retrying.
 type httpFault struct {
 	at     int
 	inject func()
 	only   *instance
+	within time.Duration
 }
 
 // httpSale is what the clients of one HTTP sale saw.
@@ -924,7 +926,11 @@ type userRange struct{ from, to int }
 // until it ends, and counted as 201 once its order is placed. A 500 fails the test.
 func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRange, clients int, f httpFault) httpSale {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	within := f.within
+	if within == 0 {
+		within = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
 	users := make(chan int)
@@ -1245,7 +1251,9 @@ func TestProcessesHybridKill(t *testing.T) {
 			killed time.Time
 			left   []string
 		)
-		res = loadHTTP(t, procs, sku, "hybrid", userRange{0, first}, clients, httpFault{at: first / 3, only: &procs[1], inject: func() {
+		// Half a minute for 150 buyers: units that never come back (no sweep) leave some asking
+		// again until the deadline.
+		res = loadHTTP(t, procs, sku, "hybrid", userRange{0, first}, clients, httpFault{at: first / 3, only: &procs[1], within: 30 * time.Second, inject: func() {
 			for until := time.Now().Add(2 * time.Second); time.Now().Before(until) && reservedBy(t, r, sku, procs[1].pid) == 0; {
 			}
 			killed = time.Now()
