@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
@@ -344,6 +345,8 @@ func TestHybridFlushMidSale(t *testing.T) {
 func TestHybridRedisDown(t *testing.T) {
 	forEachMode(t, func(t *testing.T, cfg service.Config) {
 		srv := backendtest.StartRedis(t)
+		var clock backendtest.Clock
+		cfg.Clock = clock.Now
 		insts := newInstances(t, instances, cfg, backendtest.Wiring{RedisAddrs: []string{srv.Addr}})
 		sku := backendtest.SKU(t)
 		first := sellOn(t, insts, sku, units, units/2, fault{at: units / 4, inject: srv.Kill})
@@ -356,7 +359,17 @@ func TestHybridRedisDown(t *testing.T) {
 		assertLinearizable(t, units, res)
 
 		srv.Start()
-		time.Sleep(1100 * time.Millisecond) // past the breaker's cooldown
+		require.Eventually(t, func() bool {
+			for _, inst := range insts {
+				for _, c := range inst.Checks() {
+					if c.Ping(context.Background()) != nil {
+						return false
+					}
+				}
+			}
+			return true
+		}, 10*time.Second, 20*time.Millisecond, "the instances reach Redis again")
+		clock.Advance(admission.Cooldown) // past every breaker's cooldown, without waiting it out
 		admittedBefore := backendtest.Counter(t, "seckill_admission_total", map[string]string{"result": "sold_out"}, insts...)
 		for i, h := range insts {
 			_, err := place(h, req(sku, "late-"+string(rune('a'+i))))
