@@ -419,18 +419,25 @@ func TestHybridRedisDown(t *testing.T) {
 }
 
 // TestRedlockQuorum locks over three independent Redis servers (Redlock) and kills one of them
-// mid-sale: the other two still form a quorum, locks are still granted, nothing is oversold.
+// mid-sale: the other two still form a quorum, locks are still granted, nothing is oversold —
+// and once the node is gone, every instance sells again on the two left (soldAfterLoss), none
+// on the database-guarded path.
 func TestRedlockQuorum(t *testing.T) {
 	forEachMode(t, func(t *testing.T, cfg service.Config) {
 		servers := []*backendtest.RedisProcess{backendtest.StartRedis(t), backendtest.StartRedis(t), backendtest.StartRedis(t)}
 		insts := newInstances(t, instances, cfg, backendtest.Wiring{RedisAddrs: []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}})
 		sku := backendtest.SKU(t)
-		res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: servers[2].Kill})
+		var killed time.Time
+		res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: func() { servers[2].Kill(); killed = time.Now() }})
 		t.Logf("redlock, one of three killed mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
 		assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 		assert.Zero(t, backendtest.Counter(t, "seckill_redis_fallbacks_total", nil, insts...), "the quorum held: no order needed the fallback")
 		backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 		assertLinearizable(t, units, res)
+		gone := redis.NewClient(&redis.Options{Addr: servers[2].Addr})
+		defer gone.Close()
+		require.Error(t, gone.Ping(context.Background()).Err(), "the killed node is down")
+		t.Logf("every instance sold on the two nodes left %s after the kill", soldAfterLoss(t, insts, "hybrid").Sub(killed).Round(10*time.Millisecond))
 	})
 }
 
