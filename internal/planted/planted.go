@@ -27,4 +27,7 @@ const (
 	// EveryoneAlive: the sweeper takes every instance that ever beat for alive, so a frozen or
 	// dead instance's reservations hold their units for as long as it stays away.
 	EveryoneAlive Bug = "everyone-alive"
+	// NowaitAsWait: the pessimistic section's FOR UPDATE loses its NOWAIT, so a held row parks
+	// a session per section in its lock queue instead of failing fast.
+	NowaitAsWait Bug = "nowait-as-wait"
 )
