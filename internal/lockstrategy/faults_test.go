@@ -156,7 +156,7 @@ func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, u
 			defer wg.Done()
 			user := fmt.Sprintf("user-%03d", i)
 			<-start
-			time.Sleep(time.Duration(i) * arrival)
+			time.Sleep(time.Duration(i) * arrival) // its arrival: the sale goes on while the fault holds
 			for attempt := 0; deadline.Err() == nil; attempt++ {
 				inst := insts[(i+attempt)%len(insts)]
 				strategy, _ := inst.Resolve("") // the default: never an error
