@@ -117,7 +117,6 @@ type Ledger struct {
 	ttl       time.Duration // an instance whose last beat is older is not alive
 	downUntil atomic.Int64  // unix nanoseconds; Redis is not asked before then
 	recent    sync.Map      // sku -> time.Time of its last admission here: the products this instance sweeps
-	now       func() time.Time
 
 	mu      sync.Mutex
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
@@ -132,6 +131,8 @@ type Ledger struct {
 	swept     *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
 	calls     prometheus.Histogram
+
+	now func() time.Time // times the breaker, the products watched and the doubts' grace (Clock)
 }
 
 // Cooldown is how long the breaker keeps Redis unasked after an error: an outage costs one
