@@ -134,7 +134,13 @@ type Ledger struct {
 	swept     *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
 	calls     prometheus.Histogram
+
+	now func() time.Time // times the breaker, the products watched and the doubts' grace (Clock)
 }
+
+// Cooldown is how long the breaker keeps Redis unasked after an error: an outage costs one
+// timeout per cooldown, not one per order.
+const Cooldown = time.Second
 
 // sweepGrace is how long a reservation in doubt is left alone: a commit sent before its section
 // gave up has long reached the database by then. Doubts older than forgetDoubts are dropped:
@@ -170,6 +176,11 @@ type Held struct {
 // Expect makes the sweeper ask p before it returns a reservation's units (Pending).
 func (a *Ledger) Expect(p Pending) { a.pending = p }
 
+// Clock makes now the ledger's clock (default time.Now): the breaker's cooldown, the grace of a
+// reservation in doubt and the products it watches are timed by it, so that a test can move
+// past a bound instead of waiting it out. Set it before the first order.
+func (a *Ledger) Clock(now func() time.Time) { a.now = now }
+
 // New returns the admission over client, warming from store. Its reservations name
 // instance with a random suffix, new at every start: a restarted process must not take over the
 // reservations of the one that died, whose orders only the database can decide. ttl is how long
@@ -181,10 +192,11 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		client:   client,
 		store:    store,
 		log:      log,
-		cooldown: time.Second,
+		cooldown: Cooldown,
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},
+		now:      time.Now,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy; waiting: a queued order past its product's bound of orders waiting to be written, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
@@ -264,14 +276,14 @@ func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 }
 
 // Available reports whether the breaker lets requests reach Redis.
-func (a *Ledger) Available() bool { return time.Now().UnixNano() >= a.downUntil.Load() }
+func (a *Ledger) Available() bool { return a.now().UnixNano() >= a.downUntil.Load() }
 
 // Down trips the breaker after a Redis error at step (the strategy's lock, too).
 func (a *Ledger) Down(step string, err error) {
 	if a.Available() {
 		a.log.Warn("redis unavailable: orders take the database-guarded path", "step", step, "cooldown", a.cooldown, "err", err)
 	}
-	a.downUntil.Store(time.Now().Add(a.cooldown).UnixNano())
+	a.downUntil.Store(a.now().Add(a.cooldown).UnixNano())
 }
 
 // Admit asks Redis whether req may go on to the lock and the database, reserving its units
@@ -406,7 +418,7 @@ func reservationID() string {
 // touch records that this instance admits orders for sku, so that its sweeper watches it.
 // Written at most once a second per SKU: the hot path only reads.
 func (a *Ledger) touch(sku string) {
-	now := time.Now()
+	now := a.now()
 	if last, ok := a.recent.Load(sku); ok && now.Sub(last.(time.Time)) < time.Second {
 		return
 	}
@@ -468,7 +480,7 @@ func (a *Ledger) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr err
 		return
 	}
 	if !definite(dbErr) {
-		a.track(req.Reservation.ID, time.Now().Add(sweepGrace))
+		a.track(req.Reservation.ID, a.now().Add(sweepGrace))
 		a.touch(req.SKU)
 		return
 	}
@@ -586,7 +598,7 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 		return 0, err
 	}
 	// raw holds each user once (a hash's fields): user, reservation as stored, ...
-	now := time.Now()
+	now := a.now()
 	var users, helds, ids []string
 	for i := 0; i+1 < len(raw); i += 2 {
 		if id := reservationOf(raw[i+1]); instanceOf(raw[i+1]) != a.instance || a.sweepable(id, now) {
@@ -811,8 +823,9 @@ const RecentWindow = time.Minute
 // sweeper watches. Older entries are forgotten.
 func (a *Ledger) Recent(window time.Duration) []string {
 	var out []string
+	now := a.now()
 	a.recent.Range(func(k, v any) bool {
-		if time.Since(v.(time.Time)) > window {
+		if now.Sub(v.(time.Time)) > window {
 			a.recent.Delete(k)
 		} else {
 			out = append(out, k.(string))

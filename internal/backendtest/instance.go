@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -88,25 +87,28 @@ func Open(t testing.TB, c app.Config, store *stock.Store) Instance {
 	return Instance{Service: a.Service(), Store: a.Store(), Metrics: a.Metrics(), Handler: a.Handler()}
 }
 
-// HoldSection returns hooks that hold open, for d, the first critical section placing an order
-// of user — as a holder paused inside it would (GC, a frozen VM) — and a channel closed once
-// that section is inside, its lock held and the product read. The hold ends early if the
-// section's context ends (its lock was lost).
-func HoldSection(user string, d time.Duration) (lockstrategy.Hooks, <-chan struct{}) {
-	var once sync.Once
-	inside := make(chan struct{})
-	return lockstrategy.Hooks{InSection: func(ctx context.Context, orders []stock.OrderRequest) {
+// HoldSection returns hooks that hold open the first critical section placing an order of
+// user — as a holder paused inside it would be (GC, a frozen VM) — until release is called or
+// the section's context ends (its lock was lost); inside is closed once that section is
+// inside, its lock held and the product read. The test calls release on the event the hold is
+// for (another holder got the lock, a repeat was answered), and defers it too, so that a test
+// that fails early leaves no section held for ever.
+func HoldSection(user string) (hooks lockstrategy.Hooks, inside <-chan struct{}, release func()) {
+	var entered, let sync.Once
+	in, released := make(chan struct{}), make(chan struct{})
+	hooks.InSection = func(ctx context.Context, orders []stock.OrderRequest) {
 		if !slices.ContainsFunc(orders, func(r stock.OrderRequest) bool { return r.UserID == user }) {
 			return
 		}
-		once.Do(func() {
-			close(inside)
+		entered.Do(func() {
+			close(in)
 			select {
-			case <-time.After(d):
+			case <-released:
 			case <-ctx.Done():
 			}
 		})
-	}}, inside
+	}
+	return hooks, in, func() { let.Do(func() { close(released) }) }
 }
 
 // CutFromRedisInSection builds an instance of cfg whose Redis is reached through a fault proxy,

@@ -59,6 +59,19 @@ func Histogram(t testing.TB, name string, insts ...Instance) (count uint64, sum 
 	return count, sum
 }
 
+// Gauges sums the samples of a gauge family whose labels include labels, over the instances: 0
+// where there is none yet.
+func Gauges(t testing.TB, name string, labels map[string]string, insts ...Instance) float64 {
+	t.Helper()
+	var sum float64
+	for _, inst := range insts {
+		for _, m := range samples(t, inst.Metrics, name, labels) {
+			sum += m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
 // Gauge reads a gauge without labels of one instance.
 func Gauge(t testing.TB, inst Instance, name string) float64 {
 	t.Helper()

@@ -1045,10 +1045,11 @@ func databaseRestart(t *testing.T, batch int) {
 
 // TestKeyInFlight: a repeat of a request whose original is still inside its section, on another
 // instance, is the client's to retry — 429 busy with Retry-After once the wait for the original
-// runs out, never already_purchased and never a 5xx — and once the original has settled, the
-// repeat answers it.
+// runs out, never already_purchased and never a 5xx — and once the original has settled (its
+// section is let go when the repeat has been answered), the repeat answers it.
 func TestKeyInFlight(t *testing.T) {
-	hooks, inside := backendtest.HoldSection("u-1", 3*time.Second)
+	hooks, inside, release := backendtest.HoldSection("u-1")
+	defer release()
 	cfg := service.Defaults()
 	cfg.Hooks = hooks
 	holding := newServerOn(t, cfg, backendtest.Wiring{})
@@ -1070,6 +1071,7 @@ func TestKeyInFlight(t *testing.T) {
 	message := assertError(t, rec, http.StatusTooManyRequests, "busy")
 	assertRetryAfter(t, rec)
 	assert.Contains(t, message, "in flight")
+	release()
 	o := <-original
 	assert.Equal(t, o.OrderID, other.order(t, sku, `{"user_id":"u-1"}`, key).OrderID, "the retry answers the original order")
 }

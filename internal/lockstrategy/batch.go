@@ -72,6 +72,7 @@ func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Orde
 	b.mu.Lock()
 	q, running := b.queues[req.SKU]
 	b.queues[req.SKU] = append(q, w)
+	b.metrics.enqueued(b.strategy, 1)
 	b.mu.Unlock()
 	if !running || b.overlap {
 		go b.drain(req.SKU)
@@ -85,6 +86,7 @@ func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Orde
 	q = b.queues[req.SKU]
 	if i := slices.Index(q, w); i >= 0 {
 		b.queues[req.SKU] = slices.Delete(q, i, i+1)
+		b.metrics.enqueued(b.strategy, -1)
 		b.mu.Unlock()
 		return stock.Order{}, fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
 	}
@@ -119,6 +121,7 @@ func (b *batcher) drain(sku string) {
 			n := min(len(q), b.max)
 			taken := q[:n:n]
 			b.queues[sku] = q[n:]
+			b.metrics.enqueued(b.strategy, -n)
 			b.mu.Unlock()
 			batch = taken
 			reqs = make([]stock.OrderRequest, n)

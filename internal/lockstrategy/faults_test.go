@@ -37,8 +37,78 @@ func faultInstance(t *testing.T, strategy string, batch int, w backendtest.Wirin
 	return newInstances(t, 1, cfg, w)[0]
 }
 
-// proxies are the fault proxies between the instances of a fault test and their backends.
-type proxies struct{ db, redis, etcd, zk *backendtest.FaultProxy }
+// proxies are the fault proxies between the instances of a fault test and their backends, and
+// the gate every database connection sends its COMMITs through.
+type proxies struct {
+	db, redis, etcd, zk *backendtest.FaultProxy
+	commits             *commitGate
+}
+
+// commitGate runs a fault, once armed, on the database connection that sends the next COMMIT,
+// right before the COMMIT goes: the database commits, and its answer meets the fault.
+type commitGate struct {
+	mu    sync.Mutex
+	fault func()
+}
+
+// gates names each commitGate's dialer apart (mysql.RegisterDialContext is process-wide).
+var gates atomic.Int64
+
+// network registers a dialer of connections to the database that pass their COMMITs by g, and
+// returns its name, for backendtest.StoreVia.
+func (g *commitGate) network() string {
+	name := fmt.Sprintf("commitgate%d", gates.Add(1))
+	mysql.RegisterDialContext(name, func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &gatedConn{Conn: c, gate: g}, nil
+	})
+	return name
+}
+
+// atNextCommit runs fault right before the next COMMIT is sent and reports whether one was, within
+// the bound; past it, the fault is disarmed.
+func (g *commitGate) atNextCommit(fault func(), within time.Duration) bool {
+	done := make(chan struct{})
+	g.mu.Lock()
+	g.fault = func() { fault(); close(done) }
+	g.mu.Unlock()
+	select {
+	case <-done:
+		return true
+	case <-time.After(within):
+	}
+	g.mu.Lock()
+	armed := g.fault != nil
+	g.fault = nil
+	g.mu.Unlock()
+	if armed {
+		return false
+	}
+	<-done // taken by a COMMIT as the bound passed
+	return true
+}
+
+// gatedConn is a database connection whose COMMITs pass by its gate.
+type gatedConn struct {
+	net.Conn
+	gate *commitGate
+}
+
+func (c *gatedConn) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("COMMIT")) {
+		c.gate.mu.Lock()
+		fault := c.gate.fault
+		c.gate.fault = nil
+		c.gate.mu.Unlock()
+		if fault != nil {
+			fault()
+		}
+	}
+	return c.Conn.Write(p)
+}
 
 // faultSale is what the clients of a sale under faults saw.
 type faultSale struct {
@@ -61,10 +131,11 @@ func (s faultSale) retried() int {
 // Idempotency-Key and a per-attempt deadline. The buyers arrive one every arrival, not all at
 // once: released together, a batched sale of 30 units is over in a few sections, before a fault
 // injected after its tenth sale has bitten; arriving over seconds, they keep buying while it
-// holds. Any answer but an order or sold_out — busy,
-// unavailable, a timeout, an error whose commit outcome is unknown — is retried with the same key,
-// as a careful client does: if the first attempt did commit, the retry gets that order back
-// (replayed) instead of a second one. inject runs once, after `at` sales.
+// holds. Busy and unavailable answers — a timeout and an error whose commit outcome is unknown
+// are unavailable — are retried with the same key, as a careful client does: if the first
+// attempt did commit, the retry gets that order back (replayed) instead of a second one. Any
+// other answer but an order or sold_out fails the test: a fault must never make a 500, nor any
+// answer a client cannot act on. inject runs once, after `at` sales.
 func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, units, buyers, at int, inject func()) faultSale {
 	t.Helper()
 	_, err := insts[0].PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: int64(units), MaxPerOrder: 1})
@@ -85,7 +156,7 @@ func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, u
 			defer wg.Done()
 			user := fmt.Sprintf("user-%03d", i)
 			<-start
-			time.Sleep(time.Duration(i) * arrival)
+			time.Sleep(time.Duration(i) * arrival) // its arrival: the sale goes on while the fault holds
 			for attempt := 0; deadline.Err() == nil; attempt++ {
 				inst := insts[(i+attempt)%len(insts)]
 				strategy, _ := inst.Resolve("") // the default: never an error
@@ -110,6 +181,10 @@ func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, u
 					}
 				case errors.Is(err, stock.ErrSoldOut):
 					res.soldOut++
+				case stock.Code(err) != "busy" && stock.Code(err) != "unavailable":
+					mu.Unlock()
+					t.Errorf("%s: answered %s under the fault: %v", user, stock.Code(err), err)
+					return
 				default:
 					res.errs[stock.Code(err)]++
 					mu.Unlock()
@@ -142,6 +217,7 @@ func TestNetworkFaults(t *testing.T) {
 		t.Skip("network fault tests need MariaDB (the embedded store has no network to cut)")
 	}
 	const units, buyers = 30, 90
+	// d is the fault's duration: how long it holds is what the case is about.
 	hold := func(d time.Duration, during func(), after func()) func() {
 		return func() { during(); time.Sleep(d); after() }
 	}
@@ -154,6 +230,9 @@ func TestNetworkFaults(t *testing.T) {
 	}
 	refused := func(t *testing.T, res faultSale, _ []backendtest.Instance) {
 		assert.Positive(t, res.retried(), "no attempt was refused during the fault")
+	}
+	replayed := func(t *testing.T, res faultSale, _ []backendtest.Instance) {
+		assert.Positive(t, res.replayed, "no retry was answered by replay: no commit's answer was lost")
 	}
 	fellBack := func(t *testing.T, _ faultSale, insts []backendtest.Instance) {
 		assert.Positive(t, backendtest.Counter(t, "seckill_redis_fallbacks_total", nil, insts...),
@@ -179,11 +258,15 @@ func TestNetworkFaults(t *testing.T) {
 				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"upstream","toxicity":1,"attributes":{"timeout":5}}`)
 			}, func() { p.db.Remove("reset") })
 		}, refused},
+		// The reset is added right before a COMMIT is sent: that commit lands, and its answer is
+		// the first the reset drops.
 		{"db connections reset mid-commit (hybrid)", "hybrid", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, func() {
-				p.db.Add(`{"name":"reset","type":"reset_peer","stream":"downstream","toxicity":1,"attributes":{"timeout":1}}`)
+				assert.True(t, p.commits.atNextCommit(func() {
+					p.db.Add(`{"name":"reset","type":"reset_peer","stream":"downstream","toxicity":1,"attributes":{"timeout":1}}`)
+				}, 10*time.Second), "no COMMIT within 10 s of arming the reset")
 			}, func() { p.db.Remove("reset") })
-		}, refused},
+		}, replayed},
 		{"redis cut off", "hybrid", func(t *testing.T, p proxies) func() {
 			return hold(1500*time.Millisecond, p.redis.Stop, func() { require.NoError(t, p.redis.Start()) })
 		}, fellBack},
@@ -203,10 +286,12 @@ func TestNetworkFaults(t *testing.T) {
 		for _, mode := range modes {
 			t.Run(tc.name+"/"+mode.name, func(t *testing.T) {
 				p := proxies{
-					db:    backendtest.StartFaultProxy(t, mysqlAddr),
-					redis: backendtest.StartFaultProxy(t, backendtest.RedisAddr(t)),
-					etcd:  backendtest.StartFaultProxy(t, hostPort(backendtest.EtcdEndpoints(t)[0])),
+					db:      backendtest.StartFaultProxy(t, mysqlAddr),
+					redis:   backendtest.StartFaultProxy(t, backendtest.RedisAddr(t)),
+					etcd:    backendtest.StartFaultProxy(t, hostPort(backendtest.EtcdEndpoints(t)[0])),
+					commits: &commitGate{},
 				}
+				network := p.commits.network()
 				var zkServers []string
 				if tc.strategy == "zookeeper" {
 					p.zk = backendtest.StartFaultProxy(t, backendtest.ZooKeeperServers(t)[0])
@@ -215,7 +300,7 @@ func TestNetworkFaults(t *testing.T) {
 				var insts []backendtest.Instance
 				for range instances {
 					insts = append(insts, faultInstance(t, tc.strategy, mode.batch, backendtest.Wiring{
-						Store: backendtest.StoreVia(t, "tcp", p.db.Listen), RedisAddrs: []string{p.redis.Listen},
+						Store: backendtest.StoreVia(t, network, p.db.Listen), RedisAddrs: []string{p.redis.Listen},
 						EtcdEndpoints: []string{"http://" + p.etcd.Listen}, ZKServers: zkServers,
 					}))
 				}

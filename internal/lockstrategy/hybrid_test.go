@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
@@ -105,11 +106,12 @@ func TestHybridGiveBack(t *testing.T) {
 
 // TestHybridLockExpiry holds a critical section past the lock's TTL with its watchdog unable to
 // help (as when the whole holder is paused: GC, VM steal, SIGSTOP). Another instance takes the
-// expired lock and sells. The paused writer then writes with its stale version, matches no row,
-// retries with a fresh read — and nothing is oversold.
+// expired lock and sells, twice; only then does the paused writer go on. It writes with its
+// stale version, matches no row, retries with a fresh read — and nothing is oversold.
 func TestHybridLockExpiry(t *testing.T) {
 	s, sku := onSale(t, 3)
-	hook, read := backendtest.HoldSection("slow", time.Second)
+	hook, read, release := backendtest.HoldSection("slow")
+	defer release()
 	cfg := config("hybrid")
 	cfg.LockTTL = 300 * time.Millisecond
 	other := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
@@ -133,6 +135,7 @@ func TestHybridLockExpiry(t *testing.T) {
 		require.NoError(t, err)
 		acked = append(acked, o)
 	}
+	release() // the lock has passed: another instance held it and sold behind the paused writer
 	r := <-slow
 	require.NoError(t, r.err, "the paused writer retried with a fresh read and found the last unit")
 	acked = append(acked, r.order)
@@ -145,22 +148,28 @@ func TestHybridLockExpiry(t *testing.T) {
 	assert.Zero(t, a.Stock)
 }
 
-// pausedHolder is an instance whose section placing the user "holder" holds the lock for d once
-// it has read the product; read is closed then.
-func pausedHolder(t *testing.T, d time.Duration) (backendtest.Instance, <-chan struct{}) {
+// pausedHolder is an instance whose section placing the user "holder" holds the lock, once it
+// has read the product, until release; read is closed then.
+func pausedHolder(t *testing.T) (holder backendtest.Instance, read <-chan struct{}, release func()) {
 	t.Helper()
-	hook, read := backendtest.HoldSection("holder", d)
+	hook, read, release := backendtest.HoldSection("holder")
 	cfg := config("hybrid")
 	cfg.Hooks = hook
-	return backendtest.NewInstance(t, cfg, backendtest.Wiring{}), read
+	return backendtest.NewInstance(t, cfg, backendtest.Wiring{}), read, release
+}
+
+// lockWaiters is how many sections of inst found their Redis lock taken and wait for it.
+func lockWaiters(t *testing.T, inst backendtest.Instance) float64 {
+	return backendtest.Gauges(t, "seckill_lock_waiting_sections", nil, inst)
 }
 
 // TestHybridReleaseWakesWaiter: an instance waiting for a lock that another instance holds tries
 // again when the holder's release message arrives, not at its next poll (here: none before the
-// wait budget runs out).
+// wait budget runs out). The holder lets go once the waiter has found the lock taken.
 func TestHybridReleaseWakesWaiter(t *testing.T) {
 	s, sku := onSale(t, 2)
-	holder, read := pausedHolder(t, 200*time.Millisecond)
+	holder, read, release := pausedHolder(t)
+	defer release()
 	cfg := config("hybrid")
 	cfg.LockPoll = time.Minute
 	waiter := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
@@ -172,18 +181,32 @@ func TestHybridReleaseWakesWaiter(t *testing.T) {
 		held <- o
 	}()
 	<-read
-	second, err := place(waiter, req(sku, "waiter"))
-	require.NoError(t, err)
+	type result struct {
+		order stock.Order
+		err   error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		o, err := place(waiter, req(sku, "waiter"))
+		waited <- result{o, err}
+	}()
+	require.Eventually(t, func() bool { return lockWaiters(t, waiter) == 1 }, 10*time.Second, 2*time.Millisecond,
+		"the waiter never found the lock taken")
+	release()
+	second := <-waited
+	require.NoError(t, second.err)
 	assert.Equal(t, 1.0, backendtest.Counter(t, "seckill_lock_release_wakeups_total", nil, waiter), "woken by the release")
-	backendtest.RequireInvariant(t, s, sku, []stock.Order{<-held, second})
+	assert.Zero(t, lockWaiters(t, waiter), "waiting no more")
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{<-held, second.order})
 }
 
 // TestBatchTakenAtGrant: orders that reach an instance while its section waits for a lock another
 // instance holds are placed together by that section once it gets the lock — one batch, one
-// write — not one batch per arrival.
+// write — not one batch per arrival. The holder lets go once all ten are queued behind it.
 func TestBatchTakenAtGrant(t *testing.T) {
 	s, sku := onSale(t, 20)
-	holder, read := pausedHolder(t, 300*time.Millisecond)
+	holder, read, release := pausedHolder(t)
+	defer release()
 	batched := backendtest.NewInstance(t, config("hybrid"), backendtest.Wiring{})
 
 	var (
@@ -207,6 +230,10 @@ func TestBatchTakenAtGrant(t *testing.T) {
 		wg.Add(1)
 		go buy(batched, fmt.Sprintf("queued-%d", i))
 	}
+	require.Eventually(t, func() bool {
+		return backendtest.Gauges(t, "seckill_batch_queued_orders", nil, batched) == 10 && lockWaiters(t, batched) == 1
+	}, 10*time.Second, 2*time.Millisecond, "the ten orders never queued behind the section waiting for the lock")
+	release()
 	wg.Wait()
 	count, sum := backendtest.Histogram(t, "seckill_batch_orders", batched)
 	assert.Equal(t, uint64(1), count, "one section")
@@ -214,14 +241,16 @@ func TestBatchTakenAtGrant(t *testing.T) {
 	backendtest.RequireInvariant(t, s, sku, acked)
 }
 
-// TestHybridWatchdogKeepsLock holds a section for three TTLs with the watchdog running: the lock
-// is extended, nobody else gets in meanwhile, and nothing is lost.
+// TestHybridWatchdogKeepsLock holds a section with the watchdog running while another instance
+// waits three TTLs for the lock: the lock is extended, the other hears busy, and only then does
+// the section go on; nothing is lost.
 func TestHybridWatchdogKeepsLock(t *testing.T) {
 	s, sku := onSale(t, 3)
-	hook, read := backendtest.HoldSection("slow", 2500*time.Millisecond)
+	hook, read, release := backendtest.HoldSection("slow")
+	defer release()
 	cfg := config("hybrid")
 	cfg.LockTTL = time.Second
-	cfg.LockWait = 1500 * time.Millisecond
+	cfg.LockWait = 3 * cfg.LockTTL
 	other := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
 	cfg.Hooks = hook
 	holder := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
@@ -236,19 +265,21 @@ func TestHybridWatchdogKeepsLock(t *testing.T) {
 	<-read
 	_, err := place(other, req(sku, "impatient"))
 	assert.ErrorIs(t, err, stock.ErrBusy, "the extended lock kept the other instance out")
+	release()
 	require.NoError(t, <-done)
-	assert.GreaterOrEqual(t, backendtest.Counter(t, "seckill_lock_extensions_total", nil, holder), 2.0)
+	assert.GreaterOrEqual(t, backendtest.Counter(t, "seckill_lock_extensions_total", nil, holder), 3.0, "extended once a TTL at least")
 	assert.Zero(t, backendtest.Counter(t, "seckill_lock_lost_total", nil, holder))
 	assert.Zero(t, backendtest.Counter(t, "seckill_optimistic_retries_total", nil, holder))
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{held})
 }
 
 // heldInSection places an order of user for sku on a hybrid instance of its own (on store s)
-// whose section holds it for up to 5 s, with a 1 s lock TTL that its watchdog extends every
-// 100 ms, and returns once the order is inside its section, its lock held: done gets its answer.
-func heldInSection(t *testing.T, s *stock.Store, sku, user string) (done <-chan error) {
+// whose section holds it until its lock is lost (or release), with a 1 s lock TTL that its
+// watchdog extends every 100 ms, and returns once the order is inside its section, its lock
+// held: done gets its answer.
+func heldInSection(t *testing.T, s *stock.Store, sku, user string) (done <-chan error, release func()) {
 	t.Helper()
-	hook, inside := backendtest.HoldSection(user, 5*time.Second)
+	hook, inside, release := backendtest.HoldSection(user)
 	cfg := config("hybrid")
 	cfg.LockTTL = time.Second
 	cfg.LockExtend = 100 * time.Millisecond
@@ -260,7 +291,7 @@ func heldInSection(t *testing.T, s *stock.Store, sku, user string) (done <-chan 
 		answer <- err
 	}()
 	<-inside
-	return answer
+	return answer, release
 }
 
 // TestHybridLockLostAbandonsSection deletes the lock while its holder is inside the section (a
@@ -270,7 +301,8 @@ func TestHybridLockLostAbandonsSection(t *testing.T) {
 	ctx := context.Background()
 	s, sku := onSale(t, 3)
 	rdb := backendtest.Redis(t)
-	done := heldInSection(t, s, sku, "slow")
+	done, release := heldInSection(t, s, sku, "slow")
+	defer release()
 	require.NoError(t, rdb.Del(ctx, "seckill:{"+sku+"}:lock").Err())
 	select {
 	case err := <-done:
@@ -293,11 +325,17 @@ func TestHybridSoldOutIsFinal(t *testing.T) {
 	s, sku := onSale(t, 1)
 	rdb := backendtest.Redis(t)
 	other := backendtest.NewInstance(t, config("hybrid"), backendtest.Wiring{Store: s})
-	done := heldInSection(t, s, sku, "holder")
+	done, release := heldInSection(t, s, sku, "holder")
+	defer release()
 	_, err := place(other, req(sku, "early"))
 	assert.ErrorIs(t, err, stock.ErrBusy, "the last unit is held by an order in flight: not sold out yet")
 	require.NoError(t, rdb.Del(ctx, "seckill:{"+sku+"}:lock").Err())
-	require.ErrorIs(t, <-done, stock.ErrBusy, "the holder lost its lock and gave its unit back")
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, stock.ErrBusy, "the holder lost its lock and gave its unit back")
+	case <-time.After(3 * time.Second):
+		t.Fatal("the section was not abandoned after its lock was lost")
+	}
 	late, err := place(other, req(sku, "late"))
 	require.NoError(t, err, "the unit given back is on sale")
 	_, err = place(other, req(sku, "early"))
@@ -344,6 +382,8 @@ func TestHybridFlushMidSale(t *testing.T) {
 func TestHybridRedisDown(t *testing.T) {
 	forEachMode(t, func(t *testing.T, cfg service.Config) {
 		srv := backendtest.StartRedis(t)
+		var clock backendtest.Clock
+		cfg.Clock = clock.Now
 		insts := newInstances(t, instances, cfg, backendtest.Wiring{RedisAddrs: []string{srv.Addr}})
 		sku := backendtest.SKU(t)
 		first := sellOn(t, insts, sku, units, units/2, fault{at: units / 4, inject: srv.Kill})
@@ -356,7 +396,17 @@ func TestHybridRedisDown(t *testing.T) {
 		assertLinearizable(t, units, res)
 
 		srv.Start()
-		time.Sleep(1100 * time.Millisecond) // past the breaker's cooldown
+		require.Eventually(t, func() bool {
+			for _, inst := range insts {
+				for _, c := range inst.Checks() {
+					if c.Ping(context.Background()) != nil {
+						return false
+					}
+				}
+			}
+			return true
+		}, 10*time.Second, 20*time.Millisecond, "the instances reach Redis again")
+		clock.Advance(admission.Cooldown) // past every breaker's cooldown, without waiting it out
 		admittedBefore := backendtest.Counter(t, "seckill_admission_total", map[string]string{"result": "sold_out"}, insts...)
 		for i, h := range insts {
 			_, err := place(h, req(sku, "late-"+string(rune('a'+i))))
@@ -369,18 +419,25 @@ func TestHybridRedisDown(t *testing.T) {
 }
 
 // TestRedlockQuorum locks over three independent Redis servers (Redlock) and kills one of them
-// mid-sale: the other two still form a quorum, locks are still granted, nothing is oversold.
+// mid-sale: the other two still form a quorum, locks are still granted, nothing is oversold —
+// and once the node is gone, every instance sells again on the two left (soldAfterLoss), none
+// on the database-guarded path.
 func TestRedlockQuorum(t *testing.T) {
 	forEachMode(t, func(t *testing.T, cfg service.Config) {
 		servers := []*backendtest.RedisProcess{backendtest.StartRedis(t), backendtest.StartRedis(t), backendtest.StartRedis(t)}
 		insts := newInstances(t, instances, cfg, backendtest.Wiring{RedisAddrs: []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}})
 		sku := backendtest.SKU(t)
-		res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: servers[2].Kill})
+		var killed time.Time
+		res := sellOn(t, insts, sku, units, buyers, fault{at: units / 3, inject: func() { servers[2].Kill(); killed = time.Now() }})
 		t.Logf("redlock, one of three killed mid-sale: outcomes %v after %d busy retries", res.outcome, res.retries)
 		assert.Equal(t, map[string]int{"ok": units, "sold_out": buyers - units}, res.outcome)
 		assert.Zero(t, backendtest.Counter(t, "seckill_redis_fallbacks_total", nil, insts...), "the quorum held: no order needed the fallback")
 		backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 		assertLinearizable(t, units, res)
+		gone := redis.NewClient(&redis.Options{Addr: servers[2].Addr})
+		defer gone.Close()
+		require.Error(t, gone.Ping(context.Background()).Err(), "the killed node is down")
+		t.Logf("every instance sold on the two nodes left %s after the kill", soldAfterLoss(t, insts, "hybrid").Sub(killed).Round(10*time.Millisecond))
 	})
 }
 

@@ -18,6 +18,8 @@ type LockMetrics struct {
 	extensions  *prometheus.CounterVec
 	batches     *prometheus.HistogramVec
 	wakeups     *prometheus.CounterVec
+	queued      *prometheus.GaugeVec
+	waiting     *prometheus.GaugeVec
 	fencedOut   *prometheus.CounterVec
 	sessions    *prometheus.CounterVec
 	threshold   time.Duration
@@ -55,6 +57,14 @@ func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog
 			Name: "seckill_lock_release_wakeups_total",
 			Help: "Lock waits ended by the holder's release message rather than by the next poll, by strategy.",
 		}, []string{"strategy"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seckill_batch_queued_orders",
+			Help: "Orders of this instance waiting for the next critical section of their product, which takes them together at its lock's grant, by strategy.",
+		}, []string{"strategy"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seckill_lock_waiting_sections",
+			Help: "Critical sections of this instance that found their Redis lock taken and wait for its release message or their next poll, by strategy.",
+		}, []string{"strategy"}),
 		fencedOut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_fenced_out_total",
 			Help: "Writes refused by the database because a newer holder of the lock service's lock had written (never a sale), by strategy.",
@@ -66,7 +76,8 @@ func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog
 		threshold: slowHold,
 		log:       log,
 	}
-	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches, m.wakeups, m.fencedOut, m.sessions)
+	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches, m.wakeups, m.queued, m.waiting, m.fencedOut,
+		m.sessions)
 	return m
 }
 
@@ -94,6 +105,16 @@ func (m *LockMetrics) fenced(strategy string) { m.fencedOut.WithLabelValues(stra
 func (m *LockMetrics) extended(strategy string) { m.extensions.WithLabelValues(strategy).Inc() }
 
 func (m *LockMetrics) wokenByRelease(strategy string) { m.wakeups.WithLabelValues(strategy).Inc() }
+
+// enqueued counts orders joining (n > 0) or leaving (n < 0) their product's queue for a section.
+func (m *LockMetrics) enqueued(strategy string, n int) {
+	m.queued.WithLabelValues(strategy).Add(float64(n))
+}
+
+// lockWaiting counts a section that waits for a taken lock (+1), until it stops waiting (-1).
+func (m *LockMetrics) lockWaiting(strategy string, n int) {
+	m.waiting.WithLabelValues(strategy).Add(float64(n))
+}
 
 func (m *LockMetrics) batched(strategy string, orders int) {
 	m.batches.WithLabelValues(strategy).Observe(float64(orders))

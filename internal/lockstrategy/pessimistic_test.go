@@ -3,7 +3,6 @@ package lockstrategy_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -19,22 +18,23 @@ import (
 
 // TestPessimisticRowHeld holds the product row from another client while buyers on three
 // instances order under pessimistic, and watches the server's own list of transactions
-// (information_schema.innodb_trx) for the sessions of the sale. By default (NOWAIT) a held row
-// answers busy within the wait budget — the sections tried again and again — and not one session
-// ever waited in the row's lock queue; freed mid-way, the row sells to every buyer. With
-// RowLock stock.WaitForRow the sections wait in that queue, at most one per instance, and place
-// every order once the row is released.
+// (information_schema.innodb_trx) for the sessions of the sale — a watch first shown to see a
+// session parked in the row's lock queue (probe). By default (NOWAIT) a held row answers busy
+// within the wait budget — the sections tried again and again — and not one session ever waited
+// in the row's lock queue; freed mid-way, the row sells to every buyer. With RowLock
+// stock.WaitForRow the sections wait in that queue, at most one per instance, and place every
+// order once the row is released: as soon as one is seen waiting there.
 func TestPessimisticRowHeld(t *testing.T) {
 	backendtest.NeedMySQL(t, "the embedded store has no row locks")
 	const buyers = 30
 	for _, tc := range []struct {
 		name    string
 		rowLock stock.RowWait
-		release time.Duration // when the holder lets the row go; 0: only after the buyers' answers
+		freed   bool // the holder lets the row go while the buyers wait; else only after their answers
 	}{
-		{"nowait, held past the wait", stock.NoWait, 0},
-		{"nowait, released", stock.NoWait, time.Second},
-		{"wait, released", stock.WaitForRow, time.Second}, // within the lock wait (2 s)
+		{"nowait, held past the wait", stock.NoWait, false},
+		{"nowait, released", stock.NoWait, true},
+		{"wait, released", stock.WaitForRow, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config("pessimistic")
@@ -43,36 +43,59 @@ func TestPessimisticRowHeld(t *testing.T) {
 			s, sku := onSale(t, buyers)
 			holder := backendtest.HoldRow(t, sku)
 			watch := watchSessions(t, sku)
+			defer watch.stop()
+			watch.probe(t)
 
-			start := time.Now()
-			if tc.release > 0 {
-				time.AfterFunc(tc.release, func() { _, _ = holder.ExecContext(context.Background(), "ROLLBACK") })
+			var freedAt time.Time
+			free := func() {
+				_, err := holder.ExecContext(context.Background(), "ROLLBACK")
+				assert.NoError(t, err)
+				freedAt = time.Now()
 			}
-			orders, errs, took := make([]stock.Order, buyers), make([]error, buyers), make([]time.Duration, buyers)
+			freeing := make(chan struct{})
+			switch {
+			case !tc.freed:
+				close(freeing)
+			case tc.rowLock == stock.NoWait:
+				// Held for a second while the sections try again and again: the fault's length.
+				time.AfterFunc(time.Second, func() { defer close(freeing); free() })
+			default:
+				go func() {
+					defer close(freeing)
+					assert.Eventually(t, func() bool { _, waiting := watch.seen(); return waiting > 0 }, 10*time.Second, 10*time.Millisecond,
+						"wait: no section was seen waiting in the row's lock queue")
+					free()
+				}()
+			}
+			start := time.Now()
+			orders, errs, answered := make([]stock.Order, buyers), make([]error, buyers), make([]time.Time, buyers)
 			var wg sync.WaitGroup
 			for i := range buyers {
 				wg.Go(func() {
 					req := stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("user-%02d", i), Quantity: 1, Strategy: "pessimistic"}
 					orders[i], _, errs[i] = insts[i%len(insts)].PlaceOrder(context.Background(), req)
-					took[i] = time.Since(start)
+					answered[i] = time.Now()
 				})
 			}
 			wg.Wait()
-			sessions, lockWaits := watch()
+			<-freeing
+			watch.stop()
+			sessions, lockWaits := watch.seen()
 			t.Logf("%s: answers within %s; at most %d sessions of the sale in a transaction at once, %d of them waiting for the row",
-				tc.name, slices.Max(took).Round(time.Millisecond), sessions, lockWaits)
+				tc.name, slices.MaxFunc(answered, time.Time.Compare).Sub(start).Round(time.Millisecond), sessions, lockWaits)
 
 			var acked []stock.Order
-			if tc.release == 0 {
+			if !tc.freed {
 				for i, err := range errs {
+					took := answered[i].Sub(start)
 					assert.ErrorIs(t, err, stock.ErrBusy, "user-%02d: the row was held throughout", i)
-					assert.Less(t, took[i], cfg.LockWait+time.Second, "user-%02d: busy within the wait budget", i)
-					assert.GreaterOrEqual(t, took[i], cfg.LockWait/2, "user-%02d: the section kept trying while the wait lasted", i)
+					assert.Less(t, took, cfg.LockWait+time.Second, "user-%02d: busy within the wait budget", i)
+					assert.GreaterOrEqual(t, took, cfg.LockWait/2, "user-%02d: the section kept trying while the wait lasted", i)
 				}
 			} else {
 				for i, err := range errs {
 					assert.NoError(t, err, "user-%02d: placed once the row was free", i)
-					assert.Greater(t, took[i], tc.release, "user-%02d: not before the row was free", i)
+					assert.True(t, answered[i].After(freedAt), "user-%02d: not before the row was free", i)
 				}
 				a, err := s.Audit(context.Background(), sku)
 				require.NoError(t, err)
@@ -90,44 +113,129 @@ func TestPessimisticRowHeld(t *testing.T) {
 	}
 }
 
-// watchSessions samples, every 150 ms until the returned function is called, the
-// transactions the server is running on sku's behalf — those whose statement names it (the
-// store sends its arguments inline) — and returns the most it saw at once, and the most of them
-// waiting for a lock (LOCK WAIT). The holder's own transaction runs no statement, and is not
-// counted.
-func watchSessions(t *testing.T, sku string) func() (sessions, lockWaits int) {
+// sessionWatch samples the transactions the server runs on a product's behalf: those whose
+// statement names its SKU (the store sends its arguments inline).
+type sessionWatch struct {
+	sku  string
+	db   *sql.DB
+	stop func() // ends the sampling; once stopped, seen is final
+
+	mu               sync.Mutex
+	most, waiting    int   // the most sessions of the sale seen at once, and of them waiting for a lock (LOCK WAIT)
+	probeID          int64 // the probe's connection: not the sale's
+	probeSeenWaiting bool
+	failed           error
+}
+
+// watchSessions starts sampling sku's sessions, every 150 ms until stop: the server refreshes
+// the table's snapshot only when it was last read more than 0.1 s ago — read more often, and it
+// shows the same moment for ever. The holder's own transaction runs no statement, and is not
+// counted; nor is the watch's own.
+func watchSessions(t *testing.T, sku string) *sessionWatch {
 	t.Helper()
-	db := backendtest.SQL(t)
+	w := &sessionWatch{sku: sku, db: backendtest.SQL(t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	var (
-		most, waiting int
-		failed        error
-	)
 	go func() {
 		defer close(done)
-		for ctx.Err() == nil {
-			var n, w int
-			err := db.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(SUM(trx_state = 'LOCK WAIT'), 0) FROM information_schema.innodb_trx "+
-				"WHERE trx_query LIKE ? AND trx_mysql_thread_id <> CONNECTION_ID()", "%"+sku+"%").Scan(&n, &w)
-			if err != nil {
-				if !errors.Is(err, context.Canceled) {
-					failed = err
+		tick := time.NewTicker(150 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if err := w.sample(ctx); err != nil {
+				if ctx.Err() == nil {
+					w.mu.Lock()
+					w.failed = err
+					w.mu.Unlock()
 				}
 				return
 			}
-			most, waiting = max(most, n), max(waiting, w)
-			// The server refreshes the table's snapshot only when it was last read more than
-			// 0.1 s ago: read more often, and it shows the same moment for ever.
-			time.Sleep(150 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 	}()
-	return func() (int, int) {
-		cancel()
-		<-done
-		if failed != nil && !errors.Is(failed, sql.ErrConnDone) {
-			require.NoError(t, failed, "information_schema.innodb_trx")
-		}
-		return most, waiting
+	var once sync.Once
+	w.stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			require.NoError(t, w.failed, "information_schema.innodb_trx")
+		})
 	}
+	return w
+}
+
+// sample reads the server's transactions once.
+func (w *sessionWatch) sample(ctx context.Context) error {
+	rows, err := w.db.QueryContext(ctx, "SELECT trx_mysql_thread_id, trx_state FROM information_schema.innodb_trx "+
+		"WHERE trx_query LIKE ? AND trx_mysql_thread_id <> CONNECTION_ID()", "%"+w.sku+"%")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var n, waiting int
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for rows.Next() {
+		var (
+			thread int64
+			state  string
+		)
+		if err := rows.Scan(&thread, &state); err != nil {
+			return err
+		}
+		switch {
+		case thread == w.probeID:
+			w.probeSeenWaiting = w.probeSeenWaiting || state == "LOCK WAIT"
+		case state == "LOCK WAIT":
+			n, waiting = n+1, waiting+1
+		default:
+			n++
+		}
+	}
+	w.most, w.waiting = max(w.most, n), max(w.waiting, waiting)
+	return rows.Err()
+}
+
+// seen is the most sessions of the sale seen in a transaction at once, and of them waiting for a
+// lock.
+func (w *sessionWatch) seen() (sessions, lockWaits int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.most, w.waiting
+}
+
+// probe parks a session of the test's own in the row's lock queue — what a NOWAIT section must
+// never do — until the watch has seen it waiting, then ends it: a watch that could not see a
+// parked session would prove nothing by seeing none. The row must be held.
+func (w *sessionWatch) probe(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := w.db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	var id int64
+	require.NoError(t, conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id))
+	w.mu.Lock()
+	w.probeID = id
+	w.mu.Unlock()
+	require.Regexp(t, `^[A-Za-z0-9._-]+$`, w.sku, "a SKU is safe inline")
+	parked := make(chan error, 1)
+	go func() {
+		// Inline, as the store sends it: the watch knows a statement by the SKU in its text.
+		_, err := conn.ExecContext(ctx, "SELECT stock FROM products WHERE sku = '"+w.sku+"' FOR UPDATE")
+		parked <- err
+	}()
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.probeSeenWaiting
+	}, 10*time.Second, 10*time.Millisecond, "the watch never saw a session waiting for the row: it is blind")
+	_, err = w.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id))
+	require.NoError(t, err)
+	require.Error(t, <-parked, "the probe ended without the row")
 }

@@ -41,7 +41,7 @@ func ended(t *testing.T, insts []backendtest.Instance, accepted []stock.Order, l
 		// records), as a buyer's client would on a 503, until the deadline.
 		got, err := insts[i%len(insts)].WaitOrder(context.Background(), o.OrderID, max(time.Millisecond, time.Until(deadline)))
 		for errors.Is(err, stock.ErrUnavailable) && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the client's backoff before it asks again
 			got, err = insts[i%len(insts)].WaitOrder(context.Background(), o.OrderID, max(time.Millisecond, time.Until(deadline)))
 		}
 		require.NoError(t, err, "order %s", o.OrderID)
@@ -242,18 +242,41 @@ func TestQueuedBoundsTheWaiting(t *testing.T) {
 
 // frozen is an instance that admitted an order and then stopped — before publishing it, or after —
 // as a SIGKILL or a SIGSTOP would stop it: its ledger beat once, with a short TTL, and never
-// again, so that the live instances' sweepers soon find its reservation orphaned.
+// again (unless the test makes it, beat), so that the live instances' sweepers soon find its
+// reservation orphaned.
 type frozen struct {
 	ledger *admission.Ledger
 	queue  *orderqueue.Queue
 }
 
+// frozenTTL is a frozen instance's heartbeat TTL.
+const frozenTTL = 300 * time.Millisecond
+
 func newFrozen(t *testing.T) frozen {
 	t.Helper()
-	ledger := admission.New(backendtest.Redis(t), backendtest.Store(t), "frozen", 300*time.Millisecond,
+	ledger := admission.New(backendtest.Redis(t), backendtest.Store(t), "frozen", frozenTTL,
 		slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	ledger.Beat(context.Background())
 	return frozen{ledger: ledger, queue: backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())}
+}
+
+// beat keeps the instance beating, every quarter of its TTL as a live one does, until stop.
+func (f frozen) beat() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for tick := time.NewTicker(frozenTTL / 4); ; {
+			f.ledger.Beat(ctx)
+			select {
+			case <-ctx.Done():
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // admit reserves one unit of sku for user under a fresh order id, as the queued strategy does.
@@ -336,33 +359,50 @@ func TestQueuedCrashBeforePublish(t *testing.T) {
 
 // TestQueuedCrashAfterPublish: an instance admits an order, publishes it and stops before it
 // records it or answers. The message waits; the writer and the sweeper race for the order's
-// first record, and exactly one ending follows: placed (its unit sold) or rejected (its unit
-// back) — never both, never neither.
+// first record, and exactly one ending follows, the first record's — never both, never
+// neither. Each way is made to happen: the writer first (the instance still beats while the
+// message reaches a writer, as a slow one would), and the sweeper first (the message reaches a
+// writer only once the sweeper has given the order up).
 func TestQueuedCrashAfterPublish(t *testing.T) {
-	for i := range 3 {
-		t.Run(fmt.Sprint(i), func(t *testing.T) {
+	for _, writerFirst := range []bool{true, false} {
+		name := map[bool]string{true: "a writer records first", false: "the sweeper records first"}[writerFirst]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
 			inst, sku, live := onQueuedSale(t, 2)
 			f := newFrozen(t)
 			ghost := f.admit(t, sku, "ghost")
-			if i > 0 {
-				time.Sleep(time.Duration(i) * 300 * time.Millisecond) // past the lease, or about: either may win
+			if writerFirst {
+				stop := f.beat()
+				_, err := f.queue.Publish(ctx, ghost)
+				require.NoError(t, err)
+				o, err := inst.WaitOrder(ctx, ghost.OrderID, 10*time.Second)
+				stop()
+				require.NoError(t, err)
+				require.NotEqual(t, stock.Queued, o.Status, "no writer ended the order")
+			} else {
+				require.Eventually(t, func() bool {
+					o, err := inst.Order(ctx, ghost.OrderID)
+					return err == nil && o.Status == stock.Rejected
+				}, 10*time.Second, 10*time.Millisecond, "the sweeper never gave the order up")
+				_, err := f.queue.Publish(ctx, ghost)
+				require.NoError(t, err)
 			}
-			_, err := f.queue.Publish(context.Background(), ghost)
-			require.NoError(t, err)
 			settled(t, inst, sku)
-			o, err := inst.Order(context.Background(), ghost.OrderID)
+			o, err := inst.Order(ctx, ghost.OrderID)
 			require.NoError(t, err)
 			acked := []stock.Order{live}
-			switch o.Status {
-			case stock.Rejected:
-				t.Logf("the sweeper recorded it first: rejected (%s), its unit back", o.Reason)
-			default:
-				t.Logf("a writer recorded it first: %s", o.Status)
-				require.True(t, o.Status.Active())
+			if writerFirst {
+				require.True(t, o.Status.Active(), "placed by the writer that recorded it first: %s", o.Status)
 				acked = append(acked, o)
+			} else {
+				require.Equal(t, stock.Rejected, o.Status, "rejected by the sweeper that recorded it first")
+				assert.Equal(t, "unavailable", o.Reason)
+				placed, err := backendtest.Store(t).Placed(ctx, []string{ghost.OrderID})
+				require.NoError(t, err)
+				assert.Empty(t, placed, "the message that came after placed nothing")
 			}
 			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
-			assert.EqualValues(t, 2-len(acked), a.Stock)
+			assert.EqualValues(t, 2-len(acked), a.Stock, "the rejected order's unit back on sale")
 		})
 	}
 }
@@ -399,10 +439,12 @@ func TestQueuedRedeliveredPlacedOrder(t *testing.T) {
 // message is out, its admitting instance may die while the message waits for a writer. The
 // sweeper must not give that unit back to sale meanwhile — the unit would be sold twice in Redis,
 // queued and active orders above the stock — but leave it to the writer. Here the instance
-// records the order and stops, its message not yet out: the unit stays reserved while its lease
-// lapses, and once the order has been queued two AckWaits with no writer ending it, the live
-// instance sends its message again (the queue lost it, as far as anyone can tell), and a writer
-// places it. The original message, sent late, places nothing twice.
+// records the order and stops, its message not yet out: once its lease has lapsed, the live
+// instance's sweeper hands the reservation over to the queue (its writers resolve it) with the
+// unit still held; once the order has been queued two AckWaits with no writer ending it, the
+// live instance sends its message again (the queue lost it, as far as anyone can tell), and a
+// writer places it. The unit never went back on sale, and the original message, sent late,
+// places nothing twice.
 func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 	inst, sku, live := onQueuedSale(t, 2)
 	f := newFrozen(t)
@@ -410,14 +452,17 @@ func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 	ghost := f.admit(t, sku, "ghost")
 	_, err := f.queue.Record(ctx, orderqueue.Record{Order: ghost, State: orderqueue.Queued})
 	require.NoError(t, err)
-	for range 15 { // 1.5 s: the lease (300 ms) long gone, a sweep every 250 ms; the AckWait is 1 s
-		a, err := inst.Audit(ctx, sku)
-		require.NoError(t, err)
-		require.NotNil(t, a.Redis)
-		require.EqualValues(t, 1, a.Redis.Reservations, "the queued order's reservation was swept")
-		require.EqualValues(t, 0, *a.Redis.Stock, "the queued order's unit went back on sale")
-		time.Sleep(100 * time.Millisecond)
-	}
+	rdb := backendtest.Redis(t)
+	require.Eventually(t, func() bool {
+		held, err := rdb.HGet(ctx, admission.KeysOf(sku).Queued, "ghost").Result()
+		return err == nil && strings.HasPrefix(held, ghost.OrderID+"|") && strings.Contains(held, "|"+admission.QueueOwner+"|")
+	}, 10*time.Second, 5*time.Millisecond, "the sweeper never handed the queued order's reservation over to the queue")
+	a, err := inst.Audit(ctx, sku)
+	require.NoError(t, err)
+	require.NotNil(t, a.Redis)
+	assert.EqualValues(t, 1, a.Redis.Reservations, "the queued order's reservation holds")
+	assert.EqualValues(t, 0, *a.Redis.Stock, "the queued order's unit is not on sale")
+
 	settled(t, inst, sku)
 	o, err := inst.Order(ctx, ghost.OrderID)
 	require.NoError(t, err)
@@ -425,15 +470,20 @@ func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 	_, err = f.queue.Publish(ctx, ghost)
 	require.NoError(t, err)
 	settled(t, inst, sku)
-	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live, o})
-	assert.Zero(t, a.Stock)
+	for _, result := range []string{"returned", "retaken"} {
+		assert.Zero(t, backendtest.Counter(t, "seckill_admission_swept_total", map[string]string{"result": result}, inst),
+			"the queued order's unit went back on sale (%s)", result)
+	}
+	a2 := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live, o})
+	assert.Zero(t, a2.Stock)
 }
 
 // queuedSaleUnder sells units to buyers arriving one every 10 ms over insts with the queued
 // strategy, and injects a fault once units/4 orders are accepted, while buyers keep arriving. A
 // buyer told busy or unavailable retries with the same Idempotency-Key, as a client that cannot
-// know whether its order went out must: it finds the order if it did. It returns the orders
-// accepted, every answer heard (retries included), and when the fault's injection returned.
+// know whether its order went out must: it finds the order if it did. Any answer but those, an
+// order or sold_out fails the test: no fault may make a 500. It returns the orders accepted,
+// every answer heard (retries included), and when the fault's injection returned.
 func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, units, buyers int, inject func()) ([]stock.Order, map[string]int, time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -453,7 +503,7 @@ func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, uni
 			inst := insts[i%len(insts)]
 			user := fmt.Sprintf("user-%03d", i)
 			req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", IdempotencyKey: sku + "/" + user}
-			time.Sleep(time.Duration(i) * 10 * time.Millisecond)
+			time.Sleep(time.Duration(i) * 10 * time.Millisecond) // its arrival: the sale goes on while the fault holds
 			for ctx.Err() == nil {
 				o, _, err := inst.PlaceOrder(ctx, req)
 				mu.Lock()
@@ -472,7 +522,12 @@ func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, uni
 					}
 				}
 				mu.Unlock()
-				if !errors.Is(err, stock.ErrBusy) && !errors.Is(err, stock.ErrUnavailable) {
+				switch stock.Code(err) {
+				case "ok", "sold_out":
+					return
+				case "busy", "unavailable":
+				default:
+					t.Errorf("%s: answered %s under the fault: %v", user, stock.Code(err), err)
 					return
 				}
 				time.Sleep(20*time.Millisecond + rand.N(30*time.Millisecond))
@@ -555,7 +610,7 @@ func TestQueuedNATSRestart(t *testing.T) {
 	const units = 40
 	accepted, outcomes, restarted := queuedSaleUnder(t, insts, sku, units, 3*units, func() {
 		srv.Kill()
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the outage: its length is the fault
 		assert.NoError(t, srv.Start())
 	})
 	placed, rejected := ended(t, insts, accepted, time.Until(restarted.Add(10*time.Second)))

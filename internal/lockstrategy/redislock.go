@@ -90,7 +90,7 @@ func (r *RedisLock) Lock(ctx context.Context, key string) (Lock, error) {
 		redsync.WithTries(1),
 		redsync.WithGenValueFunc(func() (string, error) { value = lockValue(); return value, nil }),
 	)
-	for {
+	for waiting := false; ; waiting = true {
 		released := r.releases.next(key)
 		err := m.LockContext(ctx)
 		if err == nil {
@@ -98,6 +98,10 @@ func (r *RedisLock) Lock(ctx context.Context, key string) (Lock, error) {
 		}
 		if unreachable(err) {
 			return nil, fmt.Errorf("lock %s: %w: %w", key, errLockUnreachable, err)
+		}
+		if !waiting {
+			r.metrics.lockWaiting(r.strategy, 1)
+			defer r.metrics.lockWaiting(r.strategy, -1)
 		}
 		select {
 		case <-ctx.Done():

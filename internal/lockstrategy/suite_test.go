@@ -86,7 +86,8 @@ func sellThroughMemberLoss(t *testing.T, strategy, what string, start func(t *te
 
 // soldAfterLoss has every instance buy one unit of a fresh product, round after round, until a
 // round sells on the lock service itself — under hybrid: every order admitted by Redis and none
-// on the database-guarded path — and returns when it did; it fails the test after 15 s.
+// on the database-guarded path — and returns when it did. It fails the test after 15 s, or at
+// the first answer no fault may give (a 500); every round must keep the invariant.
 func soldAfterLoss(t *testing.T, insts []backendtest.Instance, strategy string) time.Time {
 	t.Helper()
 	ctx := context.Background()
@@ -94,30 +95,45 @@ func soldAfterLoss(t *testing.T, insts []backendtest.Instance, strategy string) 
 		return backendtest.Counter(t, "seckill_admission_total", map[string]string{"result": "admitted"}, insts...)
 	}
 	fallbacks := func() float64 { return backendtest.Counter(t, "seckill_redis_fallbacks_total", nil, insts...) }
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		require.True(t, time.Now().Before(deadline), "15 s after the loss the instances still did not sell through the cluster")
+	type round struct {
+		sku   string
+		acked []stock.Order
+	}
+	var (
+		rounds []round
+		wrong  error
+		sold   time.Time
+	)
+	require.Eventually(t, func() bool {
 		sku := backendtest.SKU(t)
-		_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: int64(len(insts)), MaxPerOrder: 1})
-		if err != nil { // a reset needs Redis: the Cluster or Sentinel may still be failing over
-			time.Sleep(200 * time.Millisecond)
-			continue
+		if _, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: int64(len(insts)), MaxPerOrder: 1}); err != nil {
+			return false // a reset needs Redis: the Cluster or Sentinel may still be failing over
 		}
 		admittedBefore, fallbacksBefore := admitted(), fallbacks()
-		var acked []stock.Order
+		r := round{sku: sku}
 		for i, inst := range insts {
 			order, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("after-%d", i), Quantity: 1, Strategy: strategy})
-			if err == nil {
-				acked = append(acked, order)
+			switch code := stock.Code(err); code {
+			case "ok":
+				r.acked = append(r.acked, order)
+			case "busy", "unavailable":
+			default:
+				wrong = fmt.Errorf("instance %d answered %s: %w", i, code, err)
 			}
 		}
-		backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
+		rounds = append(rounds, r)
 		viaRedis := strategy != "hybrid" || (admitted()-admittedBefore == float64(len(insts)) && fallbacks() == fallbacksBefore)
-		if len(acked) == len(insts) && viaRedis {
-			return time.Now()
+		if wrong != nil || len(r.acked) == len(insts) && viaRedis {
+			sold = time.Now()
+			return true
 		}
-		time.Sleep(200 * time.Millisecond)
+		return false
+	}, 15*time.Second, 200*time.Millisecond, "15 s after the loss the instances still did not sell through the cluster")
+	require.NoError(t, wrong, "after the loss")
+	for _, r := range rounds {
+		backendtest.RequireInvariant(t, backendtest.Store(t), r.sku, r.acked)
 	}
+	return sold
 }
 
 // naive is the unsafe strategy, allowed, with a race window wide enough to oversell every time.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -97,24 +98,54 @@ func placeRetrying(t *testing.T, inst backendtest.Instance, r stock.OrderRequest
 		if !errors.Is(err, stock.ErrBusy) || time.Now().After(deadline) {
 			return o, err
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the client's backoff before it asks again
 	}
 }
 
-// TestZooKeeperEnsembleMemberStopped sells on a 3-member ensemble and kills its leader mid-sale:
-// the two left elect a new one and keep a quorum, the sessions move to them, locks keep being
-// granted, nothing is oversold.
+// TestZooKeeperEnsembleMemberStopped sells on a 3-member ensemble and kills its leader mid-sale —
+// the member that says so at that moment, every member asked — the two left elect a new one and
+// keep a quorum, the sessions move to them, locks keep being granted, nothing is oversold.
 func TestZooKeeperEnsembleMemberStopped(t *testing.T) {
 	sellThroughMemberLoss(t, "zookeeper", "the leader of three killed", func(t *testing.T, _ string) (backendtest.Wiring, func()) {
 		members := backendtest.StartZooKeeperEnsemble(t, 3)
-		leader := members[0]
-		for _, m := range members {
-			if mode, _ := m.Mode(); mode == "leader" {
-				leader = m
+		return backendtest.Wiring{ZKServers: zkserver.Addrs(members...)}, func() {
+			leader, ok := zkLeader(t, members)
+			if !ok {
+				return
 			}
+			leader.Kill()
+			t.Logf("killed %s, the leader", leader.Addr)
+			left := slices.DeleteFunc(slices.Clone(members), func(m *zkserver.Server) bool { return m == leader })
+			assert.Eventually(t, func() bool {
+				for _, m := range left {
+					if mode, err := m.Mode(); err == nil && mode == "leader" {
+						return true
+					}
+				}
+				return false
+			}, 30*time.Second, 50*time.Millisecond, "the two members left elected no leader")
 		}
-		return backendtest.Wiring{ZKServers: zkserver.Addrs(members...)}, leader.Kill
 	})
+}
+
+// zkLeader asks every member of an ensemble its mode and returns the one leader; it fails the
+// test (without stopping it: it runs in a fault's goroutine) unless every member answers, as
+// leader or follower, and exactly one leads.
+func zkLeader(t *testing.T, members []*zkserver.Server) (*zkserver.Server, bool) {
+	var leaders []*zkserver.Server
+	for _, m := range members {
+		mode, err := m.Mode()
+		if !assert.NoError(t, err, "mode of %s", m.Addr) || !assert.Contains(t, []string{"leader", "follower"}, mode, "mode of %s", m.Addr) {
+			return nil, false
+		}
+		if mode == "leader" {
+			leaders = append(leaders, m)
+		}
+	}
+	if !assert.Len(t, leaders, 1, "one leader") {
+		return nil, false
+	}
+	return leaders[0], true
 }
 
 // TestFencesOfTwoLockServices sells one product under etcd, then ZooKeeper, then etcd again, as

@@ -196,34 +196,43 @@ func TestPublishFetchAck(t *testing.T) {
 }
 
 // TestFetchTakesWhatWaits: a fetch answers at once with what is queued (no waiting for a full
-// batch), and an idle fetch returns the first order to come without waiting for its wait.
+// batch), and an idle fetch returns the first order to come without waiting for its wait — the
+// order published once the fetch is seen waiting at the server.
 func TestFetchTakesWhatWaits(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		const wait = 10 * time.Second
 		ctx := ctxT(t)
 		_, err := q.Publish(ctx, order("a", "1"))
 		require.NoError(t, err)
 		start := time.Now()
-		b, err := q.Fetch(ctx, 100, 5*time.Second)
+		b, err := q.Fetch(ctx, 100, wait)
 		require.NoError(t, err)
 		require.Len(t, b, 1)
-		assert.Less(t, time.Since(start), time.Second, "one waiting order, taken without waiting for 99 more")
+		assert.Less(t, time.Since(start), wait/2, "one waiting order, taken without waiting for 99 more")
 		require.NoError(t, b[0].Deliveries[0].Ack())
 
 		// The late publish is waited for before the test ends: a retried publish logs, and a log
 		// line after the test has ended panics.
 		published := make(chan error, 1)
 		go func() {
-			time.Sleep(300 * time.Millisecond)
+			// The idle fetch's pull request, waiting at the server for the first order.
+			if !assert.Eventually(t, func() bool {
+				info, err := q.consumer.Info(ctx)
+				return err == nil && info.NumWaiting > 0
+			}, wait/2, 5*time.Millisecond, "the idle fetch never waited at the server") {
+				published <- nil
+				return
+			}
 			_, err := q.Publish(ctx, order("a", "2"))
 			published <- err
 		}()
 		defer func() { require.NoError(t, <-published) }()
 		start = time.Now()
-		b, err = q.Fetch(ctx, 100, 5*time.Second)
+		b, err = q.Fetch(ctx, 100, wait)
 		require.NoError(t, err)
 		require.Len(t, b, 1)
 		assert.Equal(t, []string{"2"}, ids(b[0]))
-		assert.Less(t, time.Since(start), 2*time.Second, "an idle fetch returns when the first order comes")
+		assert.Less(t, time.Since(start), wait/2, "an idle fetch returns when the first order comes, not at its wait's end")
 		require.NoError(t, b[0].Deliveries[0].Ack())
 	})
 }
@@ -457,8 +466,16 @@ func TestHeardKeepsTheLatest(t *testing.T) {
 	assert.False(t, ok, "a lost connection forgets every record heard")
 }
 
+// listening reports whether a wait for the order id listens to the watch.
+func listening(q *Queue, id string) bool {
+	w := q.watch.Load()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waits[id]) > 0
+}
+
 // waitsEnd: a wait ends at once on the final record, holds a queued one until wait passes, and
-// never takes a refused write for the record.
+// never takes a refused write for the record. Each write comes once the wait listens.
 func waitsEnd(t *testing.T, q *Queue) {
 	t.Helper()
 	ctx := ctxT(t)
@@ -470,18 +487,22 @@ func waitsEnd(t *testing.T, q *Queue) {
 	assert.Equal(t, Queued, r.State)
 	assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
 
+	const wait = 10 * time.Second
 	finished := make(chan error, 1)
 	go func() {
-		time.Sleep(200 * time.Millisecond)
+		if !assert.Eventually(t, func() bool { return listening(q, "1") }, wait/2, time.Millisecond, "the wait never listened") {
+			finished <- nil
+			return
+		}
 		_, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
 		finished <- err
 	}()
 	defer func() { require.NoError(t, <-finished) }()
 	start = time.Now()
-	r, err = q.Wait(ctx, "1", 10*time.Second)
+	r, err = q.Wait(ctx, "1", wait)
 	require.NoError(t, err)
 	assert.Equal(t, Placed, r.State)
-	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.Less(t, time.Since(start), wait/2, "ended on the final record, not at the wait's end")
 
 	r, err = q.Wait(ctx, "1", time.Second)
 	require.NoError(t, err)
@@ -496,16 +517,17 @@ func waitsEnd(t *testing.T, q *Queue) {
 	require.NoError(t, err)
 	waited := make(chan Record, 1)
 	go func() {
-		r, err := q.Wait(ctx, "2", 5*time.Second)
+		r, err := q.Wait(ctx, "2", wait)
 		assert.NoError(t, err)
 		waited <- r
 	}()
-	time.Sleep(300 * time.Millisecond)
+	require.Eventually(t, func() bool { return listening(q, "2") }, wait/2, time.Millisecond, "the wait never listened")
 	refused, err := json.Marshal(Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
 	require.NoError(t, err)
 	_, err = q.records.Update(ctx, "2", refused, c.rev+100)
 	require.Error(t, err, "a stale revision is refused")
-	time.Sleep(300 * time.Millisecond)
+	// The watch hears writes in the order they were said: the refused one, if it is said at
+	// all, comes before the Finish.
 	_, err = q.Finish(ctx, c, Record{Order: order("a", "2"), State: Placed})
 	require.NoError(t, err)
 	assert.Equal(t, Placed, (<-waited).State, "the record that stood, not the write refused")
@@ -603,7 +625,7 @@ func TestSubject(t *testing.T) {
 
 // TestWorkInProgress: a writer whose commit is slow keeps its orders (no second writer gets them
 // past AckWait), while the orders of a writer that stopped go to the other within AckWait and
-// are counted as redelivered.
+// are counted as redelivered. Each second writer starts once the first has taken the order.
 func TestWorkInProgress(t *testing.T) {
 	backends(t, Config{AckWait: 600 * time.Millisecond}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
@@ -614,14 +636,22 @@ func TestWorkInProgress(t *testing.T) {
 			mu   sync.Mutex
 			seen = map[string][]string{} // order -> the writers it reached
 		)
-		writer := func(name string, hold time.Duration, answer bool) func(ctx context.Context, b Batch) {
+		reached := func(id, writer string) func() bool {
+			return func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Contains(seen[id], writer)
+			}
+		}
+		// writer records the orders it takes, does its work, then acks them unless answer is false.
+		writer := func(name string, work func(), answer bool) func(ctx context.Context, b Batch) {
 			return func(ctx context.Context, b Batch) {
 				mu.Lock()
 				for _, d := range b.Deliveries {
 					seen[d.Order.OrderID] = append(seen[d.Order.OrderID], name)
 				}
 				mu.Unlock()
-				time.Sleep(hold)
+				work()
 				for _, d := range b.Deliveries {
 					if answer {
 						assert.NoError(t, d.Ack())
@@ -629,12 +659,17 @@ func TestWorkInProgress(t *testing.T) {
 				}
 			}
 		}
+		// The slow commit: the fault, three AckWaits and more long.
+		slowCommit := func() { time.Sleep(2 * time.Second) }
 		wctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("slow", 2*time.Second, true)) })
-		time.Sleep(300 * time.Millisecond) // the slow writer takes the order first
-		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("other", 0, true)) })
-		time.Sleep(2500 * time.Millisecond)
+		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("slow", slowCommit, true)) })
+		require.Eventually(t, reached("slow", "slow"), 10*time.Second, 5*time.Millisecond, "the slow writer never took the order")
+		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("other", func() {}, true)) })
+		require.Eventually(t, func() bool {
+			b, err := q.BacklogOf(ctx, "a")
+			return err == nil && b.Depth == 0
+		}, 10*time.Second, 10*time.Millisecond, "the slow writer never acked its order")
 		stop()
 		wg.Wait()
 		assert.Equal(t, []string{"slow"}, seen["slow"], "held in progress for 2 s past an AckWait of 0.6 s")
@@ -645,15 +680,12 @@ func TestWorkInProgress(t *testing.T) {
 		wctx, stop = context.WithCancel(ctx)
 		defer stop()
 		// A writer that takes the order and never answers it: as if it were killed — its handle
-		// returns and nothing reports the order in progress any more.
-		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("stopped", 0, false)) })
-		time.Sleep(300 * time.Millisecond)
-		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("other", 0, true)) })
-		require.Eventually(t, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return slices.Contains(seen["lost"], "other")
-		}, 5*time.Second, 20*time.Millisecond, "the stopped writer's order reaches the other")
+		// returns, its loop ends, and nothing reports the order in progress any more.
+		killed, kill := context.WithCancel(ctx)
+		wg.Go(func() { q.Work(killed, 10, 100*time.Millisecond, 10*time.Second, writer("stopped", kill, false)) })
+		require.Eventually(t, reached("lost", "stopped"), 10*time.Second, 5*time.Millisecond, "the stopped writer never took the order")
+		wg.Go(func() { q.Work(wctx, 10, 100*time.Millisecond, 10*time.Second, writer("other", func() {}, true)) })
+		require.Eventually(t, reached("lost", "other"), 5*time.Second, 20*time.Millisecond, "the stopped writer's order reaches the other")
 		stop()
 		wg.Wait()
 		assert.GreaterOrEqual(t, testutil.ToFloat64(q.orders.WithLabelValues("redelivered")), 1.0)
@@ -661,7 +693,8 @@ func TestWorkInProgress(t *testing.T) {
 	})
 }
 
-// TestBacklogMetrics: the depth and the oldest order's age of each product, read at the scrape.
+// TestBacklogMetrics: the depth and the oldest order's age of each product, read at the scrape:
+// the age is the scrape's time less the oldest order's, within the scrape's own duration.
 func TestBacklogMetrics(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
@@ -671,9 +704,12 @@ func TestBacklogMetrics(t *testing.T) {
 			_, err := q.Publish(ctx, order("a", id))
 			require.NoError(t, err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		b, err := q.BacklogOf(ctx, "a")
+		require.NoError(t, err)
+		gathering := time.Now()
 		families, err := reg.Gather()
 		require.NoError(t, err)
+		gathered := time.Now()
 		values := map[string]float64{}
 		for _, f := range families {
 			for _, m := range f.GetMetric() {
@@ -683,7 +719,9 @@ func TestBacklogMetrics(t *testing.T) {
 			}
 		}
 		assert.Equal(t, 2.0, values["seckill_queue_depth/a"])
-		assert.InDelta(t, 0.2, values["seckill_queue_oldest_age_seconds/a"], 0.15)
+		age := values["seckill_queue_oldest_age_seconds/a"]
+		assert.GreaterOrEqual(t, age, gathering.Sub(b.Oldest).Seconds(), "the oldest order's age at the scrape")
+		assert.LessOrEqual(t, age, gathered.Sub(b.Oldest).Seconds(), "the oldest order's age at the scrape")
 	})
 }
 

@@ -59,4 +59,7 @@ const (
 	// LongAckWait: the queue leaves a message with a writer for 20 s (the default AckWait is
 	// 5 s), longer than a freeze, so the orders a frozen writer holds wait for it to wake.
 	LongAckWait Bug = "long-ack-wait"
+	// NowaitAsWait: the pessimistic section's FOR UPDATE loses its NOWAIT, so a held row parks
+	// a session per section in its lock queue instead of failing fast.
+	NowaitAsWait Bug = "nowait-as-wait"
 )

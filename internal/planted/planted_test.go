@@ -71,6 +71,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.LongHeartbeat, "cmd/api", "TestProcessesFrozenAtSaleEnd", nil, "reservations were still its own when it woke: no sweeper returned them"},
 		{planted.LongHeartbeat, "cmd/api", "TestProcessesQueuedFrozen", nil, "the stopped process still held reservations when it woke"},
 		{planted.LongAckWait, "cmd/api", "TestProcessesQueuedFrozen", nil, "the orders the stopped process held ended after its wake"},
+		{planted.NowaitAsWait, "internal/lockstrategy", "TestPessimisticRowHeld/nowait,_released", nil, "NOWAIT: no session ever parked in the row's lock queue"},
 	} {
 		name := tc.check
 		if name == "" {

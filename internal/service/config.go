@@ -25,7 +25,8 @@ import (
 )
 
 // Config is how one instance places orders. Defaults returns what cmd/api runs with no
-// configuration; every field is also a setting of cmd/api (SECKILL_<NAME>), except Hooks.
+// configuration; every field is also a setting of cmd/api (SECKILL_<NAME>), except Hooks and
+// Clock.
 type Config struct {
 	Strategy         string        // the default strategy
 	StrategyOverride bool          // the per-request strategy field is honoured
@@ -45,6 +46,9 @@ type Config struct {
 	Instance         string        // names this instance where locks record their holder; default host/pid
 	// Hooks reach into every strategy's critical section, for tests; the zero value does nothing.
 	Hooks lockstrategy.Hooks
+	// Clock times admission's bounds — the breaker's cooldown, the grace of a reservation in
+	// doubt — for tests that move past them (admission.Ledger.Clock); nil: time.Now.
+	Clock func() time.Time
 }
 
 // Defaults is the configuration of cmd/api when nothing is set.
@@ -138,6 +142,9 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	})
 	s.admission.Batch(cfg.AdmitBatch)
 	s.admission.WaitHeld(cfg.LockWait)
+	if cfg.Clock != nil {
+		s.admission.Clock(cfg.Clock)
+	}
 	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.busy, s.restocked)
 	reg.MustRegister(newStranded(s.admission, b.Store, log))
 	s.catalog = newCatalog(b.Store.Product, time.Second)

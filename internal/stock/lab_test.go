@@ -13,8 +13,8 @@ import (
 )
 
 // TestPlaceOneForUpdate holds the product row from another client: the sources' form waits for
-// it, a connection of the pool held all the while, until the request gives up; NOWAIT answers
-// busy at once. Once the row is free, either places the order, holding the row for hold first.
+// it, a connection of the pool held all the while, until the request gives up (the test gives
+// up once it has seen the connection held); NOWAIT answers busy at once. Once the row is free, either places the order, holding the row for hold first.
 func TestPlaceOneForUpdate(t *testing.T) {
 	backendtest.NeedMySQL(t, "the embedded store has no row locks")
 	ctx := context.Background()
@@ -27,16 +27,22 @@ func TestPlaceOneForUpdate(t *testing.T) {
 	assert.ErrorIs(t, err, stock.ErrBusy, "NOWAIT: busy while another transaction has the row")
 	assert.Less(t, time.Since(start), time.Second, "at once")
 
-	waitCtx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
-	defer cancel()
+	waitCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
 	waited := make(chan error, 1)
 	go func() {
 		_, err := s.PlaceOneForUpdate(waitCtx, order(sku, "u1"), stock.WaitForRow, 0)
 		waited <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
-	assert.Equal(t, 1, s.PoolStats().InUse, "the waiting order holds a connection of the pool")
-	assert.ErrorIs(t, <-waited, context.DeadlineExceeded, "it waits for the row until the request gives up")
+	require.Eventually(t, func() bool { return s.PoolStats().InUse == 1 }, 5*time.Second, time.Millisecond,
+		"the waiting order holds a connection of the pool")
+	select {
+	case err := <-waited:
+		t.Fatalf("the order did not wait for the row: %v", err)
+	default:
+	}
+	giveUp()
+	assert.ErrorIs(t, <-waited, context.Canceled, "it waits for the row until the request gives up")
 
 	_, err = other.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)

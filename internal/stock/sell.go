@@ -198,6 +198,9 @@ func rowLock(wait RowWait) clause.Locking {
 	if wait == NoWait {
 		lock.Options = clause.LockingOptionsNoWait
 	}
+	if planted.On(planted.NowaitAsWait) {
+		lock.Options = ""
+	}
 	return lock
 }
 

@@ -327,10 +327,10 @@ func TestLockTable(t *testing.T) {
 	// An expired lock is reclaimed, and its old holder can no longer release it.
 	took, _ = s.TryLock(ctx, name, "h1", 50*time.Millisecond)
 	require.True(t, took)
-	time.Sleep(150 * time.Millisecond)
-	taken, err = s.LockTaken(ctx, name)
-	require.NoError(t, err)
-	assert.False(t, taken, "an expired row: free to reclaim")
+	require.Eventually(t, func() bool {
+		taken, err := s.LockTaken(ctx, name)
+		return err == nil && !taken
+	}, 5*time.Second, 10*time.Millisecond, "an expired row: free to reclaim")
 	took, err = s.TryLock(ctx, name, "h2", time.Minute)
 	require.NoError(t, err)
 	assert.True(t, took, "an expired lock is reclaimed")
@@ -384,8 +384,12 @@ func TestLockTableExclusive(t *testing.T) {
 		}
 		if round == 1 {
 			assert.Len(t, wins, 1, "a lock that lives a minute has one winner")
+			continue
 		}
-		time.Sleep(100 * time.Millisecond) // let round 0's lock expire: round 1 reclaims it
+		require.Eventually(t, func() bool { // round 0's lock expired: round 1 reclaims it
+			taken, err := stores[0].LockTaken(ctx, name)
+			return err == nil && !taken
+		}, 5*time.Second, 10*time.Millisecond, "round 0's lock never expired")
 	}
 }
 
@@ -578,7 +582,12 @@ func TestExpiry(t *testing.T) {
 		require.NoError(t, err)
 		orders = append(orders, o)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	// The deadline is the database clock's: the last order reads expired once it has passed
+	// there, and every order before it with it.
+	require.Eventually(t, func() bool {
+		got, err := s.Order(ctx, orders[3].OrderID)
+		return err == nil && got.Status == stock.Expired
+	}, 5*time.Second, 10*time.Millisecond, "the last order never read as expired")
 	got, err := s.Order(ctx, orders[2].OrderID)
 	require.NoError(t, err)
 	assert.Equal(t, stock.Expired, got.Status, "a pending order past its deadline reads as expired")
