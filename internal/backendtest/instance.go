@@ -64,6 +64,7 @@ type Instance struct {
 	Store   *stock.Store
 	Metrics *prometheus.Registry
 	Handler http.Handler // the instance's HTTP API
+	Log     *Log         // its warnings and errors
 }
 
 // NewInstance builds one service instance of cfg (start from service.Defaults() and change
@@ -81,10 +82,11 @@ func Open(t testing.TB, c app.Config, store *stock.Store) Instance {
 	if store != nil {
 		opts = append(opts, app.WithStore(store))
 	}
-	a, err := app.Open(context.Background(), c, slog.New(slog.DiscardHandler), io.Discard, opts...)
+	log := &Log{}
+	a, err := app.Open(context.Background(), c, slog.New(log.handler()), io.Discard, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
-	return Instance{Service: a.Service(), Store: a.Store(), Metrics: a.Metrics(), Handler: a.Handler()}
+	return Instance{Service: a.Service(), Store: a.Store(), Metrics: a.Metrics(), Handler: a.Handler(), Log: log}
 }
 
 // HoldSection returns hooks that hold open the first critical section placing an order of
