@@ -91,9 +91,13 @@ func startRun(t *testing.T, vars map[string]string) (instance, func() error) {
 	return svc, stop
 }
 
-// call sends one JSON request and decodes the answer into out (when out is not nil).
-func (s instance) call(t *testing.T, method, path, body string, out any) int {
-	t.Helper()
+// call sends one JSON request and decodes the answer into out (when out is not nil). It stops
+// the test on a transport error: give it t on the test's goroutine, and an EventuallyWithT
+// condition's CollectT inside one.
+func (s instance) call(t require.TestingT, method, path, body string, out any) int {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
@@ -153,8 +157,8 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	go func() {
 		status <- svc.call(t, "POST", "/api/v1/products/drain/orders", `{"user_id":"u1","strategy":"naive"}`, &order)
 	}()
-	require.Eventually(t, func() bool {
-		return scrape(t, []instance{svc}, `seckill_batch_orders_count{strategy="naive"}`) == 1
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 1.0, scrape(c, []instance{svc}, `seckill_batch_orders_count{strategy="naive"}`))
 	}, 30*time.Second, 5*time.Millisecond, "the order never reached its section")
 	select {
 	case s := <-status:

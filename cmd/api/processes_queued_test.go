@@ -140,12 +140,10 @@ func TestProcessesQueuedWriterKill(t *testing.T) {
 	assert.Zero(t, rejected, "the database had stock for every accepted order")
 	assert.Less(t, last.Sub(killed), 10*time.Second, "every 202 ends within 10 s of the kill")
 
-	var audit map[string]any
-	require.Eventually(t, func() bool {
-		audit = nil
-		return live.call(t, http.MethodGet, "/api/v1/products/"+sku+"/audit", "", &audit) == http.StatusOK &&
-			audit["redis_reservations"] == 0.0 && audit["queued"] == 0.0 && audit["held_back"] == 0.0
-	}, 20*time.Second, 100*time.Millisecond, "units still held after the kill: %v", audit)
+	audit, ok := audited(t, live, sku, 20*time.Second, func(a map[string]any) bool {
+		return a["redis_reservations"] == 0.0 && a["queued"] == 0.0 && a["held_back"] == 0.0
+	})
+	require.True(t, ok, "units still held after the kill: %v", audit)
 
 	placed := len(acked)
 	rest := buyQueued(t, []instance{live}, sku, first, first+units, clients, 0, -1, nil)
@@ -513,7 +511,7 @@ func TestProcessesQueuedFrozen(t *testing.T) {
 		assert.Less(t, lastEnd, woke.Add(10*time.Second), "every 202 ends within 10 s of the fault's end")
 		assert.EventuallyWithT(t, func(c *assert.CollectT) {
 			var audit map[string]any
-			if assert.Equal(c, http.StatusOK, procs[0].call(t, http.MethodGet, "/api/v1/products/"+sku+"/audit", "", &audit)) {
+			if assert.Equal(c, http.StatusOK, procs[0].call(c, http.MethodGet, "/api/v1/products/"+sku+"/audit", "", &audit)) {
 				for _, field := range []string{"held_back", "redis_reservations", "redis_stock", "queued"} {
 					assert.Equal(c, 0.0, audit[field], "%s: %v", field, audit)
 				}

@@ -261,8 +261,11 @@ func TestProcessesLockServiceKill(t *testing.T) {
 				held := holder != ""
 				if held {
 					// Nobody else could end its hold: only the lease or the session running out.
-					assert.Eventually(t, func() bool { return !probe.holds(holder) }, 10*time.Second, 20*time.Millisecond,
-						"the dead process's lock (%s) never expired", holder)
+					expired := false
+					for until := time.Now().Add(10 * time.Second); !expired && time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
+						expired = !probe.holds(holder)
+					}
+					assert.True(t, expired, "the dead process's lock (%s) never expired", holder)
 				}
 				var after []time.Time
 				for _, at := range placedAt(t, sku) {
@@ -823,12 +826,10 @@ func TestProcessesFrozenAtSaleEnd(t *testing.T) {
 			assert.Zero(t, res.stockLeft, "the others did not sell the units the stopped process had reserved")
 			assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
 			assert.GreaterOrEqual(t, swept, float64(res.unwritten), "the others' sweepers returned fewer reservations than it held of orders it had not written")
-			var audit map[string]any
-			assert.Eventually(t, func() bool {
-				audit = nil
-				return procs[0].call(t, "GET", "/api/v1/products/"+sku+"/audit", "", &audit) == http.StatusOK &&
-					audit["held_back"] == 0.0 && audit["redis_reservations"] == 0.0 && audit["redis_stock"] == 0.0
-			}, 5*time.Second, 50*time.Millisecond, "the ledger is not exact after the sale: %v", audit)
+			audit, ok := audited(t, procs[0], sku, 5*time.Second, func(a map[string]any) bool {
+				return a["held_back"] == 0.0 && a["redis_reservations"] == 0.0 && a["redis_stock"] == 0.0
+			})
+			assert.True(t, ok, "the ledger is not exact after the sale: %v", audit)
 			for status := range res.late {
 				assert.Contains(t, []int{http.StatusCreated, http.StatusConflict}, status, "the stopped process answered %v after it woke", res.late)
 			}
@@ -864,8 +865,10 @@ func TestProcessesShutdownUnderLoad(t *testing.T) {
 }
 
 // scrape sums one sample line of the processes' /metrics.
-func scrape(t *testing.T, procs []instance, sample string) float64 {
-	t.Helper()
+func scrape(t require.TestingT, procs []instance, sample string) float64 {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	var total float64
 	for _, p := range procs {
 		resp, err := http.Get(p.url + "/metrics")
@@ -1266,12 +1269,10 @@ func TestProcessesHybridKill(t *testing.T) {
 		assert.Equal(t, map[int]int{http.StatusCreated: first}, res.status, "every buyer of the first wave has its order")
 		backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 
-		var audit map[string]any
-		require.Eventually(t, func() bool {
-			audit = nil
-			return procs[0].call(t, "GET", "/api/v1/products/"+sku+"/audit", "", &audit) == http.StatusOK &&
-				audit["held_back"] == 0.0 && audit["redis_reservations"] == 0.0
-		}, 20*time.Second, 50*time.Millisecond, "units held back by dead reservations never came back: %v", audit)
+		audit, ok := audited(t, procs[0], sku, 20*time.Second, func(a map[string]any) bool {
+			return a["held_back"] == 0.0 && a["redis_reservations"] == 0.0
+		})
+		require.True(t, ok, "units held back by dead reservations never came back: %v", audit)
 		var returns []time.Time
 		for _, p := range []instance{procs[0], procs[2]} {
 			returns = append(returns, p.log.at(t, "reservations without an order returned to sale", sku)...)
@@ -1297,6 +1298,20 @@ func TestProcessesHybridKill(t *testing.T) {
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, all)
 	assert.Zero(t, a.Stock, "nothing stranded")
 	backendtest.AssertLinearizable(t, units, append(res.history, rest.history...))
+}
+
+// audited reads sku's audit on p until done says so of it or within passes, on the test's own
+// goroutine (a failed call may stop the test there, as it may not from Eventually's), and
+// returns the last audit read and whether done said so.
+func audited(t *testing.T, p instance, sku string, within time.Duration, done func(audit map[string]any) bool) (map[string]any, bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		var audit map[string]any
+		ok := p.call(t, http.MethodGet, "/api/v1/products/"+sku+"/audit", "", &audit) == http.StatusOK && done(audit)
+		if ok || time.Now().After(deadline) {
+			return audit, ok
+		}
+	}
 }
 
 // postJSON sends one POST without credentials and returns the status and the decoded body.
@@ -1400,7 +1415,7 @@ func TestProcessesLifecycleRaces(t *testing.T) {
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				for i, o := range orders {
 					var got map[string]any
-					require.Equal(c, http.StatusOK, procs[i%3].call(t, "GET", "/api/v1/orders/"+o.id, "", &got))
+					require.Equal(c, http.StatusOK, procs[i%3].call(c, "GET", "/api/v1/orders/"+o.id, "", &got))
 					finals[i] = got["status"].(string)
 					require.NotEqual(c, "pending", finals[i], "order %d", i)
 				}
