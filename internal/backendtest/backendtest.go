@@ -70,6 +70,7 @@ func Main(m *testing.M) {
 	}
 	stopEtcd()
 	stopZooKeeper()
+	stopGalera()
 	dropQueue()
 	stopProcessNATS()
 	os.Exit(code)
