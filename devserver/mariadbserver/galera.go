@@ -199,25 +199,45 @@ func (g *Galera) WaitFormed(bound time.Duration) error {
 	return nil
 }
 
-// Conflicts are the certification conflicts the running nodes counted since they started: local
-// transactions that failed certification at COMMIT (wsrep_local_cert_failures), and those
-// aborted by a replicated write that won (wsrep_local_bf_aborts) — each answered 1213.
-func (g *Galera) Conflicts(ctx context.Context) (certFailures, bfAborts int64, err error) {
-	for _, node := range g.Nodes {
+// Conflicts are the certification conflicts each node counted since it started (zero for a node
+// that is not running): local transactions that failed certification at COMMIT
+// (wsrep_local_cert_failures), and those aborted by a replicated write that won
+// (wsrep_local_bf_aborts) — each answered 1213.
+type Conflicts struct {
+	CertFailures, BFAborts []int64
+}
+
+// Conflicts reads the conflicts every running node counted.
+func (g *Galera) Conflicts(ctx context.Context) (Conflicts, error) {
+	c := Conflicts{CertFailures: make([]int64, len(g.Nodes)), BFAborts: make([]int64, len(g.Nodes))}
+	for i, node := range g.Nodes {
 		if !node.Running() {
 			continue
 		}
-		for name, sum := range map[string]*int64{"wsrep_local_cert_failures": &certFailures, "wsrep_local_bf_aborts": &bfAborts} {
+		for name, count := range map[string]*int64{"wsrep_local_cert_failures": &c.CertFailures[i], "wsrep_local_bf_aborts": &c.BFAborts[i]} {
 			v, err := node.Status(ctx, name)
 			if err != nil {
-				return 0, 0, err
+				return Conflicts{}, err
 			}
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return 0, 0, err
+			if *count, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return Conflicts{}, err
 			}
-			*sum += n
 		}
 	}
-	return certFailures, bfAborts, nil
+	return c, nil
+}
+
+// Since is how many conflicts the nodes counted after before. A node restarted since counts from
+// its restart: what it counted before its death is gone with it.
+func (c Conflicts) Since(before Conflicts) (certFailures, bfAborts int64) {
+	for i := range c.CertFailures {
+		if c.CertFailures[i] >= before.CertFailures[i] && c.BFAborts[i] >= before.BFAborts[i] {
+			certFailures += c.CertFailures[i] - before.CertFailures[i]
+			bfAborts += c.BFAborts[i] - before.BFAborts[i]
+		} else {
+			certFailures += c.CertFailures[i]
+			bfAborts += c.BFAborts[i]
+		}
+	}
+	return certFailures, bfAborts
 }

@@ -125,13 +125,13 @@ func (g *Galera) Instances(t testing.TB, cfg service.Config, w Wiring) []Instanc
 	return insts
 }
 
-// Conflicts are the certification conflicts the cluster's running nodes counted so far
-// (mariadbserver.Galera.Conflicts): take them before and after a sale, and log the difference.
-func (g *Galera) Conflicts(t testing.TB) (certFailures, bfAborts int64) {
+// Conflicts are the certification conflicts the cluster's nodes counted so far: take them before
+// and after a sale, and log what the sale caused (mariadbserver.Conflicts.Since).
+func (g *Galera) Conflicts(t testing.TB) mariadbserver.Conflicts {
 	t.Helper()
-	c, b, err := g.Galera.Conflicts(context.Background())
+	c, err := g.Galera.Conflicts(context.Background())
 	require.NoError(t, err)
-	return c, b
+	return c
 }
 
 // RequireAgree checks that every node holds the same sale of sku — the product's stock, version
