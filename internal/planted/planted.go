@@ -27,4 +27,7 @@ const (
 	// EveryoneAlive: the sweeper takes every instance that ever beat for alive, so a frozen or
 	// dead instance's reservations hold their units for as long as it stays away.
 	EveryoneAlive Bug = "everyone-alive"
+	// BeatsWithoutDatabase: an instance beats whether or not its database serves, so one cut
+	// off from its database (its cluster node died) keeps its reservations' units off sale.
+	BeatsWithoutDatabase Bug = "beats-without-database"
 )

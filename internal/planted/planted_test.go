@@ -59,6 +59,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.LostGiveBack, "internal/lockstrategy", "TestHybridGiveBack", nil, "the repeat buyer's unit was given back"},
 		{planted.NoSweep, "cmd/api", "TestProcessesHybridKill", nil, "units held back by dead reservations never came back"},
 		{planted.EveryoneAlive, "internal/service", "TestStrandedUnits", nil, "a reservation whose instance stopped beating is never reported stranded"},
+		{planted.BeatsWithoutDatabase, "internal/service", "TestCutOffFromItsDatabase", nil, "the cut-off instance's reservation never came back"},
 	} {
 		name := tc.check
 		if name == "" {

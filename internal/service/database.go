@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -34,6 +35,9 @@ func (d *database) beat(ctx context.Context) {
 	readyCtx, cancel := context.WithTimeout(ctx, d.wait)
 	err := d.store.Ready(readyCtx)
 	cancel()
+	if planted.On(planted.BeatsWithoutDatabase) {
+		err = nil
+	}
 	switch {
 	case err == nil:
 		if d.refused.Swap(false) {
