@@ -241,3 +241,9 @@ func (c Conflicts) Since(before Conflicts) (certFailures, bfAborts int64) {
 	}
 	return certFailures, bfAborts
 }
+
+// Isolate cuts node i off from the rest of the cluster (gmcast.isolate): it stays up, outside
+// every primary component, and refuses to serve (1047) — a node behind a broken link.
+func (g *Galera) Isolate(ctx context.Context, i int) error {
+	return g.Nodes[i].Exec(ctx, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'")
+}
