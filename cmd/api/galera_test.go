@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -274,6 +275,66 @@ func TestProcessesGaleraNodeLost(t *testing.T) {
 					return procs[1].call(t, "GET", "/api/v1/products/"+sku+"/audit", "", &audit) == http.StatusOK &&
 						audit["redis_reservations"] == 0.0 && audit["held_back"] == 0.0 && audit["redis_stock"] == audit["stock"]
 				}, 10*time.Second, 50*time.Millisecond, "the ledger is not exact after the sale: %v", audit)
+			}
+		})
+	}
+}
+
+// galeraLockProbe is newLockProbe on the cluster: a lock in the database is looked for on node
+// — the lock table's row is on every node, a row lock only on the node that took it.
+func galeraLockProbe(t *testing.T, g *backendtest.Galera, strategy, sku string, node int) lockProbe {
+	t.Helper()
+	if strategy == "hybrid" || strategy == "etcd" {
+		return newLockProbe(t, strategy, sku)
+	}
+	ctx := context.Background()
+	db, err := sql.Open("mysql", g.DSN(node))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	if strategy == "dblock" {
+		return lockProbe{held: func() bool {
+			var n int
+			require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM distributed_locks WHERE lock_name = ?", "products/"+sku).Scan(&n))
+			return n > 0
+		}}
+	}
+	return lockProbe{held: func() bool {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		_, err = tx.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE NOWAIT", sku)
+		return err != nil
+	}}
+}
+
+// TestProcessesGaleraFrozen is TestProcessesFrozenInstance on a three-node Galera cluster, a
+// process per node: the process on node 1, stopped (SIGSTOP) for 3.5 s while it holds its lock
+// — past the lock TTL and the idle-transaction bound, both 2 s — must not stall the others for 3 s. A row lock of the frozen process is its node's alone: the
+// others, on their own nodes, take the row without waiting for it, and the first COMMIT that
+// reaches node 1 aborts the frozen transaction there (a brute-force abort) — earlier than the
+// idle-transaction bound would. When it wakes, its late write is refused; every 201 has its row,
+// and every node holds the same sale.
+func TestProcessesGaleraFrozen(t *testing.T) {
+	g := backendtest.GaleraCluster(t)
+	procs := startOnGalera(t, g)
+	const pause = 3500 * time.Millisecond
+	for _, strategy := range galeraStrategies {
+		t.Run(strategy, func(t *testing.T) {
+			for try := 1; ; try++ {
+				sku := putOnSale(t, procs[0], 1_000_000)
+				before := g.Conflicts(t)
+				res, frozen, resumed := sellAcrossFreeze(t, procs, 1, sku, strategy, pause, galeraLockProbe(t, g, strategy, sku, 1))
+				cert, bf := g.Conflicts(t).Since(before)
+				stall := res.stall(frozen, resumed)
+				t.Logf("%s on Galera, try %d: the process on node 1 SIGSTOPped for %s, holding the lock: %v; longest stall of the others %s; %d orders, %v; the cluster counted %d certification failures and %d brute-force aborts",
+					strategy, try, pause, res.held, stall.Round(10*time.Millisecond), len(res.acked), res.status, cert, bf)
+				backendtest.RequireInvariant(t, g.Store(t, 2), sku, res.acked)
+				g.RequireAgree(t, sku)
+				assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
+				if res.held || try == 5 {
+					require.True(t, res.held, "the frozen process never held the lock when stopped: the worst case was not exercised")
+					return
+				}
 			}
 		})
 	}
