@@ -39,6 +39,7 @@ var (
 // installed the test fails when real backends are required, and is skipped, saying why, otherwise.
 func GaleraCluster(t testing.TB) *Galera {
 	t.Helper()
+	ready(t) // the process's own backends too: SKU's cleanup and AppConfig use them
 	if err := mariadbserver.GaleraAvailable(); err != nil {
 		if Required() {
 			t.Fatalf("Galera is required (SECKILL_TEST_REQUIRE_BACKENDS=1): %v", err)
