@@ -30,5 +30,5 @@ compare: ## per order vs batched on three processes, local MariaDB and Redis (do
 	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
 		-stock 10000 -users 40000 -concurrency 64 -retry-busy 0 -soldout 5s -group-commit 0,64
 
-tidb: ## opt-in, never in CI: build tidb-server at the version pinned in tools/tidb (a module of its own; the first build takes about 12 CPU-minutes and 1.8 GB of module cache), start it on its mock store (-store unistore), run the store and strategy suites against it (docs/operations.md)
+tidb: ## opt-in, never in CI: build tidb-server at the version pinned in tools/tidb (a module of its own; the first build takes minutes of CPU and 1.8 GB of module cache), start it on its mock store (-store unistore), run the store and strategy suites against it (docs/operations.md)
 	tools/tidb/run
