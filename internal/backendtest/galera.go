@@ -90,14 +90,6 @@ func stopGalera() {
 // DSN is the DSN of the database seckill on node i, as SECKILL_MYSQL_DSN takes it.
 func (g *Galera) DSN(i int) string { return g.Nodes[i].DSN("seckill") }
 
-// Config is AppConfig with the database on node i.
-func (g *Galera) Config(t testing.TB, i int) app.Config {
-	t.Helper()
-	c := AppConfig(t)
-	c.MySQLDSN = g.DSN(i)
-	return c
-}
-
 func (g *Galera) open(i int) (*stock.Store, error) {
 	c := storeConfig()
 	c.MySQLDSN = g.DSN(i)
