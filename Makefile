@@ -1,5 +1,5 @@
 # Shortcuts for the commands in README.md.
-.PHONY: run test test-short vet build loadtest bench compare
+.PHONY: run test test-short vet build loadtest bench compare tidb
 
 run: ## run the service on the embedded default
 	go run ./cmd/api
@@ -29,3 +29,6 @@ bench: ## the critical sections per order and batched, the etcd mutex hand-off, 
 compare: ## per order vs batched on three processes, local MariaDB and Redis (docs/performance.md)
 	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
 		-stock 10000 -users 40000 -concurrency 64 -retry-busy 0 -soldout 5s -group-commit 0,64
+
+tidb: ## opt-in, never in CI: build tidb-server at the version pinned in tools/tidb (a module of its own; the first build takes minutes of CPU and 1.8 GB of module cache), start it on its mock store (-store unistore), run the store and strategy suites against it (docs/operations.md)
+	tools/tidb/run

@@ -268,7 +268,7 @@ func TestProcessesLockServiceKill(t *testing.T) {
 					assert.True(t, expired, "the dead process's lock (%s) never expired", holder)
 				}
 				var after []time.Time
-				for _, at := range placedAt(t, sku) {
+				for _, at := range placedAt(t, backendtest.SQL(t), sku) {
 					if at.After(killed) {
 						after = append(after, at)
 					}
@@ -324,9 +324,9 @@ func longestGap(sales []time.Time, from, to time.Time) time.Duration {
 // it: the created_at its section wrote (DATETIME(6): to the microsecond), the moment of the
 // sale — not when its answer reached a client, which on a loaded machine may be starved for
 // longer than the promise being measured.
-func placedAt(t *testing.T, sku string) map[string]time.Time {
+func placedAt(t *testing.T, db *sql.DB, sku string) map[string]time.Time {
 	t.Helper()
-	rows, err := backendtest.SQL(t).Query("SELECT order_id, created_at FROM orders WHERE sku = ?", sku)
+	rows, err := db.Query("SELECT order_id, created_at FROM orders WHERE sku = ?", sku)
 	require.NoError(t, err)
 	defer rows.Close()
 	at := map[string]time.Time{}
@@ -510,18 +510,24 @@ func newLockProbe(t *testing.T, strategy, sku string) lockProbe {
 			return slices.MinFunc(nodes, func(a, b string) int { return strings.Compare(a[len(a)-10:], b[len(b)-10:]) })
 		}
 	case "dblock":
-		db := backendtest.SQL(t)
-		holder = func() string {
-			var h string
-			err := db.QueryRowContext(ctx, "SELECT holder FROM distributed_locks WHERE lock_name = ?", "products/"+sku).Scan(&h)
-			if errors.Is(err, sql.ErrNoRows) {
-				return ""
-			}
-			require.NoError(t, err)
-			return h
-		}
+		return tableLockProbe(t, backendtest.SQL(t), sku)
 	default:
-		return rowLockProbe(t, sku)
+		return rowLockProbe(t, backendtest.SQL(t), sku)
+	}
+	return lockProbe{holder: holder, holds: func(h string) bool { return holder() == h }}
+}
+
+// tableLockProbe is dblock's lockProbe on db: the holder of the lock table's row.
+func tableLockProbe(t *testing.T, db *sql.DB, sku string) lockProbe {
+	t.Helper()
+	holder := func() string {
+		var h string
+		err := db.QueryRowContext(context.Background(), "SELECT holder FROM distributed_locks WHERE lock_name = ?", "products/"+sku).Scan(&h)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ""
+		}
+		require.NoError(t, err)
+		return h
 	}
 	return lockProbe{holder: holder, holds: func(h string) bool { return holder() == h }}
 }
@@ -530,10 +536,9 @@ func newLockProbe(t *testing.T, strategy, sku string) lockProbe {
 // holding rows in the test's database (information_schema.INNODB_TRX), and it holds as long as
 // one of them is open — the server ends it as idle (the idle-transaction bound) when its
 // process stops.
-func rowLockProbe(t *testing.T, sku string) lockProbe {
+func rowLockProbe(t *testing.T, db *sql.DB, sku string) lockProbe {
 	t.Helper()
 	ctx := context.Background()
-	db := backendtest.SQL(t)
 	open := func() []string {
 		rows, err := db.QueryContext(ctx, `SELECT t.trx_id FROM information_schema.INNODB_TRX t
 			JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
@@ -610,7 +615,7 @@ func TestProcessesFrozenInstance(t *testing.T) {
 				sku := putOnSale(t, procs[0], 1_000_000)
 				refusedBefore := refused()
 				res, frozen, resumed := sellAcrossFreeze(t, procs, 1, sku, strategy, pause, newLockProbe(t, strategy, sku))
-				stall := longestGap(timesOf(t, res.elsewhere, placedAt(t, sku)), frozen, resumed)
+				stall := longestGap(timesOf(t, res.elsewhere, placedAt(t, backendtest.SQL(t), sku)), frozen, resumed)
 				late := refused() - refusedBefore
 				t.Logf("%s, try %d: one of 3 processes SIGSTOPped for %s, holding the lock: %t (its hold ended while stopped: %t); longest stall of the others %s (their sections' times); %d orders, %v; the frozen process's late writes refused %v times when it woke",
 					strategy, try, pause, res.holder != "", res.released, stall.Round(10*time.Millisecond), len(res.acked), res.status, late)
@@ -811,7 +816,7 @@ func TestProcessesFrozenAtSaleEnd(t *testing.T) {
 			sku := putOnSale(t, procs[0], units)
 			res, frozen := sellOutAcrossFreeze(t, procs, 1, sku, units, pause)
 			swept := returned() - before
-			elsewhere := timesOf(t, res.elsewhere, placedAt(t, sku))
+			elsewhere := timesOf(t, res.elsewhere, placedAt(t, backendtest.SQL(t), sku))
 			last := frozen
 			if len(elsewhere) > 0 {
 				last = slices.MaxFunc(elsewhere, time.Time.Compare)

@@ -74,6 +74,7 @@ func Main(m *testing.M, after ...func()) {
 	}
 	stopEtcd()
 	stopZooKeeper()
+	stopGalera()
 	dropQueue()
 	stopProcessNATS()
 	os.Exit(code)

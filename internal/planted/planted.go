@@ -62,4 +62,7 @@ const (
 	// NowaitAsWait: the pessimistic section's FOR UPDATE loses its NOWAIT, so a held row parks
 	// a session per section in its lock queue instead of failing fast.
 	NowaitAsWait Bug = "nowait-as-wait"
+	// BeatsWithoutDatabase: an instance beats whether or not its database serves, so one cut
+	// off from its database (its cluster node died) keeps its reservations' units off sale.
+	BeatsWithoutDatabase Bug = "beats-without-database"
 )

@@ -72,6 +72,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.LongHeartbeat, "cmd/api", "TestProcessesQueuedFrozen", nil, "the stopped process still held reservations when it woke"},
 		{planted.LongAckWait, "cmd/api", "TestProcessesQueuedFrozen", nil, "the orders the stopped process held ended after its wake"},
 		{planted.NowaitAsWait, "internal/lockstrategy", "TestPessimisticRowHeld/nowait,_released", nil, "NOWAIT: no session ever parked in the row's lock queue"},
+		{planted.BeatsWithoutDatabase, "internal/service", "TestCutOffFromItsDatabase", nil, "the cut-off instance's reservation never came back"},
 	} {
 		name := tc.check
 		if name == "" {

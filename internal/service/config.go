@@ -151,7 +151,8 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	if cfg.SoldOutFlag > 0 {
 		s.soldOut = newSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)
 	}
-	s.checks = append(s.checks, Check{Name: "database", Ping: b.Store.Ping})
+	s.database = &database{store: b.Store, admission: s.admission, wait: cfg.InstanceTTL / 8, log: log}
+	s.checks = append(s.checks, Check{Name: "database", Ping: b.Store.Ready})
 	pools := make([]redsyncredis.Pool, len(b.Redis))
 	for i, c := range b.Redis {
 		pools[i] = goredis.NewPool(c)
@@ -206,9 +207,9 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	// The first heartbeat before the first order, so that no reservation names an instance
 	// that has not yet been seen alive.
 	beatCtx, cancel := context.WithTimeout(ctx, cfg.InstanceTTL/4)
-	s.admission.Beat(beatCtx)
+	s.database.beat(beatCtx)
 	cancel()
-	s.every(ctx, cfg.InstanceTTL/4, s.admission.Beat)
+	s.every(ctx, cfg.InstanceTTL/4, s.database.beat)
 	s.every(ctx, cfg.InstanceTTL/8, s.sweep)
 	s.every(ctx, lifecycleEvery, s.expire)
 

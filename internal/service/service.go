@@ -28,6 +28,7 @@ import (
 type Service struct {
 	store         *stock.Store
 	admission     *admission.Ledger
+	database      *database            // whether this instance's database serves: its heartbeat and orders wait for it
 	soldOut       *SoldOut             // nil: no local sold-out flags
 	queued        *lockstrategy.Queued // nil: no order queue, the queued strategy is not offered
 	strategies    map[string]lockstrategy.Strategy
@@ -155,6 +156,10 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 		if err = s.soldOut.rejects(req); err != nil {
 			return stock.Order{}, false, err
 		}
+	}
+	// No reservation for an order this instance cannot write (database.beat).
+	if err = s.database.refuses(); err != nil {
+		return stock.Order{}, false, err
 	}
 	for {
 		order, err = st.PlaceOrder(ctx, req)

@@ -19,7 +19,7 @@ import (
 const (
 	mysqlDuplicateKey     = 1062
 	mysqlLockWaitTimeout  = 1205 // a lock wait ran out; also MariaDB's answer to FOR UPDATE NOWAIT on a locked row
-	mysqlDeadlock         = 1213
+	mysqlDeadlock         = 1213 // also Galera's answer to a COMMIT that lost certification to another node's write: nothing written
 	mysqlLockNowait       = 3572 // MySQL 8's answer to FOR UPDATE NOWAIT on a locked row
 	mysqlTooManyConns     = 1040
 	mysqlServerShutdown   = 1053
@@ -28,6 +28,20 @@ const (
 	sqliteLocked          = 6
 	sqliteConstraint      = 19
 	sqlitePrimaryCodeMask = 0xff // extended result codes keep the primary code in the low byte
+)
+
+// Answers of a database that is not ready to serve: a node of a cluster that is not in its
+// primary component or still joining it, a server in the middle of a failover. Each ends once
+// it is ready again, and a retry on another node may succeed at once: unavailable (503), never
+// internal. A COMMIT that met one has an outcome the client cannot know (ErrUnavailable is not
+// a definite failure: admission's sweeper asks the database later).
+const (
+	mysqlNodeNotReady      = 1047 // Galera: "WSREP has not yet prepared node for application use"
+	mysqlErrorDuringCommit = 1180 // Galera: the writeset was not replicated (the node left its group mid-COMMIT)
+	mysqlQueryInterrupted  = 1317 // Galera: a statement interrupted as the node left its group
+	mysqlReadOnly          = 1290 // --read-only: a replica not yet promoted, a primary being demoted
+	mysqlReadOnlyMode      = 1836 // MySQL 8's super_read_only
+	mysqlConnectionKilled  = 1927 // the server ended the session: a shutdown, a node leaving its group
 )
 
 // errDuplicate reports a unique-key violation on the named index (or column, on SQLite).
@@ -63,7 +77,8 @@ func classify(err error) error {
 			return Busy(BusyRowLocked, err)
 		case mysqlDeadlock:
 			return Busy(BusyDeadlock, err)
-		case mysqlTooManyConns, mysqlServerShutdown, mysqlUnknownDatabase:
+		case mysqlTooManyConns, mysqlServerShutdown, mysqlUnknownDatabase, mysqlNodeNotReady, mysqlErrorDuringCommit,
+			mysqlQueryInterrupted, mysqlReadOnly, mysqlReadOnlyMode, mysqlConnectionKilled:
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return err

@@ -49,6 +49,9 @@ type Store struct {
 	// "take the database's single write lock without waiting", whichever the RowWait — the
 	// strategy retries within its wait (one writer for the whole file, not per row).
 	queue *gorm.DB
+	// galera: the server is a node of a Galera cluster, whose reads wait for the cluster
+	// (readCausally).
+	galera bool
 }
 
 // Options tune a Store's connection pool.
@@ -110,6 +113,10 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	galera, err := readCausally(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	db, err := gorm.Open(gormmysql.Open(cfg.FormatDSN()), gormConfig())
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)
@@ -141,7 +148,7 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	queueDB.SetMaxIdleConns(2)
 	queueDB.SetConnMaxLifetime(5 * time.Minute)
 	queueDB.SetConnMaxIdleTime(maxIdle)
-	s := &Store{db: db, dialect: MySQL, queue: queue}
+	s := &Store{db: db, dialect: MySQL, queue: queue, galera: galera}
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err

@@ -1,0 +1,65 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/planted"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// database is what this instance knows of its own database between two heartbeats: whether it
+// serves. An instance can be alive and cut off from its database while the other instances are
+// not — its node of a Galera cluster died or left the group — and then it must not keep units
+// of the sale: its reservations would wait for writes it cannot make.
+type database struct {
+	store     *stock.Store
+	admission *admission.Ledger
+	wait      time.Duration // how long a heartbeat waits for the database's answer
+	refused   atomic.Bool   // the database's last answer was a refusal
+	log       *slog.Logger
+}
+
+// beat writes this instance's heartbeat (admission.Ledger.Beat) only while its database answers
+// that it serves (stock.Store.Ready). An instance that cannot reach it stops showing itself
+// alive, so the other instances' sweepers return its reservations within the instance TTL and a
+// sweep, as their own node of the database decides — also if this one's never comes back. An
+// order it still writes (its node back before the order gave up) is decided by the version guard
+// like any other, and its settle takes the swept units back, once.
+func (d *database) beat(ctx context.Context) {
+	readyCtx, cancel := context.WithTimeout(ctx, d.wait)
+	err := d.store.Ready(readyCtx)
+	cancel()
+	if planted.On(planted.BeatsWithoutDatabase) {
+		err = nil
+	}
+	switch {
+	case err == nil:
+		if d.refused.Swap(false) {
+			d.log.Info("the database serves again: heartbeats and orders resume")
+		}
+		d.admission.Beat(ctx)
+	case errors.Is(err, stock.ErrUnavailable):
+		if !d.refused.Swap(true) {
+			d.log.Warn("the database refuses: no heartbeat, orders answered unavailable, the other instances return this one's reservations", "err", err)
+		}
+	default:
+		// No answer in time: no heartbeat either, but orders still try — a slow database is not
+		// a refusal.
+		d.log.Debug("the database did not answer in time: no heartbeat this time", "err", err)
+	}
+}
+
+// refuses answers an order while the database's last answer was a refusal: unavailable, before
+// admission reserves a unit for an order this instance cannot write.
+func (d *database) refuses() error {
+	if d.refused.Load() {
+		return fmt.Errorf("this instance's database refuses to serve: %w", stock.ErrUnavailable)
+	}
+	return nil
+}
