@@ -152,7 +152,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		s.soldOut = newSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)
 	}
 	s.database = &database{store: b.Store, admission: s.admission, wait: cfg.InstanceTTL / 8, log: log}
-	s.checks = append(s.checks, Check{Name: "database", Ping: b.Store.Ready})
+	s.checks = append(s.checks, Check{Name: "database", Ping: s.database.ready})
 	pools := make([]redsyncredis.Pool, len(b.Redis))
 	for i, c := range b.Redis {
 		pools[i] = goredis.NewPool(c)

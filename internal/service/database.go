@@ -55,6 +55,15 @@ func (d *database) beat(ctx context.Context) {
 	}
 }
 
+// ready is the database's readiness check: not ready while orders are refused (refuses), so that
+// a ready instance takes orders; then the database's own answer.
+func (d *database) ready(ctx context.Context) error {
+	if err := d.refuses(); err != nil {
+		return err
+	}
+	return d.store.Ready(ctx)
+}
+
 // refuses answers an order while the database's last answer was a refusal: unavailable, before
 // admission reserves a unit for an order this instance cannot write.
 func (d *database) refuses() error {
