@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -32,11 +33,10 @@ import (
 // exclude each other (the mutex key is prefix + lease). Within a strategy the batcher runs at
 // most one section per SKU and instance, hence at most one etcd waiter per instance and SKU.
 type EtcdLock struct {
-	client   *clientv3.Client
-	opts     EtcdLockOptions
-	metrics  *LockMetrics
-	log      *slog.Logger
-	strategy string // labels its metrics (forStrategy)
+	client *clientv3.Client
+	opts   EtcdLockOptions
+	obs    lock.Observer
+	log    *slog.Logger
 
 	ctx     context.Context // lives as long as the lock: the sessions' keep-alives
 	cancel  context.CancelFunc
@@ -50,30 +50,23 @@ type EtcdLockOptions struct {
 	Prefix string        // key prefix of the mutexes; default /seckill/locks/
 }
 
-// NewEtcdLock returns an etcd lock on client, with a session of its own. Close it to revoke its
-// lease.
-func NewEtcdLock(client *clientv3.Client, opts EtcdLockOptions, metrics *LockMetrics, log *slog.Logger) *EtcdLock {
+// NewEtcdLock returns an etcd lock on client, with a session of its own, its metrics on obs.
+// Close it to revoke its lease.
+func NewEtcdLock(client *clientv3.Client, opts EtcdLockOptions, obs lock.Observer, log *slog.Logger) *EtcdLock {
 	if opts.Prefix == "" {
 		opts.Prefix = "/seckill/locks/"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &EtcdLock{client: client, opts: opts, metrics: metrics, log: log, ctx: ctx, cancel: cancel}
+	return &EtcdLock{client: client, opts: opts, obs: obs, log: log, ctx: ctx, cancel: cancel}
 }
 
-// forStrategy implements labelled. The lock is the strategy's own (its session is its
-// identity), so it is labelled in place.
-func (e *EtcdLock) forStrategy(strategy string) Locker {
-	e.strategy = strategy
-	return e
-}
-
-// Backend implements Locker.
+// Backend implements lock.Locker.
 func (*EtcdLock) Backend() string { return "etcd" }
 
-// Key implements Locker: the prefix under which each waiter's mutex key is its lease.
+// Key implements lock.Locker: the prefix under which each waiter's mutex key is its lease.
 func (e *EtcdLock) Key(sku string) string { return e.opts.Prefix + sku }
 
-// Close ends the session, revoking its lease so that its locks are free at once.
+// Close implements lock.Locker: it ends the session, revoking its lease so that its locks are free at once.
 func (e *EtcdLock) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -112,14 +105,14 @@ func (e *EtcdLock) currentSession(ctx context.Context) (*concurrency.Session, er
 		return nil, fmt.Errorf("etcd session: %w: %w", stock.ErrUnavailable, err)
 	}
 	e.session = s
-	e.metrics.sessionStarted(e.strategy)
+	e.obs.SessionStarted()
 	return s, nil
 }
 
-// Lock implements Locker: the mutex of key on the lock's session. A lease that etcd no longer
+// Lock implements lock.Locker: the mutex of key on the lock's session. A lease that etcd no longer
 // knows (revoked, or expired before the keep-alive noticed) fails the attempt at once; the
 // session is then dropped and the attempt made once more on a new one.
-func (e *EtcdLock) Lock(ctx context.Context, key string) (Lock, error) {
+func (e *EtcdLock) Lock(ctx context.Context, key string) (lock.Lock, error) {
 	for attempt := 0; ; attempt++ {
 		session, err := e.currentSession(ctx)
 		if err != nil {
@@ -156,22 +149,33 @@ type etcdHold struct {
 	key     string
 }
 
-// Token implements Lock: the revision at which the mutex was granted.
-func (h *etcdHold) Token() stock.Token {
-	return stock.Token{Fence: stock.EtcdFence, Value: h.m.Header().Revision}
+// Token implements lock.Lock: the revision at which the mutex was granted, while the session
+// that holds the mutex is alive.
+func (h *etcdHold) Token(context.Context) (stock.Token, error) {
+	if h.lost() {
+		return stock.Token{}, fmt.Errorf("etcd session %x: %w", h.session.Lease(), lock.ErrLost)
+	}
+	return stock.Token{Fence: stock.EtcdFence, Value: h.m.Header().Revision}, nil
 }
 
-// Held implements Lock: the session that holds the mutex is still alive.
-func (h *etcdHold) Held(context.Context) bool {
+// Lost implements lock.Lock: nil, since the fence, not the section's end, stops a holder whose
+// session ends (see lock.Lock).
+func (*etcdHold) Lost() <-chan struct{} { return nil }
+
+// Known implements lock.Lock: etcd hands nothing over.
+func (*etcdHold) Known() *stock.Product { return nil }
+
+// lost reports whether the session that holds the mutex has ended.
+func (h *etcdHold) lost() bool {
 	select {
 	case <-h.session.Done():
-		return false
-	default:
 		return true
+	default:
+		return false
 	}
 }
 
-// Ahead implements fenceChecker. No holder can have been granted a revision the cluster has not
+// Ahead implements lock.Lock. No holder can have been granted a revision the cluster has not
 // reached, so a fence above its current revision was written under another cluster — replaced,
 // or restored from an old backup — whose revisions have started again. A fence at or below it
 // means a newer holder really wrote: a genuine fence-out.
@@ -185,10 +189,10 @@ func (h *etcdHold) Ahead(ctx context.Context, fenced *stock.FenceError) bool {
 	return true
 }
 
-// Unlock implements Lock. etcd's Unlock answers nil even when the lease had already expired, so
-// a lost lock is read from the session instead.
-func (h *etcdHold) Unlock(ctx context.Context) bool {
-	if !h.Held(ctx) {
+// Unlock implements lock.Lock. etcd's Unlock answers nil even when the lease had already expired,
+// so a lost lock is read from the session instead.
+func (h *etcdHold) Unlock(ctx context.Context, _ *stock.Product) bool {
+	if h.lost() {
 		return false
 	}
 	if err := h.m.Unlock(ctx); err != nil {

@@ -16,8 +16,8 @@ package lockstrategy
 
 import (
 	"context"
-	"io"
 
+	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -58,7 +58,7 @@ type Locked struct {
 
 // New returns the strategy name: sections under locker's lock, written under guard. A lock
 // service that cannot be reached answers unavailable: without its lock it has no safe way.
-func New(name string, store *stock.Store, locker Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
+func New(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
 	l := &Locked{run: newRunner(name, store, locker, guard, opts, metrics)}
 	l.batch = l.run.batcher(l.run.section)
 	return l
@@ -79,11 +79,4 @@ func (l *Locked) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 }
 
 // Close releases what the strategy's lock keeps open (an etcd session, a Redis subscription).
-func (l *Locked) Close() error { return closeLocker(l.run.locker) }
-
-func closeLocker(locker Locker) error {
-	if c, ok := locker.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
+func (l *Locked) Close() error { return l.run.locker.Close() }

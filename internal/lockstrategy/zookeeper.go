@@ -3,11 +3,13 @@ package lockstrategy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -46,14 +48,17 @@ func NewZooKeeperLock(conn *zk.Conn, prefix string, log *slog.Logger) *ZooKeeper
 	return &ZooKeeperLock{conn: conn, prefix: prefix, log: log}
 }
 
-// Backend implements Locker.
+// Backend implements lock.Locker.
 func (*ZooKeeperLock) Backend() string { return "zookeeper" }
 
-// Key implements Locker: the directory of sku's lock nodes.
+// Key implements lock.Locker: the directory of sku's lock nodes.
 func (z *ZooKeeperLock) Key(sku string) string { return z.prefix + "/" + sku }
 
-// Lock implements Locker.
-func (z *ZooKeeperLock) Lock(ctx context.Context, dir string) (Lock, error) {
+// Close implements lock.Locker: the session is the instance's, closed by its owner.
+func (*ZooKeeperLock) Close() error { return nil }
+
+// Lock implements lock.Locker.
+func (z *ZooKeeperLock) Lock(ctx context.Context, dir string) (lock.Lock, error) {
 	m := zklock.New(z.conn, dir)
 	if err := m.Lock(ctx); err != nil {
 		return nil, err
@@ -68,15 +73,23 @@ type zkHold struct {
 	dir  string
 }
 
-// Token implements Lock: the creation zxid of the lock node.
-func (h *zkHold) Token() stock.Token {
-	return stock.Token{Fence: stock.ZooKeeperFence, Value: h.m.Token()}
+// Token implements lock.Lock: the creation zxid of the lock node, while the node's session is
+// the current one and the node is there.
+func (h *zkHold) Token(ctx context.Context) (stock.Token, error) {
+	if !h.m.Held(ctx) {
+		return stock.Token{}, fmt.Errorf("zookeeper lock node under %s: %w", h.dir, lock.ErrLost)
+	}
+	return stock.Token{Fence: stock.ZooKeeperFence, Value: h.m.Token()}, nil
 }
 
-// Held implements Lock: the node's session is the current one, and the node is there.
-func (h *zkHold) Held(ctx context.Context) bool { return h.m.Held(ctx) }
+// Lost implements lock.Lock: nil, since the fence, not the section's end, stops a holder whose
+// session ends (see lock.Lock).
+func (*zkHold) Lost() <-chan struct{} { return nil }
 
-// Ahead implements fenceChecker. Every node created under the lock's directory moves the
+// Known implements lock.Lock: ZooKeeper hands nothing over.
+func (*zkHold) Known() *stock.Product { return nil }
+
+// Ahead implements lock.Lock. Every node created under the lock's directory moves the
 // directory's Pzxid, so no holder of this ensemble can have been granted a zxid above it (read
 // after a sync, so that the server answering is up to date): a fence above it was written under
 // another ensemble — replaced, or restored from an old snapshot — whose zxids started again.
@@ -97,9 +110,9 @@ func (h *zkHold) Ahead(ctx context.Context, fenced *stock.FenceError) bool {
 	return true
 }
 
-// Unlock implements Lock: it deletes the lock node. A node already gone means the session that
-// held it expired.
-func (h *zkHold) Unlock(ctx context.Context) bool {
+// Unlock implements lock.Lock: it deletes the lock node. A node already gone means the session
+// that held it expired.
+func (h *zkHold) Unlock(ctx context.Context, _ *stock.Product) bool {
 	ok, err := h.m.Unlock(ctx)
 	switch {
 	case errors.Is(err, zk.ErrSessionExpired):
