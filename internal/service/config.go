@@ -18,8 +18,10 @@ import (
 
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/lock"
+	"github.com/flashsale/seckill/internal/lock/etcdlock"
 	"github.com/flashsale/seckill/internal/lock/redislock"
 	"github.com/flashsale/seckill/internal/lock/tablelock"
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/planted"
@@ -185,11 +187,11 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		unsafe := g.guard == lockstrategy.NoGuard
 		if b.Etcd != nil {
 			// A session of its own: two mutexes on one session do not exclude each other.
-			locker := lockstrategy.NewEtcdLock(b.Etcd, lockstrategy.EtcdLockOptions{TTL: cfg.LockTTL}, locks.For(g.prefix+"etcd"), log)
+			locker := etcdlock.NewLocker(b.Etcd, etcdlock.Options{TTL: cfg.LockTTL}, locks.For(g.prefix+"etcd"), log)
 			s.register(lockstrategy.New(g.prefix+"etcd", b.Store, locker, g.guard, opts, metrics), unsafe)
 		}
 		if b.ZooKeeper != nil {
-			locker := lockstrategy.NewZooKeeperLock(b.ZooKeeper, "", log)
+			locker := zklock.NewLocker(b.ZooKeeper, "", log)
 			s.register(lockstrategy.New(g.prefix+"zookeeper", b.Store, locker, g.guard, opts, metrics), unsafe)
 		}
 	}
