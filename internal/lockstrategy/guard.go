@@ -62,7 +62,7 @@ func (r *runner) write(ctx context.Context, l lock.Lock, key string, reqs []stoc
 // (stock.Store.PlaceAdmitted).
 //
 // known, when not nil, is the product as the last writer left it (hybrid: handed over with the
-// Redis lock, lock.Lock.Known), taken instead of the first read when every order of the batch fits in its
+// lock, Lock.Known), taken instead of the first read when every order of the batch fits in its
 // stock: one query fewer inside the lock. It is only a hint — a stale one fails the version check
 // like any stale read, and the batch reads again at no cost to its attempts — and it is never
 // trusted to refuse an order on its own: a cancel gives units back without moving the version, so
