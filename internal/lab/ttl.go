@@ -21,7 +21,7 @@ func ttl() Experiment {
 		Seed: "«Locks in practice», 坑一 (pitfall one): a 5 s Redis lock, a database slower than that, two holders, oversold",
 		Claim: "A lock TTL shorter than the critical section lets two holders in, and the lock alone writes one's sale over the other's; " +
 			"a watchdog that extends the lock prevents it, and the version check holds either way. Every form here is behind hybrid's Redis admission.",
-		Fix: `section, stop := r.watchdog(ctx, key, l) // section.go: Extend every period; and guard.go's UPDATE ... WHERE version = ?`,
+		Fix: `h.watchdog = lock.Watch(ctx, key, l.opts.Extend, h.extend, l.obs) // redislock.go: Extend every period; and guard.go's UPDATE ... WHERE version = ?`,
 		Run: runTTL,
 	}
 }

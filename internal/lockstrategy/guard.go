@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -36,15 +37,15 @@ const (
 
 // write places reqs under r's guard, with l held (nil: no lock). It returns the answers and, for
 // the version guard, the product as the section left it (nil when it cannot say).
-func (r *runner) write(ctx context.Context, l Lock, key string, reqs []stock.OrderRequest) ([]stock.Placed, *stock.Product) {
+func (r *runner) write(ctx context.Context, l lock.Lock, key string, reqs []stock.OrderRequest) ([]stock.Placed, *stock.Product) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
 	switch r.guard {
 	case Version:
 		var known *stock.Product
-		if h, ok := l.(handingOver); ok {
-			known = h.Known()
+		if l != nil {
+			known = l.Known()
 		}
 		return r.versioned(ctx, reqs, known)
 	case Fence:
@@ -61,7 +62,7 @@ func (r *runner) write(ctx context.Context, l Lock, key string, reqs []stock.Ord
 // (stock.Store.PlaceAdmitted).
 //
 // known, when not nil, is the product as the last writer left it (hybrid: handed over with the
-// lock, releases.go), taken instead of the first read when every order of the batch fits in its
+// lock, Lock.Known), taken instead of the first read when every order of the batch fits in its
 // stock: one query fewer inside the lock. It is only a hint — a stale one fails the version check
 // like any stale read, and the batch reads again at no cost to its attempts — and it is never
 // trusted to refuse an order on its own: a cancel gives units back without moving the version, so
@@ -143,23 +144,23 @@ func admitted(reqs []stock.OrderRequest) bool {
 // abandoned before it writes; between that check and the write, the token is what stops a holder
 // whose lock runs out. A write fenced out by a token ahead of the lock service itself — which no
 // holder can have been granted: the service was replaced and its sequence started again — is
-// retried once after resetting that fence (fenceChecker); a genuine fence-out is busy, never a
-// sale.
-func (r *runner) fenced(ctx context.Context, l Lock, key string, reqs []stock.OrderRequest) []stock.Placed {
+// retried once after resetting that fence (lock.Lock.Ahead); a genuine fence-out is busy, never
+// a sale.
+func (r *runner) fenced(ctx context.Context, l lock.Lock, key string, reqs []stock.OrderRequest) []stock.Placed {
 	recovered := false
 	for attempt := 1; ; attempt++ {
-		if !l.Held(ctx) {
+		token, err := l.Token(ctx)
+		if err != nil {
 			r.metrics.lostAt(r.name, key)
 			return failAll(len(reqs), stock.Busy(stock.BusyLockLost, fmt.Errorf("lock %s lost before the write, section abandoned", key)))
 		}
-		placed, err := r.store.PlaceFenced(ctx, reqs, l.Token(), func(ctx context.Context) error {
+		placed, err := r.store.PlaceFenced(ctx, reqs, token, func(ctx context.Context) error {
 			r.inSection(ctx, reqs)
 			return nil
 		})
 		var fenceErr *stock.FenceError
 		if errors.As(err, &fenceErr) && !recovered {
-			if c, ok := l.(fenceChecker); ok && c.Ahead(ctx, fenceErr) &&
-				r.store.ResetFence(ctx, fenceErr.SKU, l.Token().Fence, fenceErr.Fence) == nil {
+			if l.Ahead(ctx, fenceErr) && r.store.ResetFence(ctx, fenceErr.SKU, token.Fence, fenceErr.Fence) == nil {
 				recovered = true
 				continue
 			}

@@ -5,11 +5,12 @@ import (
 	"errors"
 
 	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
 // Hybrid is the pattern this project teaches, and its default: Redis admission rejects the
-// losers at memory speed, a redsync lock per SKU (RedisLock) lets one batch of admitted orders at
+// losers at memory speed, a redsync lock per SKU (redislock.Locker) lets one batch of admitted orders at
 // a time into the critical section (so the hot row sees no contention), and the database's
 // version check (Version) is the final guarantee for when the lock fails — expiry under a pause,
 // a failover, a flush.
@@ -17,8 +18,8 @@ import (
 // Order of events for one order:
 //  1. Admission (one Lua script): sold out / already purchased are answered here.
 //  2. The order queues in the instance's batcher; the next section of its SKU takes the redsync
-//     mutex (expiry, bounded wait), and the watchdog extends it while the section runs and
-//     cancels the section if an extension fails.
+//     mutex (expiry, bounded wait); its watchdog extends it while it is held, and the section
+//     is cancelled if an extension fails.
 //  3. Read the product, then UPDATE ... WHERE version = ? AND stock >= total; insert the orders.
 //     Zero rows means another writer got there: re-read and retry, never write blind.
 //  4. The reservation of each written order is settled; a failed one is given back. One whose
@@ -34,10 +35,10 @@ type Hybrid struct {
 	batch     *batcher
 }
 
-// NewHybrid returns the hybrid strategy: admission through ledger, locks by lock, written under
-// the version guard.
-func NewHybrid(store *stock.Store, ledger *admission.Ledger, lock *RedisLock, opts Options, metrics *LockMetrics) *Hybrid {
-	h := &Hybrid{admission: ledger, run: newRunner("hybrid", store, lock, Version, opts, metrics)}
+// NewHybrid returns the hybrid strategy: admission through ledger, locks by locker (the Redis
+// lock), written under the version guard.
+func NewHybrid(store *stock.Store, ledger *admission.Ledger, locker lock.Locker, opts Options, metrics *LockMetrics) *Hybrid {
+	h := &Hybrid{admission: ledger, run: newRunner("hybrid", store, locker, Version, opts, metrics)}
 	h.run.fallback = h.fallback
 	h.run.settle = ledger.Settle
 	h.batch = h.run.batcher(h.section)
@@ -98,4 +99,4 @@ func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []s
 }
 
 // Close stops listening for lock releases.
-func (h *Hybrid) Close() error { return closeLocker(h.run.locker) }
+func (h *Hybrid) Close() error { return h.run.locker.Close() }

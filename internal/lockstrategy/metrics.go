@@ -7,21 +7,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// LockMetrics records how distributed locks behave: how long orders wait for them, how long they
-// are held, and the warning signs — holds longer than a threshold, locks lost before release.
-// One LockMetrics serves every strategy of an instance, labelled by strategy.
+// LockMetrics records how the strategies' sections behave: how long orders wait for their lock,
+// how long it is held, batches, retries, and the warning signs — holds longer than a threshold,
+// locks lost before release, writes fenced out. One LockMetrics serves every strategy of an
+// instance, labelled by strategy; what the locks do on their own is lock.Metrics.
 type LockMetrics struct {
 	wait, hold  *prometheus.HistogramVec
 	heldTooLong *prometheus.CounterVec
 	lost        *prometheus.CounterVec
 	retries     *prometheus.CounterVec
-	extensions  *prometheus.CounterVec
 	batches     *prometheus.HistogramVec
-	wakeups     *prometheus.CounterVec
 	queued      *prometheus.GaugeVec
-	waiting     *prometheus.GaugeVec
 	fencedOut   *prometheus.CounterVec
-	sessions    *prometheus.CounterVec
 	threshold   time.Duration
 	log         *slog.Logger
 }
@@ -45,39 +42,23 @@ func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_optimistic_retries_total", Help: "Version-guarded writes retried after a concurrent change, by strategy.",
 		}, []string{"strategy"}),
-		extensions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_lock_extensions_total", Help: "Lock expiries extended by a watchdog while a section ran, by strategy.",
-		}, []string{"strategy"}),
 		batches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "seckill_batch_orders",
 			Help:    "Orders placed together by one critical section under group commit, by strategy: the lock and the write they share.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
 		}, []string{"strategy"}),
-		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_lock_release_wakeups_total",
-			Help: "Lock waits ended by the holder's release message rather than by the next poll, by strategy.",
-		}, []string{"strategy"}),
 		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "seckill_batch_queued_orders",
 			Help: "Orders of this instance waiting for the next critical section of their product, which takes them together at its lock's grant, by strategy.",
-		}, []string{"strategy"}),
-		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "seckill_lock_waiting_sections",
-			Help: "Critical sections of this instance that found their Redis lock taken and wait for its release message or their next poll, by strategy.",
 		}, []string{"strategy"}),
 		fencedOut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_fenced_out_total",
 			Help: "Writes refused by the database because a newer holder of the lock service's lock had written (never a sale), by strategy.",
 		}, []string{"strategy"}),
-		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_etcd_sessions_total",
-			Help: "etcd sessions (leases) created: the first, and one after every session loss, by strategy.",
-		}, []string{"strategy"}),
 		threshold: slowHold,
 		log:       log,
 	}
-	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.extensions, m.batches, m.wakeups, m.queued, m.waiting, m.fencedOut,
-		m.sessions)
+	reg.MustRegister(m.wait, m.hold, m.heldTooLong, m.lost, m.retries, m.batches, m.queued, m.fencedOut)
 	return m
 }
 
@@ -102,22 +83,11 @@ func (m *LockMetrics) retried(strategy string) { m.retries.WithLabelValues(strat
 
 func (m *LockMetrics) fenced(strategy string) { m.fencedOut.WithLabelValues(strategy).Inc() }
 
-func (m *LockMetrics) extended(strategy string) { m.extensions.WithLabelValues(strategy).Inc() }
-
-func (m *LockMetrics) wokenByRelease(strategy string) { m.wakeups.WithLabelValues(strategy).Inc() }
-
 // enqueued counts orders joining (n > 0) or leaving (n < 0) their product's queue for a section.
 func (m *LockMetrics) enqueued(strategy string, n int) {
 	m.queued.WithLabelValues(strategy).Add(float64(n))
 }
 
-// lockWaiting counts a section that waits for a taken lock (+1), until it stops waiting (-1).
-func (m *LockMetrics) lockWaiting(strategy string, n int) {
-	m.waiting.WithLabelValues(strategy).Add(float64(n))
-}
-
 func (m *LockMetrics) batched(strategy string, orders int) {
 	m.batches.WithLabelValues(strategy).Observe(float64(orders))
 }
-
-func (m *LockMetrics) sessionStarted(strategy string) { m.sessions.WithLabelValues(strategy).Inc() }

@@ -61,7 +61,7 @@ func (p *Pessimistic) section(ctx context.Context, sku string, take func() []sto
 	}
 	for {
 		placed, err := p.run.store.PlaceLocked(ctx, sku, p.rowLock, held)
-		if !lockLost(err) {
+		if !rowTaken(err) {
 			if err != nil {
 				return failAll(len(take()), err)
 			}
@@ -81,9 +81,9 @@ func (p *Pessimistic) section(ctx context.Context, sku string, take func() []sto
 	}
 }
 
-// lockLost reports an attempt that wrote nothing because another transaction had the row: its
+// rowTaken reports an attempt that wrote nothing because another transaction had the row: its
 // lock (ErrBusy), or — under the row lock nobody else can change the row, so a conditional update
 // that matched nothing means the row changed between statements (a reset) — ErrVersionConflict.
-func lockLost(err error) bool {
+func rowTaken(err error) bool {
 	return errors.Is(err, stock.ErrBusy) || errors.Is(err, stock.ErrVersionConflict)
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flashsale/seckill/internal/planted"
+	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -27,18 +27,15 @@ type Options struct {
 // defaultAttempts is how many version-guarded (or fenced) writes a section tries by default.
 const defaultAttempts = 5
 
-// unlockTimeout bounds a release, which runs even when the request was cancelled.
-const unlockTimeout = time.Second
-
 // runner is the one critical section of every strategy made of a lock and a guard: wait for
-// the lock within the budget, take the batch, keep an expiring lock alive (the watchdog), write
+// the lock within the budget, take the batch, stop the section when its lock is lost, write
 // under the guard with the fault hook at its one moment, release, and answer busy for what a
 // lost lock abandoned. A strategy is then its recipe: which lock, which guard, and what it does
 // around the section (hybrid: admission before, settle after).
 type runner struct {
 	name    string
 	store   *stock.Store
-	locker  Locker // nil: no lock at all (naive)
+	locker  lock.Locker // nil: no lock at all (naive)
 	guard   Guard
 	opts    Options
 	metrics *LockMetrics
@@ -46,7 +43,7 @@ type runner struct {
 	// for the latency that opens the race window in production.
 	pause time.Duration
 	// fallback places the orders when the lock service cannot be reached at all
-	// (errLockUnreachable); nil: they answer unavailable, as a strategy with no safe way without
+	// (lock.ErrUnreachable); nil: they answer unavailable, as a strategy with no safe way without
 	// its lock must.
 	fallback func(ctx context.Context, reqs []stock.OrderRequest, err error) []stock.Placed
 	// settle runs after the release, outside the lock, with what the section wrote (hybrid:
@@ -54,12 +51,9 @@ type runner struct {
 	settle func(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed)
 }
 
-func newRunner(name string, store *stock.Store, locker Locker, guard Guard, opts Options, metrics *LockMetrics) *runner {
+func newRunner(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *runner {
 	if opts.Attempts <= 0 {
 		opts.Attempts = defaultAttempts
-	}
-	if l, ok := locker.(labelled); ok {
-		locker = l.forStrategy(name)
 	}
 	return &runner{name: name, store: store, locker: locker, guard: guard, opts: opts, metrics: metrics}
 }
@@ -83,7 +77,7 @@ func (r *runner) section(ctx context.Context, sku string, take func() []stock.Or
 	outwaited := waitCtx.Err() != nil
 	cancel()
 	switch {
-	case errors.Is(err, errLockUnreachable):
+	case errors.Is(err, lock.ErrUnreachable):
 		if r.fallback != nil {
 			return r.fallback(ctx, take(), err)
 		}
@@ -97,16 +91,13 @@ func (r *runner) section(ctx context.Context, sku string, take func() []stock.Or
 	}
 	locked := time.Now()
 	r.metrics.waited(r.name, locked.Sub(start))
-	section, stop := r.watchdog(ctx, key, l)
+	section, stop := untilLost(ctx, l)
 	reqs := take()
 	placed, left := r.write(section, l, key, reqs)
 	stop()
 	r.metrics.held(r.name, key, time.Since(locked))
-	if h, ok := l.(handingOver); ok {
-		h.Leave(left)
-	}
-	unlockCtx, cancelUnlock := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-	if !l.Unlock(unlockCtx) {
+	unlockCtx, cancelUnlock := context.WithTimeout(context.WithoutCancel(ctx), lock.UnlockTimeout)
+	if !l.Unlock(unlockCtx, left) {
 		r.metrics.lostAt(r.name, key)
 	}
 	cancelUnlock()
@@ -125,52 +116,25 @@ func (r *runner) inSection(ctx context.Context, reqs []stock.OrderRequest) {
 	}
 }
 
-// errLockLost is the cause given to a critical section whose lock could not be extended.
-var errLockLost = errors.New("lock lost")
-
-// watchdog keeps an expiring lock alive while its section runs, as Redisson's watchdog does:
-// Extend every period. The expiry itself can then be short — a holder that stops (crash, GC
-// pause, a frozen VM, SIGSTOP) stops extending, and the others get the lock once it runs out —
-// while a live section holds the lock for as long as it needs. If an extension fails, the lock
-// may already belong to someone else, so the section is cancelled: a section that has not
-// written yet abandons its write, and one that is writing is stopped by its guard if another
-// holder has written since. A lock with no expiry of its own (a session's) runs on ctx. stop
-// must be called before the lock is released.
-func (r *runner) watchdog(ctx context.Context, key string, l Lock) (section context.Context, stop func()) {
-	e, ok := l.(expiring)
-	if !ok {
+// untilLost returns the section's context, cancelled (cause: lock.ErrLost) when l is lost: a
+// section that has not written yet abandons its write, and one that is writing is stopped by its
+// guard if another holder has written since. stop must be called before the lock is released.
+func untilLost(ctx context.Context, l lock.Lock) (section context.Context, stop func()) {
+	lost := l.Lost()
+	if lost == nil {
 		return ctx, func() {}
 	}
 	section, cancel := context.WithCancelCause(ctx)
-	if planted.On(planted.NoWatchdog) {
-		return section, func() { cancel(nil) }
-	}
-	period := e.ExtendEvery()
-	done, exited := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
 	go func() {
-		defer close(exited)
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				extendCtx, cancelExtend := context.WithTimeout(context.WithoutCancel(ctx), period)
-				err := e.Extend(extendCtx)
-				cancelExtend()
-				if err != nil {
-					r.metrics.log.Warn("lock extension failed; abandoning the critical section", "strategy", r.name, "key", key, "err", err)
-					cancel(fmt.Errorf("%w: extend: %w", errLockLost, err))
-					return
-				}
-				r.metrics.extended(r.name)
-			}
+		select {
+		case <-lost:
+			cancel(lock.ErrLost)
+		case <-done:
 		}
 	}()
 	return section, func() {
 		close(done)
-		<-exited
 		cancel(nil)
 	}
 }
@@ -178,7 +142,7 @@ func (r *runner) watchdog(ctx context.Context, key string, l Lock) (section cont
 // abandoned turns the failures of a section whose lock was lost mid-way into busy: nothing of
 // them was written, and the client may retry. Orders it did write, and sold-out answers, stand.
 func abandoned(section context.Context, key string, placed []stock.Placed) {
-	if !errors.Is(context.Cause(section), errLockLost) {
+	if !errors.Is(context.Cause(section), lock.ErrLost) {
 		return
 	}
 	for i := range placed {

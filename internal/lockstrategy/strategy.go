@@ -1,23 +1,14 @@
 // Package lockstrategy holds the ways an order can be serialised against concurrent orders for
-// the same product, behind one interface. A strategy is a lock and a guard: the lock (Locker:
-// Redis with redsync, etcd, ZooKeeper, the lock table) keeps the hot row calm, and the guard of
-// its write (Guard: the version check, the fencing token, or none) keeps the invariant when the
-// lock fails. One section runner (section.go) owns what every strategy needs — the wait budget,
-// taking the batch (batcher: a section is a function of "the orders to place"), the watchdog,
-// the fault hook at its one moment, metrics, unlock and abandonment — so each strategy file reads
-// as its recipe: hybrid (Redis admission, package admission, then the Redis lock and the version
-// check), queued (hybrid's admission, then the order queue of package orderqueue, whose writers
-// run hybrid's section), etcd and zookeeper (their lock and the fence), dblock (the lock table and the version
-// check), pessimistic (the database's row lock, which is its own guard), the unguarded twins
-// (a lock service's lock with no guard) and naive (no lock, no guard). The last two are unsafe
-// on purpose. The lock primitives themselves live in package lock/... per backend, the SQL in
-// package stock.
+// the same product, behind one interface (Strategy). A strategy is a lock (a lock.Locker) that
+// keeps the hot row calm and a guard (Guard) that keeps the invariant when the lock fails; one
+// section runner (section.go) owns what every strategy needs, so each strategy file reads as its
+// recipe. naive and the unguarded twins are unsafe on purpose.
 package lockstrategy
 
 import (
 	"context"
-	"io"
 
+	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -58,7 +49,7 @@ type Locked struct {
 
 // New returns the strategy name: sections under locker's lock, written under guard. A lock
 // service that cannot be reached answers unavailable: without its lock it has no safe way.
-func New(name string, store *stock.Store, locker Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
+func New(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
 	l := &Locked{run: newRunner(name, store, locker, guard, opts, metrics)}
 	l.batch = l.run.batcher(l.run.section)
 	return l
@@ -79,11 +70,4 @@ func (l *Locked) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 }
 
 // Close releases what the strategy's lock keeps open (an etcd session, a Redis subscription).
-func (l *Locked) Close() error { return closeLocker(l.run.locker) }
-
-func closeLocker(locker Locker) error {
-	if c, ok := locker.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
+func (l *Locked) Close() error { return l.run.locker.Close() }

@@ -17,6 +17,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/lock"
+	"github.com/flashsale/seckill/internal/lock/etcdlock"
+	"github.com/flashsale/seckill/internal/lock/redislock"
+	"github.com/flashsale/seckill/internal/lock/tablelock"
+	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/planted"
@@ -108,6 +113,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	}
 	reg.MustRegister(dbStats)
 	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
+	locks := lock.NewMetrics(reg, log)
 	s := &Service{
 		store:         b.Store,
 		admission:     admission.New(b.Redis[0], b.Store, cfg.Instance, cfg.InstanceTTL, log, reg),
@@ -162,9 +168,9 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	// A strategy is a lock and a guard. Each lock service's lock is registered twice: with its
 	// guard, and unguarded — the same lock with NoGuard, unsafe on purpose.
 	opts := lockstrategy.Options{Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks}
-	redisLock := lockstrategy.NewRedisLock(redsync.New(pools...), b.Redis[0], lockstrategy.RedisLockOptions{
+	redisLock := redislock.New(redsync.New(pools...), b.Redis[0], redislock.Options{
 		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Poll: cfg.LockPoll,
-	}, metrics)
+	}, locks.For("hybrid"))
 	hybrid := lockstrategy.NewHybrid(b.Store, s.admission, redisLock, opts, metrics)
 	s.register(hybrid, false)
 	if b.Queue != nil {
@@ -173,7 +179,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		s.register(s.queued, false)
 		s.checks = append(s.checks, Check{Name: "nats", Ping: b.Queue.Ping})
 	}
-	s.register(lockstrategy.New("unguarded-redis", b.Store, redisLock, lockstrategy.NoGuard, opts, metrics), true)
+	s.register(lockstrategy.New("unguarded-redis", b.Store, redisLock.Observed(locks.For("unguarded-redis")), lockstrategy.NoGuard, opts, metrics), true)
 	for _, g := range []struct {
 		prefix string
 		guard  lockstrategy.Guard
@@ -181,12 +187,12 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		unsafe := g.guard == lockstrategy.NoGuard
 		if b.Etcd != nil {
 			// A session of its own: two mutexes on one session do not exclude each other.
-			lock := lockstrategy.NewEtcdLock(b.Etcd, lockstrategy.EtcdLockOptions{TTL: cfg.LockTTL}, metrics, log)
-			s.register(lockstrategy.New(g.prefix+"etcd", b.Store, lock, g.guard, opts, metrics), unsafe)
+			locker := etcdlock.NewLocker(b.Etcd, etcdlock.Options{TTL: cfg.LockTTL}, locks.For(g.prefix+"etcd"), log)
+			s.register(lockstrategy.New(g.prefix+"etcd", b.Store, locker, g.guard, opts, metrics), unsafe)
 		}
 		if b.ZooKeeper != nil {
-			lock := lockstrategy.NewZooKeeperLock(b.ZooKeeper, "", log)
-			s.register(lockstrategy.New(g.prefix+"zookeeper", b.Store, lock, g.guard, opts, metrics), unsafe)
+			locker := zklock.NewLocker(b.ZooKeeper, "", log)
+			s.register(lockstrategy.New(g.prefix+"zookeeper", b.Store, locker, g.guard, opts, metrics), unsafe)
 		}
 	}
 	if b.Etcd != nil {
@@ -196,9 +202,9 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		s.checks = append(s.checks, Check{Name: "zookeeper", Ping: pingZooKeeper(b.ZooKeeper)})
 	}
 	s.register(lockstrategy.NewPessimistic(b.Store, cfg.RowLock, opts, metrics), false)
-	tableLock := lockstrategy.NewTableLock(b.Store, lockstrategy.TableLockOptions{
+	tableLock := tablelock.New(b.Store, tablelock.Options{
 		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Instance: cfg.Instance,
-	}, metrics)
+	}, locks.For("dblock"), log)
 	s.register(lockstrategy.New("dblock", b.Store, tableLock, lockstrategy.Version, opts, metrics), false)
 	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, opts, metrics), true)
 

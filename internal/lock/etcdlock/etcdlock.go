@@ -1,6 +1,7 @@
-// Package etcdlock is the etcd lock primitive: a mutex on a concurrency session, interoperable
-// with etcd's own concurrency.Mutex, whose grant revision serves as a fencing token, and the
-// client the service opens etcd with.
+// Package etcdlock is the etcd lock: a mutex on a concurrency session, interoperable with etcd's
+// own concurrency.Mutex, whose grant revision serves as a fencing token (Mutex); the strategies'
+// lock.Locker over it, with the session it keeps (Locker); and the client the service opens etcd
+// with.
 package etcdlock
 
 import (

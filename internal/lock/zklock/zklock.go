@@ -1,6 +1,6 @@
-// Package zklock is the ZooKeeper lock primitive: the recipe of ephemeral sequential nodes, each
-// waiter watching its predecessor, whose node's creation zxid serves as a fencing token, and the
-// session the service opens ZooKeeper with.
+// Package zklock is the ZooKeeper lock: the recipe of ephemeral sequential nodes, each waiter
+// watching its predecessor, whose node's creation zxid serves as a fencing token (Mutex); the
+// strategies' lock.Locker over it (Locker); and the session the service opens ZooKeeper with.
 package zklock
 
 import (

@@ -1,4 +1,4 @@
-package lockstrategy
+package redislock
 
 import (
 	"context"
@@ -24,7 +24,7 @@ const releasedChannel = "seckill:locks:released"
 // a lost message costs one polling interval, never correctness.
 //
 // The message also hands the product over to the next holder, as its last writer left it, so
-// that the next section need not read the row first (the version guard's known, guard.go): with three
+// that the next section need not read the row first (lock.Lock.Known): with three
 // instances taking turns, that read is one of the few round trips every section waits for. The
 // version check makes a stale or lost hand-over harmless.
 type releases struct {

@@ -1,4 +1,4 @@
-package lockstrategy
+package lock
 
 import (
 	"context"
@@ -11,24 +11,24 @@ import (
 // TestTurns: a releaser waits out the pause once, counted from its release; nobody else waits.
 func TestTurns(t *testing.T) {
 	ctx := context.Background()
-	tr := newTurns()
+	tr := NewTurns()
 	start := time.Now()
-	tr.wait(ctx, "k", time.Minute)
+	tr.Wait(ctx, "k", time.Minute)
 	assert.Less(t, time.Since(start), time.Second, "a key this instance never released: no wait")
 
-	tr.done("k")
+	tr.Done("k")
 	start = time.Now()
-	tr.wait(ctx, "k", 50*time.Millisecond)
+	tr.Wait(ctx, "k", 50*time.Millisecond)
 	assert.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "just released: wait")
 
 	start = time.Now()
-	tr.wait(ctx, "k", time.Minute)
+	tr.Wait(ctx, "k", time.Minute)
 	assert.Less(t, time.Since(start), time.Second, "the turn was taken: no second wait")
 
-	tr.done("k")
+	tr.Done("k")
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	start = time.Now()
-	tr.wait(cancelled, "k", time.Minute)
+	tr.Wait(cancelled, "k", time.Minute)
 	assert.Less(t, time.Since(start), time.Second, "a cancelled request does not wait")
 }

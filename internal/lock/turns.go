@@ -1,4 +1,4 @@
-package lockstrategy
+package lock
 
 import (
 	"context"
@@ -6,22 +6,23 @@ import (
 	"time"
 )
 
-// turns keeps an instance from taking back at once a lock it has just released. Locks without
+// Turns keeps an instance from taking back at once a lock it has just released. Locks without
 // a queue of their own — a Redis key, a lock-table row — are won by whoever tries first, and
 // under group commit the releaser tries first: its next batch is already queued, while the
 // waiters of other instances are between polls or waiting for a release message. Left alone it
 // would win again and again, and their orders would wait out several sections — the tail of the
 // latency. So the releaser waits about as long as a waiter needs to notice, then tries.
-type turns struct {
+type Turns struct {
 	mu       sync.Mutex
 	released map[string]time.Time // by key: when this instance last let it go
 }
 
-func newTurns() *turns { return &turns{released: map[string]time.Time{}} }
+// NewTurns returns the turns of one instance.
+func NewTurns() *Turns { return &Turns{released: map[string]time.Time{}} }
 
-// done records that this instance released key. Keys not locked again are forgotten once there
+// Done records that this instance released key. Keys not locked again are forgotten once there
 // are many: an entry only matters for a few milliseconds.
-func (t *turns) done(key string) {
+func (t *Turns) Done(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -35,8 +36,8 @@ func (t *turns) done(key string) {
 	t.released[key] = now
 }
 
-// wait waits until pause has passed since this instance released key, if it did.
-func (t *turns) wait(ctx context.Context, key string, pause time.Duration) {
+// Wait waits until pause has passed since this instance released key, if it did.
+func (t *Turns) Wait(ctx context.Context, key string, pause time.Duration) {
 	t.mu.Lock()
 	at, ok := t.released[key]
 	delete(t.released, key)
