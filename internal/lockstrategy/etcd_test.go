@@ -74,6 +74,7 @@ func TestEtcdLeaseRevokedMidHold(t *testing.T) {
 // TestEtcdClusterMemberStopped sells on a 3-member etcd cluster and stops one member mid-sale:
 // the other two keep a quorum, locks keep being granted, nothing is oversold.
 func TestEtcdClusterMemberStopped(t *testing.T) {
+	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
 	sellThroughMemberLoss(t, "etcd", "one of three members stopped", func(t *testing.T, _ string) (backendtest.Wiring, func()) {
 		members := backendtest.StartEtcdCluster(t, 3)
 		return backendtest.Wiring{EtcdEndpoints: etcdserver.Endpoints(members...)}, members[2].Close

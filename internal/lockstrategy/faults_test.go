@@ -209,6 +209,7 @@ func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, u
 // Idempotency-Key on retry. Each fault must also be seen to bite, as its case says — a fault
 // that the proxy failed to inject would pass the rest.
 func TestNetworkFaults(t *testing.T) {
+	t.Parallel() // fault proxies of its own: beside the cluster tests, after the rest
 	mysqlAddr := backendtest.MySQLAddr(t)
 	if mysqlAddr == "" {
 		if backendtest.Required() {

@@ -20,6 +20,7 @@ var galeraStrategies = []string{"hybrid", "pessimistic", "dblock", "etcd"}
 // busy. Exactly the stock sells, the rest hear sold_out, the history fits one product's stock,
 // and every node holds the same sale. The conflicts the cluster counted are logged.
 func TestGaleraStrategies(t *testing.T) {
+	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
 	g := backendtest.GaleraCluster(t)
 	for _, strategy := range galeraStrategies {
 		t.Run(strategy, func(t *testing.T) {

@@ -423,6 +423,7 @@ func TestHybridRedisDown(t *testing.T) {
 // and once the node is gone, every instance sells again on the two left (soldAfterLoss), none
 // on the database-guarded path.
 func TestRedlockQuorum(t *testing.T) {
+	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
 	forEachMode(t, func(t *testing.T, cfg service.Config) {
 		servers := []*backendtest.RedisProcess{backendtest.StartRedis(t), backendtest.StartRedis(t), backendtest.StartRedis(t)}
 		insts := newInstances(t, instances, cfg, backendtest.Wiring{RedisAddrs: []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}})

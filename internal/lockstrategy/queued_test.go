@@ -634,6 +634,7 @@ func TestQueuedNATSRestart(t *testing.T) {
 // rejected (reason unavailable, its unit back) when its record could not be written in time —
 // every unit sells once, and the invariant holds.
 func TestQueuedClusterLosesANode(t *testing.T) {
+	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
 	servers := natsServers(t, 3)
 	var insts []backendtest.Instance
 	for range instances {

@@ -108,6 +108,7 @@ func TestRedisClusterPubSub(t *testing.T) {
 // lost this way lets a second holder in, which the version check turns away). Exactly the stock
 // sells, none is stranded, and the history fits one product's stock.
 func TestRedisClusterMasterKilled(t *testing.T) {
+	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
 	sellThroughMemberLoss(t, "hybrid", "the master of the sale's slot SIGKILLed", func(t *testing.T, sku string) (backendtest.Wiring, func()) {
 		c := backendtest.StartRedisCluster(t)
 		return backendtest.Wiring{RedisMode: redisclient.Cluster, RedisAddrs: c.Addrs()}, func() {
@@ -131,6 +132,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 // TestRedisSentinelMasterKilled SIGKILLs the master mid-sale; the Sentinels promote the replica
 // and the instances' clients follow it. The same promises as for the Cluster hold.
 func TestRedisSentinelMasterKilled(t *testing.T) {
+	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
 	sellThroughMemberLoss(t, "hybrid", "the master SIGKILLed", func(t *testing.T, _ string) (backendtest.Wiring, func()) {
 		s := backendtest.StartRedisSentinel(t)
 		return backendtest.Wiring{RedisMode: redisclient.Sentinel, RedisAddrs: s.SentinelAddrs(), RedisMaster: s.Name}, func() {
@@ -146,6 +148,7 @@ func TestRedisSentinelMasterKilled(t *testing.T) {
 // three masters' slots — beside the same sale on one Redis, and logs both rates: every SKU sells
 // exactly its stock, and each master holds a share of the sale's keys.
 func TestRedisClusterManySKUs(t *testing.T) {
+	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
 	const skus, unitsEach, buyersEach, workers = 1000, 2, 3, 64
 	c := backendtest.StartRedisCluster(t)
 	single := backendtest.StartRedis(t)

@@ -106,6 +106,7 @@ func placeRetrying(t *testing.T, inst backendtest.Instance, r stock.OrderRequest
 // the member that says so at that moment, every member asked — the two left elect a new one and
 // keep a quorum, the sessions move to them, locks keep being granted, nothing is oversold.
 func TestZooKeeperEnsembleMemberStopped(t *testing.T) {
+	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
 	sellThroughMemberLoss(t, "zookeeper", "the leader of three killed", func(t *testing.T, _ string) (backendtest.Wiring, func()) {
 		members := backendtest.StartZooKeeperEnsemble(t, 3)
 		return backendtest.Wiring{ZKServers: zkserver.Addrs(members...)}, func() {

@@ -18,7 +18,54 @@ import (
 // its own words. A check that passes with its bug planted cannot fail, and proves nothing.
 // A test runs in its package's test binary, built once, exactly as the suite runs it; a lab
 // experiment in the lab's binary, as cmd/lab runs it.
+//
+// The checks that run service processes are in TestProcessChecksCatchPlantedBugs, which
+// scripts/test.sh runs in its serial lane, with cmd/api: their promises are timed on a machine the
+// rest of the suite does not load.
 func TestChecksCatchPlantedBugs(t *testing.T) {
+	catches(t, []row{
+		{planted.BlindWrite, "internal/lockstrategy", "TestHybridLockExpiry", nil, "the paused writer's version check failed"},
+		{planted.BlindWrite, "cmd/lab", "", []string{"-small", "-out", "lab-report", "ttl"}, "the fix did not hold"},
+		{planted.NoFence, "internal/lockstrategy", "TestEtcdLeaseRevokedMidHold", nil, "the old holder's write was fenced out"},
+		{planted.NoWatchdog, "internal/lockstrategy", "TestHybridWatchdogKeepsLock", nil, "the extended lock kept the other instance out"},
+		{planted.LostGiveBack, "internal/lockstrategy", "TestHybridGiveBack", nil, "the repeat buyer's unit was given back"},
+		{planted.EveryoneAlive, "internal/service", "TestStrandedUnits", nil, "a reservation whose instance stopped beating is never reported stranded"},
+		{planted.NoFence, "internal/lockstrategy", "TestZooKeeperSessionExpiredMidHold", nil, "the old holder's write was fenced out"},
+		{planted.DoubleReturn, "internal/stock", "TestExpiry", nil, "every unit back, once"},
+		{planted.UncheckedWriter, "internal/lockstrategy", "TestQueuedCrashBeforePublish", nil, "the late message placed nothing"},
+		{planted.KeyAcrossUsers, "internal/handler", "TestIdempotency", nil, "another request under the key was handed its order"},
+		{planted.SettleWithoutTakeBack, "internal/admission", "TestSettleAfterSweep", nil, "the settle took the swept unit again"},
+		{planted.HeldAtOnce, "internal/service", "TestNoNeedlessBusy", nil, "busy answers came before their wait budget ran out"},
+		{planted.AnyRejectionGivenUp, "internal/lockstrategy", "TestQueuedRecordedFirst", nil, "its message went out: the order was accepted"},
+		{planted.NoneGivenUp, "internal/lockstrategy", "TestQueuedRecordedFirst", nil, "given up before it was recorded queued: never accepted"},
+		{planted.IgnoredWaitingBound, "internal/lockstrategy", "TestQueuedBoundsTheWaiting", nil, "a fourth order waiting behind three"},
+		{planted.NowaitAsWait, "internal/lockstrategy", "TestPessimisticRowHeld/nowait,_released", nil, "NOWAIT: no session ever parked in the row's lock queue"},
+		{planted.BeatsWithoutDatabase, "internal/service", "TestCutOffFromItsDatabase", nil, "the cut-off instance's reservation never came back"},
+	})
+}
+
+// TestProcessChecksCatchPlantedBugs is TestChecksCatchPlantedBugs for the checks that run service
+// processes (cmd/api).
+func TestProcessChecksCatchPlantedBugs(t *testing.T) {
+	catches(t, []row{
+		{planted.NoSweep, "cmd/api", "TestProcessesHybridKill", nil, "units held back by dead reservations never came back"},
+		{planted.LongHeartbeat, "cmd/api", "TestProcessesFrozenAtSaleEnd", nil, "reservations were still its own when it woke: no sweeper returned them"},
+		{planted.LongHeartbeat, "cmd/api", "TestProcessesQueuedFrozen", nil, "the stopped process still held reservations when it woke"},
+		{planted.LongAckWait, "cmd/api", "TestProcessesQueuedFrozen", nil, "the orders the stopped process held ended after its wake"},
+	})
+}
+
+// A row is one planted bug and the check that must catch it.
+type row struct {
+	bug   planted.Bug
+	pkg   string   // the check's package, from the module root
+	check string   // the test that must fail; empty: pkg is a command, run with args
+	args  []string // the command's arguments
+	says  string   // what it says when it does
+}
+
+// catches plants each row's bug and runs its check, which must fail in its own words.
+func catches(t *testing.T, rows []row) {
 	if testing.Short() {
 		t.Skip("builds test binaries with the plantedbugs tag and runs checks against planted bugs; skipped with -short")
 	}
@@ -45,35 +92,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		built[bin] = bin
 		return bin
 	}
-	for _, tc := range []struct {
-		bug   planted.Bug
-		pkg   string   // the check's package, from the module root
-		check string   // the test that must fail; empty: pkg is a command, run with args
-		args  []string // the command's arguments
-		says  string   // what it says when it does
-	}{
-		{planted.BlindWrite, "internal/lockstrategy", "TestHybridLockExpiry", nil, "the paused writer's version check failed"},
-		{planted.BlindWrite, "cmd/lab", "", []string{"-small", "-out", "lab-report", "ttl"}, "the fix did not hold"},
-		{planted.NoFence, "internal/lockstrategy", "TestEtcdLeaseRevokedMidHold", nil, "the old holder's write was fenced out"},
-		{planted.NoWatchdog, "internal/lockstrategy", "TestHybridWatchdogKeepsLock", nil, "the extended lock kept the other instance out"},
-		{planted.LostGiveBack, "internal/lockstrategy", "TestHybridGiveBack", nil, "the repeat buyer's unit was given back"},
-		{planted.NoSweep, "cmd/api", "TestProcessesHybridKill", nil, "units held back by dead reservations never came back"},
-		{planted.EveryoneAlive, "internal/service", "TestStrandedUnits", nil, "a reservation whose instance stopped beating is never reported stranded"},
-		{planted.NoFence, "internal/lockstrategy", "TestZooKeeperSessionExpiredMidHold", nil, "the old holder's write was fenced out"},
-		{planted.DoubleReturn, "internal/stock", "TestExpiry", nil, "every unit back, once"},
-		{planted.UncheckedWriter, "internal/lockstrategy", "TestQueuedCrashBeforePublish", nil, "the late message placed nothing"},
-		{planted.KeyAcrossUsers, "internal/handler", "TestIdempotency", nil, "another request under the key was handed its order"},
-		{planted.SettleWithoutTakeBack, "internal/admission", "TestSettleAfterSweep", nil, "the settle took the swept unit again"},
-		{planted.HeldAtOnce, "internal/service", "TestNoNeedlessBusy", nil, "busy answers came before their wait budget ran out"},
-		{planted.AnyRejectionGivenUp, "internal/lockstrategy", "TestQueuedRecordedFirst", nil, "its message went out: the order was accepted"},
-		{planted.NoneGivenUp, "internal/lockstrategy", "TestQueuedRecordedFirst", nil, "given up before it was recorded queued: never accepted"},
-		{planted.IgnoredWaitingBound, "internal/lockstrategy", "TestQueuedBoundsTheWaiting", nil, "a fourth order waiting behind three"},
-		{planted.LongHeartbeat, "cmd/api", "TestProcessesFrozenAtSaleEnd", nil, "reservations were still its own when it woke: no sweeper returned them"},
-		{planted.LongHeartbeat, "cmd/api", "TestProcessesQueuedFrozen", nil, "the stopped process still held reservations when it woke"},
-		{planted.LongAckWait, "cmd/api", "TestProcessesQueuedFrozen", nil, "the orders the stopped process held ended after its wake"},
-		{planted.NowaitAsWait, "internal/lockstrategy", "TestPessimisticRowHeld/nowait,_released", nil, "NOWAIT: no session ever parked in the row's lock queue"},
-		{planted.BeatsWithoutDatabase, "internal/service", "TestCutOffFromItsDatabase", nil, "the cut-off instance's reservation never came back"},
-	} {
+	for _, tc := range rows {
 		name := tc.check
 		if name == "" {
 			name = tc.pkg + " " + strings.Join(tc.args, " ")
