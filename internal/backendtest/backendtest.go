@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,9 +43,10 @@ import (
 const dbPrefix = "seckill_test_"
 
 var (
-	once    sync.Once
-	setup   backend
-	initErr error
+	once      sync.Once
+	setup     backend
+	initErr   error
+	connected atomic.Bool // connect has run: setup may be read without once
 )
 
 // backend is what the process connected to: a MySQL DSN, or an SQLite file.
@@ -81,6 +83,7 @@ func Main(m *testing.M, after ...func()) {
 }
 
 func connect() {
+	defer connected.Store(true)
 	serverDSN := os.Getenv("SECKILL_TEST_MYSQL_DSN")
 	if serverDSN == "" {
 		serverDSN = "root:@tcp(127.0.0.1:3306)/"
@@ -297,10 +300,13 @@ func SKU(t testing.TB) string {
 	_, _ = h.Write([]byte(t.Name()))
 	sku := fmt.Sprintf("t%08x-%s", h.Sum32(), randomHex(4))
 	t.Cleanup(func() {
-		s, err := open(context.Background())
-		if err == nil {
-			_ = s.DeleteProduct(context.Background(), sku)
-			_ = s.Close()
+		// A test that never asked for the database has no product to delete, and opening one
+		// here would create an SQLite file in the package's directory.
+		if connected.Load() && initErr == nil {
+			if s, err := open(context.Background()); err == nil {
+				_ = s.DeleteProduct(context.Background(), sku)
+				_ = s.Close()
+			}
 		}
 		deleteRedisKeys(sku)
 	})
