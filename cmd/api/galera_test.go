@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -72,13 +71,12 @@ func TestProcessesGalera(t *testing.T) {
 }
 
 // repeatAtOnce sends the same order (user u-1, one Idempotency-Key) n times at once over procs,
-// each retrying a 429, and returns the order ids the 201s named, with how many named each.
+// each with the one HTTP buyer, and returns the order ids the 201s named, with how many named each.
 func repeatAtOnce(t *testing.T, procs []instance, sku, strategy string, n int) map[string]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	client := &http.Client{Timeout: 30 * time.Second}
-	body := fmt.Sprintf(`{"user_id":"u-1","strategy":%q}`, strategy)
+	b := buyer{t: t, ctx: ctx, client: &http.Client{Timeout: 30 * time.Second}, sku: sku, strategy: strategy}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -88,22 +86,15 @@ func repeatAtOnce(t *testing.T, procs []instance, sku, strategy string, n int) m
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			for attempt := 0; ctx.Err() == nil; attempt++ {
-				a, err := postOrder(ctx, client, procs[(i+attempt)%len(procs)].url, sku, "u-1", body)
-				status, order := a.status, a.order
-				if err == nil && failed(t, "u-1", a) {
-					return
-				}
-				if err == nil && status == http.StatusTooManyRequests {
-					time.Sleep(10*time.Millisecond + rand.N(40*time.Millisecond))
-					continue
-				}
-				if assert.NoError(t, err) && assert.Equal(t, http.StatusCreated, status) {
-					mu.Lock()
-					orders[order.OrderID]++
-					mu.Unlock()
-				}
-				return
+			a, _, ok := b.buy("u-1", func(attempt int) instance { return procs[(i+attempt)%len(procs)] }, func(_ instance, a answer, err error) {
+				// Nothing here may be lost or unavailable: only a busy answer is retried.
+				assert.NoError(t, err)
+				assert.NotEqual(t, http.StatusServiceUnavailable, a.status, "u-1: %s", a.body)
+			})
+			if ok && assert.Equal(t, http.StatusCreated, a.status) {
+				mu.Lock()
+				orders[a.order.OrderID]++
+				mu.Unlock()
 			}
 		})
 	}
@@ -147,16 +138,17 @@ func (n nodeLoss) sales(except int) []time.Time {
 	return out
 }
 
-// sellThroughNodeLoss has clients buy sku on procs — each buyer first on its client's process,
-// then, after a 503, a 429 or a lost answer, with the same Idempotency-Key on the next. Once a
+// sellThroughNodeLoss has clients buy sku on procs with the one HTTP buyer — each buyer first on
+// its client's process, then on the next, every answer heard recorded. Once a
 // hundred have bought, fault runs; once it returns, the sale goes on until process back has sold
 // ten more (for at most 10 s), and ends.
 func sellThroughNodeLoss(t *testing.T, procs []instance, sku, strategy string, back int, fault func()) nodeLoss {
 	t.Helper()
 	const clients = 24
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
 	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	b := buyer{t: t, ctx: deadline, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second},
+		sku: sku, strategy: strategy}
 	var (
 		mu       sync.Mutex
 		res      nodeLoss
@@ -167,33 +159,24 @@ func sellThroughNodeLoss(t *testing.T, procs []instance, sku, strategy string, b
 	for c := range clients {
 		wg.Go(func() {
 			for n := 0; !stopping.Load() && deadline.Err() == nil; n++ {
-				user := fmt.Sprintf("c%02d-%05d", c, n)
-				body := fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy)
-				for attempt := 0; deadline.Err() == nil; attempt++ {
-					p := (c + attempt) % len(procs)
-					a, err := postOrder(deadline, client, procs[p].url, sku, user, body)
+				var p int // the process of the attempt
+				to := func(attempt int) instance { p = (c + attempt) % len(procs); return procs[p] }
+				record := func(_ instance, a answer, err error) {
 					if err != nil {
-						time.Sleep(5 * time.Millisecond)
-						continue
-					}
-					if failed(t, user, a) {
 						return
 					}
-					status, order := a.status, a.order
 					mu.Lock()
-					res.answers = append(res.answers, heard{at: time.Now(), proc: p, status: status})
-					if status == http.StatusCreated {
-						res.acked = append(res.acked, order)
+					defer mu.Unlock()
+					res.answers = append(res.answers, heard{at: time.Now(), proc: p, status: a.status})
+					if a.status == http.StatusCreated {
+						res.acked = append(res.acked, a.order)
 						if len(res.acked) == 100 {
 							close(sold)
 						}
 					}
-					mu.Unlock()
-					if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-						time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
-						continue
-					}
-					break
+				}
+				if _, _, ok := b.buy(fmt.Sprintf("c%02d-%05d", c, n), to, record); !ok {
+					return
 				}
 				time.Sleep(5 * time.Millisecond) // a steady sale, not a storm: the machine has 2 cores
 			}

@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,15 +28,14 @@ type queuedAnswer struct {
 	order  string
 }
 
-// buyQueued has clients buy one unit each for users from..to-1 with the queued strategy, round-
-// robin over procs; a 429 or a 503 is retried, and a lost answer is retried on the next process
-// with the same Idempotency-Key; a 500 fails the test. inject runs once, after at accepted
-// orders; until then every request goes to procs[only].
+// buyQueued has clients buy one unit each for users from..to-1 with the queued strategy, with
+// the one HTTP buyer, round-robin over procs: a retry goes to the next process. inject runs
+// once, after at accepted orders; until then every request goes to procs[only].
 func buyQueued(t *testing.T, procs []instance, sku string, from, to, clients, at, only int, inject func()) map[string]queuedAnswer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	client := &http.Client{Timeout: 30 * time.Second}
+	b := buyer{t: t, ctx: ctx, client: &http.Client{Timeout: 30 * time.Second}, sku: sku, strategy: "queued"}
 	users := make(chan int)
 	go func() {
 		defer close(users)
@@ -59,33 +55,27 @@ func buyQueued(t *testing.T, procs []instance, sku string, from, to, clients, at
 		wg.Go(func() {
 			for i := range users {
 				user := fmt.Sprintf("user-%04d", i)
-				for attempt := 0; ctx.Err() == nil; attempt++ {
-					target := procs[(i+attempt)%len(procs)]
+				a, _, ok := b.buy(user, func(attempt int) instance {
 					mu.Lock()
+					defer mu.Unlock()
 					if !faulted && only >= 0 {
-						target = procs[only]
+						return procs[only]
 					}
-					mu.Unlock()
-					a, err := postOrder(ctx, client, target.url, sku, user, queuedBody(user))
-					if failed(t, user, a) {
-						break
-					}
-					if err != nil || a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable {
-						time.Sleep(5*time.Millisecond + rand.N(20*time.Millisecond))
-						continue
-					}
-					mu.Lock()
-					answers[user] = queuedAnswer{status: a.status, order: a.order.OrderID}
-					if a.status == http.StatusAccepted || a.status == http.StatusCreated {
-						accepted++
-						if accepted == at && inject != nil {
-							faulted = true
-							injected.Go(inject)
-						}
-					}
-					mu.Unlock()
-					break
+					return procs[(i+attempt)%len(procs)]
+				}, nil)
+				if !ok {
+					continue
 				}
+				mu.Lock()
+				answers[user] = queuedAnswer{status: a.status, order: a.order.OrderID}
+				if a.status == http.StatusAccepted || a.status == http.StatusCreated {
+					accepted++
+					if accepted == at && inject != nil {
+						faulted = true
+						injected.Go(inject)
+					}
+				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -93,9 +83,6 @@ func buyQueued(t *testing.T, procs []instance, sku string, from, to, clients, at
 	injected.Wait()
 	return answers
 }
-
-// queuedBody is the order of one unit for user with the queued strategy.
-func queuedBody(user string) string { return fmt.Sprintf(`{"user_id":%q,"strategy":"queued"}`, user) }
 
 // TestProcessesQueuedWriterKill SIGKILLs one of three queued processes mid-sale, while its
 // writers hold batches and its reservations are in flight. Its unacked messages go to the other
@@ -178,95 +165,30 @@ type queuedFreeze struct {
 // says it is still at work: orderqueue.Config.AckWait's default, which the processes run.
 const queueAckWait = 5 * time.Second
 
-// sellOutQueuedAcrossFreeze sells units of sku with the queued strategy to 64 clients, half of
-// them on the victim and half on the other processes, each client on one process, until every
-// unit is sold. They buy as fast as they are answered — 202s come at Redis speed, faster than
-// the writers place them, so each writer has a batch in hand — until half are accepted and,
-// the moment the victim is seen with admissions in flight whose orders have no record yet, or
-// once about 250 units are left, it is stopped (SIGSTOP) for pause; its clients hang with it.
-// While it is stopped its reservations are watched (heldWhileStopped). From then on each client
-// pauses about 200 ms between its buyers, so that the others sell the free units left in a
-// second or two, and then the ones the victim reserved once the sweepers return them. Just
-// before the victim is resumed, admission's counter and its reservations are read, and which of
-// the orders it reserved no writer took: admissions stopped before their publish (one whose
-// publish was already on its way landed, and a writer took it; a sweeper's doing is not asked —
-// no record, or the rejection a sweeper writes, count alike). Then every buyer finishes the
-// purchase it is on, the victim's too. Every buyer retries a 429,
-// a 503 or a lost answer on its process with the same Idempotency-Key until it has a final answer
-// (202, 201 or 409), so every 202 is accounted for; a 500 fails the test.
+// sellOutQueuedAcrossFreeze sells units of sku with the queued strategy to clients half on the
+// victim and half on the other processes (sellAcrossStop) until every unit is sold. They buy as
+// fast as they are answered — 202s come at Redis speed, faster than the writers place them, so
+// each writer has a batch in hand — until half are accepted; the victim is then stopped for
+// pause the moment it is seen with admissions in flight whose orders have no record yet, or once
+// about 250 units are left. From then on the buyers are paced, so that the others sell the free
+// units left in a second or two, and then the ones the victim reserved once the sweepers return
+// them. Just before the victim is resumed, it reads admission's counter and the victim's
+// reservations, and which of the orders it reserved no writer took: admissions stopped before
+// their publish (one whose publish was already on its way landed, and a writer took it; a
+// sweeper's doing is not asked — no record, or the rejection a sweeper writes, count alike).
 func sellOutQueuedAcrossFreeze(t *testing.T, procs []instance, victim int, sku string, units int, pause time.Duration) (queuedFreeze, time.Time, time.Time) {
 	t.Helper()
-	const clients = 64
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
-	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		res      = queuedFreeze{accepted: map[string]string{}, late: map[int]int{}}
-		wg       sync.WaitGroup
-		stopping atomic.Bool
-		frozen   atomic.Pointer[time.Time]
-		resumed  atomic.Bool
-		half     = make(chan struct{})
-	)
-	for c := range clients {
-		target := procs[victim]
-		if c%2 == 1 {
-			target = procs[(victim+1+c/2%2)%len(procs)]
-		}
-		wg.Go(func() {
-			for n := 0; !stopping.Load(); n++ {
-				user := fmt.Sprintf("c%02d-%05d", c, n)
-				first := time.Now()
-				for deadline.Err() == nil {
-					a, err := postOrder(deadline, client, target.url, sku, user, queuedBody(user))
-					if failed(t, user, a) {
-						return
-					}
-					if err != nil || a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable {
-						time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
-						continue
-					}
-					mu.Lock()
-					if at := frozen.Load(); target.pid == procs[victim].pid && at != nil && first.Before(*at) && resumed.Load() {
-						res.late[a.status]++
-					}
-					if a.status == http.StatusAccepted || a.status == http.StatusCreated {
-						res.accepted[a.order.OrderID] = user
-						if target.pid != procs[victim].pid {
-							res.elsewhere = append(res.elsewhere, a.order.OrderID)
-						}
-						if len(res.accepted) == units/2 {
-							close(half)
-						}
-					}
-					mu.Unlock()
-					break
-				}
-				if frozen.Load() != nil {
-					// The pace of the buyers once it is stopped, not a wait for an event.
-					time.Sleep(150*time.Millisecond + rand.N(100*time.Millisecond))
-				}
-			}
-		})
-	}
 	r := backendtest.Redis(t)
-	// Opened before the wait: opening it takes long enough on a loaded machine for the rest of
+	// Opened before the sale: opening it takes long enough on a loaded machine for the rest of
 	// the sale to go by.
 	records := orderRecords(t)
-	select {
-	case <-half:
-	case <-time.After(time.Minute):
-		t.Fatal("half the units were not accepted within a minute")
-	}
 	// unrecorded reports whether one of the victim's reservations has no record of its order
 	// yet (a queued order's reservation is its order id). Its writers hold batches nearly all
 	// the time (taken, waiting for the lock, written, then finished one by one). An admission of
 	// its is in flight for a few milliseconds, and only one stopped before its message went out
 	// — before any record of its order — is returned by the sweepers: stop it the moment it is
 	// seen with one (its batch's others are likely still publishing too), so that the last units
-	// of the sale are likely among them; at the latest when about 250 free units are left, a
-	// second or two of the others' sale. The check stops at the first: on a loaded machine a
+	// of the sale are likely among them. The check stops at the first: on a loaded machine a
 	// check that reads every record lets the rest of the sale go by.
 	unrecorded := func() bool {
 		for _, id := range reservations(t, r, sku, procs[victim].pid) {
@@ -278,36 +200,38 @@ func sellOutQueuedAcrossFreeze(t *testing.T, procs []instance, victim int, sku s
 		}
 		return false
 	}
-	unsold := func() int { mu.Lock(); defer mu.Unlock(); return units - len(res.accepted) }
-	for until := time.Now().Add(2 * time.Second); unsold() > 250 && !unrecorded() && time.Now().Before(until); {
+	res := queuedFreeze{accepted: map[string]string{}}
+	s := sellAcrossStop(t, procs, freeze{victim: victim, sku: sku, strategy: "queued", pause: pause, at: units / 2, paced: true,
+		on: func(c int) int {
+			if c%2 == 1 {
+				return (victim + 1 + c/2%2) % len(procs)
+			}
+			return victim
+		},
+		catch: func(accepted int) bool { return units-accepted <= 250 || unrecorded() },
+		beforeWake: func(held []string) {
+			offered, err := r.Get(context.Background(), "seckill:{"+sku+"}:stock").Int64()
+			require.NoError(t, err)
+			res.offered, res.stranded, res.reserved = offered, reservedBy(t, r, sku, procs[victim].pid), len(held)
+			for _, id := range held {
+				entry, err := records.Get(context.Background(), id)
+				if errors.Is(err, jetstream.ErrKeyNotFound) {
+					res.unpublished++
+					continue
+				}
+				require.NoError(t, err)
+				var rec orderqueue.Record
+				require.NoError(t, json.Unmarshal(entry.Value(), &rec))
+				if rec.State == orderqueue.Rejected && rec.Reason == stock.Code(stock.ErrUnavailable) {
+					res.unpublished++
+				}
+			}
+		}})
+	for _, o := range s.acked {
+		res.accepted[o.OrderID] = o.UserID
 	}
-	at := time.Now()
-	frozen.Store(&at)
-	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
-	res.unsold = unsold()
-	held := heldWhileStopped(t, r, sku, procs[victim].pid, at.Add(pause))
-	offered, err := r.Get(context.Background(), "seckill:{"+sku+"}:stock").Int64()
-	require.NoError(t, err)
-	res.offered, res.stranded, res.reserved = offered, reservedBy(t, r, sku, procs[victim].pid), len(held)
-	for _, id := range held {
-		entry, err := records.Get(context.Background(), id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			res.unpublished++
-			continue
-		}
-		require.NoError(t, err)
-		var rec orderqueue.Record
-		require.NoError(t, json.Unmarshal(entry.Value(), &rec))
-		if rec.State == orderqueue.Rejected && rec.Reason == stock.Code(stock.ErrUnavailable) {
-			res.unpublished++
-		}
-	}
-	woke := time.Now()
-	resumed.Store(true)
-	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGCONT))
-	stopping.Store(true)
-	wg.Wait()
-	return res, at, woke
+	res.elsewhere, res.late, res.unsold = s.elsewhere, s.late, units-s.accepted
+	return res, s.frozen, s.woke
 }
 
 // ended is how one accepted order ended, as its buyer reads it — placed (pending or confirmed)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -185,6 +184,7 @@ func putOnSale(t *testing.T, svc instance, units int) string {
 func assertSoldThrough(t *testing.T, res httpSale, sku string, units, buyers int) {
 	t.Helper()
 	assert.Equal(t, map[int]int{http.StatusCreated: units, http.StatusConflict: buyers - units}, res.status)
+	assert.Zero(t, res.unavailable, "buyers heard 503")
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 	assert.Zero(t, a.Stock, "every unit sold")
 }
@@ -378,13 +378,14 @@ func timesOf(t *testing.T, orders []string, at map[string]time.Time) []time.Time
 // is seen holding the lock, for pause, and clients buy on the other processes meanwhile; just
 // before it is resumed, the hold it had at the stop is read again: it must have ended (a lease,
 // a key or a transaction that outlives the stop freezes the sale); then every buyer finishes the
-// purchase it is on — the victim's buyers, stopped with it, too: its late writes are made. Every
-// buyer retries a 429, a 503 or a lost answer with the same Idempotency-Key until it has a final
-// answer, so every 201 is accounted for; a 500 fails the test.
+// purchase it is on — the victim's buyers, stopped with it, too: its late writes are made. Each
+// buys with the one HTTP buyer, so every 201 is accounted for.
 func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy string, pause time.Duration,
 	probe lockProbe) (frozenSale, time.Time, time.Time) {
 	t.Helper()
-	client := &http.Client{Timeout: 30 * time.Second}
+	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b := buyer{t: t, ctx: deadline, client: &http.Client{Timeout: 30 * time.Second}, sku: sku, strategy: strategy}
 	var (
 		mu       sync.Mutex
 		res      = frozenSale{status: map[int]int{}}
@@ -393,47 +394,36 @@ func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy 
 		sold     int // by the victim
 		selling  = make(chan struct{})
 	)
-	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	var others []instance
 	for i, p := range procs {
 		if i != victim {
 			others = append(others, p)
 		}
 	}
-	buyer := func(group string, id int, targets []instance) {
+	buy := func(group string, id int, targets []instance) {
 		defer wg.Done()
 		for n := 0; !stopping.Load(); n++ {
 			user := fmt.Sprintf("%s-%02d-%05d", group, id, n)
-			body := fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy)
-			for attempt := 0; deadline.Err() == nil; attempt++ {
-				target := targets[(id+attempt)%len(targets)]
-				a, err := postOrder(deadline, client, target.url, sku, user, body)
-				if failed(t, user, a) {
-					return
-				}
-				if err != nil || a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable {
-					time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
-					continue
-				}
-				mu.Lock()
-				res.status[a.status]++
-				if a.status == http.StatusCreated {
-					res.acked = append(res.acked, a.order)
-					if target.pid != procs[victim].pid {
-						res.elsewhere = append(res.elsewhere, a.order.OrderID)
-					} else if sold++; sold == 100 {
-						close(selling)
-					}
-				}
-				mu.Unlock()
-				break
+			a, target, ok := b.buy(user, func(attempt int) instance { return targets[(id+attempt)%len(targets)] }, nil)
+			if !ok {
+				return
 			}
+			mu.Lock()
+			res.status[a.status]++
+			if a.status == http.StatusCreated {
+				res.acked = append(res.acked, a.order)
+				if target.pid != procs[victim].pid {
+					res.elsewhere = append(res.elsewhere, a.order.OrderID)
+				} else if sold++; sold == 100 {
+					close(selling)
+				}
+			}
+			mu.Unlock()
 		}
 	}
 	for i := range 32 {
 		wg.Add(1)
-		go buyer("victim", i, procs[victim:victim+1])
+		go buy("victim", i, procs[victim:victim+1])
 	}
 	select {
 	case <-selling:
@@ -457,7 +447,7 @@ func sellAcrossFreeze(t *testing.T, procs []instance, victim int, sku, strategy 
 	}
 	for i := range 16 {
 		wg.Add(1)
-		go buyer("others", i, others)
+		go buy("others", i, others)
 	}
 	time.Sleep(pause - time.Since(frozen)) // the stop lasts pause, whatever happens meanwhile: it is the fault
 	res.released = res.holder != "" && !probe.holds(res.holder)
@@ -651,95 +641,34 @@ type endOfSale struct {
 	stockLeft int64       // the database's stock just before it woke
 }
 
-// sellOutAcrossFreeze sells units of sku to clients spread over procs, each client on one
-// process, until every unit is sold; once a tenth is sold the victim is stopped (SIGSTOP) for
-// pause — the moment it is seen with orders in flight, their units reserved in Redis admission —
-// and its clients hang with it, as a frozen instance's clients do. While it is stopped its
-// reservations are watched (heldWhileStopped); just before it is resumed, the database's stock,
-// whether any reservation is still its own, and which of those it held have no order: the
-// database cannot gain one while it is stopped, and no sweeper writes orders, so that is what
-// the stop caught. Then every buyer finishes the purchase it is on, the victim's too. Every
-// buyer retries a 429, a 503 or a lost answer on its process with the same Idempotency-Key until
-// it has a final answer, so every 201 is accounted for; a 500 fails the test.
+// sellOutAcrossFreeze sells units of sku with hybrid to clients spread over procs
+// (sellAcrossStop) until every unit is sold; once a tenth is sold the victim is stopped for
+// pause, the moment it is seen with orders in flight, their units reserved in Redis admission.
+// Just before it is resumed, it reads the database's stock, whether any reservation is still
+// its own, and which of those it held have no order: the database cannot gain one while it is
+// stopped, and no sweeper writes orders, so that is what the stop caught.
 func sellOutAcrossFreeze(t *testing.T, procs []instance, victim int, sku string, units int, pause time.Duration) (endOfSale, time.Time) {
 	t.Helper()
-	const clients = 64
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
-	deadline, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		res      = endOfSale{late: map[int]int{}}
-		wg       sync.WaitGroup
-		stopping atomic.Bool
-		frozen   atomic.Pointer[time.Time]
-		resumed  atomic.Bool
-		tenth    = make(chan struct{})
-	)
-	for c := range clients {
-		target := procs[c%len(procs)]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; !stopping.Load(); n++ {
-				user := fmt.Sprintf("c%02d-%05d", c, n)
-				body := fmt.Sprintf(`{"user_id":%q,"strategy":"hybrid"}`, user)
-				first := time.Now()
-				for deadline.Err() == nil {
-					a, err := postOrder(deadline, client, target.url, sku, user, body)
-					if failed(t, user, a) {
-						return
-					}
-					if err != nil || a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable {
-						time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
-						continue
-					}
-					mu.Lock()
-					if at := frozen.Load(); target.pid == procs[victim].pid && at != nil && first.Before(*at) && resumed.Load() {
-						res.late[a.status]++
-					}
-					if a.status == http.StatusCreated {
-						res.acked = append(res.acked, a.order)
-						if target.pid != procs[victim].pid {
-							res.elsewhere = append(res.elsewhere, a.order.OrderID)
-						}
-						if len(res.acked) == units/10 {
-							close(tenth)
-						}
-					}
-					mu.Unlock()
-					break
-				}
-			}
-		}()
-	}
 	r, db := backendtest.Redis(t), backendtest.SQL(t)
-	select {
-	case <-tenth:
-	case <-time.After(time.Minute):
-		t.Fatal("a tenth of the units did not sell within a minute")
-	}
-	// Its batches admit, write and settle many orders at once: stop it the moment it is seen
-	// holding several reservations of orders the database does not have yet, not just after a
-	// settle, nor between a batch's commit and its settle (nothing to return there).
-	for until := time.Now().Add(2 * time.Second); time.Now().Before(until); {
-		if held := reservations(t, r, sku, procs[victim].pid); len(held) >= 5 && unwritten(t, db, held) > 0 {
-			break
-		}
-	}
-	at := time.Now()
-	frozen.Store(&at)
-	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGSTOP))
-	res.reserved = heldWhileStopped(t, r, sku, procs[victim].pid, at.Add(pause))
-	p, err := backendtest.Store(t).Product(context.Background(), sku)
-	require.NoError(t, err)
-	res.stockLeft, res.unwritten = p.Stock, unwritten(t, db, res.reserved)
-	res.swept = reservedBy(t, r, sku, procs[victim].pid) == 0
-	resumed.Store(true)
-	require.NoError(t, syscall.Kill(procs[victim].pid, syscall.SIGCONT))
-	stopping.Store(true)
-	wg.Wait()
-	return res, at
+	var res endOfSale
+	s := sellAcrossStop(t, procs, freeze{victim: victim, sku: sku, strategy: "hybrid", pause: pause, at: units / 10,
+		on: func(c int) int { return c % len(procs) },
+		// Its batches admit, write and settle many orders at once: stop it the moment it is
+		// seen holding several reservations of orders the database does not have yet, not just
+		// after a settle, nor between a batch's commit and its settle (nothing to return there).
+		catch: func(int) bool {
+			held := reservations(t, r, sku, procs[victim].pid)
+			return len(held) >= 5 && unwritten(t, db, held) > 0
+		},
+		beforeWake: func(held []string) {
+			res.reserved = held
+			p, err := backendtest.Store(t).Product(context.Background(), sku)
+			require.NoError(t, err)
+			res.stockLeft, res.unwritten = p.Stock, unwritten(t, db, res.reserved)
+			res.swept = reservedBy(t, r, sku, procs[victim].pid) == 0
+		}})
+	res.acked, res.elsewhere, res.late = s.acked, s.elsewhere, s.late
+	return res, s.frozen
 }
 
 // heldWhileStopped watches the reservations of the stopped process pid until the stop ends (it
@@ -913,7 +842,8 @@ type httpFault struct {
 type httpSale struct {
 	status          map[int]int
 	acked           []stock.Order
-	busy            int
+	busy            int                   // 429s, retried
+	unavailable     int                   // 503s, retried
 	transportErrors int                   // requests whose answer was lost, retried elsewhere
 	refused         int                   // of them, those refused before they reached a process: nothing was lost
 	inFlightAtFault int                   // requests sent to the faulted process and not yet answered when the fault came
@@ -936,9 +866,8 @@ func (s httpSale) percentile(p int) time.Duration {
 type userRange struct{ from, to int }
 
 // loadHTTP has clients concurrent clients buy one unit each for the buyers, round-robin over the
-// processes. A 429 is retried after a short jittered pause, and a lost answer on the next
-// process, with the same Idempotency-Key, bounded by a deadline. A 202 (queued) is followed
-// until it ends, and counted as 201 once its order is placed. A 500 fails the test.
+// processes, with the one HTTP buyer: a retry goes to the next process. A 202 (queued) is
+// followed until it ends, and counted as 201 once its order is placed.
 func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRange, clients int, f httpFault) httpSale {
 	t.Helper()
 	within := f.within
@@ -948,6 +877,7 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
+	b := buyer{t: t, ctx: ctx, client: client, sku: sku, strategy: strategy}
 	users := make(chan int)
 	go func() {
 		defer close(users)
@@ -961,144 +891,85 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 	var faulted atomic.Bool
 	var inFlight, inFlightAtFault atomic.Int64 // requests to f.only not yet answered: now, and when the fault came
 	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range users {
 				user := fmt.Sprintf("user-%04d", i)
-				body := fmt.Sprintf(`{"user_id":%q,"strategy":%q}`, user, strategy)
 				op := porcupine.Operation{ClientId: i, Input: 1, Call: time.Now().UnixNano()}
-				for attempt := 0; ; attempt++ {
+				var (
+					sent      time.Time
+					toFaulted bool
+				)
+				to := func(attempt int) instance {
 					target := procs[(i+attempt)%len(procs)]
 					if f.only != nil && !faulted.Load() {
 						target = *f.only
 					}
-					sent := time.Now()
-					toFaulted := f.only != nil && target.pid == f.only.pid
+					sent, toFaulted = time.Now(), f.only != nil && target.pid == f.only.pid
 					if toFaulted {
 						inFlight.Add(1)
 					}
-					a, err := postOrder(ctx, client, target.url, sku, user, body)
+					return target
+				}
+				heard := func(_ instance, a answer, err error) {
 					if toFaulted {
 						inFlight.Add(-1)
 					}
-					if err != nil {
-						// The answer was lost (the process died): the outcome is unknown, so the
-						// same request, with the same Idempotency-Key, goes to the next process.
-						if ctx.Err() != nil {
-							t.Errorf("%s: %v", user, err)
-							return
-						}
-						mu.Lock()
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err != nil: // the answer was lost (the process died): retried on the next process
 						res.transportErrors++
 						if errors.Is(err, syscall.ECONNREFUSED) {
 							res.refused++
 						}
-						mu.Unlock()
-						time.Sleep(10 * time.Millisecond)
-						continue
+						return
+					case a.status == http.StatusTooManyRequests:
+						res.busy++
+					case a.status == http.StatusServiceUnavailable:
+						res.unavailable++
 					}
-					if failed(t, user, a) {
+					res.latencies = append(res.latencies, time.Since(sent))
+				}
+				a, target, ok := b.buy(user, to, heard)
+				if !ok {
+					return
+				}
+				if a.status == http.StatusAccepted {
+					// Queued: a sale once placed. A 202 that ends rejected stays counted as
+					// 202 — with no fault the database has every unit admission accepted, so
+					// the sale's statuses show it.
+					o, err := followQueued(ctx, client, target.url, a.order.OrderID)
+					if err != nil {
+						t.Errorf("%s: accepted (202), never ended: %v", user, err)
 						return
 					}
-					latency := time.Since(sent)
-					if a.status == http.StatusAccepted {
-						// Queued: a sale once placed. A 202 that ends rejected stays counted as
-						// 202 — with no fault the database has every unit admission accepted, so
-						// the sale's statuses show it.
-						o, err := followQueued(ctx, client, target.url, a.order.OrderID)
-						if err != nil {
-							t.Errorf("%s: accepted (202), never ended: %v", user, err)
-							return
-						}
-						if placed(o) {
-							a.status = http.StatusCreated
-						}
+					if placed(o) {
+						a.status = http.StatusCreated
 					}
-					mu.Lock()
-					res.latencies = append(res.latencies, latency)
-					if a.status == http.StatusTooManyRequests {
-						res.busy++
-						mu.Unlock()
-						time.Sleep(time.Millisecond + rand.N(5*time.Millisecond))
-						continue
-					}
-					res.status[a.status]++
-					op.Return, op.Output = time.Now().UnixNano(), map[int]string{http.StatusCreated: "ok", http.StatusConflict: "sold_out"}[a.status]
-					res.history = append(res.history, op)
-					if a.status == http.StatusCreated {
-						res.acked = append(res.acked, a.order)
-						res.lastSale = time.Now()
-						if f.inject != nil && len(res.acked) == f.at {
-							injected.Add(1)
-							go func() {
-								defer injected.Done()
-								inFlightAtFault.Store(inFlight.Load())
-								f.inject()
-								faulted.Store(true)
-							}()
-						}
-					}
-					mu.Unlock()
-					break
 				}
+				mu.Lock()
+				res.status[a.status]++
+				op.Return, op.Output = time.Now().UnixNano(), map[int]string{http.StatusCreated: "ok", http.StatusConflict: "sold_out"}[a.status]
+				res.history = append(res.history, op)
+				if a.status == http.StatusCreated {
+					res.acked = append(res.acked, a.order)
+					res.lastSale = time.Now()
+					if f.inject != nil && len(res.acked) == f.at {
+						injected.Go(func() {
+							inFlightAtFault.Store(inFlight.Load())
+							f.inject()
+							faulted.Store(true)
+						})
+					}
+				}
+				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	injected.Wait()
 	res.end, res.inFlightAtFault = time.Now(), int(inFlightAtFault.Load())
 	return res
-}
-
-// answer is the answer to one order request: its status, the order a 201 or a 202 carries,
-// and the body as it came.
-type answer struct {
-	status int
-	order  stock.Order
-	body   string
-}
-
-// failed reports a server error — a 500 or any 5xx but 503 (unavailable: retried with the same
-// Idempotency-Key) — as the failure of the test it is, with its body: never an answer to count,
-// nor one to try again.
-func failed(t *testing.T, who string, a answer) bool {
-	t.Helper()
-	if a.status < 500 || a.status == http.StatusServiceUnavailable {
-		return false
-	}
-	t.Errorf("%s: answered %d: %s", who, a.status, a.body)
-	return true
-}
-
-// postOrder places one order over HTTP. The Idempotency-Key makes a retry after a lost answer
-// safe: it would return the original order, never a second one.
-func postOrder(ctx context.Context, client *http.Client, url, sku, user, body string) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/api/v1/products/"+sku+"/orders", strings.NewReader(body))
-	if err != nil {
-		return answer{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", sku+"/"+user)
-	resp, err := client.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, err
-	}
-	var order struct {
-		OrderID string `json:"order_id"`
-		UserID  string `json:"user_id"`
-	}
-	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusAccepted {
-		if err := json.Unmarshal(raw, &order); err != nil {
-			return answer{}, err
-		}
-	}
-	return answer{status: resp.StatusCode, order: stock.Order{OrderID: order.OrderID, UserID: order.UserID}, body: string(raw)}, nil
 }
 
 // lockedStrategies are the safe strategies that place an order inside its request, under a lock
@@ -1164,7 +1035,6 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 				return counts
 			}
 			before := outcomes()
-			body := fmt.Sprintf(`{"user_id":"u-1","strategy":%q}`, strategy)
 			const repeats = 20
 			var (
 				wg       sync.WaitGroup
@@ -1174,35 +1044,33 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 				busy     int
 				queued   int // 202s: queued, the order a 201 names once it is placed
 			)
+			b := buyer{t: t, ctx: ctx, client: client, sku: sku, strategy: strategy}
 			start := make(chan struct{})
 			for i := range repeats {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					<-start
-					for attempt := 0; ctx.Err() == nil; attempt++ {
-						a, err := postOrder(ctx, client, procs[(i+attempt)%len(procs)].url, sku, "u-1", body)
-						if err == nil && a.status == http.StatusTooManyRequests {
+					a, _, ok := b.buy("u-1", func(attempt int) instance { return procs[(i+attempt)%len(procs)] }, func(_ instance, a answer, err error) {
+						// Nothing here may be lost or unavailable: only a busy answer is retried.
+						assert.NoError(t, err)
+						assert.NotEqual(t, http.StatusServiceUnavailable, a.status, "u-1: %s", a.body)
+						if a.status == http.StatusTooManyRequests {
 							mu.Lock()
 							busy++
 							mu.Unlock()
-							time.Sleep(10*time.Millisecond + rand.N(40*time.Millisecond))
-							continue
 						}
-						if !assert.NoError(t, err) || failed(t, "u-1", a) {
-							return
-						}
-						mu.Lock()
-						defer mu.Unlock()
-						if a.status == http.StatusAccepted {
-							queued++
-							a.status = http.StatusCreated
-						}
-						statuses[a.status]++
-						orders[a.order.OrderID]++
+					})
+					if !ok {
 						return
 					}
-				}()
+					mu.Lock()
+					defer mu.Unlock()
+					if a.status == http.StatusAccepted {
+						queued++
+						a.status = http.StatusCreated
+					}
+					statuses[a.status]++
+					orders[a.order.OrderID]++
+				})
 			}
 			close(start)
 			wg.Wait()
@@ -1279,6 +1147,7 @@ func TestProcessesHybridKill(t *testing.T) {
 		t.Logf("hybrid, one of 3 processes SIGKILLed mid-sale (sale %d): %v, %d busy answers retried, %d requests lost with the process and retried elsewhere, %d reservations left by it, %d of orders it had not written",
 			try, res.status, res.busy, res.transportErrors, len(left), stranded)
 		assert.Equal(t, map[int]int{http.StatusCreated: first}, res.status, "every buyer of the first wave has its order")
+		assert.Zero(t, res.unavailable, "buyers heard 503")
 		backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
 
 		audit, ok := audited(t, procs[0], sku, 20*time.Second, func(a map[string]any) bool {
@@ -1306,6 +1175,7 @@ func TestProcessesHybridKill(t *testing.T) {
 	rest := loadHTTP(t, procs[:1], sku, "hybrid", userRange{first, first + 2*units}, clients, httpFault{})
 	assert.Equal(t, map[int]int{http.StatusCreated: units - first, http.StatusConflict: units + first}, rest.status,
 		"new buyers bought every unit left")
+	assert.Zero(t, rest.unavailable, "buyers heard 503")
 	all := append(res.acked, rest.acked...)
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, all)
 	assert.Zero(t, a.Stock, "nothing stranded")

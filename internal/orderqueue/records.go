@@ -35,10 +35,22 @@ type Record struct {
 }
 
 // Record writes r as the order's first record, unless the order has one: it returns the record
-// that stands — r, or the one written before. Whoever writes first decides (see the package
-// comment): a queued record means the message went out, a rejected one that it will never be
-// placed. A write not answered is tried again while ctx allows, as a publish is: one that landed
-// is then the record that stands.
+// that stands — r, or the one written before. A write not answered is tried again while ctx
+// allows, as a publish is: one that landed is then the record that stands.
+//
+// Whoever writes first decides who resolves the order's units. Neither the database (no row
+// yet) nor the stream (not searchable by order id) can tell an order whose message went out from
+// one whose message never will; the first record can:
+//
+//   - the admitting instance publishes, then records the order queued, then answers 202;
+//   - a writer records it queued (if nobody has) before it places it, and drops a message whose
+//     record says rejected;
+//   - a sweeper that finds a lapsed reservation with no order row records the order rejected
+//     and returns its units only if that record stands. A queued record means the message went
+//     out: a writer settles or gives back the reservation, and returning it too would sell the
+//     unit twice.
+//
+// So each crash point has one ending (docs/strategies.md, queued in detail).
 func (q *Queue) Record(ctx context.Context, r Record) (Record, error) {
 	got, _, err := q.record(ctx, r)
 	return got, err

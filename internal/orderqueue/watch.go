@@ -15,9 +15,8 @@ import (
 // watch is the one subscription an instance's waits share: every write to the order records is
 // heard once, and passed to the waits of that order. A subscription of a wait's own would cost a
 // subscribe and an unsubscribe at the server for every wait, and nats.go gives each synchronous
-// subscription a buffer of 64k messages — half a megabyte that a sale's followers allocated
-// hundreds of times a second and the garbage collector then scanned (a third of a queued sale's
-// service CPU in the profile, 2026-12-02).
+// subscription a buffer of 64k messages — half a megabyte that a sale's followers would allocate
+// hundreds of times a second, for the garbage collector to scan.
 //
 // What it hears depends on the bucket. The records bucket republishes every write it stored
 // (RePublish, to saidSubjects): each message is then the record itself at its revision

@@ -1,4 +1,4 @@
-package main
+package deploy
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,9 +36,11 @@ import (
 )
 
 const (
-	prometheusDir = "../../deploy/prometheus"
-	dashboardsDir = "../../deploy/grafana/dashboards"
+	prometheusDir = "prometheus"
+	dashboardsDir = "grafana/dashboards"
 )
+
+func TestMain(m *testing.M) { backendtest.Main(m) }
 
 // promtool returns Prometheus's promtool. Without it the test fails where real tools are
 // required (CI: SECKILL_TEST_REQUIRE_BACKENDS=1) and is skipped, saying how to get it, elsewhere.
@@ -348,8 +351,8 @@ func dashboardExprs(t *testing.T) map[string][]string {
 	return out
 }
 
-// scrapeSale starts the service as the README's first command does — the embedded default —
-// and sells out one product under every strategy it offers, over HTTP, so that every labelled
+// scrapeSale starts an instance with cmd/api's defaults — every backend embedded, as the README's
+// first command runs — and sells out one product under every strategy it offers, over HTTP, so that every labelled
 // vector a sale fills has a sample; it returns the names /metrics then exposes, as the series
 // names PromQL reads (a histogram's _bucket, _sum and _count). The queued strategy's backlog
 // gauges have a sample only while an order waits, which a sale's writers end within
@@ -357,14 +360,14 @@ func dashboardExprs(t *testing.T) map[string][]string {
 func scrapeSale(t *testing.T) map[string]bool {
 	t.Helper()
 	dataDir := t.TempDir()
-	svc, _ := startRun(t, map[string]string{
-		"SECKILL_ADDR": "127.0.0.1:0", "SECKILL_DATA_DIR": dataDir, "SECKILL_ADMIN_TOKEN": "tok",
-		// Offer the unsafe strategies too: they are strategies users can run.
-		"SECKILL_ALLOW_UNSAFE": "true",
-		// Every lock hold counts as too long, so that seckill_lock_held_too_long_total has a
-		// sample: a hold past the default 500ms does not happen in a small sale.
-		"SECKILL_SLOW_HOLD": "1us",
-	})
+	cfg := app.Defaults()
+	cfg.DataDir, cfg.AdminToken = dataDir, "tok"
+	// Offer the unsafe strategies too: they are strategies users can run.
+	cfg.Service.AllowUnsafe = true
+	// Every lock hold counts as too long, so that seckill_lock_held_too_long_total has a
+	// sample: a hold past the default 500ms does not happen in a small sale.
+	cfg.Service.SlowHold = time.Microsecond
+	svc := startService(t, cfg)
 	var e struct {
 		Error struct{ Message string } `json:"error"`
 	}
@@ -453,6 +456,54 @@ func scrapeSale(t *testing.T) map[string]bool {
 
 	maps.Copy(names, seriesNames(scrapeFamilies(t, svc.url)))
 	return names
+}
+
+// service is an instance serving in this process.
+type service struct{ url, token string }
+
+// startService opens an instance of cfg with app.Open and serves it on a loopback port, as
+// cmd/api's run does, until the test ends.
+func startService(t *testing.T, cfg app.Config) service {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.Open(ctx, cfg, slog.New(slog.DiscardHandler), io.Discard)
+	if err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		_ = a.Close()
+		require.NoError(t, err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-served)
+		assert.NoError(t, a.Close())
+	})
+	return service{url: "http://" + ln.Addr().String(), token: cfg.AdminToken}
+}
+
+// call sends one JSON request with the admin token and decodes the answer into out (when out is
+// not nil).
+func (s service) call(t *testing.T, method, path, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(raw, out), "body: %s", raw)
+	}
+	return resp.StatusCode
 }
 
 // pauseWriters pauses the queued strategy's writers — the durable consumer that every
