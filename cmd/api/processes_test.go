@@ -1023,85 +1023,97 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 	for _, strategy := range safeStrategies {
 		t.Run(strategy, func(t *testing.T) {
 			offered(t, strategy)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			sku := putOnSale(t, procs[0], 5)
-			outcomes := func() map[string]float64 {
-				counts := map[string]float64{}
-				for _, o := range []string{"ok", "replayed", "busy", "already_purchased", "internal"} {
-					counts[o] = scrape(t, procs, fmt.Sprintf(`seckill_orders_total{outcome=%q,strategy=%q}`, o, strategy))
+			// Under hybrid and queued, admission sees a repeat meet its original in flight (the
+			// key's reservation held, its order not written); the locked strategies only queue
+			// repeats behind it. On a starved machine the original can be written before any
+			// repeat reaches admission: the round is then sold again, each round judged whole.
+			for round := 1; ; round++ {
+				inFlight := retriesRound(t, procs, client, strategy)
+				if (strategy != "hybrid" && strategy != "queued") || inFlight > 0 {
+					return
 				}
-				counts["in_flight"] = scrape(t, procs, `seckill_admission_total{result="in_flight"}`)
-				return counts
-			}
-			before := outcomes()
-			const repeats = 20
-			var (
-				wg       sync.WaitGroup
-				mu       sync.Mutex
-				orders   = map[string]int{}
-				statuses = map[int]int{}
-				busy     int
-				queued   int // 202s: queued, the order a 201 names once it is placed
-			)
-			b := buyer{t: t, ctx: ctx, client: client, sku: sku, strategy: strategy}
-			start := make(chan struct{})
-			for i := range repeats {
-				wg.Go(func() {
-					<-start
-					a, _, ok := b.buy("u-1", func(attempt int) instance { return procs[(i+attempt)%len(procs)] }, func(_ instance, a answer, err error) {
-						// Nothing here may be lost or unavailable: only a busy answer is retried.
-						assert.NoError(t, err)
-						assert.NotEqual(t, http.StatusServiceUnavailable, a.status, "u-1: %s", a.body)
-						if a.status == http.StatusTooManyRequests {
-							mu.Lock()
-							busy++
-							mu.Unlock()
-						}
-					})
-					if !ok {
-						return
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					if a.status == http.StatusAccepted {
-						queued++
-						a.status = http.StatusCreated
-					}
-					statuses[a.status]++
-					orders[a.order.OrderID]++
-				})
-			}
-			close(start)
-			wg.Wait()
-			after := outcomes()
-			counted := map[string]float64{}
-			for o := range after {
-				counted[o] = after[o] - before[o]
-			}
-			t.Logf("%s: 20 identical requests over 3 processes: statuses %v (%d of them 202, queued), %d busy answers retried; the processes counted %v",
-				strategy, statuses, queued, busy, counted)
-			assert.Equal(t, map[int]int{http.StatusCreated: repeats}, statuses, "every repeat answered 201 (queued: or 202)")
-			assert.Equal(t, 1.0, counted["ok"], "the processes placed one order")
-			assert.Equal(t, float64(repeats-1), counted["replayed"], "every repeat was answered with the original, replayed")
-			assert.Equal(t, float64(busy), counted["busy"], "every 429 a client heard is a busy answer of a process")
-			assert.Zero(t, counted["already_purchased"], "a repeat heard already_purchased")
-			if strategy == "hybrid" || strategy == "queued" {
-				// Their admission sees a repeat meet its original in flight (the key's reservation
-				// held, its order not written); the locked strategies only queue repeats behind it.
-				assert.Positive(t, counted["in_flight"], "no repeat met the original in flight")
-			}
-			require.Len(t, orders, 1, "one order_id for all of them")
-			for id := range orders {
-				if strategy == "queued" {
-					o, err := followQueued(ctx, client, procs[0].url, id)
-					require.NoError(t, err)
-					require.True(t, placed(o), "the queued order ended %s (%s)", o.Status, o.Reason)
-				}
-				backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{{OrderID: id, UserID: "u-1"}})
+				require.Less(t, round, 3, "no repeat met the original in flight in three rounds")
 			}
 		})
 	}
+}
+
+// retriesRound is one round of TestProcessesRetriesInFlight on a product of its own; it returns
+// how many times admission met the original in flight.
+func retriesRound(t *testing.T, procs []instance, client *http.Client, strategy string) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := putOnSale(t, procs[0], 5)
+	outcomes := func() map[string]float64 {
+		counts := map[string]float64{}
+		for _, o := range []string{"ok", "replayed", "busy", "already_purchased", "internal"} {
+			counts[o] = scrape(t, procs, fmt.Sprintf(`seckill_orders_total{outcome=%q,strategy=%q}`, o, strategy))
+		}
+		counts["in_flight"] = scrape(t, procs, `seckill_admission_total{result="in_flight"}`)
+		return counts
+	}
+	before := outcomes()
+	const repeats = 20
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		orders   = map[string]int{}
+		statuses = map[int]int{}
+		busy     int
+		queued   int // 202s: queued, the order a 201 names once it is placed
+	)
+	b := buyer{t: t, ctx: ctx, client: client, sku: sku, strategy: strategy}
+	start := make(chan struct{})
+	for i := range repeats {
+		wg.Go(func() {
+			<-start
+			a, _, ok := b.buy("u-1", func(attempt int) instance { return procs[(i+attempt)%len(procs)] }, func(_ instance, a answer, err error) {
+				// Nothing here may be lost or unavailable: only a busy answer is retried.
+				assert.NoError(t, err)
+				assert.NotEqual(t, http.StatusServiceUnavailable, a.status, "u-1: %s", a.body)
+				if a.status == http.StatusTooManyRequests {
+					mu.Lock()
+					busy++
+					mu.Unlock()
+				}
+			})
+			if !ok {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if a.status == http.StatusAccepted {
+				queued++
+				a.status = http.StatusCreated
+			}
+			statuses[a.status]++
+			orders[a.order.OrderID]++
+		})
+	}
+	close(start)
+	wg.Wait()
+	after := outcomes()
+	counted := map[string]float64{}
+	for o := range after {
+		counted[o] = after[o] - before[o]
+	}
+	t.Logf("%s: 20 identical requests over 3 processes: statuses %v (%d of them 202, queued), %d busy answers retried; the processes counted %v",
+		strategy, statuses, queued, busy, counted)
+	assert.Equal(t, map[int]int{http.StatusCreated: repeats}, statuses, "every repeat answered 201 (queued: or 202)")
+	assert.Equal(t, 1.0, counted["ok"], "the processes placed one order")
+	assert.Equal(t, float64(repeats-1), counted["replayed"], "every repeat was answered with the original, replayed")
+	assert.Equal(t, float64(busy), counted["busy"], "every 429 a client heard is a busy answer of a process")
+	assert.Zero(t, counted["already_purchased"], "a repeat heard already_purchased")
+	require.Len(t, orders, 1, "one order_id for all of them")
+	for id := range orders {
+		if strategy == "queued" {
+			o, err := followQueued(ctx, client, procs[0].url, id)
+			require.NoError(t, err)
+			require.True(t, placed(o), "the queued order ended %s (%s)", o.Status, o.Reason)
+		}
+		backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{{OrderID: id, UserID: "u-1"}})
+	}
+	return counted["in_flight"]
 }
 
 // TestProcessesHybridKill SIGKILLs one of three hybrid processes in the middle of a sale, while
