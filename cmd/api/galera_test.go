@@ -285,6 +285,18 @@ func galeraLockProbe(t *testing.T, g *backendtest.Galera, strategy, sku string, 
 	return rowLockProbe(t, db, sku)
 }
 
+// TestProcessesGaleraHybridKill is TestProcessesHybridKill on Galera, a process per node: the
+// killed process's reservations come back within 3 s, as the sweepers' own nodes say whether each
+// order was written, and every node agrees after.
+func TestProcessesGaleraHybridKill(t *testing.T) {
+	g := backendtest.GaleraCluster(t)
+	db, err := sql.Open("mysql", g.DSN(0)+"&wsrep_sync_wait=1") // every commit applied before the read
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	sku := hybridKill(t, func(t *testing.T) []instance { return startOnGalera(t, g) }, g.Store(t, 2), db)
+	g.RequireAgree(t, sku)
+}
+
 // TestProcessesGaleraFrozen is TestProcessesFrozenInstance on a three-node Galera cluster, a
 // process per node, under the strategies whose lock is in the database — hybrid's and etcd's are
 // their lock services', frozen the same on one server or many: the process on node 1, stopped

@@ -1125,6 +1125,12 @@ func retriesRound(t *testing.T, procs []instance, client *http.Client, strategy 
 // sweepers logged the return; new buyers buy every unit left; the history of every buyer is
 // checked against one product's stock. No buyer hears a 500.
 func TestProcessesHybridKill(t *testing.T) {
+	hybridKill(t, func(t *testing.T) []instance { return startThree(t) }, backendtest.Store(t), backendtest.SQL(t))
+}
+
+// hybridKill is TestProcessesHybridKill on the processes start starts, judged on store and db; it
+// returns the product it sold.
+func hybridKill(t *testing.T, start func(t *testing.T) []instance, store *stock.Store, db *sql.DB) string {
 	const units, first, clients, tries = 300, 150, 48, 3
 	var (
 		procs []instance
@@ -1138,9 +1144,9 @@ func TestProcessesHybridKill(t *testing.T) {
 	// it had not written (what it left is read at the kill, and the database decides, as the
 	// sweeper asks: nothing the sweepers do changes either) strands nothing for the sweep to
 	// return, tests nothing, and is sold again; every sale is judged.
-	r, db := backendtest.Redis(t), backendtest.SQL(t)
+	r := backendtest.Redis(t)
 	for try := 1; ; try++ {
-		procs = startThree(t)
+		procs = start(t)
 		sku = putOnSale(t, procs[0], units)
 		var (
 			killed time.Time
@@ -1160,7 +1166,7 @@ func TestProcessesHybridKill(t *testing.T) {
 			try, res.status, res.busy, res.transportErrors, len(left), stranded)
 		assert.Equal(t, map[int]int{http.StatusCreated: first}, res.status, "every buyer of the first wave has its order")
 		assert.Zero(t, res.unavailable, "buyers heard 503")
-		backendtest.RequireInvariant(t, backendtest.Store(t), sku, res.acked)
+		backendtest.RequireInvariant(t, store, sku, res.acked)
 
 		audit, ok := audited(t, procs[0], sku, 20*time.Second, func(a map[string]any) bool {
 			return a["held_back"] == 0.0 && a["redis_reservations"] == 0.0
@@ -1189,9 +1195,10 @@ func TestProcessesHybridKill(t *testing.T) {
 		"new buyers bought every unit left")
 	assert.Zero(t, rest.unavailable, "buyers heard 503")
 	all := append(res.acked, rest.acked...)
-	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, all)
+	a := backendtest.RequireInvariant(t, store, sku, all)
 	assert.Zero(t, a.Stock, "nothing stranded")
 	backendtest.AssertLinearizable(t, units, append(res.history, rest.history...))
+	return sku
 }
 
 // audited reads sku's audit on p until done says so of it or within passes, on the test's own
