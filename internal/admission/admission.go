@@ -119,13 +119,13 @@ type Ledger struct {
 	downUntil atomic.Int64  // unix nanoseconds; Redis is not asked before then
 	recent    sync.Map      // sku -> time.Time of its last admission here: the products this instance sweeps
 
-	heldWait time.Duration // how long a buyer waits for held units to be decided (WaitHeld)
+	heldWait time.Duration // how long a buyer waits for held units to be decided (Options.WaitHeld)
 
 	mu      sync.Mutex
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
 	pending Pending              // nil: no order is written by anyone but its admitting instance
 
-	batch   int                     // buyers of a product one admission call may take (batch.go), and hand-overs one call may carry; <= 1: one call each
+	batch   int                     // buyers of a product one admission call may take, and hand-overs one call may carry (Options.Batch)
 	admits  *coalescer[*call]       // by SKU: buyers waiting for the next admission call
 	handing *coalescer[*handedOver] // by SKU: hand-overs waiting for the next call (HandOver)
 
@@ -135,7 +135,7 @@ type Ledger struct {
 	fallbacks *prometheus.CounterVec
 	calls     prometheus.Histogram
 
-	now func() time.Time // times the breaker, the products watched and the doubts' grace (Clock)
+	now func() time.Time // times the breaker, the products watched and the doubts' grace (Options.Clock)
 }
 
 // Cooldown is how long the breaker keeps Redis unasked after an error: an outage costs one
@@ -176,10 +176,27 @@ type Held struct {
 // Expect makes the sweeper ask p before it returns a reservation's units (Pending).
 func (a *Ledger) Expect(p Pending) { a.pending = p }
 
-// Clock makes now the ledger's clock (default time.Now): the breaker's cooldown, the grace of a
-// reservation in doubt and the products it watches are timed by it, so that a test can move
-// past a bound instead of waiting it out. Set it before the first order.
-func (a *Ledger) Clock(now func() time.Time) { a.now = now }
+// Options are a ledger's settings beyond its backends; the zero value is the default.
+type Options struct {
+	// Batch is how many buyers of a product one admission call may take, those who pile up
+	// while its last call is out, and how many hand-overs one call may carry; <= 1: one call each.
+	Batch int
+	// WaitHeld is how long a buyer who finds the units left held by orders in their sections
+	// waits for them to be decided, asking again, before it is answered busy; 0: at once.
+	WaitHeld time.Duration
+	// Clock times the breaker's cooldown, the grace of a reservation in doubt and the products
+	// watched, so that a test can move past a bound instead of waiting it out; nil: time.Now.
+	Clock func() time.Time
+}
+
+// withDefaults is o with every unset field at its default.
+func (o Options) withDefaults() Options {
+	o.Batch = max(1, o.Batch)
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return o
+}
 
 // New returns the admission over client, warming from store. Its reservations name
 // instance with a random suffix, new at every start: a restarted process must not take over the
@@ -187,7 +204,8 @@ func (a *Ledger) Clock(now func() time.Time) { a.now = now }
 // after this instance's last heartbeat the others may sweep its reservations; Beat must be called
 // every ttl/4 or so, from before the first order.
 func New(client redis.UniversalClient, store *stock.Store, instance string, ttl time.Duration, log *slog.Logger,
-	reg prometheus.Registerer) *Ledger {
+	reg prometheus.Registerer, opts Options) *Ledger {
+	opts = opts.withDefaults()
 	a := &Ledger{
 		client:   client,
 		store:    store,
@@ -196,7 +214,9 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},
-		now:      time.Now,
+		batch:    opts.Batch,
+		heldWait: opts.WaitHeld,
+		now:      opts.Clock,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy; waiting: a queued order past its product's bound of orders waiting to be written, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
@@ -293,7 +313,7 @@ func (a *Ledger) Down(step string, err error) {
 // no unit left, and none held by an order that could give it back), stock.ErrBusy (too few
 // units left, but orders in their sections hold some: retry), stock.ErrAlreadyPurchased,
 // stock.ErrDuplicateRequest (a request with the same Idempotency-Key holds the buyer's
-// reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown. With Batch set, the
+// reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown. With Options.Batch, the
 // buyers of a product that arrive while its last call is out go to Redis together (batch.go).
 func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reservation, error) {
 	return a.AdmitWithin(ctx, req, 0)
@@ -684,7 +704,7 @@ func (a *Ledger) leaveWritable(ctx context.Context, sku string, users, helds, id
 // messages went out, and the writer that takes each resolves it, whichever instance it runs on —
 // the sweeper never returns their units, even once this instance is gone. A hand-over that
 // fails is done by the sweeper instead, once Pending confirms the message went out. With
-// Batch(n), the hand-overs of one order each that arrive while the product's last one is out
+// Options.Batch n, the hand-overs of one order each that arrive while the product's last one is out
 // wait for it and then go together, up to n in one call, as admission's buyers do.
 func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
 	users, ids := make([]string, len(reqs)), make([]string, len(reqs))

@@ -8,7 +8,7 @@ import (
 
 // Admission in batches. Every buyer of a hot product asks Redis the same question of the same
 // keys, and under load most of an instance's buyers of a product arrive while an earlier call for
-// it is out. With Batch(n) those wait for it and then go together: one script call for up to n
+// it is out. With Options.Batch n, those wait for it and then go together: one script call for up to n
 // buyers, each answered exactly as if it had asked alone, in order (lua/admit.lua), so the ledger
 // is the same and Redis runs one script where it ran n. A buyer who comes to an idle product
 // goes at once, alone: a batch forms only where buyers pile up, and none waits for more than the
@@ -28,14 +28,6 @@ type call struct {
 	err  error
 	done chan struct{}
 }
-
-// Batch makes Admit send the buyers of a product that arrive while its last call is out in one
-// call, at most n at a time; n <= 1 (the default): one call per buyer, each on its own.
-func (a *Ledger) Batch(n int) { a.batch = n }
-
-// WaitHeld makes a buyer who finds the units left held by orders in their sections wait up to d
-// for them to be decided, asking again, before it is answered busy (0, the default: at once).
-func (a *Ledger) WaitHeld(d time.Duration) { a.heldWait = d }
 
 // ask returns b's answer from lua/admit.lua: asked on its own, or in its product's next batch.
 // A buyer that gives up (ctx) before its batch went is never asked; once asked, it waits for

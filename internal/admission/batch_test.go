@@ -41,8 +41,8 @@ func TestBatchedAdmissionAnswersAsAlone(t *testing.T) {
 			_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1})
 			require.NoError(t, err)
 			reg := prometheus.NewRegistry()
-			ledger := admission.New(backendtest.Redis(t), store, "batch-test", 2*time.Second, slog.New(slog.DiscardHandler), reg)
-			ledger.Batch(batch)
+			ledger := admission.New(backendtest.Redis(t), store, "batch-test", 2*time.Second, slog.New(slog.DiscardHandler), reg,
+				admission.Options{Batch: batch})
 			ledger.Beat(ctx)
 
 			type answer struct {
@@ -163,8 +163,8 @@ func TestBatchedHandOver(t *testing.T) {
 			_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: n, MaxPerOrder: 1})
 			require.NoError(t, err)
 			client := backendtest.Redis(t)
-			ledger := admission.New(client, store, "handover-test", 2*time.Second, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-			ledger.Batch(batch)
+			ledger := admission.New(client, store, "handover-test", 2*time.Second, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+				admission.Options{Batch: batch})
 			ledger.Beat(ctx)
 			reqs := make([]stock.OrderRequest, n)
 			for i := range reqs {
