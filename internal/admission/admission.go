@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/keyqueue"
 	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -125,9 +126,9 @@ type Ledger struct {
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
 	pending Pending              // nil: no order is written by anyone but its admitting instance
 
-	batch   int                     // buyers of a product one admission call may take, and hand-overs one call may carry (Options.Batch)
-	admits  *coalescer[*call]       // by SKU: buyers waiting for the next admission call
-	handing *coalescer[*handedOver] // by SKU: hand-overs waiting for the next call (HandOver)
+	batch   int                          // buyers of a product one admission call may take, and hand-overs one call may carry (Options.Batch)
+	admits  *keyqueue.Queue[*call]       // by SKU: buyers waiting for the next admission call
+	handing *keyqueue.Queue[*handedOver] // by SKU: hand-overs waiting for the next call (HandOver)
 
 	results   *prometheus.CounterVec
 	givebacks prometheus.Counter
@@ -230,7 +231,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 			Name: "seckill_redis_fallbacks_total", Help: "Orders placed on the database-guarded path because Redis was unavailable, by the step that found it so.",
 		}, []string{"step"}),
 	}
-	a.admits, a.handing = newCoalescer(a.admitAll), newCoalescer(a.handOverAll)
+	a.admits, a.handing = keyqueue.New(a.batch, a.admitRound), keyqueue.New(a.batch, a.handOverRound)
 	a.calls = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "seckill_admission_call_buyers", Help: "Buyers answered by one Redis admission call: one per call, unless SECKILL_ADMIT_BATCH lets the buyers who pile up go together.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 8),
@@ -715,7 +716,7 @@ func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderReq
 		return a.handOver(ctx, sku, users, ids)
 	}
 	h := &handedOver{user: users[0], id: ids[0], done: make(chan struct{})}
-	if err := a.handing.await(ctx, sku, h, h.done, a.batch); err != nil {
+	if err := a.handing.Await(ctx, sku, h, h.done); err != nil {
 		return err
 	}
 	return h.err
@@ -728,8 +729,14 @@ type handedOver struct {
 	done     chan struct{}
 }
 
-// handOverAll is one hand-over call for hs, all of sku (the coalescer's send).
-func (a *Ledger) handOverAll(ctx context.Context, sku string, hs []*handedOver) {
+// handOverRound is one hand-over call for the hand-overs of sku waiting in the queue.
+func (a *Ledger) handOverRound(sku string, take func() []*handedOver) {
+	hs := take()
+	if len(hs) == 0 {
+		return
+	}
+	ctx, cancel := roundContext()
+	defer cancel()
 	users, ids := make([]string, len(hs)), make([]string, len(hs))
 	for i, h := range hs {
 		users[i], ids[i] = h.user, h.id

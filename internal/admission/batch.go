@@ -21,6 +21,12 @@ var errAdmitSlow = errors.New("admission call took too long")
 // admitTimeout bounds one call of a batch, which no buyer's context does.
 const admitTimeout = 3 * time.Second
 
+// roundContext is the context of one call of a batch: a call serves many buyers, so the one
+// who happened to start it must not cut it off.
+func roundContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(context.Background(), admitTimeout, errAdmitSlow)
+}
+
 // call is a buyer waiting for its batch's answer.
 type call struct {
 	buyer
@@ -41,14 +47,20 @@ func (a *Ledger) ask(ctx context.Context, b buyer) (int64, error) {
 		return codes[0], nil
 	}
 	c := &call{buyer: b, done: make(chan struct{})}
-	if err := a.admits.await(ctx, b.req.SKU, c, c.done, a.batch); err != nil {
+	if err := a.admits.Await(ctx, b.req.SKU, c, c.done); err != nil {
 		return 0, err
 	}
 	return c.code, c.err
 }
 
-// admitAll is one admission call for calls, all of sku (the coalescer's send).
-func (a *Ledger) admitAll(ctx context.Context, sku string, calls []*call) {
+// admitRound is one admission call for the buyers of sku waiting in the queue.
+func (a *Ledger) admitRound(sku string, take func() []*call) {
+	calls := take()
+	if len(calls) == 0 {
+		return
+	}
+	ctx, cancel := roundContext()
+	defer cancel()
 	buyers := make([]buyer, len(calls))
 	for i, c := range calls {
 		buyers[i] = c.buyer
