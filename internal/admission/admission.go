@@ -1,9 +1,6 @@
-// Package admission is the Redis reservation ledger in front of a sale: admit (a counter
-// pre-deducted atomically with the set of buyers, one Lua script), give back, settle, sweep the
-// reservations of instances that stopped, restock the units of orders that ended — so that
-// sold-out and repeat buyers are answered at memory speed, and no unit the database still has
-// stays off sale. It is an optimisation only: the database is the source of truth, and every
-// decision here can be rebuilt from it.
+// Package admission is the Redis reservation ledger in front of a sale: sold-out and repeat
+// buyers are answered from Redis, and each admitted order holds a reservation of its units until
+// the database decides it. The database is the source of truth; all state here is rebuilt from it.
 package admission
 
 import (
@@ -30,46 +27,16 @@ var ErrRedisDown = errors.New("redis unavailable")
 // any section took it), so that its give-back returns the units at once.
 var ErrNotPlaced = errors.New("certainly not placed")
 
-// Ledger is the Redis fast path of a sale: a counter pre-deducted atomically with the set of
-// admitted buyers (one Lua script), so that sold-out and repeat buyers are answered without
-// touching a lock or the database. It is an optimisation only: the counter may run above the
-// database (over-admission: harmless, the database decides) and is rebuilt from the database
-// whenever it is missing — after a flush, a restart, or a reset.
-//
-// It must never run below the database for long, or units the database still has would not
-// sell (stranded stock, the classic flash-sale bug: Redis deducted, then the process died before
-// the database). So an admitted order holds a reservation: settled once the database has its
-// order, given back when the database step fails, and otherwise swept, as the database says
-// whether the order exists (Sweep). A reservation lives as long as the instance that made it
-// shows it is alive — a heartbeat every InstanceTTL/4 (Beat), not a fixed lease per order — so
-// a live instance with a slow database keeps its reservations however long its section takes,
-// and a dead or frozen one (SIGKILL, SIGSTOP, a VM paused) loses them to the other instances'
-// sweepers within InstanceTTL and a sweep: the last units of a sale are never stuck behind a
-// process that stopped. A frozen instance may wake and write an order whose reservation was
-// swept: the database's guard decides that write as any other (the unit may be sold by then),
-// and the settle takes the swept units back, once, so the counter stays exact. A live instance
-// sweeps its own reservations too, those of no order it still has in flight: a give-back or a
-// settle that could not reach Redis, or one a failover lost (a replica promoted without the
-// write); one whose order's outcome is in doubt only once any commit in flight must have landed.
-//
-// Sold out is final: while too few units are left but orders in their sections still hold some,
-// admission answers busy, not sold out, because such an order may fail and give its units back
-// — to a buyer who came later than those told sold out. The last units of a sale are held for a
-// section's time at most, or until a sweep: busy, then the truth.
-//
-// The queued strategy's orders are written by whichever instance's writer takes their message,
-// not by the instance that admitted them: once the message is out, a reservation is handed over
-// to the queue (HandOver), whose writers settle it or give it back, and the sweeper asks the
-// queue (Pending) before it returns the units of one its instance left behind.
-//
-// When Redis fails, Ledger trips a breaker for a cooldown and reports ErrRedisDown without
-// I/O, so an outage costs one timeout per cooldown, not one per order; after the cooldown the
-// next order probes Redis again, and admission resumes by itself.
+// Ledger is the reservation ledger as one instance sees it: per product, a counter pre-deducted
+// atomically with the set of buyers (lua/admit.lua), and the reservations of orders not yet
+// decided. The counter may run above the database: harmless, the database decides. It must not
+// run below it for long, or units the database still has would not sell (stranded stock). So an
+// admitted order holds a reservation: settled once its order is written, given back when it
+// fails (settle.go), swept when its instance stops beating (sweep.go).
 type Ledger struct {
 	client    redis.UniversalClient
 	store     *stock.Store
 	log       *slog.Logger
-	cooldown  time.Duration
 	instance  string        // this instance, as its reservations name it
 	ttl       time.Duration // an instance whose last beat is older is not alive
 	downUntil atomic.Int64  // unix nanoseconds; Redis is not asked before then
@@ -81,7 +48,7 @@ type Ledger struct {
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
 	pending Pending              // nil: no order is written by anyone but its admitting instance
 
-	batch   int                          // buyers of a product one admission call may take, and hand-overs one call may carry (Options.Batch)
+	batch   int                          // the most buyers or hand-overs one call takes (Options.Batch)
 	admits  *keyqueue.Queue[*call]       // by SKU: buyers waiting for the next admission call
 	handing *keyqueue.Queue[*handedOver] // by SKU: hand-overs waiting for the next call (HandOver)
 
@@ -128,7 +95,6 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		client:   client,
 		store:    store,
 		log:      log,
-		cooldown: Cooldown,
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},

@@ -21,7 +21,7 @@ import (
 // units left, but orders in their sections hold some: retry), stock.ErrAlreadyPurchased,
 // stock.ErrDuplicateRequest (a request with the same Idempotency-Key holds the buyer's
 // reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown. With Options.Batch, the
-// buyers of a product that arrive while its last call is out go to Redis together (batch.go).
+// buyers of a product that arrive while its last call is out go to Redis together (ask).
 func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reservation, error) {
 	return a.AdmitWithin(ctx, req, 0)
 }
@@ -51,6 +51,8 @@ func (a *Ledger) AdmitWithin(ctx context.Context, req stock.OrderRequest, bound 
 	if planted.On(planted.HeldAtOnce) {
 		heldWait = 0
 	}
+	// Sold out is final, so while orders in their sections hold the units left, which they may
+	// give back, the answer is busy: told sold out, a buyer could see a later one get the unit.
 	// Held units are decided within a section's time: ask again until they are, and answer
 	// busy only once the wait budget ran out. A buyer told busy at once comes back while
 	// nobody knows whether a unit is left.
@@ -111,7 +113,7 @@ func (a *Ledger) admit(ctx context.Context, sku string, buyers []buyer) ([]int64
 		args = append(args, b.req.UserID, b.req.Quantity, b.id, b.req.IdempotencyKey, b.bound)
 	}
 	for warmed := false; ; warmed = true {
-		codes, err := admitScript.Run(ctx, a.client, keys(sku), args...).Int64Slice()
+		codes, err := admitScript.Run(ctx, a.client, KeysOf(sku).all(), args...).Int64Slice()
 		if err == nil && len(codes) != len(buyers) {
 			err = fmt.Errorf("%d answers for %d buyers", len(codes), len(buyers))
 		}
@@ -168,7 +170,7 @@ func (a *Ledger) warm(ctx context.Context, sku, mode string) error {
 	for _, b := range buyers {
 		args = append(args, b)
 	}
-	wrote, err := warmScript.Run(ctx, a.client, keys(sku), args...).Int()
+	wrote, err := warmScript.Run(ctx, a.client, KeysOf(sku).all(), args...).Int()
 	if err != nil {
 		a.Down("warm", err)
 		return fmt.Errorf("warm %s: %w: %w", sku, ErrRedisDown, err)
@@ -180,12 +182,11 @@ func (a *Ledger) warm(ctx context.Context, sku, mode string) error {
 }
 
 // Admission in batches. Every buyer of a hot product asks Redis the same question of the same
-// keys, and under load most of an instance's buyers of a product arrive while an earlier call for
-// it is out. With Options.Batch n, those wait for it and then go together: one script call for up to n
-// buyers, each answered exactly as if it had asked alone, in order (lua/admit.lua), so the ledger
-// is the same and Redis runs one script where it ran n. A buyer who comes to an idle product
-// goes at once, alone: a batch forms only where buyers pile up, and none waits for more than the
-// call before its own.
+// keys, and under load most of them arrive while an earlier call for it is out. With
+// Options.Batch n, those wait for it and then go together (keyqueue): one script call for up to
+// n buyers, each answered exactly as if it had asked alone, in order (lua/admit.lua). The ledger
+// is the same, and Redis runs one script where it ran n. A buyer who comes to an idle product
+// goes at once, alone, and none waits for more than the call before its own.
 
 // errAdmitSlow is the cause of a batch's end when Redis did not answer within admitTimeout: the
 // breaker's business, unlike a buyer who gave up.

@@ -13,7 +13,7 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Held is a reservation as the sweeper read it.
+// Held is one reservation: its id, its buyer, its units and the request's Idempotency-Key.
 type Held struct {
 	ID, User, IdempotencyKey string
 	Units                    int
@@ -21,9 +21,10 @@ type Held struct {
 
 // Held reads the reservation user holds for sku: stock.ErrNotFound when there is none.
 func (a *Ledger) Held(ctx context.Context, sku, user string) (Held, error) {
-	held, err := a.client.HGet(ctx, keys(sku)[3], user).Result()
+	k := KeysOf(sku)
+	held, err := a.client.HGet(ctx, k.Queued, user).Result()
 	if errors.Is(err, redis.Nil) {
-		held, err = a.client.HGet(ctx, keys(sku)[2], user).Result()
+		held, err = a.client.HGet(ctx, k.Reserved, user).Result()
 	}
 	if errors.Is(err, redis.Nil) {
 		return Held{}, fmt.Errorf("reservation of %s/%s: %w", sku, user, stock.ErrNotFound)
@@ -41,9 +42,9 @@ func (a *Ledger) Held(ctx context.Context, sku, user string) (Held, error) {
 // Reservations lists every reservation of sku: those in flight and those handed over to the
 // order queue.
 func (a *Ledger) Reservations(ctx context.Context, sku string) ([]Held, error) {
-	ks := keys(sku)
+	k := KeysOf(sku)
 	pipe := a.client.Pipeline()
-	reserved, queued := pipe.HGetAll(ctx, ks[2]), pipe.HGetAll(ctx, ks[3])
+	reserved, queued := pipe.HGetAll(ctx, k.Reserved), pipe.HGetAll(ctx, k.Queued)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("reservations of %s: %w: %w", sku, stock.ErrUnavailable, err)
 	}
@@ -104,8 +105,8 @@ func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, e
 	for i, id := range live {
 		args[i] = id
 	}
-	k := keys(sku)
-	v, err := stateScript.Run(ctx, a.client, []string{k[0], k[2], k[3]}, args...).Slice()
+	k := KeysOf(sku)
+	v, err := stateScript.Run(ctx, a.client, []string{k.Stock, k.Reserved, k.Queued}, args...).Slice()
 	if err != nil {
 		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 	}
@@ -124,10 +125,10 @@ func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, e
 }
 
 // Invalidate deletes sku's admission state — counter, buyers, reservations — before a reset, so
-// that no order is admitted against the old round's counter. It fails when Redis cannot be reached: the reset must not go on, or
-// the old counter would outlive it.
+// that no order is admitted against the old round's counter. It fails when Redis cannot be
+// reached: the reset must not go on, or the old counter would outlive it.
 func (a *Ledger) Invalidate(ctx context.Context, sku string) error {
-	if err := a.client.Del(ctx, keys(sku)...).Err(); err != nil {
+	if err := a.client.Del(ctx, KeysOf(sku).all()...).Err(); err != nil {
 		return fmt.Errorf("invalidate admission of %s: %w: %w", sku, stock.ErrUnavailable, err)
 	}
 	return nil
@@ -150,11 +151,12 @@ func (a *Ledger) Reconcile(ctx context.Context, sku string) error {
 // expired) and their buyers back, once per order however often it is called (lua/restock.lua),
 // and returns the units returned.
 func (a *Ledger) Restock(ctx context.Context, sku string, ended []stock.Order) (int64, error) {
-	k := keys(sku)
-	ks := append([]string{k[0], k[1]}, make([]string, 0, len(ended))...)
+	k := KeysOf(sku)
+	ks := make([]string, 0, 2+len(ended))
+	ks = append(ks, k.Stock, k.Buyers)
 	args := make([]any, 0, 2*len(ended))
 	for _, o := range ended {
-		ks = append(ks, "seckill:{"+sku+"}:returned:"+o.OrderID)
+		ks = append(ks, returnedKey(sku, o.OrderID))
 		args = append(args, o.UserID, o.Quantity)
 	}
 	n, err := restockScript.Run(ctx, a.client, ks, args...).Int64()

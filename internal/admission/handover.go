@@ -7,17 +7,18 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// QueueOwner owns the reservations handed over to the order queue (HandOver): alive as long as
-// the queue is, which no heartbeat shows — the writer that takes each order's message resolves
-// its reservation.
+// QueueOwner owns the reservations handed over to the order queue (HandOver). The queued
+// strategy's orders are written by whichever instance's writer takes their message, not by the
+// instance that admitted them: the queue is alive as long as it holds the message, which no
+// heartbeat shows, and the writer resolves the reservation.
 const QueueOwner = "@queue"
 
 // HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their orders'
 // messages went out, and the writer that takes each resolves it, whichever instance it runs on —
 // the sweeper never returns their units, even once this instance is gone. A hand-over that
 // fails is done by the sweeper instead, once Pending confirms the message went out. With
-// Options.Batch n, the hand-overs of one order each that arrive while the product's last one is out
-// wait for it and then go together, up to n in one call, as admission's buyers do.
+// Options.Batch n, single hand-overs that arrive while the product's last call is out wait for
+// it, then go together, up to n in one call, as admission's buyers do.
 func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
 	users, ids := make([]string, len(reqs)), make([]string, len(reqs))
 	for i, r := range reqs {
@@ -59,13 +60,15 @@ func (a *Ledger) handOverRound(sku string, take func() []*handedOver) {
 	}
 }
 
+// handOver moves the reservations ids of users to the queue's hash in one call.
 func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) error {
+	k := KeysOf(sku)
 	args := make([]any, 0, 1+2*len(users))
 	args = append(args, QueueOwner)
 	for i := range users {
 		args = append(args, users[i], ids[i])
 	}
-	if err := handOverScript.Run(ctx, a.client, keys(sku)[2:], args...).Err(); err != nil {
+	if err := handOverScript.Run(ctx, a.client, []string{k.Reserved, k.Queued}, args...).Err(); err != nil {
 		return fmt.Errorf("hand over reservations of %s: %w: %w", sku, ErrRedisDown, err)
 	}
 	return nil

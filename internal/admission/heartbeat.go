@@ -8,7 +8,8 @@ import (
 )
 
 // Cooldown is how long the breaker keeps Redis unasked after an error: an outage costs one
-// timeout per cooldown, not one per order.
+// timeout per cooldown, not one per order. The next order after it probes Redis again, so
+// admission resumes by itself.
 const Cooldown = time.Second
 
 // instancesKey is the heartbeats of every instance on this Redis (beat.lua).
@@ -39,12 +40,13 @@ func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 // Available reports whether the breaker lets requests reach Redis.
 func (a *Ledger) Available() bool { return a.now().UnixNano() >= a.downUntil.Load() }
 
-// Down trips the breaker after a Redis error at step (the strategy's lock, too).
+// Down trips the breaker after a Redis error at step (the strategy's lock, too): until the
+// cooldown ends, admission answers ErrRedisDown without I/O.
 func (a *Ledger) Down(step string, err error) {
 	if a.Available() {
-		a.log.Warn("redis unavailable: orders take the database-guarded path", "step", step, "cooldown", a.cooldown, "err", err)
+		a.log.Warn("redis unavailable: orders take the database-guarded path", "step", step, "cooldown", Cooldown, "err", err)
 	}
-	a.downUntil.Store(a.now().Add(a.cooldown).UnixNano())
+	a.downUntil.Store(a.now().Add(Cooldown).UnixNano())
 }
 
 // FellBack counts an order placed without Redis, by the step that found it down.

@@ -43,15 +43,8 @@ var (
 	handOverScript = redis.NewScript(handOverLua)
 )
 
-// keys returns the admission keys of sku: the counter, the buyers and the reservations (see
-// lua/admit.lua). The {sku} hash tag puts all of a product's keys in one Redis Cluster slot,
-// which a multi-key script requires.
-func keys(sku string) []string {
-	p := "seckill:{" + sku + "}:"
-	return []string{p + "stock", p + "buyers", p + "reserved", p + "queued"}
-}
-
-// Keys are the Redis keys of one product's admission (lua/admit.lua).
+// Keys are the Redis keys of one product's admission (lua/admit.lua). They share the {sku} hash
+// tag, so that they sit in one Redis Cluster slot, which a script over several keys requires.
 type Keys struct {
 	Stock    string // the admission counter: the database's stock, minus the reservations
 	Buyers   string // the users admitted in this sale round
@@ -61,16 +54,25 @@ type Keys struct {
 
 // KeysOf returns sku's admission keys, for the service to publish (GET .../locks).
 func KeysOf(sku string) Keys {
-	ks := keys(sku)
-	return Keys{Stock: ks[0], Buyers: ks[1], Reserved: ks[2], Queued: ks[3]}
+	p := prefix(sku)
+	return Keys{Stock: p + "stock", Buyers: p + "buyers", Reserved: p + "reserved", Queued: p + "queued"}
 }
 
-// sweptKey is the sweeper's marker of a reservation it returned (lua/sweep.lua).
-func sweptKey(sku, reservation string) string { return "seckill:{" + sku + "}:swept:" + reservation }
+// prefix starts every key of sku's admission.
+func prefix(sku string) string { return "seckill:{" + sku + "}:" }
 
-// withSwept is keys(sku) followed by the sweeper's marker of each reservation.
+// all is k in the order of admit.lua's KEYS, which the scripts over all four share.
+func (k Keys) all() []string { return []string{k.Stock, k.Buyers, k.Reserved, k.Queued} }
+
+// sweptKey is the sweeper's marker of a reservation it returned (lua/sweep.lua).
+func sweptKey(sku, reservation string) string { return prefix(sku) + "swept:" + reservation }
+
+// returnedKey is restock's marker of an ended order whose units it returned (lua/restock.lua).
+func returnedKey(sku, order string) string { return prefix(sku) + "returned:" + order }
+
+// withSwept is sku's keys (all) followed by the sweeper's marker of each reservation.
 func withSwept(sku string, reservations []string) []string {
-	ks := keys(sku)
+	ks := KeysOf(sku).all()
 	for _, id := range reservations {
 		ks = append(ks, sweptKey(sku, id))
 	}

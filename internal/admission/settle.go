@@ -58,8 +58,8 @@ func (a *Ledger) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr err
 }
 
 // definite reports whether a failed order was certainly not written: the database or the lock
-// refused it, or the strategy says so (ErrNotPlaced). Anything else — a lost connection, a deadline, an internal error — may have come
-// after a COMMIT the database executed.
+// refused it, or the strategy says so (ErrNotPlaced). Anything else — a lost connection, a
+// deadline, an internal error — may have come after a COMMIT the database executed.
 func definite(err error) bool {
 	for _, e := range []error{stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest, stock.ErrBusy,
 		stock.ErrInvalid, stock.ErrNotFound, ErrNotPlaced} {
@@ -90,9 +90,9 @@ func (a *Ledger) Settle(ctx context.Context, sku string, reqs []stock.OrderReque
 	defer cancel()
 	ks := withSwept(sku, ids)
 	if planted.On(planted.SettleWithoutTakeBack) {
-		ks = append(keys(sku), make([]string, len(ids))...)
-		for i, id := range ids {
-			ks[4+i] = sweptKey(sku, id) + ":unread"
+		ks = KeysOf(sku).all()
+		for _, id := range ids {
+			ks = append(ks, sweptKey(sku, id)+":unread")
 		}
 	}
 	out, err := settleScript.Run(ctx, a.client, ks, args...).Int64Slice()

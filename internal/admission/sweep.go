@@ -2,12 +2,20 @@ package admission
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/flashsale/seckill/internal/planted"
 )
+
+// Sweeping. A reservation lives as long as its instance shows it is alive (Beat, every TTL/4 or
+// so), not for a fixed lease per order: a live instance with a slow database keeps its
+// reservations, and a dead or frozen one (SIGKILL, SIGSTOP, a paused VM) loses them to the other
+// instances' sweepers within its TTL and a sweep. So the last units of a sale are never stuck
+// behind a process that stopped. A frozen instance may wake and write an order whose reservation
+// was swept: the database's guard decides that write, and the settle takes the units back, once.
+// An instance also sweeps its own reservations of orders it no longer has in flight: a give-back
+// or a settle that could not reach Redis, or that a failover lost.
 
 // sweepGrace is how long a reservation in doubt is left alone: a commit sent before its section
 // gave up has long reached the database by then. Doubts older than forgetDoubts are dropped:
@@ -29,13 +37,13 @@ type Pending interface {
 // Expect makes the sweeper ask p before it returns a reservation's units (Pending).
 func (a *Ledger) Expect(p Pending) { a.pending = p }
 
-// Sweep resolves sku's reservations whose instance is not alive (live), and this instance's own
-// of no order in flight here (sweepable), as the database decides: an order was placed under it (whatever its
-// state now: one cancelled since gave its units back itself) — the reservation is settled; none —
-// its units and its buyer go back to admission, unless another may still write the order
-// (Pending: the queued strategy's message went out), which then resolves it. It returns the units returned. Any
-// instance may sweep any product at any time: each reservation is resolved once (lua/sweep.lua).
-// live is the instances alive now (Live), read once for every product of a sweep.
+// Sweep resolves, as the database decides, sku's reservations whose instance is not alive, and
+// this instance's own of no order in flight here (sweepable). One whose order exists is settled,
+// whatever the order's state now (a cancel gave its units back itself). One without an order
+// returns its units and its buyer to admission, unless another may still write the order
+// (Pending), which then resolves it. Sweep returns the units returned. Any instance may sweep
+// any product at any time: each reservation is resolved once (lua/sweep.lua). live is the
+// instances alive now (Live), read once for every product of a sweep.
 func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, error) {
 	if planted.On(planted.NoSweep) {
 		return 0, nil
@@ -46,7 +54,7 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 	for _, id := range live {
 		args = append(args, id)
 	}
-	raw, err := orphansScript.Run(ctx, a.client, []string{keys(sku)[2]}, args...).StringSlice()
+	raw, err := orphansScript.Run(ctx, a.client, []string{KeysOf(sku).Reserved}, args...).StringSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -101,9 +109,8 @@ func (a *Ledger) leaveWritable(ctx context.Context, sku string, users, helds, id
 	var open []Held
 	for i, id := range ids {
 		if !placed[id] {
-			f := strings.SplitN(helds[i], "|", 4)
-			units, _ := strconv.Atoi(f[1])
-			open = append(open, Held{ID: id, User: users[i], Units: units, IdempotencyKey: f[3]})
+			h, _ := parseHeld(users[i], helds[i])
+			open = append(open, h)
 		}
 	}
 	if len(open) == 0 {
