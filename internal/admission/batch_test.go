@@ -150,7 +150,7 @@ func (c *countScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 // TestBatchedHandOver hands 60 admitted reservations over to the order queue at once, as 60
 // queued orders' 202s do: every one moves to the queue's hash, none is left in the reserved one,
-// and with Batch(64) they went in fewer calls than hand-overs — one per hand-over without it.
+// and with a batch of 64 they went in fewer calls than hand-overs — one per hand-over without it.
 // A batch that dropped a member would leave its reservation reserved, for a sweeper to return
 // under an order that is queued.
 func TestBatchedHandOver(t *testing.T) {
