@@ -41,8 +41,8 @@ func TestBatchedAdmissionAnswersAsAlone(t *testing.T) {
 			_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1})
 			require.NoError(t, err)
 			reg := prometheus.NewRegistry()
-			ledger := admission.New(backendtest.Redis(t), store, "batch-test", 2*time.Second, slog.New(slog.DiscardHandler), reg)
-			ledger.Batch(batch)
+			ledger := admission.New(backendtest.Redis(t), store, "batch-test", 2*time.Second, slog.New(slog.DiscardHandler), reg,
+				admission.Options{Batch: batch})
 			ledger.Beat(ctx)
 
 			type answer struct {
@@ -150,7 +150,7 @@ func (c *countScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 // TestBatchedHandOver hands 60 admitted reservations over to the order queue at once, as 60
 // queued orders' 202s do: every one moves to the queue's hash, none is left in the reserved one,
-// and with Batch(64) they went in fewer calls than hand-overs — one per hand-over without it.
+// and with a batch of 64 they went in fewer calls than hand-overs — one per hand-over without it.
 // A batch that dropped a member would leave its reservation reserved, for a sweeper to return
 // under an order that is queued.
 func TestBatchedHandOver(t *testing.T) {
@@ -163,8 +163,8 @@ func TestBatchedHandOver(t *testing.T) {
 			_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: n, MaxPerOrder: 1})
 			require.NoError(t, err)
 			client := backendtest.Redis(t)
-			ledger := admission.New(client, store, "handover-test", 2*time.Second, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-			ledger.Batch(batch)
+			ledger := admission.New(client, store, "handover-test", 2*time.Second, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+				admission.Options{Batch: batch})
 			ledger.Beat(ctx)
 			reqs := make([]stock.OrderRequest, n)
 			for i := range reqs {

@@ -37,8 +37,8 @@ func ledgerOn(t *testing.T, c *stopped, units int64) (*admission.Ledger, string)
 	store, sku := backendtest.Store(t), backendtest.SKU(t)
 	_, err := store.PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1})
 	require.NoError(t, err)
-	ledger := admission.New(backendtest.Redis(t), store, t.Name(), 2*time.Second, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	ledger.Clock(c.now)
+	ledger := admission.New(backendtest.Redis(t), store, t.Name(), 2*time.Second, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+		admission.Options{Clock: c.now})
 	ledger.Beat(context.Background())
 	return ledger, sku
 }

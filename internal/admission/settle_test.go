@@ -28,7 +28,7 @@ func TestSettleAfterSweep(t *testing.T) {
 	_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 3, MaxPerOrder: 1})
 	require.NoError(t, err)
 	ledger := func(name string, ttl time.Duration) *admission.Ledger {
-		l := admission.New(r, store, name, ttl, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+		l := admission.New(r, store, name, ttl, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), admission.Options{})
 		l.Beat(ctx)
 		return l
 	}

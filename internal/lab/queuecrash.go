@@ -240,7 +240,7 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 	if _, err := live.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: int64(units), MaxPerOrder: 1}); err != nil {
 		return queuedSale{}, err
 	}
-	dead := admission.New(env.Redis, env.Store, env.key("queue-crash", "crashed"), lease, env.Log, prometheus.NewRegistry())
+	dead := admission.New(env.Redis, env.Store, env.key("queue-crash", "crashed"), lease, env.Log, prometheus.NewRegistry(), admission.Options{})
 	lastBeat := time.Now()
 	dead.Beat(ctx)
 

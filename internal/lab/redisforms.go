@@ -32,7 +32,8 @@ func (e *Env) newRedisLock(ctx context.Context, c app.Config) (*redisLock, error
 	if err != nil {
 		return nil, err
 	}
-	ledger := admission.New(inst.app.Redis()[0], inst.app.Store(), c.Service.Instance, c.Service.InstanceTTL, e.Log, prometheus.NewRegistry())
+	ledger := admission.New(inst.app.Redis()[0], inst.app.Store(), c.Service.Instance, c.Service.InstanceTTL, e.Log, prometheus.NewRegistry(),
+		admission.Options{})
 	return &redisLock{instance: inst, admission: ledger}, nil
 }
 

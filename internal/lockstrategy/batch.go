@@ -4,25 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/keyqueue"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
 // batcher is how every strategy places orders: orders for a SKU that arrive while a critical
-// section runs wait in a queue, and the next section takes the queue (up to max) — one lock
-// acquisition, one conditional stock update, one insert for all of them (group commit). A
-// section is a function of "the orders to place", so one order per section (max 1) and many
+// section runs wait in a queue, and the next section takes the queue (up to a batch's most) —
+// one lock acquisition, one conditional stock update, one insert for all of them (group commit).
+// A section is a function of "the orders to place", so one order per section (most 1) and many
 // share one path: the strategy's only one. The batcher also runs at most one section per SKU in
 // an instance, so an instance's orders take turns in memory, where waiting is free, and only one
 // of them at a time waits for the distributed lock — unless its sections overlap (naive's).
 type batcher struct {
 	strategy string
 	metrics  *LockMetrics
-	max      int
 	section  section
 	timeout  time.Duration // bounds one section: its lock wait, then the write and its retries
 	// overlap lets a SKU's sections run at once in an instance: every order starts a drainer
@@ -30,9 +28,7 @@ type batcher struct {
 	// Only naive sets it: one section per SKU at a time is itself a lock, held in memory, and
 	// with it naive could not race within one instance — on the embedded default, the only one.
 	overlap bool
-
-	mu     sync.Mutex
-	queues map[string][]*waiter // by SKU; without overlap, a key is present while its drainer runs
+	queue   *keyqueue.Queue[*waiter] // by SKU: the orders waiting for the next section
 }
 
 // A section is one critical section over sku. It calls take as soon as it holds the lock (or
@@ -45,16 +41,18 @@ type batcher struct {
 type section func(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed
 
 type waiter struct {
-	req  stock.OrderRequest
-	done chan stock.Placed
+	req    stock.OrderRequest
+	placed stock.Placed
+	done   chan struct{}
 }
 
 // newBatcher returns strategy's batcher of up to most orders per section (at least one);
 // lockWait is the section's budget for its lock, and the section may take twice that plus time
 // to write.
 func newBatcher(strategy string, most int, lockWait time.Duration, metrics *LockMetrics, s section) *batcher {
-	return &batcher{strategy: strategy, metrics: metrics, max: max(1, most), section: s,
-		timeout: 2*lockWait + 5*time.Second, queues: map[string][]*waiter{}}
+	b := &batcher{strategy: strategy, metrics: metrics, section: s, timeout: 2*lockWait + 5*time.Second}
+	b.queue = keyqueue.New(most, b.round)
+	return b
 }
 
 // place queues req and waits for its answer. The first order of an idle SKU starts that SKU's
@@ -65,79 +63,51 @@ func newBatcher(strategy string, most int, lockWait time.Duration, metrics *Lock
 func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	if err := ctx.Err(); err != nil {
 		// Gone before it queued: never placed. Queued, a section fast enough to answer before
-		// the select below would race the cancellation for it.
+		// the wait below would race the cancellation for it.
 		return stock.Order{}, fmt.Errorf("%w: %w", errAbandoned, err)
 	}
-	w := &waiter{req: req, done: make(chan stock.Placed, 1)}
-	b.mu.Lock()
-	q, running := b.queues[req.SKU]
-	b.queues[req.SKU] = append(q, w)
+	w := &waiter{req: req, done: make(chan struct{})}
+	await := b.queue.Await
+	if b.overlap {
+		await = b.queue.AwaitOverlapping
+	}
 	b.metrics.enqueued(b.strategy, 1)
-	b.mu.Unlock()
-	if !running || b.overlap {
-		go b.drain(req.SKU)
-	}
-	select {
-	case p := <-w.done:
-		return p.Order, p.Err
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	q = b.queues[req.SKU]
-	if i := slices.Index(q, w); i >= 0 {
-		b.queues[req.SKU] = slices.Delete(q, i, i+1)
+	if err := await(ctx, req.SKU, w, w.done); err != nil {
 		b.metrics.enqueued(b.strategy, -1)
-		b.mu.Unlock()
-		return stock.Order{}, fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+		return stock.Order{}, fmt.Errorf("%w: %w", errAbandoned, err)
 	}
-	b.mu.Unlock()
-	p := <-w.done
-	return p.Order, p.Err
+	return w.placed.Order, w.placed.Err
 }
 
-// drain runs sections over sku's queue until it is empty. Sections run on their own context:
-// the request that happened to start the drainer must not cancel everyone else's orders.
-func (b *batcher) drain(sku string) {
-	for {
-		b.mu.Lock()
-		if len(b.queues[sku]) == 0 {
-			delete(b.queues, sku)
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
-
-		var (
-			batch []*waiter
-			reqs  []stock.OrderRequest
-		)
-		ctx, cancel := context.WithTimeoutCause(context.Background(), b.timeout, errSectionTimeout)
-		take := func() []stock.OrderRequest {
-			if reqs != nil {
-				return reqs
-			}
-			b.mu.Lock()
-			q := b.queues[sku] // empty only if its requests gave up since the drainer looked, or (overlap) another section took them
-			n := min(len(q), b.max)
-			taken := q[:n:n]
-			b.queues[sku] = q[n:]
-			b.metrics.enqueued(b.strategy, -n)
-			b.mu.Unlock()
-			batch = taken
-			reqs = make([]stock.OrderRequest, n)
-			for i, w := range taken {
-				reqs[i] = w.req
-			}
-			if len(reqs) > 0 { // a section that took nothing placed no batch
-				b.metrics.batched(b.strategy, len(reqs))
-			}
+// round runs one section over sku's queue. Sections run on their own context: the request that
+// happened to start the drainer must not cancel everyone else's orders.
+func (b *batcher) round(sku string, take func() []*waiter) {
+	var (
+		batch []*waiter
+		reqs  []stock.OrderRequest
+	)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), b.timeout, errSectionTimeout)
+	results := b.section(ctx, sku, func() []stock.OrderRequest {
+		if reqs != nil {
 			return reqs
 		}
-		results := b.section(ctx, sku, take)
-		cancel()
+		// Empty only if its requests gave up since the drainer looked, or (overlap) another
+		// section took them.
+		batch = take()
+		b.metrics.enqueued(b.strategy, -len(batch))
+		reqs = make([]stock.OrderRequest, len(batch))
 		for i, w := range batch {
-			w.done <- results[i]
+			reqs[i] = w.req
 		}
+		if len(reqs) > 0 { // a section that took nothing placed no batch
+			b.metrics.batched(b.strategy, len(reqs))
+		}
+		return reqs
+	})
+	cancel()
+	for i, w := range batch {
+		w.placed = results[i]
+		close(w.done)
 	}
 }
 

@@ -255,7 +255,7 @@ const frozenTTL = 300 * time.Millisecond
 func newFrozen(t *testing.T) frozen {
 	t.Helper()
 	ledger := admission.New(backendtest.Redis(t), backendtest.Store(t), "frozen", frozenTTL,
-		slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+		slog.New(slog.DiscardHandler), prometheus.NewRegistry(), admission.Options{})
 	ledger.Beat(context.Background())
 	return frozen{ledger: ledger, queue: backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())}
 }

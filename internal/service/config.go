@@ -116,7 +116,7 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	locks := lock.NewMetrics(reg, log)
 	s := &Service{
 		store:         b.Store,
-		admission:     admission.New(b.Redis[0], b.Store, cfg.Instance, cfg.InstanceTTL, log, reg),
+		admission:     admission.New(b.Redis[0], b.Store, cfg.Instance, cfg.InstanceTTL, log, reg, admission.Options{Batch: cfg.AdmitBatch, WaitHeld: cfg.LockWait, Clock: cfg.Clock}),
 		strategies:    map[string]lockstrategy.Strategy{},
 		unsafe:        map[string]bool{},
 		defaultName:   cfg.Strategy,
@@ -146,11 +146,6 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		Name: "seckill_restocked_units_total",
 		Help: "Units of cancelled and expired orders given back to Redis admission by this instance's relay.",
 	})
-	s.admission.Batch(cfg.AdmitBatch)
-	s.admission.WaitHeld(cfg.LockWait)
-	if cfg.Clock != nil {
-		s.admission.Clock(cfg.Clock)
-	}
 	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.busy, s.restocked)
 	reg.MustRegister(newStranded(s.admission, b.Store, log))
 	s.catalog = newCatalog(b.Store.Product, time.Second)

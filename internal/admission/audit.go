@@ -1,0 +1,167 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Held is one reservation: its id, its buyer, its units and the request's Idempotency-Key.
+type Held struct {
+	ID, User, IdempotencyKey string
+	Units                    int
+}
+
+// Held reads the reservation user holds for sku: stock.ErrNotFound when there is none.
+func (a *Ledger) Held(ctx context.Context, sku, user string) (Held, error) {
+	k := KeysOf(sku)
+	held, err := a.client.HGet(ctx, k.Queued, user).Result()
+	if errors.Is(err, redis.Nil) {
+		held, err = a.client.HGet(ctx, k.Reserved, user).Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		return Held{}, fmt.Errorf("reservation of %s/%s: %w", sku, user, stock.ErrNotFound)
+	}
+	if err != nil {
+		return Held{}, fmt.Errorf("reservation of %s/%s: %w: %w", sku, user, stock.ErrUnavailable, err)
+	}
+	h, ok := parseHeld(user, held)
+	if !ok {
+		return Held{}, fmt.Errorf("reservation of %s/%s: %q: %w", sku, user, held, stock.ErrNotFound)
+	}
+	return h, nil
+}
+
+// Reservations lists every reservation of sku: those in flight and those handed over to the
+// order queue.
+func (a *Ledger) Reservations(ctx context.Context, sku string) ([]Held, error) {
+	k := KeysOf(sku)
+	pipe := a.client.Pipeline()
+	reserved, queued := pipe.HGetAll(ctx, k.Reserved), pipe.HGetAll(ctx, k.Queued)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("reservations of %s: %w: %w", sku, stock.ErrUnavailable, err)
+	}
+	var out []Held
+	for _, hash := range []map[string]string{reserved.Val(), queued.Val()} {
+		for user, held := range hash {
+			if h, ok := parseHeld(user, held); ok {
+				out = append(out, h)
+			}
+		}
+	}
+	return out, nil
+}
+
+// parseHeld reads user's reservation as admit.lua stores it: id, units, instance, key.
+func parseHeld(user, held string) (Held, bool) {
+	f := strings.SplitN(held, "|", 4)
+	if len(f) != 4 {
+		return Held{}, false
+	}
+	units, _ := strconv.Atoi(f[1])
+	return Held{ID: f[0], User: user, Units: units, IdempotencyKey: f[3]}, true
+}
+
+// RecentWindow is how long after its last order here a product is watched by this instance: swept,
+// reported by its stranded-units gauge, checked for lost queue messages. Recent prunes older
+// products, so every caller asks with it.
+const RecentWindow = time.Minute
+
+// Recent lists the products this instance admitted orders for within the window: the ones its
+// sweeper watches. Older entries are forgotten.
+func (a *Ledger) Recent(window time.Duration) []string {
+	var out []string
+	now := a.now()
+	a.recent.Range(func(k, v any) bool {
+		if now.Sub(v.(time.Time)) > window {
+			a.recent.Delete(k)
+		} else {
+			out = append(out, k.(string))
+		}
+		return true
+	})
+	return out
+}
+
+// State is sku's admission state in Redis, for the audit.
+type State struct {
+	Stock        *int64 // the counter; nil when there is none
+	Reservations int64  // reservations in flight: admitted, neither settled, given back nor swept
+	Reserved     int64  // their units
+	Live         int64  // the units of those whose instance is alive
+}
+
+// State reads sku's admission state in one step; live is the instances alive now (Live), read
+// once for every product a caller asks about.
+func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, error) {
+	args := make([]any, len(live))
+	for i, id := range live {
+		args[i] = id
+	}
+	k := KeysOf(sku)
+	v, err := stateScript.Run(ctx, a.client, []string{k.Stock, k.Reserved, k.Queued}, args...).Slice()
+	if err != nil {
+		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
+	}
+	var st State
+	if s, ok := v[0].(string); ok {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return State{}, err
+		}
+		st.Stock = &n
+	}
+	st.Reservations, _ = v[1].(int64)
+	st.Reserved, _ = v[2].(int64)
+	st.Live, _ = v[3].(int64)
+	return st, nil
+}
+
+// Invalidate deletes sku's admission state — counter, buyers, reservations — before a reset, so
+// that no order is admitted against the old round's counter. It fails when Redis cannot be
+// reached: the reset must not go on, or the old counter would outlive it.
+func (a *Ledger) Invalidate(ctx context.Context, sku string) error {
+	if err := a.client.Del(ctx, KeysOf(sku).all()...).Err(); err != nil {
+		return fmt.Errorf("invalidate admission of %s: %w: %w", sku, stock.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Reconcile replaces sku's admission state with the database's: the counter becomes the stock,
+// the buyer set the users holding orders. Safe at any time: orders in flight can only leave the
+// counter above the database afterwards, which the database then corrects.
+func (a *Ledger) Reconcile(ctx context.Context, sku string) error {
+	if err := a.warm(ctx, sku, "force"); err != nil {
+		if errors.Is(err, ErrRedisDown) {
+			return fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// Restock gives admission the units of sku's orders that the database has ended (cancelled,
+// expired) and their buyers back, once per order however often it is called (lua/restock.lua),
+// and returns the units returned.
+func (a *Ledger) Restock(ctx context.Context, sku string, ended []stock.Order) (int64, error) {
+	k := KeysOf(sku)
+	ks := make([]string, 0, 2+len(ended))
+	ks = append(ks, k.Stock, k.Buyers)
+	args := make([]any, 0, 2*len(ended))
+	for _, o := range ended {
+		ks = append(ks, returnedKey(sku, o.OrderID))
+		args = append(args, o.UserID, o.Quantity)
+	}
+	n, err := restockScript.Run(ctx, a.client, ks, args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("restock %s: %w: %w", sku, stock.ErrUnavailable, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,75 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// QueueOwner owns the reservations handed over to the order queue (HandOver). The queued
+// strategy's orders are written by whichever instance's writer takes their message, not by the
+// instance that admitted them: the queue is alive as long as it holds the message, which no
+// heartbeat shows, and the writer resolves the reservation.
+const QueueOwner = "@queue"
+
+// HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their orders'
+// messages went out, and the writer that takes each resolves it, whichever instance it runs on —
+// the sweeper never returns their units, even once this instance is gone. A hand-over that
+// fails is done by the sweeper instead, once Pending confirms the message went out. With
+// Options.Batch n, single hand-overs that arrive while the product's last call is out wait for
+// it, then go together, up to n in one call, as admission's buyers do.
+func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
+	users, ids := make([]string, len(reqs)), make([]string, len(reqs))
+	for i, r := range reqs {
+		users[i], ids[i] = r.UserID, r.Reservation.ID
+	}
+	if a.batch <= 1 || len(reqs) != 1 {
+		return a.handOver(ctx, sku, users, ids)
+	}
+	h := &handedOver{user: users[0], id: ids[0], done: make(chan struct{})}
+	if err := a.handing.Await(ctx, sku, h, h.done); err != nil {
+		return err
+	}
+	return h.err
+}
+
+// handedOver is one hand-over waiting for its product's next call.
+type handedOver struct {
+	user, id string
+	err      error
+	done     chan struct{}
+}
+
+// handOverRound is one hand-over call for the hand-overs of sku waiting in the queue.
+func (a *Ledger) handOverRound(sku string, take func() []*handedOver) {
+	hs := take()
+	if len(hs) == 0 {
+		return
+	}
+	ctx, cancel := roundContext()
+	defer cancel()
+	users, ids := make([]string, len(hs)), make([]string, len(hs))
+	for i, h := range hs {
+		users[i], ids[i] = h.user, h.id
+	}
+	err := a.handOver(ctx, sku, users, ids)
+	for _, h := range hs {
+		h.err = err
+		close(h.done)
+	}
+}
+
+// handOver moves the reservations ids of users to the queue's hash in one call.
+func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) error {
+	k := KeysOf(sku)
+	args := make([]any, 0, 1+2*len(users))
+	args = append(args, QueueOwner)
+	for i := range users {
+		args = append(args, users[i], ids[i])
+	}
+	if err := handOverScript.Run(ctx, a.client, []string{k.Reserved, k.Queued}, args...).Err(); err != nil {
+		return fmt.Errorf("hand over reservations of %s: %w: %w", sku, ErrRedisDown, err)
+	}
+	return nil
+}

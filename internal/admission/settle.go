@@ -1,0 +1,108 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/flashsale/seckill/internal/planted"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Done ends the tracking of a reservation whose order is no longer in flight here: it was
+// settled (or, if the settle was lost, will be, by this instance's sweeper), or given back.
+func (a *Ledger) Done(res stock.Reservation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.tracked, res.ID)
+}
+
+// track records a reservation of an order in flight here (zero until), or in doubt until until.
+func (a *Ledger) track(id string, until time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.tracked[id] = until
+}
+
+// GiveBack returns an admitted order's reservation after its database step failed — for
+// certain. It runs even when the request was cancelled. dbErr is the failure: when the database
+// said sold out, the counter is also capped at what the database holds. An error that leaves
+// the outcome open (a lost connection mid-commit, a deadline mid-write) gives nothing back: the
+// reservation is put in doubt instead, and this instance's sweeper asks the database about it
+// as soon as any commit in flight must have landed. A give-back that cannot reach Redis leaves
+// the reservation to the sweeper too.
+func (a *Ledger) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr error) {
+	if planted.On(planted.LostGiveBack) {
+		a.Done(req.Reservation)
+		return
+	}
+	if !definite(dbErr) {
+		a.track(req.Reservation.ID, a.now().Add(sweepGrace))
+		a.touch(req.SKU)
+		return
+	}
+	defer a.Done(req.Reservation)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	args := []any{req.UserID, req.Reservation.ID}
+	var soldOut *stock.SoldOutError
+	if errors.As(dbErr, &soldOut) {
+		args = append(args, soldOut.Left)
+	}
+	if err := giveBackScript.Run(ctx, a.client, withSwept(req.SKU, []string{req.Reservation.ID}), args...).Err(); err != nil {
+		a.Down("give-back", err)
+		a.log.Warn("admission give-back failed; the sweeper returns the units", "sku", req.SKU, "err", err)
+		return
+	}
+	a.givebacks.Inc()
+}
+
+// definite reports whether a failed order was certainly not written: the database or the lock
+// refused it, or the strategy says so (ErrNotPlaced). Anything else — a lost connection, a
+// deadline, an internal error — may have come after a COMMIT the database executed.
+func definite(err error) bool {
+	for _, e := range []error{stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest, stock.ErrBusy,
+		stock.ErrInvalid, stock.ErrNotFound, ErrNotPlaced} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Settle ends the reservations of orders the database has written: their units stay sold. One
+// the sweeper returned meanwhile (this instance was frozen past its heartbeat) is taken again
+// (lua/settle.lua). A lost settle costs nothing but time: once the order is Done here, this
+// instance's sweeper finds it and settles the reservation.
+func (a *Ledger) Settle(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed) {
+	var ids []string
+	args := make([]any, 0, 3*len(reqs))
+	for i, r := range reqs {
+		if r.Reservation.ID != "" && placed[i].Err == nil {
+			ids = append(ids, r.Reservation.ID)
+			args = append(args, r.UserID, r.Reservation.ID, r.Quantity)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	ks := withSwept(sku, ids)
+	if planted.On(planted.SettleWithoutTakeBack) {
+		ks = KeysOf(sku).all()
+		for _, id := range ids {
+			ks = append(ks, sweptKey(sku, id)+":unread")
+		}
+	}
+	out, err := settleScript.Run(ctx, a.client, ks, args...).Int64Slice()
+	if err != nil {
+		a.log.Debug("settle failed; the sweeper settles", "sku", sku, "err", err)
+		return
+	}
+	if out[1] > 0 {
+		a.swept.WithLabelValues("retaken").Add(float64(out[1]))
+		a.log.Warn("orders written after the sweeper returned their reservations (this instance was frozen): their units taken again",
+			"sku", sku, "orders", out[1])
+	}
+}
