@@ -21,13 +21,18 @@ import (
 // to come back while units may be on sale, so it is honest only once a wait budget ran out: every
 // busy answer must have waited the budget (SECKILL_LOCK_WAIT) and name a cause that is one, and
 // every unit must sell. At the end of the sale the last units are held by orders in their
-// sections for a few milliseconds; answering busy then, at once, fails here.
+// sections for a few milliseconds; answering busy then, at once, fails here. How often a buyer
+// meets that moment depends on timing, so the test then makes it happen: the last unit of a
+// product held by an order whose section is held open, another buyer must wait the budget.
 func TestNoNeedlessBusy(t *testing.T) {
 	cfg := service.Defaults()
 	inst := backendtest.NewInstance(t, cfg, backendtest.Wiring{})
 	ctx := context.Background()
 	sku := backendtest.SKU(t)
 	const units, clients = 3000, 64
+	// A wait for held units ends before a backoff step would overrun the budget: a busy answer
+	// that waited its budget comes this much before it, at most.
+	budget := cfg.LockWait - 100*time.Millisecond
 	_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: units, MaxPerOrder: 1})
 	require.NoError(t, err)
 
@@ -53,7 +58,7 @@ func TestNoNeedlessBusy(t *testing.T) {
 				if err == nil {
 					acked = append(acked, o)
 				}
-				if stock.Code(err) == "busy" && took < cfg.LockWait {
+				if stock.Code(err) == "busy" && took < budget {
 					early = append(early, err.Error())
 				}
 				mu.Unlock()
@@ -77,4 +82,32 @@ func TestNoNeedlessBusy(t *testing.T) {
 			"busy answers whose cause is not a wait budget run out: %s", cause)
 	}
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
+
+	hooks, inside, release := backendtest.HoldSection("holder")
+	defer release()
+	held := cfg
+	held.Hooks = hooks
+	inst = backendtest.NewInstance(t, held, backendtest.Wiring{})
+	last := backendtest.SKU(t)
+	_, err = inst.PutProduct(ctx, stock.ProductSpec{SKU: last, Name: t.Name(), Stock: 1, MaxPerOrder: 1})
+	require.NoError(t, err)
+	placed := make(chan error, 1)
+	go func() {
+		_, _, err := inst.PlaceOrder(deadline, stock.OrderRequest{SKU: last, UserID: "holder", Quantity: 1, Strategy: "hybrid"})
+		placed <- err
+	}()
+	select {
+	case <-inside:
+	case <-deadline.Done():
+		t.Fatal("the holder's section never started")
+	}
+	sent := time.Now()
+	_, _, err = inst.PlaceOrder(deadline, stock.OrderRequest{SKU: last, UserID: "other", Quantity: 1, Strategy: "hybrid"})
+	took := time.Since(sent)
+	require.Equal(t, "busy", stock.Code(err), "the last unit held: %v", err)
+	assert.GreaterOrEqual(t, took, budget, "busy answers came before their wait budget ran out: the last unit held, %s", err)
+	release()
+	require.NoError(t, <-placed, "the holder's order")
+	_, _, err = inst.PlaceOrder(deadline, stock.OrderRequest{SKU: last, UserID: "late", Quantity: 1, Strategy: "hybrid"})
+	assert.ErrorIs(t, err, stock.ErrSoldOut, "once the held unit was sold")
 }

@@ -52,7 +52,7 @@ type Config struct {
 	// Hooks reach into every strategy's critical section, for tests; the zero value does nothing.
 	Hooks lockstrategy.Hooks
 	// Clock times admission's bounds — the breaker's cooldown, the grace of a reservation in
-	// doubt — for tests that move past them (admission.Ledger.Clock); nil: time.Now.
+	// doubt — for tests that move past them (admission.Options.Clock); nil: time.Now.
 	Clock func() time.Time
 }
 
