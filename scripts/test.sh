@@ -3,6 +3,8 @@
 # `go test` shares them. The packages that start service processes or run the load tool, and the
 # planted checks of the process tests, go one at a time (-p 1): their promises (a frozen instance
 # stalls the others under 3 s) are timed on a machine that the rest of the suite does not starve.
+# Each lane builds its own test binaries (go test links them at every run, so building them
+# ahead would only link them twice); a package's build ends before its tests start.
 # Arguments go to every `go test` command (e.g. -short, -v).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,18 +15,6 @@ processChecks=TestProcessChecksCatchPlantedBugs # internal/planted's rows that r
 # The slowest in-process packages first, so that the lane does not end waiting for one of them.
 slowest=("$module/internal/lockstrategy" "$module/internal/planted" "$module/internal/lab")
 mapfile -t inprocess < <(printf '%s\n' "${slowest[@]}"; go list ./... | grep -v -x -F "${serial[@]/#/-e}" "${slowest[@]/#/-e}")
-
-# Every test binary built first, with both cores — and with the plantedbugs tag, for the planted
-# checks (internal/planted) — so that the serial lane spends its time testing.
-start=$SECONDS
-for tags in "-race" "-tags plantedbugs"; do
-	# shellcheck disable=SC2086 # two words, on purpose
-	if ! built=$(go test $tags -count=1 -run '^$' ./... 2>&1); then
-		echo "$built"
-		exit 1
-	fi
-done
-echo "test: every test binary built in $((SECONDS - start)) s"
 
 start=$SECONDS
 echo "test: lane in-process"
