@@ -61,46 +61,60 @@ func TestProcessesGalera(t *testing.T) {
 			g.RequireAgree(t, sku)
 
 			again := putOnSale(t, procs[0], 5)
-			orders := repeatAtOnce(t, procs, again, strategy, 20)
-			require.Len(t, orders, 1, "20 identical requests, one order_id: %v", orders)
-			for id := range orders {
+			r := repeatAtOnce(t, procs, again, strategy, 20)
+			assert.Equal(t, map[int]int{http.StatusCreated: 20}, r.statuses, "every repeat answered 201")
+			require.Len(t, r.orders, 1, "20 identical requests, one order_id: %v", r.orders)
+			for id := range r.orders {
 				backendtest.RequireInvariant(t, g.Store(t, 1), again, []stock.Order{{OrderID: id, UserID: "u-1"}})
 			}
 		})
 	}
 }
 
+// repeated is what n identical requests sent at once heard in the end.
+type repeated struct {
+	orders   map[string]int // the order ids the final answers named, with how many named each
+	statuses map[int]int    // the final answers, by status
+	busy     int            // the 429s heard and retried
+}
+
 // repeatAtOnce sends the same order (user u-1, one Idempotency-Key) n times at once over procs,
-// each with the one HTTP buyer, and returns the order ids the 201s named, with how many named each.
-func repeatAtOnce(t *testing.T, procs []instance, sku, strategy string, n int) map[string]int {
+// each with the one HTTP buyer: nothing may be lost or unavailable, only a busy answer is retried.
+func repeatAtOnce(t *testing.T, procs []instance, sku, strategy string, n int) repeated {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b := buyer{t: t, ctx: ctx, client: &http.Client{Timeout: 30 * time.Second}, sku: sku, strategy: strategy}
 	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		orders = map[string]int{}
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		res = repeated{orders: map[string]int{}, statuses: map[int]int{}}
 	)
 	start := make(chan struct{})
 	for i := range n {
 		wg.Go(func() {
 			<-start
 			a, _, ok := b.buy("u-1", func(attempt int) instance { return procs[(i+attempt)%len(procs)] }, func(_ instance, a answer, err error) {
-				// Nothing here may be lost or unavailable: only a busy answer is retried.
 				assert.NoError(t, err)
 				assert.NotEqual(t, http.StatusServiceUnavailable, a.status, "u-1: %s", a.body)
+				if a.status == http.StatusTooManyRequests {
+					mu.Lock()
+					res.busy++
+					mu.Unlock()
+				}
 			})
-			if ok && assert.Equal(t, http.StatusCreated, a.status) {
-				mu.Lock()
-				orders[a.order.OrderID]++
-				mu.Unlock()
+			if !ok {
+				return
 			}
+			mu.Lock()
+			res.statuses[a.status]++
+			res.orders[a.order.OrderID]++
+			mu.Unlock()
 		})
 	}
 	close(start)
 	wg.Wait()
-	return orders
+	return res
 }
 
 // heard is one HTTP answer of a node-loss sale: when, from which process, what.

@@ -1054,58 +1054,26 @@ func retriesRound(t *testing.T, procs []instance, client *http.Client, strategy 
 	}
 	before := outcomes()
 	const repeats = 20
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		orders   = map[string]int{}
-		statuses = map[int]int{}
-		busy     int
-		queued   int // 202s: queued, the order a 201 names once it is placed
-	)
-	b := buyer{t: t, ctx: ctx, client: client, sku: sku, strategy: strategy}
-	start := make(chan struct{})
-	for i := range repeats {
-		wg.Go(func() {
-			<-start
-			a, _, ok := b.buy("u-1", func(attempt int) instance { return procs[(i+attempt)%len(procs)] }, func(_ instance, a answer, err error) {
-				// Nothing here may be lost or unavailable: only a busy answer is retried.
-				assert.NoError(t, err)
-				assert.NotEqual(t, http.StatusServiceUnavailable, a.status, "u-1: %s", a.body)
-				if a.status == http.StatusTooManyRequests {
-					mu.Lock()
-					busy++
-					mu.Unlock()
-				}
-			})
-			if !ok {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if a.status == http.StatusAccepted {
-				queued++
-				a.status = http.StatusCreated
-			}
-			statuses[a.status]++
-			orders[a.order.OrderID]++
-		})
-	}
-	close(start)
-	wg.Wait()
+	r := repeatAtOnce(t, procs, sku, strategy, repeats)
+	// A 202 is queued's answer with the original while it waits: the order a 201 names once placed.
+	queued := r.statuses[http.StatusAccepted]
+	statuses := maps.Clone(r.statuses)
+	statuses[http.StatusCreated] += queued
+	delete(statuses, http.StatusAccepted)
 	after := outcomes()
 	counted := map[string]float64{}
 	for o := range after {
 		counted[o] = after[o] - before[o]
 	}
 	t.Logf("%s: 20 identical requests over 3 processes: statuses %v (%d of them 202, queued), %d busy answers retried; the processes counted %v",
-		strategy, statuses, queued, busy, counted)
+		strategy, statuses, queued, r.busy, counted)
 	assert.Equal(t, map[int]int{http.StatusCreated: repeats}, statuses, "every repeat answered 201 (queued: or 202)")
 	assert.Equal(t, 1.0, counted["ok"], "the processes placed one order")
 	assert.Equal(t, float64(repeats-1), counted["replayed"], "every repeat was answered with the original, replayed")
-	assert.Equal(t, float64(busy), counted["busy"], "every 429 a client heard is a busy answer of a process")
+	assert.Equal(t, float64(r.busy), counted["busy"], "every 429 a client heard is a busy answer of a process")
 	assert.Zero(t, counted["already_purchased"], "a repeat heard already_purchased")
-	require.Len(t, orders, 1, "one order_id for all of them")
-	for id := range orders {
+	require.Len(t, r.orders, 1, "one order_id for all of them")
+	for id := range r.orders {
 		if strategy == "queued" {
 			o, err := followQueued(ctx, client, procs[0].url, id)
 			require.NoError(t, err)
