@@ -487,23 +487,9 @@ func startService(t *testing.T, cfg app.Config) service {
 	return service{url: "http://" + ln.Addr().String(), token: cfg.AdminToken}
 }
 
-// call sends one JSON request with the admin token and decodes the answer into out (when out is
-// not nil).
+// call sends one JSON request with the admin token (backendtest.Call).
 func (s service) call(t *testing.T, method, path, body string, out any) int {
-	t.Helper()
-	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	if out != nil {
-		require.NoError(t, json.Unmarshal(raw, out), "body: %s", raw)
-	}
-	return resp.StatusCode
+	return backendtest.Call(t, s.url, s.token, method, path, body, out)
 }
 
 // pauseWriters pauses the queued strategy's writers — the durable consumer that every

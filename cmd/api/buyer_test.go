@@ -55,6 +55,7 @@ func (b buyer) buy(user string, to func(attempt int) instance, heard func(p inst
 		if b.ctx.Err() != nil { // the test ended the sale: it says why
 			return a, p, false
 		}
+		// A client's pause before it asks again, as a buyer's: not a wait for an event.
 		time.Sleep(2*time.Millisecond + rand.N(8*time.Millisecond))
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -91,26 +90,9 @@ func startRun(t *testing.T, vars map[string]string) (instance, func() error) {
 	return svc, stop
 }
 
-// call sends one JSON request and decodes the answer into out (when out is not nil). It stops
-// the test on a transport error: give it t on the test's goroutine, and an EventuallyWithT
-// condition's CollectT inside one.
+// call sends one JSON request with the admin token (backendtest.Call).
 func (s instance) call(t require.TestingT, method, path, body string, out any) int {
-	if h, ok := t.(interface{ Helper() }); ok {
-		h.Helper()
-	}
-	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	if out != nil {
-		require.NoError(t, json.Unmarshal(raw, out), "body: %s", raw)
-	}
-	return resp.StatusCode
+	return backendtest.Call(t, s.url, s.token, method, path, body, out)
 }
 
 // TestRunEmbeddedDefault is the first README command: no configuration at all serves a working
