@@ -1,9 +1,10 @@
 // Package natsserver runs NATS servers with JetStream — one, or a cluster of several — as
-// processes of Debian's nats-server (apt-get install -y nats-server), on free loopback ports, for
-// the tests (internal/backendtest) and the load tool. The service embeds its own server when it
-// is given none (internal/orderqueue); a fault test needs servers it can SIGKILL and start again
-// on their data, which only a process of its own gives. It is public so that the load tool, a
-// black box of the service, starts its NATS the same way.
+// processes of nats-server at the version the service embeds (go.mod's
+// github.com/nats-io/nats-server/v2, built once with the Go toolchain and kept by version), on
+// free loopback ports, for the tests (internal/backendtest) and the load tool. The service embeds
+// its own server when it is given none (internal/orderqueue); a fault test needs servers it can
+// SIGKILL and start again on their data, which only a process of its own gives. It is public so
+// that the load tool, a black box of the service, starts its NATS the same way.
 package natsserver
 
 import (
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,15 +26,54 @@ import (
 	"github.com/flashsale/seckill/devserver/process"
 )
 
-// binary is where Debian's package installs the server.
-const binary = "/usr/sbin/nats-server"
+// module is the server's Go module; its main package is the module root.
+const module = "github.com/nats-io/nats-server/v2"
 
-// Available says why no server can be started here, or nil.
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// Available builds the server, once per process, or says why it cannot.
 func Available() error {
-	if _, err := os.Stat(binary); err != nil {
-		return fmt.Errorf("nats-server is not installed (apt-get install -y nats-server): %w", err)
+	buildOnce.Do(func() { binary, buildErr = build() })
+	return buildErr
+}
+
+// build compiles nats-server at the version go.mod requires into the user's cache directory,
+// named by that version, unless it is there already. It needs the Go toolchain and a working
+// directory inside this module, as the tests and `go run ./loadtest` have.
+func build() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", module).Output()
+	if err != nil {
+		return "", fmt.Errorf("nats-server: the version go.mod requires (go list -m %s): %w", module, err)
 	}
-	return nil
+	version := strings.TrimSpace(string(out))
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "seckill", "nats-server-"+version)
+	bin := filepath.Join(dir, "nats-server")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// Built beside its place and renamed into it, so that test processes building at once never
+	// start a half-written file.
+	tmp, err := os.CreateTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	_ = tmp.Close()
+	defer os.Remove(tmp.Name())
+	if out, err := exec.Command("go", "build", "-o", tmp.Name(), module).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("nats-server: go build %s@%s: %w: %s", module, version, err, out)
+	}
+	return bin, os.Rename(tmp.Name(), bin)
 }
 
 // Server is one nats-server process: standalone, or a member of a cluster.
@@ -155,6 +196,9 @@ func (s *Server) Start() error {
 }
 
 func (s *Server) launch() error {
+	if err := Available(); err != nil {
+		return err
+	}
 	return s.proc.Start(exec.Command(binary, s.args...))
 }
 

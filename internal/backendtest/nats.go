@@ -21,22 +21,23 @@ import (
 	"github.com/flashsale/seckill/internal/orderqueue"
 )
 
-// The order queue of the queued strategy is NATS JetStream: the machine's server
-// (127.0.0.1:4222, started by .ci/run), or SECKILL_TEST_NATS_URL. Each test process has a queue
-// of its own on it — its stream, records, consumer and subjects named for the process — shared by
-// the process's instances, as a deployment's instances share one, and removed by Main.
+// The order queue of the queued strategy is NATS JetStream: SECKILL_TEST_NATS_URL, or a
+// nats-server of the test process's own, at the version the service embeds (natsserver), started
+// on first use and stopped by Main. Each test process has a queue of its own on it — its stream,
+// records, consumer and subjects named for the process — shared by the process's instances, as a
+// deployment's instances share one, and removed by Main.
 var (
 	natsOnce  sync.Once
 	natsQueue orderqueue.Config
 )
 
-// NATSURL returns the test NATS server. Unreachable, the test is skipped — or fails with
-// SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI).
+// NATSURL returns the test NATS server. With none to reach or start, the test is skipped — or
+// fails with SECKILL_TEST_REQUIRE_BACKENDS=1 (as in CI).
 func NATSURL(t testing.TB) string {
 	t.Helper()
 	url := os.Getenv("SECKILL_TEST_NATS_URL")
 	if url == "" {
-		url = "nats://127.0.0.1:4222"
+		return processNATSURL(t)
 	}
 	nc, err := nats.Connect(url, nats.Timeout(2*time.Second), nats.NoReconnect())
 	if err == nil {
@@ -58,22 +59,14 @@ func QueueConfig(t testing.TB) orderqueue.Config {
 }
 
 // instanceQueue is the order queue of an instance on the test backends (AppConfig): the test
-// process's, or — with no NATS server to reach, and none required — one embedded in the
-// instance, in a directory of the test's, as cmd/api would start with SECKILL_NATS_URLS unset.
+// process's, or — with no NATS server to reach or start, and none required — one embedded in
+// the instance, in a directory of the test's, as cmd/api would start with SECKILL_NATS_URLS unset.
 func instanceQueue(t testing.TB) orderqueue.Config {
 	t.Helper()
-	url := os.Getenv("SECKILL_TEST_NATS_URL")
-	if url == "" {
-		url = "nats://127.0.0.1:4222"
+	if os.Getenv("SECKILL_TEST_NATS_URL") == "" && natsserver.Available() != nil && !Required() {
+		return orderqueue.Config{DataDir: t.TempDir()}
 	}
-	if nc, err := nats.Connect(url, nats.Timeout(2*time.Second), nats.NoReconnect()); err == nil {
-		nc.Close()
-		return processQueue(url)
-	}
-	if Required() {
-		return QueueConfig(t) // fails, saying why
-	}
-	return orderqueue.Config{DataDir: t.TempDir()}
+	return QueueConfig(t)
 }
 
 func processQueue(url string) orderqueue.Config {
@@ -119,9 +112,9 @@ func dropQueue() {
 	_ = js.DeleteKeyValue(ctx, natsQueue.Bucket)
 }
 
-// A service process (Env) names the contract's stream and subjects, which two test processes on
-// one server would share: it gets a NATS server of the test process's own, started on first
-// use from Debian's nats-server (internal/natsserver) and stopped by Main.
+// The test process's own NATS server. A service process (Env) names the contract's stream and
+// subjects, which two test processes on one server would share: it is given this one too, even
+// where SECKILL_TEST_NATS_URL names another.
 var (
 	ownNATSOnce sync.Once
 	ownNATS     *natsserver.Server
@@ -129,8 +122,8 @@ var (
 	ownNATSErr  error
 )
 
-// processNATSURL returns the URL of the test process's own NATS server. Where nats-server is
-// not installed the test is skipped — or fails with SECKILL_TEST_REQUIRE_BACKENDS=1.
+// processNATSURL returns the URL of the test process's own NATS server. Where it cannot be built
+// (no Go toolchain) the test is skipped — or fails with SECKILL_TEST_REQUIRE_BACKENDS=1.
 func processNATSURL(t testing.TB) string {
 	t.Helper()
 	if err := natsserver.Available(); err != nil {

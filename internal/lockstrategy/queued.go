@@ -38,9 +38,7 @@ import (
 //  4. Each order's record ends placed, or rejected with the database's reason and its
 //     reservation given back; then its message is acked. A failure that decided nothing (the
 //     database did not answer) naks it: it comes back, to this writer or another.
-//     A message the consumer will never hand out (a server that restarted behind it) is
-//     taken up by Reclaim and written the same way; an order recorded queued whose message
-//     the queue lost is sent again (resend).
+//     An order recorded queued whose message the queue lost is sent again (resend).
 //
 // With Redis unreachable there is no admission to keep queued orders within the stock, so no
 // order is accepted: it answers busy (429, Retry-After), and the buyer retries with its key. Taking
@@ -101,7 +99,6 @@ func NewQueued(h *Hybrid, queue *orderqueue.Queue, opts QueuedOptions, log *slog
 	for range opts.Writers {
 		s.writers.Go(func() { queue.Work(ctx, opts.Batch, opts.Idle, timeout, s.write) })
 	}
-	s.writers.Go(func() { queue.Reclaim(ctx, opts.Batch, timeout, s.write) })
 	s.writers.Go(func() { s.resend(ctx) })
 	return s
 }

@@ -20,7 +20,7 @@ type Delivery struct {
 	Deliveries uint64
 	// Queued is when the queue stored the message.
 	Queued time.Time
-	msg    answerer
+	msg    jetstream.Msg
 	done   atomic.Bool // acked or naked: no longer reported in progress
 }
 
@@ -43,14 +43,6 @@ func (d *Delivery) answered() bool { return d.done.Load() }
 // InProgress tells the queue this writer is still at work on the message, restarting its
 // AckWait: a slow commit must not hand the order to a second writer meanwhile.
 func (d *Delivery) InProgress() error { return d.msg.InProgress() }
-
-// answerer is how a delivery is answered: a message the consumer handed out (jetstream.Msg), or
-// a stray the stream holds past the consumer (stray).
-type answerer interface {
-	Ack() error
-	NakWithDelay(delay time.Duration) error
-	InProgress() error
-}
 
 // Batch is the deliveries of one product, in the order the queue took them.
 type Batch struct {

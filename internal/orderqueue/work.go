@@ -42,28 +42,6 @@ func (q *Queue) Work(ctx context.Context, max int, idle, timeout time.Duration, 
 	}
 }
 
-// Reclaim looks for strays (Strays) every AckWait until ctx ends, and hands them to handle
-// like a fetched batch, within timeout: one instance's look is enough, and two that take the
-// same order decide it once, as two writers would.
-func (q *Queue) Reclaim(ctx context.Context, max int, timeout time.Duration, handle func(ctx context.Context, b Batch)) {
-	tick := time.NewTicker(q.cfg.AckWait)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		batches, err := q.Strays(ctx, max, q.cfg.AckWait)
-		if err != nil {
-			q.log.Debug("order queue: no look for strays", "err", err)
-		}
-		for _, b := range batches {
-			q.handle(ctx, b, timeout, handle)
-		}
-	}
-}
-
 // handle runs handle over b, reporting its unanswered deliveries in progress meanwhile.
 func (q *Queue) handle(ctx context.Context, b Batch, timeout time.Duration, handle func(ctx context.Context, b Batch)) {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

@@ -97,7 +97,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.zk, "zk", "", "compare the zookeeper strategy too: the ZooKeeper host:port list for the service processes the tool starts "+
 		"(with -target: any value, the targets have theirs); \"start\": start a standalone ZooKeeper here for them (Debian's zookeeper package, java)")
 	fs.StringVar(&o.nats, "nats", "", "when the tool starts the service: the NATS JetStream URLs for it, the queue of the queued strategy "+
-		"(default: the tool starts a nats-server here for them, Debian's package; without one, queued is compared only on a single process, which embeds its own)")
+		"(default: the tool starts a nats-server here for them, built at the version the service embeds; without one, queued is compared only on a single process, which embeds its own)")
 	fs.StringVar(&o.out, "out", "", "output folder (default: loadtest-results/<time>)")
 	fs.DurationVar(&o.soak, "soak", 0, "repeat the sale (fresh product each round) for this long and check that nothing leaks; 0: one sale")
 	fs.DurationVar(&o.soldOut, "soldout", 0, "after each sale sold out and was verified, order it this long with fresh buyers at -concurrency "+
