@@ -17,15 +17,14 @@ func (q *Queue) replicas() int {
 	return min(3, max(1, len(q.nc.Servers())))
 }
 
-// declare creates the stream, the consumer and the records bucket, or brings them to the config,
-// and reports whether the bucket republishes its stored writes (watch).
+// declare creates the stream, the consumer and the records bucket, or brings them to the config.
 //
 // The stream is a work queue: a message leaves it when a writer acks it. It is bounded with
 // DiscardNew, so a full queue refuses the next order (ErrFull) rather than drop one already
 // answered 202. Its de-duplication window drops a retried publish. File storage and replicas
 // keep it through a server restart or the loss of a node. One durable consumer serves every
 // instance's writers: a message neither acked nor naked within AckWait goes to another writer.
-func (q *Queue) declare(ctx context.Context) (bool, error) {
+func (q *Queue) declare(ctx context.Context) error {
 	replicas := q.replicas()
 	var err error
 	q.stream, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -41,7 +40,7 @@ func (q *Queue) declare(ctx context.Context) (bool, error) {
 		Replicas:    replicas,
 	})
 	if err != nil {
-		return false, fmt.Errorf("stream %s: %w", q.cfg.Stream, err)
+		return fmt.Errorf("stream %s: %w", q.cfg.Stream, err)
 	}
 	q.consumer, err = q.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       q.cfg.Consumer,
@@ -56,7 +55,7 @@ func (q *Queue) declare(ctx context.Context) (bool, error) {
 		Replicas:   replicas,
 	})
 	if err != nil {
-		return false, fmt.Errorf("consumer %s: %w", q.cfg.Consumer, err)
+		return fmt.Errorf("consumer %s: %w", q.cfg.Consumer, err)
 	}
 	kv := jetstream.KeyValueConfig{
 		Bucket:      q.cfg.Bucket,
@@ -68,23 +67,10 @@ func (q *Queue) declare(ctx context.Context) (bool, error) {
 		Replicas:    replicas,
 		RePublish:   recordsRePublish(q.cfg.Bucket),
 	}
-	q.records, err = q.js.CreateOrUpdateKeyValue(ctx, kv)
-	if err != nil {
-		// A server before 2.10 cannot change the RePublish of a bucket that exists (err_code
-		// 10052): one an older version declared keeps its own, and is watched without it. The
-		// bucket is the stream KV_<bucket>.
-		if old, lookErr := q.js.Stream(ctx, "KV_"+q.cfg.Bucket); lookErr == nil {
-			kv.RePublish = old.CachedInfo().Config.RePublish
-			q.records, err = q.js.CreateOrUpdateKeyValue(ctx, kv)
-		}
+	// A bucket an older version declared without RePublish gets it here: the watch hears the
+	// stored writes there (watch).
+	if q.records, err = q.js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
+		return fmt.Errorf("order records %s: %w", q.cfg.Bucket, err)
 	}
-	if err != nil {
-		return false, fmt.Errorf("order records %s: %w", q.cfg.Bucket, err)
-	}
-	republished := kv.RePublish != nil && *kv.RePublish == *recordsRePublish(q.cfg.Bucket)
-	if !republished {
-		q.log.Warn("order records: the bucket does not republish its writes (declared by an older version on a server before 2.10); every wait reads the bucket",
-			"bucket", q.cfg.Bucket)
-	}
-	return republished, nil
+	return nil
 }

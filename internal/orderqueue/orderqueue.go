@@ -67,12 +67,11 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, reg prometheus.Regi
 	if err := q.connect(); err != nil {
 		return nil, err
 	}
-	republished, err := q.declare(ctx)
-	if err != nil {
+	if err := q.declare(ctx); err != nil {
 		q.Close()
 		return nil, err
 	}
-	if err := q.watchRecords(republished); err != nil {
+	if err := q.watchRecords(); err != nil {
 		q.Close()
 		return nil, err
 	}

@@ -447,15 +447,13 @@ func TestFinishOnce(t *testing.T) {
 // otherwise answers the record as it stands when the wait passes.
 func TestWaitEndsOnFinish(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
-		require.True(t, q.watch.Load().stored, "a bucket declared here republishes its stored writes")
 		waitsEnd(t, q)
 	})
 }
 
-// TestWaitWithoutRePublish: a records bucket an older version declared without RePublish is
-// kept as it is on a server that cannot add it (before 2.10), and watched on its own subjects,
-// where a refused write is said too; a server that can add it does.
-func TestWaitWithoutRePublish(t *testing.T) {
+// TestRePublishAdded: a records bucket an older version declared without RePublish gets it when
+// an instance opens the queue, and the waits end on the stored writes the watch hears there.
+func TestRePublishAdded(t *testing.T) {
 	cfg := testConfig(Config{})
 	cfg.URLs = []string{realURL(t)}
 	nc, err := nats.Connect(cfg.URLs[0])
@@ -467,19 +465,16 @@ func TestWaitWithoutRePublish(t *testing.T) {
 	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, History: 1, Storage: jetstream.FileStorage})
 	require.NoError(t, err)
 	q := open(t, cfg)
-	var major, minor int
-	_, err = fmt.Sscanf(nc.ConnectedServerVersion(), "%d.%d", &major, &minor)
+	bucket, err := js.Stream(ctx, "KV_"+cfg.Bucket)
 	require.NoError(t, err)
-	canAdd := major > 2 || major == 2 && minor >= 10
-	t.Logf("nats-server %s: RePublish added to the bucket: %v", nc.ConnectedServerVersion(), q.watch.Load().stored)
-	require.Equal(t, canAdd, q.watch.Load().stored)
+	assert.Equal(t, recordsRePublish(cfg.Bucket), bucket.CachedInfo().Config.RePublish, "the bucket republishes its stored writes")
 	waitsEnd(t, q)
 }
 
 // TestHeardKeepsTheLatest: the watch keeps the record of the latest revision heard, however the
 // messages came, forgets a deleted one, and keeps at most two generations of heardKept.
 func TestHeardKeepsTheLatest(t *testing.T) {
-	w := &watch{stored: true, recent: [2]map[string]heard{{}, {}}}
+	w := &watch{recent: [2]map[string]heard{{}, {}}}
 	rec := func(s State) []byte {
 		b, err := json.Marshal(Record{Order: order("a", "1"), State: s})
 		require.NoError(t, err)

@@ -176,9 +176,7 @@ func decode(e jetstream.KeyValueEntry) (Record, error) {
 // Wait returns the order's record once it is final, or as it stands when wait passes (still
 // queued); ErrNotFound when the order has no record by then. It listens for the order's writes
 // on the instance's one watch of the records (watch), so that any instance's writer ends the
-// wait at once: the final record as the bucket stored it, or — a bucket that does not
-// republish — the cue to read it, read again for a moment when the bucket does not have it yet.
-// The record the watch heard last answers the first look without a read. A JetStream watch
+// wait at once with the final record as the bucket stored it. The record the watch heard last answers the first look without a read. A JetStream watch
 // would create a consumer for every wait, whose cost grows with the records the bucket holds
 // (on nats-server 2.9 a sale's followers slowed the queue threefold over three sales).
 func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
@@ -218,18 +216,7 @@ func (q *Queue) wait(ctx context.Context, orderID string, wait time.Duration, re
 		case <-ctx.Done():
 			continue // the wait passed
 		case r := <-said:
-			if r.State.Final() {
-				return r, nil // as stored
-			}
-		}
-		for range 5 {
-			if r, err := q.Get(ctx, orderID); err == nil && r.State.Final() {
-				return r, nil
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
+			return r, nil // final, as stored
 		}
 	}
 	if parent.Err() != nil {

@@ -18,25 +18,19 @@ import (
 // subscription a buffer of 64k messages — half a megabyte that a sale's followers would allocate
 // hundreds of times a second, for the garbage collector to scan.
 //
-// What it hears depends on the bucket. The records bucket republishes every write it stored
-// (RePublish, to saidSubjects): each message is then the record itself at its revision
-// (Nats-Sequence), so a wait ends on it without reading the bucket, and the watch keeps the
-// records it heard last (heard) — a follower's first read and a writer's Claim find them there.
-// A bucket declared without RePublish by an older version, on a server before 2.10 (which
-// cannot add it to a bucket that exists), is watched on $KV.<bucket>.<id>, where every
-// conditional write is said, the refused ones too: there a message is only the cue to read the
-// bucket.
+// The records bucket republishes every write it stored (RePublish, to saidSubjects): each message
+// is the record itself at its revision (Nats-Sequence), so a wait ends on it without reading the
+// bucket, and the watch keeps the records it heard last (heard) — a follower's first read and a
+// writer's Claim find them there.
 type watch struct {
 	prefix string
-	stored bool // the writes heard were stored ones (RePublish): each is the record
 	sub    *nats.Subscription
 	mu     sync.Mutex
 	waits  map[string]map[chan Record]struct{}
-	recent [2]map[string]heard // the records heard last, newest first (stored only)
+	recent [2]map[string]heard // the records heard last, newest first
 }
 
-// heard is a write the watch heard: a stored record at its revision, or with rev 0 a write said
-// on a bucket without RePublish, which may have been refused.
+// heard is a stored record the watch heard, at its revision.
 type heard struct {
 	data []byte
 	rev  uint64
@@ -55,14 +49,11 @@ func recordsRePublish(bucket string) *jetstream.RePublish {
 	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: saidSubjects(bucket) + ".>"}
 }
 
-// watchRecords subscribes to every write to the order records: the stored ones when the bucket
-// republishes them to saidSubjects, else every one said on the bucket's subjects.
-func (q *Queue) watchRecords(stored bool) error {
-	w := &watch{prefix: "$KV." + q.cfg.Bucket + ".", stored: stored, waits: map[string]map[chan Record]struct{}{},
+// watchRecords subscribes to every stored write to the order records, which the bucket
+// republishes to saidSubjects.
+func (q *Queue) watchRecords() error {
+	w := &watch{prefix: saidSubjects(q.cfg.Bucket) + ".", waits: map[string]map[chan Record]struct{}{},
 		recent: [2]map[string]heard{{}, {}}}
-	if stored {
-		w.prefix = saidSubjects(q.cfg.Bucket) + "."
-	}
 	sub, err := q.nc.Subscribe(w.prefix+">", w.said)
 	if err != nil {
 		return fmt.Errorf("watch order records %s: %w", q.cfg.Bucket, classify(err))
@@ -72,24 +63,20 @@ func (q *Queue) watchRecords(stored bool) error {
 	return nil
 }
 
-// said takes in one write heard: a stored one is kept as the order's latest record, and a
-// final one is passed to the order's waits — the record itself, or (a write said, perhaps
-// refused) an empty one, the cue to read it.
+// said takes in one stored write: it is kept as the order's latest record, and a final one is
+// passed to the order's waits.
 func (w *watch) said(m *nats.Msg) {
 	id := strings.TrimPrefix(m.Subject, w.prefix)
 	deleted := m.Header.Get("KV-Operation") != "" // a delete or purge (the TTL)
-	h := heard{data: m.Data}
-	if w.stored {
-		rev, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-		if err != nil {
-			return
-		}
-		// Kept, the record alone: m.Data shares its buffer with the message's headers, which
-		// are as long again.
-		h.data, h.rev = bytes.Clone(m.Data), rev
+	rev, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return
 	}
+	// Kept, the record alone: m.Data shares its buffer with the message's headers, which are as
+	// long again.
+	h := heard{data: bytes.Clone(m.Data), rev: rev}
 	w.mu.Lock()
-	if (w.stored && !w.keep(id, h, deleted)) || deleted || len(w.waits[id]) == 0 {
+	if !w.keep(id, h, deleted) || deleted || len(w.waits[id]) == 0 {
 		w.mu.Unlock()
 		return
 	}
@@ -103,9 +90,6 @@ func (w *watch) said(m *nats.Msg) {
 	var said Record
 	if json.Unmarshal(h.data, &said) != nil || !said.State.Final() {
 		return
-	}
-	if !w.stored {
-		said = Record{}
 	}
 	for _, ch := range waits {
 		select {
@@ -136,7 +120,7 @@ func (w *watch) keep(id string, h heard, deleted bool) bool {
 }
 
 // latest is the order's record as last heard, with its revision; false when none was heard
-// lately (or the bucket does not republish).
+// lately.
 func (w *watch) latest(id string) (Record, uint64, bool) {
 	w.mu.Lock()
 	h, ok := w.recent[0][id]
