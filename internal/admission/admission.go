@@ -69,6 +69,10 @@ type Options struct {
 	// WaitHeld is how long a buyer who finds the units left held by orders in their sections
 	// waits for them to be decided, asking again, before it is answered busy; 0: at once.
 	WaitHeld time.Duration
+	// Pending is asked by the sweeper before it returns the units of an orphaned reservation
+	// whose order the database does not have; nil: no order is written by anyone but its
+	// admitting instance.
+	Pending Pending
 	// Clock times the breaker's cooldown, the grace of a reservation in doubt and the products
 	// watched, so that a test can move past a bound instead of waiting it out; nil: time.Now.
 	Clock func() time.Time
@@ -101,6 +105,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		batch:    opts.Batch,
 		heldWait: opts.WaitHeld,
 		now:      opts.Clock,
+		pending:  opts.Pending,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy; waiting: a queued order past its product's bound of orders waiting to be written, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),

@@ -34,9 +34,6 @@ type Pending interface {
 	Pending(ctx context.Context, sku string, held []Held) (writable map[string]bool, err error)
 }
 
-// Expect makes the sweeper ask p before it returns a reservation's units (Pending).
-func (a *Ledger) Expect(p Pending) { a.pending = p }
-
 // Sweep resolves, as the database decides, sku's reservations whose instance is not alive, and
 // this instance's own of no order in flight here (sweepable). One whose order exists is settled,
 // whatever the order's state now (a cancel gave its units back itself). One without an order

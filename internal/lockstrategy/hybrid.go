@@ -41,7 +41,7 @@ func NewHybrid(store *stock.Store, ledger *admission.Ledger, locker lock.Locker,
 	h := &Hybrid{admission: ledger, run: newRunner("hybrid", store, locker, Version, opts, metrics)}
 	h.run.fallback = h.fallback
 	h.run.settle = ledger.Settle
-	h.batch = h.run.batcher(h.section)
+	h.batch = h.run.batcher(h.Section)
 	return h
 }
 
@@ -74,10 +74,11 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	return order, err
 }
 
-// section is the runner's section, unless Redis is known to be down: then no lock can be had,
+// Section places the batch take returns — hybrid's orders, or a queued writer's (package
+// queued) — in the runner's section, unless Redis is known to be down: then no lock can be had,
 // and the database decides on its own. Reservations of admitted orders in such a batch are
 // settled by the sweeper.
-func (h *Hybrid) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+func (h *Hybrid) Section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
 	if !h.admission.Available() {
 		return h.withoutLock(ctx, take())
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/planted"
+	"github.com/flashsale/seckill/internal/queued"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -114,9 +115,13 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	reg.MustRegister(dbStats)
 	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
 	locks := lock.NewMetrics(reg, log)
+	admitting := admission.Options{Batch: cfg.AdmitBatch, WaitHeld: cfg.LockWait, Clock: cfg.Clock}
+	if b.Queue != nil {
+		admitting.Pending = queued.Pending{Queue: b.Queue}
+	}
 	s := &Service{
 		store:         b.Store,
-		admission:     admission.New(b.Redis[0], b.Store, cfg.Instance, cfg.InstanceTTL, log, reg, admission.Options{Batch: cfg.AdmitBatch, WaitHeld: cfg.LockWait, Clock: cfg.Clock}),
+		admission:     admission.New(b.Redis[0], b.Store, cfg.Instance, cfg.InstanceTTL, log, reg, admitting),
 		strategies:    map[string]lockstrategy.Strategy{},
 		unsafe:        map[string]bool{},
 		defaultName:   cfg.Strategy,
@@ -170,7 +175,9 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 	s.register(hybrid, false)
 	if b.Queue != nil {
 		// Hybrid's admission and section, with the order queue between them.
-		s.queued = lockstrategy.NewQueued(hybrid, b.Queue, lockstrategy.QueuedOptions{Batch: cfg.GroupCommit, MaxWaiting: cfg.QueuedMaxWaiting}, log)
+		s.queued = queued.New(hybrid.Section, s.admission, b.Store, b.Queue, queued.Options{
+			Batch: cfg.GroupCommit, MaxWaiting: cfg.QueuedMaxWaiting, LockWait: cfg.LockWait, Hooks: cfg.Hooks,
+		}, log)
 		s.register(s.queued, false)
 		s.checks = append(s.checks, Check{Name: "nats", Ping: b.Queue.Ping})
 	}

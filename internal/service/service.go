@@ -28,9 +28,9 @@ import (
 type Service struct {
 	store         *stock.Store
 	admission     *admission.Ledger
-	database      *database            // whether this instance's database serves: its heartbeat and orders wait for it
-	soldOut       *SoldOut             // nil: no local sold-out flags
-	queued        *lockstrategy.Queued // nil: no order queue, the queued strategy is not offered
+	database      *database  // whether this instance's database serves: its heartbeat and orders wait for it
+	soldOut       *SoldOut   // nil: no local sold-out flags
+	queued        orderQueue // nil: no order queue, the queued strategy is not offered
 	strategies    map[string]lockstrategy.Strategy
 	unsafe        map[string]bool // registered but refused unless allowed
 	defaultName   string
@@ -48,6 +48,17 @@ type Service struct {
 	transitions   *prometheus.CounterVec
 	busy          *prometheus.CounterVec
 	restocked     prometheus.Counter
+}
+
+// orderQueue is the queued strategy (package queued) as the service reads it: the orders it
+// accepted and has not yet written, followed by their records.
+type orderQueue interface {
+	lockstrategy.Strategy
+	Order(ctx context.Context, orderID string) (stock.Order, error)
+	WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
+	WaitRecorded(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
+	Replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error)
+	Backlog(ctx context.Context, sku string) (int64, error)
 }
 
 // Check is one backend that readiness asks.

@@ -1,0 +1,125 @@
+package queued
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// PlaceOrder implements Strategy: the order it returns is queued (stock.Queued), not placed.
+func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+	req.OrderID = ulid.Make().String()
+	req.Reservation = stock.Reservation{ID: req.OrderID}
+	res, err := s.admission.AdmitWithin(ctx, req, s.opts.MaxWaiting)
+	if errors.Is(err, admission.ErrRedisDown) {
+		// No 202 can be promised without admission, and the database path is no fallback here:
+		// it would sell units that admission holds for orders already answered 202, which the
+		// writers would then reject. The buyer retries shortly, with its key.
+		return stock.Order{}, stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued %s: admission cannot be asked, retry: %w", req.SKU, err))
+	}
+	if err != nil {
+		return stock.Order{}, err
+	}
+	if err := s.keyUnused(ctx, req); err != nil {
+		s.admission.GiveBack(ctx, req, fmt.Errorf("%w: %w", admission.ErrNotPlaced, err))
+		return stock.Order{}, err
+	}
+	o := orderqueue.Order{OrderID: req.OrderID, SKU: req.SKU, UserID: req.UserID, Quantity: req.Quantity, Strategy: req.Strategy,
+		IdempotencyKey: req.IdempotencyKey, Reservation: res.ID, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if h := s.opts.Hooks.Admitted; h != nil {
+		h(ctx, o.OrderID)
+	}
+	// Past admission the order's steps run to their end even if the client goes: a publish cut
+	// off halfway would leave the buyer's reservation in doubt for a sweeper to settle.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
+	defer cancel()
+	if _, err := s.queue.Publish(pctx, o); err != nil {
+		if errors.Is(err, orderqueue.ErrFull) {
+			err = stock.Busy(stock.BusyQueueFull, err)
+			s.admission.GiveBack(pctx, req, err)
+			return stock.Order{}, err
+		}
+		return s.inDoubt(ctx, req, o, res, err)
+	}
+	if h := s.opts.Hooks.Published; h != nil {
+		h(ctx, o.OrderID)
+	}
+	// The record has a budget of its own: a publish retried through a failover may have spent
+	// the first. The message is out, so the 202 holds either way: without the record, whoever
+	// records first decides — a writer, which then places the order, or a sweeper, which rejects
+	// it (reason unavailable) and returns its units — and the buyer following the order sees
+	// which. Answering unavailable instead would leave an order that may yet be placed behind an
+	// answer that says nothing of it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
+	defer cancel()
+	defer s.admission.Done(res)
+	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Queued})
+	if err != nil {
+		s.log.Debug("queued order not recorded; its writer records it, or a sweeper rejects it", "order", o.OrderID, "err", err)
+	}
+	if err == nil && neverAccepted(rec) {
+		// A sweeper recorded it rejected first (this instance had stopped beating, frozen
+		// between admission and here) and returned its units.
+		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
+	}
+	return s.accepted(rctx, req, o), nil
+}
+
+// keyUnused refuses an order whose Idempotency-Key a written order already carries, before it is
+// accepted: the writer's insert would refuse it only after the 202. The service then answers that
+// order (a replay) or idempotency_conflict (another buyer's key). Only admitted orders pay the
+// read, so the crowd that admission turns away costs none. A database that cannot answer does not
+// stop the sale: the writer's unique key still decides (refusal).
+func (s *Queued) keyUnused(ctx context.Context, req stock.OrderRequest) error {
+	if req.IdempotencyKey == "" {
+		return nil
+	}
+	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
+	if err != nil {
+		if !errors.Is(err, stock.ErrNotFound) {
+			s.log.Debug("idempotency key not checked before the 202; the writer's insert decides", "key", req.IdempotencyKey, "err", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("key %q already used by order %s: %w", req.IdempotencyKey, prior.OrderID, stock.ErrDuplicateRequest)
+}
+
+// accepted hands the reservation of an order whose message is out over to the queue, and is the
+// order the buyer's 202 answers.
+func (s *Queued) accepted(ctx context.Context, req stock.OrderRequest, o orderqueue.Order) stock.Order {
+	if err := s.admission.HandOver(ctx, req.SKU, []stock.OrderRequest{req}); err != nil {
+		s.log.Debug("reservation not handed over to the queue; the sweeper does it", "order", o.OrderID, "err", err)
+	}
+	return queuedOrder(o)
+}
+
+// inDoubt answers an order whose publish was not answered within its budget: the message may
+// have landed, and a writer may place it. The first record decides, here as for the sweeper:
+// the order is recorded rejected (reason unavailable) before the buyer hears 503, so that no
+// writer places an order behind that answer, and its units go back at once; if a writer
+// recorded it first, the message did land and the answer is the 202 after all. Only a record
+// that cannot be written either leaves the reservation in doubt, for the sweeper, which asks the
+// queue the same question once it answers.
+func (s *Queued) inDoubt(ctx context.Context, req stock.OrderRequest, o orderqueue.Order, res stock.Reservation, published error) (stock.Order, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
+	defer cancel()
+	unavailable := fmt.Errorf("%w: %w", stock.ErrUnavailable, published)
+	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Rejected, Reason: givenUp})
+	switch {
+	case err != nil:
+		s.admission.GiveBack(rctx, req, unavailable) // not definite: in doubt, for the sweeper
+		return stock.Order{}, unavailable
+	case neverAccepted(rec):
+		s.admission.GiveBack(rctx, req, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
+		return stock.Order{}, unavailable
+	}
+	defer s.admission.Done(res)
+	return s.accepted(rctx, req, o), nil
+}

@@ -1,0 +1,156 @@
+package queued
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/lockstrategy"
+	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/planted"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// Queued is the architecture flash sales are known for — pre-deduct in Redis, queue the order,
+// answer at once, write later — with its classic bug closed: Redis decremented and the message
+// never sent. The buyer has 202 at Redis speed and follows the order by its id; writers on every
+// instance take the queue in batches per product and place them with hybrid's section (its lock
+// and its version-guarded write), so the database sees one write per batch.
+//
+// Order of events for one order:
+//  1. Admission (hybrid's Lua script, package admission) reserves the units under the order's id, on this
+//     instance's heartbeat lease: sold out / already purchased are answered here, never queued.
+//  2. The order is published (its id the message id: a retry is one message), then recorded
+//     queued, then its reservation is handed over to the queue, then 202. From the record on,
+//     whichever writer takes the message resolves the reservation; before it, a sweeper that
+//     finds the reservation orphaned records the order rejected and returns the units — the
+//     first record decides, so the order is placed or returned, never both (internal/orderqueue).
+//  3. A writer records the order queued if nobody has (the publisher may have died before it),
+//     drops it if a sweeper rejected it first, acks it at once if the database has it already (a
+//     writer committed it and died before its ack), and places the rest with hybrid's section,
+//     which settles the reservations of the orders written.
+//  4. Each order's record ends placed, or rejected with the database's reason and its
+//     reservation given back; then its message is acked. A failure that decided nothing (the
+//     database did not answer) naks it: it comes back, to this writer or another.
+//     An order recorded queued whose message the queue lost is sent again (resend).
+//
+// With Redis unreachable there is no admission to keep queued orders within the stock, so no
+// order is accepted: it answers busy (429, Retry-After), and the buyer retries with its key. Taking
+// hybrid's database path instead would sell units that admission holds for orders already answered
+// 202, and a writer would then reject one of those (TestQueuedSale saw it, once, when an admission
+// call timed out on a loaded machine and opened the breaker). A Redis that
+// lost its data (flushed, a failover without the last writes) warms its counter from the
+// database, which does not count the orders still queued: until they are written admission
+// accepts more than the stock, and the writers reject the excess as sold_out — every order still
+// ends, and the database never sells a unit twice, but for that while queued and active orders
+// may exceed the stock.
+//
+// The files follow an order: publish.go (1, 2), write.go (3, 4), resend.go, read.go (the buyer
+// following it), pending.go (the sweeper's question).
+type Queued struct {
+	section   Section
+	admission *admission.Ledger
+	queue     *orderqueue.Queue
+	store     *stock.Store
+	opts      Options
+	log       *slog.Logger
+	stop      context.CancelFunc
+	writers   sync.WaitGroup
+}
+
+// Section places a batch of one product's orders under its lock and the version guard, and
+// settles the reservations of those written: hybrid's (lockstrategy.Hybrid.Section).
+type Section func(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed
+
+// Options tune the queued strategy.
+type Options struct {
+	Writers int           // writer loops on this instance (default 2)
+	Batch   int           // orders one writer takes at a time (default 64)
+	Idle    time.Duration // how long an idle writer waits for an order before asking again (default 1 s)
+	Retry   time.Duration // how long an order that could not be decided waits before it comes back (default 250 ms)
+	Publish time.Duration // budget of an order's publish, and again of its record (default 2 s)
+	// MaxWaiting bounds the orders of a product accepted and not yet written or rejected, on
+	// all instances: past it a new order is answered busy, so that none waits behind more than
+	// this many (0: only the queue's own bound).
+	MaxWaiting int
+	// LockWait is the section's wait for its lock; a writer's batch has twice that and 10 s.
+	LockWait time.Duration
+	// Hooks: Admitted and Published run at their moments of PlaceOrder, for tests.
+	Hooks lockstrategy.Hooks
+}
+
+// New returns the queued strategy: admission by ledger, orders written by section (hybrid's) to
+// store, and starts its writers on queue. Close stops them. The ledger's sweeper asks the queue
+// about orphaned reservations through Pending, given to it at its construction.
+func New(section Section, ledger *admission.Ledger, store *stock.Store, queue *orderqueue.Queue, opts Options, log *slog.Logger) *Queued {
+	if opts.Writers <= 0 {
+		opts.Writers = 2
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 64
+	}
+	if opts.Idle <= 0 {
+		opts.Idle = time.Second
+	}
+	if opts.Retry <= 0 {
+		opts.Retry = 250 * time.Millisecond
+	}
+	if opts.Publish <= 0 {
+		opts.Publish = 2 * time.Second
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Queued{section: section, admission: ledger, queue: queue, store: store, opts: opts, log: log, stop: stop}
+	timeout := 2*opts.LockWait + 10*time.Second
+	for range opts.Writers {
+		s.writers.Go(func() { queue.Work(ctx, opts.Batch, opts.Idle, timeout, s.write) })
+	}
+	s.writers.Go(func() { s.resend(ctx) })
+	return s
+}
+
+// name is the strategy's, also in the records the sweeper writes.
+const name = "queued"
+
+// Name implements Strategy.
+func (s *Queued) Name() string { return name }
+
+// Close stops the writers, after the batches in hand.
+func (s *Queued) Close() error {
+	s.stop()
+	s.writers.Wait()
+	return nil
+}
+
+// givenUp is the reason of an order rejected before any writer took it — by a sweeper, or by
+// its publisher in doubt — so that none ever will: the record of an order never accepted.
+// Writers never reject for it (refusal).
+var givenUp = stock.Code(stock.ErrUnavailable)
+
+// neverAccepted reports whether the record that stands for an order says it was never accepted:
+// given up before any writer took it. Any other record — queued, placed, or a writer's rejection
+// — means a writer took or will take its message: the order was accepted, and its record ends it
+// (TestQueuedRecordedFirst).
+func neverAccepted(rec orderqueue.Record) bool {
+	switch {
+	case planted.On(planted.AnyRejectionGivenUp):
+		return rec.State == orderqueue.Rejected
+	case planted.On(planted.NoneGivenUp):
+		return false
+	}
+	return rec.State == orderqueue.Rejected && rec.Reason == givenUp
+}
+
+// queuedOrder is the order a queued record stands for.
+func queuedOrder(o orderqueue.Order) stock.Order {
+	return stock.Order{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
+		IdempotencyKey: o.IdempotencyKey, CreatedAt: o.AcceptedAt, Status: stock.Queued,
+		RequestHash: request(o).Fingerprint()}
+}
+
+// request is the order request a message carries.
+func request(o orderqueue.Order) stock.OrderRequest {
+	return stock.OrderRequest{SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
+		IdempotencyKey: o.IdempotencyKey, OrderID: o.OrderID, Reservation: stock.Reservation{ID: o.Reservation}}
+}
