@@ -1,6 +1,6 @@
 // Package app is the composition root of one seckill instance: from a Config it opens the
 // backends — the configured ones, or embedded ones where none is configured — and builds the
-// service on them (service.New), the HTTP handler on the service (handler.New) and the server
+// service on them (build.go: admission, the strategies, the queued pipeline, service.New), the HTTP handler on the service (handler.New) and the server
 // that serves it. cmd/api, the test fixtures (backendtest), the handler tests and the lab all
 // build their instances with Open, from the Config that cmd/api reads from its flags and
 // environment: a test or an experiment that changes a setting — the lock wait, the pool, group
@@ -159,8 +159,8 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts
 		return nil, err
 	}
 	a.closers = append(a.closers, func() error { queue.Close(); return nil })
-	a.svc, err = service.New(cfg.Service, service.Backends{Store: a.store, Redis: rdb.clients, Etcd: etcd.client, ZooKeeper: zkConn,
-		Queue: queue}, log, reg)
+	a.svc, err = build(cfg.Service, opened{store: a.store, redis: rdb.clients, etcd: etcd.client, zooKeeper: zkConn,
+		queue: queue}, log, reg)
 	if err != nil {
 		return nil, err
 	}

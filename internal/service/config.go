@@ -5,28 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/go-zookeeper/zk"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flashsale/seckill/internal/admission"
-	"github.com/flashsale/seckill/internal/lock"
-	"github.com/flashsale/seckill/internal/lock/etcdlock"
-	"github.com/flashsale/seckill/internal/lock/redislock"
-	"github.com/flashsale/seckill/internal/lock/tablelock"
-	"github.com/flashsale/seckill/internal/lock/zklock"
 	"github.com/flashsale/seckill/internal/lockstrategy"
-	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/planted"
-	"github.com/flashsale/seckill/internal/queued"
-	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -78,50 +63,49 @@ func Defaults() Config {
 	}
 }
 
-// Backends are the opened connections an instance runs on; New does not close them.
-type Backends struct {
-	Store *stock.Store
-	// Redis holds admission state, release messages and sold-out resets on the first client;
-	// locks are taken on all of them (more than one: independent instances, a quorum — Redlock).
-	// One client may be a Cluster or a Sentinel-managed master (redisclient.New).
-	Redis []redis.UniversalClient
-	// Etcd serves the etcd strategy; nil: the strategy is not offered.
-	Etcd *clientv3.Client
-	// ZooKeeper is this instance's session, for the zookeeper strategy; nil: the strategy is
-	// not offered and readiness does not mention ZooKeeper.
-	ZooKeeper *zk.Conn
-	// Queue is the order queue of the queued strategy (NATS JetStream); nil: the strategy is not
-	// offered and readiness does not mention NATS.
-	Queue *orderqueue.Queue
+// Parts are what an instance is made of, built by the composition root (package app) on the
+// backends it opened; New does not close the backends.
+type Parts struct {
+	Store     *stock.Store
+	Admission *admission.Ledger
+	// Strategies are offered; Unsafe ones are refused unless cfg.AllowUnsafe.
+	Strategies, Unsafe []lockstrategy.Strategy
+	// Queued is the queued strategy (package queued); nil: not offered.
+	Queued orderQueue
+	// Resets carries product resets between instances (redisclient.Channel on ResetChannel), for
+	// the sold-out flags; nil with cfg.SoldOutFlag 0.
+	Resets Resets
+	// Checks are the backends readiness asks besides the database: the Redis servers, NATS, etcd,
+	// ZooKeeper, as configured.
+	Checks []Check
 }
 
-// New builds one instance from cfg on b: admission, sold-out flags, every strategy, the outcome
-// metrics; app.Open calls it on the backends it opened, for cmd/api, tests and the lab. Close it.
-func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
-	if b.Store == nil || len(b.Redis) == 0 {
-		return nil, errors.New("service: a store and at least one Redis are required")
-	}
+// Validate refuses a configuration no instance can run with, before anything is built on it.
+func (cfg Config) Validate() error {
 	if cfg.InstanceTTL < 200*time.Millisecond {
-		return nil, fmt.Errorf("instance TTL %s: at least 200ms, or a busy instance misses its own heartbeats", cfg.InstanceTTL)
+		return fmt.Errorf("instance TTL %s: at least 200ms, or a busy instance misses its own heartbeats", cfg.InstanceTTL)
 	}
-	if cfg.Instance == "" {
-		host, _ := os.Hostname()
-		cfg.Instance = fmt.Sprintf("%s/%d", host, os.Getpid())
+	return nil
+}
+
+// New builds one instance from cfg on p: sold-out flags, the strategies' registry, the outcome
+// metrics, readiness, the background loops; app.Open calls it, for cmd/api, tests and the lab.
+// Close it.
+func New(cfg Config, p Parts, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
+	if p.Store == nil || p.Admission == nil {
+		return nil, errors.New("service: a store and admission are required")
 	}
-	dbStats, err := b.Store.Collector()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dbStats, err := p.Store.Collector()
 	if err != nil {
 		return nil, err
 	}
 	reg.MustRegister(dbStats)
-	metrics := lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log)
-	locks := lock.NewMetrics(reg, log)
-	admitting := admission.Options{Batch: cfg.AdmitBatch, WaitHeld: cfg.LockWait, Clock: cfg.Clock}
-	if b.Queue != nil {
-		admitting.Pending = queued.Pending{Queue: b.Queue}
-	}
 	s := &Service{
-		store:         b.Store,
-		admission:     admission.New(b.Redis[0], b.Store, cfg.Instance, cfg.InstanceTTL, log, reg, admitting),
+		store:         p.Store,
+		admission:     p.Admission,
 		strategies:    map[string]lockstrategy.Strategy{},
 		unsafe:        map[string]bool{},
 		defaultName:   cfg.Strategy,
@@ -152,63 +136,25 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		Help: "Units of cancelled and expired orders given back to Redis admission by this instance's relay.",
 	})
 	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.busy, s.restocked)
-	reg.MustRegister(newStranded(s.admission, b.Store, log))
-	s.catalog = newCatalog(b.Store.Product, time.Second)
-	if cfg.SoldOutFlag > 0 {
-		s.soldOut = newSoldOut(b.Redis[0], b.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)
+	reg.MustRegister(newStranded(s.admission, p.Store, log))
+	s.catalog = newCatalog(p.Store.Product, time.Second)
+	if cfg.SoldOutFlag > 0 && p.Resets != nil {
+		s.soldOut = newSoldOut(p.Resets, p.Store, cfg.SoldOutFlag, s.catalog.drop, log, reg)
 	}
-	s.database = &database{store: b.Store, admission: s.admission, wait: cfg.InstanceTTL / 8, log: log}
-	s.checks = append(s.checks, Check{Name: "database", Ping: s.database.ready})
-	pools := make([]redsyncredis.Pool, len(b.Redis))
-	for i, c := range b.Redis {
-		pools[i] = goredis.NewPool(c)
-		s.checks = append(s.checks, Check{Name: redisclient.CheckName(c), Ping: redisclient.Ping(c)})
+	s.database = &database{store: p.Store, admission: s.admission, wait: cfg.InstanceTTL / 8, log: log}
+	s.checks = append([]Check{{Name: "database", Ping: s.database.ready}}, p.Checks...)
+	// The queued strategy first: it is closed first, its writers stopped before the section
+	// they write through.
+	if p.Queued != nil {
+		s.queued = p.Queued
+		s.register(p.Queued, false)
 	}
-
-	// A strategy is a lock and a guard. Each lock service's lock is registered twice: with its
-	// guard, and unguarded — the same lock with NoGuard, unsafe on purpose.
-	opts := lockstrategy.Options{Wait: cfg.LockWait, Batch: cfg.GroupCommit, Hooks: cfg.Hooks}
-	redisLock := redislock.New(redsync.New(pools...), b.Redis[0], redislock.Options{
-		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Poll: cfg.LockPoll,
-	}, locks.For("hybrid"))
-	hybrid := lockstrategy.NewHybrid(b.Store, s.admission, redisLock, opts, metrics)
-	s.register(hybrid, false)
-	if b.Queue != nil {
-		// Hybrid's admission and section, with the order queue between them.
-		s.queued = queued.New(hybrid.Section, s.admission, b.Store, b.Queue, queued.Options{
-			Batch: cfg.GroupCommit, MaxWaiting: cfg.QueuedMaxWaiting, LockWait: cfg.LockWait, Hooks: cfg.Hooks,
-		}, log)
-		s.register(s.queued, false)
-		s.checks = append(s.checks, Check{Name: "nats", Ping: b.Queue.Ping})
+	for _, st := range p.Strategies {
+		s.register(st, false)
 	}
-	s.register(lockstrategy.New("unguarded-redis", b.Store, redisLock.Observed(locks.For("unguarded-redis")), lockstrategy.NoGuard, opts, metrics), true)
-	for _, g := range []struct {
-		prefix string
-		guard  lockstrategy.Guard
-	}{{"", lockstrategy.Fence}, {"unguarded-", lockstrategy.NoGuard}} {
-		unsafe := g.guard == lockstrategy.NoGuard
-		if b.Etcd != nil {
-			// A session of its own: two mutexes on one session do not exclude each other.
-			locker := etcdlock.NewLocker(b.Etcd, etcdlock.Options{TTL: cfg.LockTTL}, locks.For(g.prefix+"etcd"), log)
-			s.register(lockstrategy.New(g.prefix+"etcd", b.Store, locker, g.guard, opts, metrics), unsafe)
-		}
-		if b.ZooKeeper != nil {
-			locker := zklock.NewLocker(b.ZooKeeper, "", log)
-			s.register(lockstrategy.New(g.prefix+"zookeeper", b.Store, locker, g.guard, opts, metrics), unsafe)
-		}
+	for _, st := range p.Unsafe {
+		s.register(st, true)
 	}
-	if b.Etcd != nil {
-		s.checks = append(s.checks, Check{Name: "etcd", Ping: pingEtcd(b.Etcd)})
-	}
-	if b.ZooKeeper != nil {
-		s.checks = append(s.checks, Check{Name: "zookeeper", Ping: pingZooKeeper(b.ZooKeeper)})
-	}
-	s.register(lockstrategy.NewPessimistic(b.Store, cfg.RowLock, opts, metrics), false)
-	tableLock := tablelock.New(b.Store, tablelock.Options{
-		TTL: cfg.LockTTL, Extend: cfg.LockExtend, Instance: cfg.Instance,
-	}, locks.For("dblock"), log)
-	s.register(lockstrategy.New("dblock", b.Store, tableLock, lockstrategy.Version, opts, metrics), false)
-	s.register(lockstrategy.NewNaive(b.Store, cfg.NaivePause, opts, metrics), true)
 
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
@@ -226,22 +172,4 @@ func New(cfg Config, b Backends, log *slog.Logger, reg prometheus.Registerer) (*
 		return nil, fmt.Errorf("strategy: %w", err)
 	}
 	return s, nil
-}
-
-// pingEtcd is a linearizable read, which needs a quorum.
-func pingEtcd(c *clientv3.Client) func(context.Context) error {
-	return func(ctx context.Context) error {
-		_, err := c.Get(ctx, "/seckill/ready", clientv3.WithCountOnly())
-		return err
-	}
-}
-
-// pingZooKeeper asks for a session: without one no lock node can be made.
-func pingZooKeeper(c *zk.Conn) func(context.Context) error {
-	return func(context.Context) error {
-		if st := c.State(); st != zk.StateHasSession {
-			return fmt.Errorf("no session (%s)", st)
-		}
-		return nil
-	}
 }

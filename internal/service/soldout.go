@@ -8,14 +8,22 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// soldOutChannel carries product resets to every instance: the payload is the SKU whose local
-// sold-out flags must go.
-const soldOutChannel = "seckill:products:reset"
+// ResetChannel carries product resets to every instance (Redis pub/sub): the payload is the SKU
+// whose local sold-out flags must go.
+const ResetChannel = "seckill:products:reset"
+
+// Resets is the reset channel as the flags use it (redisclient.Channel): publish a SKU, read the
+// next one ("" for a sign of life; a timeout error whose Timeout() is true), ping, close.
+type Resets interface {
+	Publish(ctx context.Context, sku string) error
+	Receive(ctx context.Context, timeout time.Duration) (string, error)
+	Ping(ctx context.Context) error
+	Close() error
+}
 
 // maxFlagBuyers bounds the buyers a flag remembers (a few MB); a bigger sale is not flagged.
 const maxFlagBuyers = 100_000
@@ -36,10 +44,10 @@ const maxFlagBuyers = 100_000
 // last guard a flag is trusted for at most TTL; then a one-row read of the product renews it
 // (still zero, and the same version: no sale since, so the same buyers) or drops it.
 type SoldOut struct {
-	store *stock.Store
-	rdb   redis.UniversalClient
-	ttl   time.Duration
-	log   *slog.Logger
+	store  *stock.Store
+	resets Resets
+	ttl    time.Duration
+	log    *slog.Logger
 
 	rejections prometheus.Counter
 	subscribed prometheus.Gauge
@@ -51,7 +59,6 @@ type SoldOut struct {
 	flags    map[string]*soldOutFlag
 	learning map[string]time.Time // SKUs being learned, or when they were last
 
-	ps   *redis.PubSub
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 }
@@ -63,14 +70,14 @@ type soldOutFlag struct {
 	checked     time.Time
 }
 
-// newSoldOut starts the flags of one instance: it subscribes to product resets on rdb (the
-// Redis that holds admission state). ttl bounds how long a flag is trusted without a database
-// check; onReset, when set, is told of every reset heard. Close stops it.
-func newSoldOut(rdb redis.UniversalClient, store *stock.Store, ttl time.Duration, onReset func(sku string), log *slog.Logger,
+// newSoldOut starts the flags of one instance, hearing product resets on resets (on the Redis
+// that holds admission state). ttl bounds how long a flag is trusted without a database check;
+// onReset, when set, is told of every reset heard. Close stops it.
+func newSoldOut(resets Resets, store *stock.Store, ttl time.Duration, onReset func(sku string), log *slog.Logger,
 	reg prometheus.Registerer) *SoldOut {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &SoldOut{
-		store: store, rdb: rdb, ttl: ttl, onReset: onReset, log: log, stop: cancel,
+		store: store, resets: resets, ttl: ttl, onReset: onReset, log: log, stop: cancel,
 		flags: map[string]*soldOutFlag{}, learning: map[string]time.Time{},
 		rejections: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_sold_out_flag_rejections_total",
@@ -82,7 +89,6 @@ func newSoldOut(rdb redis.UniversalClient, store *stock.Store, ttl time.Duration
 		}),
 	}
 	reg.MustRegister(s.rejections, s.subscribed)
-	s.ps = rdb.Subscribe(ctx, soldOutChannel)
 	s.wg.Add(1)
 	go s.listen(ctx)
 	return s
@@ -91,7 +97,7 @@ func newSoldOut(rdb redis.UniversalClient, store *stock.Store, ttl time.Duration
 // Close stops listening and waits for learns in flight.
 func (s *SoldOut) Close() error {
 	s.stop()
-	err := s.ps.Close() // wakes the listener from its read
+	err := s.resets.Close() // wakes the listener from its read
 	s.wg.Wait()
 	return err
 }
@@ -180,7 +186,7 @@ func (s *SoldOut) check(ctx context.Context, sku string) (*soldOutFlag, error) {
 // and other instances' flags expire within the TTL.
 func (s *SoldOut) Reset(ctx context.Context, sku string) {
 	s.drop(sku)
-	if err := s.rdb.Publish(ctx, soldOutChannel, sku).Err(); err != nil {
+	if err := s.resets.Publish(ctx, sku); err != nil {
 		s.log.Warn("product reset not published; other instances' sold-out flags expire by their TTL",
 			"sku", sku, "ttl", s.ttl, "err", err)
 	}
@@ -236,7 +242,7 @@ func (s *SoldOut) listen(ctx context.Context) {
 	defer s.wg.Done()
 	silent := 0
 	for ctx.Err() == nil {
-		msg, err := s.ps.ReceiveTimeout(ctx, min(s.ttl, time.Second))
+		sku, err := s.resets.Receive(ctx, min(s.ttl, time.Second))
 		var timeout interface{ Timeout() bool }
 		switch {
 		case ctx.Err() != nil:
@@ -244,10 +250,10 @@ func (s *SoldOut) listen(ctx context.Context) {
 		case err == nil:
 			silent = 0
 			s.setLive(true)
-			if m, ok := msg.(*redis.Message); ok {
-				s.drop(m.Payload)
+			if sku != "" {
+				s.drop(sku)
 				if s.onReset != nil {
-					s.onReset(m.Payload)
+					s.onReset(sku)
 				}
 			}
 		case errors.As(err, &timeout) && timeout.Timeout():
@@ -256,7 +262,7 @@ func (s *SoldOut) listen(ctx context.Context) {
 				s.setLive(false)
 			}
 			s.sweep()
-			_ = s.ps.Ping(ctx) // its answer, or the error, arrives through ReceiveTimeout
+			_ = s.resets.Ping(ctx) // its answer, or the error, arrives through ReceiveTimeout
 		default:
 			s.setLive(false)
 			select {
