@@ -30,6 +30,10 @@ const (
 	// DoubleReturn: ending an order (cancel, expiry) drops its status condition, so an order
 	// that ended already gives its units back again.
 	DoubleReturn Bug = "double-return"
+	// UnrecordedAccepted: a queued publisher answers 202 for an order whose record it could not
+	// write (the queue's server died after the publish), so a sweeper may give up an order its
+	// buyer was told accepted.
+	UnrecordedAccepted Bug = "unrecorded-accepted"
 	// UncheckedWriter: a queued writer places the orders it is handed without reading their
 	// records first, so an order a sweeper gave up (its units already back on sale) is placed too.
 	UncheckedWriter Bug = "unchecked-writer"

@@ -33,6 +33,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.NoFence, "internal/lockstrategy", "TestZooKeeperSessionExpiredMidHold", nil, "the old holder's write was fenced out"},
 		{planted.DoubleReturn, "internal/stock", "TestExpiry", nil, "every unit back, once"},
 		{planted.UncheckedWriter, "internal/lockstrategy", "TestQueuedCrashBeforePublish", nil, "the late message placed nothing"},
+		{planted.UnrecordedAccepted, "internal/lockstrategy", "TestQueuedNoAcceptWithoutRecord", nil, "no record of the order: a 202 would promise what a sweeper may take back"},
 		{planted.KeyAcrossUsers, "internal/handler", "TestIdempotency", nil, "another request under the key was handed its order"},
 		{planted.SettleWithoutTakeBack, "internal/admission", "TestSettleAfterSweep", nil, "the settle took the swept unit again"},
 		{planted.HeldAtOnce, "internal/service", "TestNoNeedlessBusy", nil, "busy answers came before their wait budget ran out"},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -52,18 +53,16 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		h(ctx, o.OrderID)
 	}
 	// The record has a budget of its own: a publish retried through a failover may have spent
-	// the first. The message is out, so the 202 holds either way: without the record, whoever
-	// records first decides — a writer, which then places the order, or a sweeper, which rejects
-	// it (reason unavailable) and returns its units — and the buyer following the order sees
-	// which. Answering unavailable instead would leave an order that may yet be placed behind an
-	// answer that says nothing of it.
+	// the first. No 202 without it: a 202 is a promise that the order ends placed or refused by
+	// the stock, and an order with no record may yet be given up by a sweeper (reason
+	// unavailable). Without it the order is in doubt, as a publish not answered is.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
 	defer cancel()
-	defer s.admission.Done(res)
 	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Queued})
-	if err != nil {
-		s.log.Debug("queued order not recorded; its writer records it, or a sweeper rejects it", "order", o.OrderID, "err", err)
+	if err != nil && !planted.On(planted.UnrecordedAccepted) {
+		return s.inDoubt(ctx, req, o, res, err)
 	}
+	defer s.admission.Done(res)
 	if err == nil && neverAccepted(rec) {
 		// A sweeper recorded it rejected first (this instance had stopped beating, frozen
 		// between admission and here) and returned its units.
@@ -100,8 +99,8 @@ func (s *Queued) accepted(ctx context.Context, req stock.OrderRequest, o orderqu
 	return queuedOrder(o)
 }
 
-// inDoubt answers an order whose publish was not answered within its budget: the message may
-// have landed, and a writer may place it. The first record decides, here as for the sweeper:
+// inDoubt answers an order whose publish was not answered within its budget, or whose record
+// could not be written after it: the message may have landed, and a writer may place it. The first record decides, here as for the sweeper:
 // the order is recorded rejected (reason unavailable) before the buyer hears 503, so that no
 // writer places an order behind that answer, and its units go back at once; if a writer
 // recorded it first, the message did land and the answer is the 202 after all. Only a record
