@@ -13,8 +13,8 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// held is a delivery this writer holds, with its order's record as it claimed it.
-type held struct {
+// taken is a delivery this writer took, with its order's record as it claimed it.
+type taken struct {
 	*orderqueue.Delivery
 	claimed orderqueue.Claimed
 }
@@ -24,11 +24,11 @@ type held struct {
 // queueLanes orders instead of one per order.
 const queueLanes = 16
 
-// eachOrder runs f over hs, queueLanes at a time, and waits for all of them.
-func eachOrder(hs []held, f func(i int, h held)) {
+// eachOrder runs f over ts, queueLanes at a time, and waits for all of them.
+func eachOrder(ts []taken, f func(i int, h taken)) {
 	var g errgroup.Group
 	g.SetLimit(queueLanes)
-	for i, h := range hs {
+	for i, h := range ts {
 		g.Go(func() error {
 			f(i, h)
 			return nil
@@ -39,12 +39,12 @@ func eachOrder(hs []held, f func(i int, h held)) {
 
 // write is one writer's batch of one product (steps 3 and 4).
 func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
-	hs := make([]held, len(b.Deliveries))
+	ts := make([]taken, len(b.Deliveries))
 	for i, d := range b.Deliveries {
-		hs[i].Delivery = d
+		ts[i].Delivery = d
 	}
-	kept := make([]bool, len(hs))
-	eachOrder(hs, func(i int, h held) {
+	kept := make([]bool, len(ts))
+	eachOrder(ts, func(i int, h taken) {
 		c, err := s.queue.Claim(ctx, h.Order)
 		switch {
 		case err != nil:
@@ -55,11 +55,11 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 			s.admission.GiveBack(ctx, request(h.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))
 			_ = h.Ack()
 		default:
-			hs[i].claimed, kept[i] = c, true
+			ts[i].claimed, kept[i] = c, true
 		}
 	})
-	var todo []held // in the order the queue took them
-	for i, h := range hs {
+	var todo []taken // in the order the queue took them
+	for i, h := range ts {
 		if kept[i] {
 			todo = append(todo, h)
 		}
@@ -73,7 +73,7 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 		reqs[i] = request(h.Order)
 	}
 	placed := s.section(ctx, b.SKU, func() []stock.OrderRequest { return reqs })
-	var ok, refused []held
+	var ok, refused []taken
 	refusals := map[string]error{}
 	for i, p := range placed {
 		if errors.Is(p.Err, stock.ErrDuplicateRequest) {
@@ -91,10 +91,10 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 			s.retry(todo[i].Delivery, p.Err)
 		}
 	}
-	eachOrder(ok, func(_ int, h held) { s.finish(ctx, h, orderqueue.Placed, nil) })
+	eachOrder(ok, func(_ int, h taken) { s.finish(ctx, h, orderqueue.Placed, nil) })
 	// A refusal may be about the order itself: another writer placed it meanwhile (its
 	// AckWait passed while it committed), and this one found its buyer holding it.
-	eachOrder(s.ackPlaced(ctx, b.SKU, refused), func(_ int, h held) {
+	eachOrder(s.ackPlaced(ctx, b.SKU, refused), func(_ int, h taken) {
 		s.finish(ctx, h, orderqueue.Rejected, refusals[h.Order.OrderID])
 	})
 }
@@ -102,30 +102,30 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 // ackPlaced finishes and acks the deliveries whose orders the database has (placed by a writer
 // that stopped before its ack, or by another one) and returns the others; all of them are
 // handed back when the database cannot say.
-func (s *Queued) ackPlaced(ctx context.Context, sku string, hs []held) []held {
-	if len(hs) == 0 {
+func (s *Queued) ackPlaced(ctx context.Context, sku string, ts []taken) []taken {
+	if len(ts) == 0 {
 		return nil
 	}
-	ids := make([]string, len(hs))
-	for i, h := range hs {
+	ids := make([]string, len(ts))
+	for i, h := range ts {
 		ids[i] = h.Order.OrderID
 	}
 	written, err := s.store.Placed(ctx, ids)
 	if err != nil {
-		for _, h := range hs {
+		for _, h := range ts {
 			s.retry(h.Delivery, err)
 		}
 		return nil
 	}
-	var rest, done []held
-	for _, h := range hs {
+	var rest, done []taken
+	for _, h := range ts {
 		if written[h.Order.OrderID] {
 			done = append(done, h)
 		} else {
 			rest = append(rest, h)
 		}
 	}
-	eachOrder(done, func(_ int, h held) { s.finish(ctx, h, orderqueue.Placed, nil) })
+	eachOrder(done, func(_ int, h taken) { s.finish(ctx, h, orderqueue.Placed, nil) })
 	reqs := make([]stock.OrderRequest, len(done))
 	for i, h := range done {
 		reqs[i] = request(h.Order)
@@ -137,7 +137,7 @@ func (s *Queued) ackPlaced(ctx context.Context, sku string, hs []held) []held {
 // finish writes the order's final record, gives a rejected order's units back, and acks it.
 // A record that stands otherwise (the other final state, written first) is what the buyer was
 // told: it is kept, and the reservation follows it.
-func (s *Queued) finish(ctx context.Context, h held, state orderqueue.State, why error) {
+func (s *Queued) finish(ctx context.Context, h taken, state orderqueue.State, why error) {
 	r := orderqueue.Record{Order: h.Order, State: state}
 	if why != nil {
 		r.Reason = stock.Code(why)
