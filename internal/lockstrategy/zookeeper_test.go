@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,66 +25,6 @@ func zkReq(sku, user string) stock.OrderRequest {
 func zkSession(t *testing.T) *zk.Conn {
 	t.Helper()
 	return backendtest.ZooKeeper(t, backendtest.ZooKeeperServers(t), config("zookeeper").LockTTL)
-}
-
-// TestZooKeeperSessionExpiredMidHold is pitfall two (坑二) of «Locks in practice» (docs/sources.md) on a real ZooKeeper: a holder inside its
-// critical section, past its last check, is cut off from ZooKeeper longer than its session (as
-// a long GC pause does). The server ends the session, its lock node goes, and another instance
-// is granted the lock and sells; the old holder then writes with its old token and is fenced
-// out — busy, never a sale — and its next order runs on a new session.
-func TestZooKeeperSessionExpiredMidHold(t *testing.T) {
-	s, sku := onSale(t, 3)
-	servers := backendtest.ZooKeeperServers(t)
-	proxy := backendtest.StartFaultProxy(t, servers[0])
-
-	reached, resume := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	cfg := config("zookeeper")
-	other := backendtest.NewInstance(t, cfg, backendtest.Wiring{ZKServers: servers})
-	cfg.Hooks.InSection = func(_ context.Context, orders []stock.OrderRequest) {
-		if orders[0].UserID == "slow" {
-			once.Do(func() { close(reached); <-resume })
-		}
-	}
-	paused := backendtest.NewInstance(t, cfg, backendtest.Wiring{ZKServers: []string{proxy.Listen}})
-	admin := zkSession(t)
-
-	slow := make(chan error, 1)
-	go func() {
-		_, err := place(paused, zkReq(sku, "slow"))
-		slow <- err
-	}()
-	<-reached
-	dir := "/seckill/locks/" + sku
-	nodes, _, err := admin.Children(dir)
-	require.NoError(t, err)
-	require.Len(t, nodes, 1, "the paused instance holds the lock")
-	proxy.Stop() // cut off from ZooKeeper: its session runs out on the server
-	cutAt := time.Now()
-	require.Eventually(t, func() bool {
-		exists, _, err := admin.Exists(path.Join(dir, nodes[0]))
-		return err == nil && !exists
-	}, 10*time.Second, 20*time.Millisecond, "the server ended the session and deleted its node")
-	t.Logf("lock node gone %s after the cut (session timeout %s)", time.Since(cutAt), cfg.LockTTL)
-
-	var acked []stock.Order
-	for _, user := range []string{"fast-1", "fast-2"} {
-		o, err := placeRetrying(t, other, zkReq(sku, user), 10*time.Second)
-		require.NoError(t, err, "the lock passed to the other instance when the session ended")
-		acked = append(acked, o)
-	}
-	require.NoError(t, proxy.Start())
-	close(resume)
-	err = <-slow
-	assert.ErrorIs(t, err, stock.ErrFencedOut, "the old holder's write was fenced out")
-	assert.ErrorIs(t, err, stock.ErrBusy, "and the client hears busy, to retry")
-	assert.EqualValues(t, 1, backendtest.Counter(t, "seckill_fenced_out_total", map[string]string{"strategy": "zookeeper"}, paused))
-
-	o, err := placeRetrying(t, paused, zkReq(sku, "slow"), 10*time.Second)
-	require.NoError(t, err, "the retry runs on a new session")
-	acked = append(acked, o)
-	a := backendtest.RequireInvariant(t, s, sku, acked)
-	assert.Zero(t, a.Stock)
 }
 
 // placeRetrying places r, retrying busy answers for up to d, as a client would.

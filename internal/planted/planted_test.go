@@ -24,13 +24,13 @@ import (
 // rest of the suite does not load.
 func TestChecksCatchPlantedBugs(t *testing.T) {
 	catches(t, []row{
-		{planted.BlindWrite, "internal/lockstrategy", "TestHybridLockExpiry", nil, "the paused writer's version check failed"},
+		{planted.BlindWrite, "internal/lockstrategy", "TestPausedHolderLosesItsLock/hybrid", nil, "the paused writer's version check failed"},
 		{planted.BlindWrite, "cmd/lab", "", []string{"-small", "-out", "lab-report", "ttl"}, "the fix did not hold"},
-		{planted.NoFence, "internal/lockstrategy", "TestEtcdLeaseRevokedMidHold", nil, "the old holder's write was fenced out"},
+		{planted.NoFence, "internal/lockstrategy", "TestPausedHolderLosesItsLock/etcd", nil, "the old holder's write was fenced out"},
 		{planted.NoWatchdog, "internal/lockstrategy", "TestHybridWatchdogKeepsLock", nil, "the extended lock kept the other instance out"},
 		{planted.LostGiveBack, "internal/lockstrategy", "TestHybridGiveBack", nil, "the repeat buyer's unit was given back"},
 		{planted.EveryoneAlive, "internal/service", "TestStrandedUnits", nil, "a reservation whose instance stopped beating is never reported stranded"},
-		{planted.NoFence, "internal/lockstrategy", "TestZooKeeperSessionExpiredMidHold", nil, "the old holder's write was fenced out"},
+		{planted.NoFence, "internal/lockstrategy", "TestPausedHolderLosesItsLock/zookeeper", nil, "the old holder's write was fenced out"},
 		{planted.DoubleReturn, "internal/stock", "TestExpiry", nil, "every unit back, once"},
 		{planted.UncheckedWriter, "internal/lockstrategy", "TestQueuedCrashBeforePublish", nil, "the late message placed nothing"},
 		{planted.UnrecordedAccepted, "internal/lockstrategy", "TestQueuedNoAcceptWithoutRecord", nil, "no record of the order: a 202 would promise what a sweeper may take back"},
