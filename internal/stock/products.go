@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // productRow maps the products table.
@@ -74,8 +75,12 @@ func column(t time.Time) *time.Time {
 func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, error) {
 	var out productRow
 	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
-		now := time.Now().UTC()
-		res := tx.Model(&productRow{}).Where("sku = ?", spec.SKU).Updates(map[string]any{
+		row := productRow{SKU: spec.SKU, Name: spec.Name, InitialStock: spec.Stock, Stock: spec.Stock, Version: 1, MaxPerOrder: spec.MaxPerOrder,
+			StartsAt: column(spec.Window.Starts), EndsAt: column(spec.Window.Ends), PaymentTimeoutS: int(spec.PaymentTimeout / time.Second)}
+		// One upsert, not an update and then an insert: an update of a row that does not exist
+		// locks the gap where it would be, and two resets of new products then deadlock on
+		// each other's gaps (TestResetsAtOnce).
+		reset := clause.OnConflict{Columns: []clause.Column{{Name: "sku"}}, DoUpdates: clause.Assignments(map[string]any{
 			"name":              spec.Name,
 			"initial_stock":     spec.Stock,
 			"stock":             spec.Stock,
@@ -86,17 +91,10 @@ func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, erro
 			"version":           gorm.Expr("version + 1"),
 			"fence":             0,
 			"zk_fence":          0,
-			"updated_at":        now,
-		})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			row := productRow{SKU: spec.SKU, Name: spec.Name, InitialStock: spec.Stock, Stock: spec.Stock, Version: 1, MaxPerOrder: spec.MaxPerOrder,
-				StartsAt: column(spec.Window.Starts), EndsAt: column(spec.Window.Ends), PaymentTimeoutS: int(spec.PaymentTimeout / time.Second)}
-			if err := tx.Create(&row).Error; err != nil {
-				return err
-			}
+			"updated_at":        time.Now().UTC(),
+		})}
+		if err := tx.Clauses(reset).Create(&row).Error; err != nil {
+			return err
 		}
 		if err := tx.Where("sku = ?", spec.SKU).Delete(&orderRow{}).Error; err != nil {
 			return err

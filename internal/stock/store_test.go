@@ -82,6 +82,25 @@ func TestPutProductStartsANewRound(t *testing.T) {
 	assert.NoError(t, err, "the buyer of the old round may buy in the new one")
 }
 
+// TestResetsAtOnce: sale rounds of new products started at once, as parallel tests and a shop's
+// admins do. Their update and insert lock neighbouring gaps, and MySQL picks deadlock victims
+// among them; every reset still succeeds, none answers busy.
+func TestResetsAtOnce(t *testing.T) {
+	s := backendtest.Store(t)
+	prefix := backendtest.SKU(t)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 15 {
+				sku := fmt.Sprintf("%s-%02d-%d", prefix, i, g) // neighbours in the index, written at once
+				_, err := s.PutProduct(context.Background(), stock.ProductSpec{SKU: sku, Name: "at once", Stock: 1, MaxPerOrder: 1})
+				assert.NoError(t, err, "reset of %s", sku)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func TestOrderRules(t *testing.T) {
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 3, 2)
