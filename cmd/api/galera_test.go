@@ -21,6 +21,16 @@ import (
 // writers are taught the cluster (issue 36).
 var galeraStrategies = []string{"hybrid", "pessimistic", "dblock", "etcd"}
 
+// galera returns the test process's Galera cluster for a test that runs service processes on it:
+// under -short the test is skipped before the cluster starts, as startOnGalera would skip it after.
+func galera(t *testing.T) *backendtest.Galera {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the service and runs three processes; skipped with -short")
+	}
+	return backendtest.GaleraCluster(t)
+}
+
 // startOnGalera builds the service and starts one process on each node of the test process's
 // Galera cluster (SECKILL_MYSQL_DSN names the node), each with extraEnv.
 func startOnGalera(t *testing.T, g *backendtest.Galera, extraEnv ...string) []instance {
@@ -42,7 +52,7 @@ func startOnGalera(t *testing.T, g *backendtest.Galera, extraEnv ...string) []in
 // hold one order. The conflicts the cluster counted are logged: a lock the database takes is the
 // node's own, and the later of two COMMITs that took the same one fails certification (1213).
 func TestProcessesGalera(t *testing.T) {
-	g := backendtest.GaleraCluster(t)
+	g := galera(t)
 	procs := startOnGalera(t, g)
 	const units, buyers, clients = 100, 300, 48
 	for _, strategy := range galeraStrategies {
@@ -227,7 +237,7 @@ func sellThroughNodeLoss(t *testing.T, procs []instance, sku, strategy string, b
 // and the ledger is exact after the sale. Nothing answered 201 is lost, every node holds the same
 // sale after the rejoin, and the process sells again on its node without a restart.
 func TestProcessesGaleraNodeLost(t *testing.T) {
-	g := backendtest.GaleraCluster(t)
+	g := galera(t)
 	procs := startOnGalera(t, g)
 	const victim, down = 0, 3500 * time.Millisecond
 	r := backendtest.Redis(t)
@@ -303,7 +313,7 @@ func galeraLockProbe(t *testing.T, g *backendtest.Galera, strategy, sku string, 
 // killed process's reservations come back within 3 s, as the sweepers' own nodes say whether each
 // order was written, and every node agrees after.
 func TestProcessesGaleraHybridKill(t *testing.T) {
-	g := backendtest.GaleraCluster(t)
+	g := galera(t)
 	db, err := sql.Open("mysql", g.DSN(0)+"&wsrep_sync_wait=1") // every commit applied before the read
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
@@ -321,7 +331,7 @@ func TestProcessesGaleraHybridKill(t *testing.T) {
 // idle-transaction bound would. When it wakes, its late write is refused; every 201 has its row,
 // and every node holds the same sale.
 func TestProcessesGaleraFrozen(t *testing.T) {
-	g := backendtest.GaleraCluster(t)
+	g := galera(t)
 	procs := startOnGalera(t, g)
 	const pause = 3500 * time.Millisecond
 	for _, strategy := range []string{"pessimistic", "dblock"} {

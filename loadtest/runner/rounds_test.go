@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -101,4 +102,20 @@ func TestProvenanceLine(t *testing.T) {
 	assert.Contains(t, embedded, "`go run ./loadtest` at commit ")
 	assert.Contains(t, embedded, "cores, embedded SQLite, embedded Redis, ")
 	assert.NotRegexp(t, docsProvenance, embedded)
+}
+
+// TestDefaultRunArgs: what TestDefaultRun adds to the bare command changes the rounds and the
+// sold-out phase and nothing else, so that the rest of the run is the README's.
+func TestDefaultRunArgs(t *testing.T) {
+	bare, err := parse(nil, io.Discard)
+	require.NoError(t, err)
+	short, err := parse(defaultRunArgs, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, defaultRounds, bare.rounds)
+	assert.Equal(t, defaultSoldOut, bare.soldOut)
+	assert.Equal(t, 1, short.rounds)
+	assert.Equal(t, time.Second, short.soldOut)
+	short.rounds, short.soldOut = bare.rounds, bare.soldOut
+	short.sku, short.out = bare.sku, bare.out // stamped with the time of the parse
+	assert.Equal(t, bare, short)
 }
