@@ -56,11 +56,11 @@ type Batch struct {
 // each product's messages were queued; none when wait passes idle. A message that is not an
 // order (it did not decode) is terminated: no writer could ever place it.
 func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Batch, error) {
-	msgs, err := q.take(max, 0)
+	msgs, err := q.take(ctx, max, 0)
 	if err == nil && len(msgs) == 0 {
-		if msgs, err = q.take(1, wait); err == nil && len(msgs) == 1 {
+		if msgs, err = q.take(ctx, 1, wait); err == nil && len(msgs) == 1 {
 			var more []jetstream.Msg
-			more, err = q.take(max-1, 0)
+			more, err = q.take(ctx, max-1, 0)
 			msgs = append(msgs, more...)
 		}
 	}
@@ -99,8 +99,9 @@ func byProduct(ds []*Delivery) []Batch {
 	return batches
 }
 
-// take pulls up to n messages: those waiting now (wait 0), or as many as arrive within wait.
-func (q *Queue) take(n int, wait time.Duration) ([]jetstream.Msg, error) {
+// take pulls up to n messages: those waiting now (wait 0), or as many as arrive within wait; a
+// wait ends early when ctx does (a writer stopping does not wait out its idle pull).
+func (q *Queue) take(ctx context.Context, n int, wait time.Duration) ([]jetstream.Msg, error) {
 	if n <= 0 {
 		return nil, nil
 	}
@@ -111,7 +112,9 @@ func (q *Queue) take(n int, wait time.Duration) ([]jetstream.Msg, error) {
 	if wait == 0 {
 		b, err = q.consumer.FetchNoWait(n)
 	} else {
-		b, err = q.consumer.Fetch(n, jetstream.FetchMaxWait(wait))
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		b, err = q.consumer.Fetch(n, jetstream.FetchContext(wctx))
 	}
 	if err != nil {
 		return nil, err
@@ -120,10 +123,14 @@ func (q *Queue) take(n int, wait time.Duration) ([]jetstream.Msg, error) {
 	for m := range b.Messages() {
 		msgs = append(msgs, m)
 	}
-	if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-		return msgs, err
+	err = b.Error()
+	switch {
+	case err == nil, errors.Is(err, jetstream.ErrNoMessages):
+		return msgs, nil
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil: // the wait passed: none came
+		return msgs, nil
 	}
-	return msgs, nil
+	return msgs, err
 }
 
 func (q *Queue) delivery(m jetstream.Msg) (*Delivery, error) {

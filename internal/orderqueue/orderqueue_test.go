@@ -278,6 +278,33 @@ func TestFetchTakesWhatWaits(t *testing.T) {
 	})
 }
 
+// TestIdleFetchEndsWithItsContext: a writer's idle fetch, waiting at the server for an order,
+// returns as soon as its context ends — a writer that stops (Close, shutdown) does not first
+// wait out its idle pull.
+func TestIdleFetchEndsWithItsContext(t *testing.T) {
+	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		const wait = 10 * time.Second
+		ctx, cancel := context.WithCancel(ctxT(t))
+		defer cancel()
+		cancelled := make(chan struct{})
+		go func() {
+			defer close(cancelled)
+			// Cancelled once the idle fetch's pull request waits at the server.
+			assert.Eventually(t, func() bool {
+				info, err := q.consumer.Info(ctxT(t))
+				return err == nil && info.NumWaiting > 0
+			}, wait/2, 5*time.Millisecond, "the idle fetch never waited at the server")
+			cancel()
+		}()
+		start := time.Now()
+		_, err := q.Fetch(ctx, 100, wait)
+		took := time.Since(start)
+		<-cancelled
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Less(t, took, wait/2, "the idle fetch waited out its wait after its context ended")
+	})
+}
+
 // TestDuplicateDropped: a message re-sent with the same order id is dropped and reported as a
 // duplicate: one order, however often its publish is retried.
 func TestDuplicateDropped(t *testing.T) {
