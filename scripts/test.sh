@@ -13,7 +13,7 @@ module=$(go list -m)
 serial=("$module/cmd/api" "$module/loadtest/runner")
 processChecks=TestProcessChecksCatchPlantedBugs # internal/planted's rows that run cmd/api
 # The slowest in-process packages first, so that the lane does not end waiting for one of them.
-slowest=("$module/internal/lockstrategy" "$module/internal/planted" "$module/internal/lab")
+slowest=("$module/internal/lockstrategy" "$module/internal/planted" "$module/internal/queued" "$module/internal/lab")
 mapfile -t inprocess < <(printf '%s\n' "${slowest[@]}"; go list ./... | grep -v -x -F "${serial[@]/#/-e}" "${slowest[@]/#/-e}")
 
 start=$SECONDS

@@ -1,4 +1,4 @@
-package lockstrategy_test
+package queued_test
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestQueuedKeyInFlight(t *testing.T) {
 		accepted = append(accepted, o)
 	}
 	free()
-	placed, rejected := ended(t, insts, accepted, 10*time.Second)
+	placed, rejected := backendtest.Ended(t, insts, accepted, 10*time.Second)
 	require.Len(t, placed, 1, "one order carries the key")
 	assert.Equal(t, map[string]string{otherThan(accepted, placed[0]).OrderID: "idempotency_conflict"}, rejected)
 	settled(t, insts[0], sku)

@@ -1,0 +1,260 @@
+package queued_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// frozen is an instance that admitted an order and then stopped — before publishing it, or after —
+// as a SIGKILL or a SIGSTOP would stop it: its ledger beat once, with a short TTL, and never
+// again (unless the test makes it, beat), so that the live instances' sweepers soon find its
+// reservation orphaned.
+type frozen struct {
+	ledger *admission.Ledger
+	queue  *orderqueue.Queue
+}
+
+// frozenTTL is a frozen instance's heartbeat TTL.
+const frozenTTL = 300 * time.Millisecond
+
+func newFrozen(t *testing.T) frozen {
+	t.Helper()
+	ledger := admission.New(backendtest.Redis(t), backendtest.Store(t), "frozen", frozenTTL,
+		slog.New(slog.DiscardHandler), prometheus.NewRegistry(), admission.Options{})
+	ledger.Beat(context.Background())
+	return frozen{ledger: ledger, queue: backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())}
+}
+
+// beat keeps the instance beating, every quarter of its TTL as a live one does, until stop.
+func (f frozen) beat() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for tick := time.NewTicker(frozenTTL / 4); ; {
+			f.ledger.Beat(ctx)
+			select {
+			case <-ctx.Done():
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// admit reserves one unit of sku for user under a fresh order id, as the queued strategy does.
+func (f frozen) admit(t *testing.T, sku, user string) orderqueue.Order {
+	t.Helper()
+	id := ulid.Make().String()
+	req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", OrderID: id, Reservation: stock.Reservation{ID: id}}
+	_, err := f.ledger.Admit(context.Background(), req)
+	require.NoError(t, err)
+	return orderqueue.Order{OrderID: id, SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC()}
+}
+
+// settled waits until admission holds no reservation of sku and its counter is the database's
+// stock: every unit either sold or back on sale.
+func settled(t *testing.T, inst backendtest.Instance, sku string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		a, err := inst.Audit(context.Background(), sku)
+		require.NoError(c, err)
+		require.NotNil(c, a.Redis)
+		require.NotNil(c, a.Redis.Stock)
+		assert.Zero(c, a.Redis.Reservations, "reservations left")
+		assert.Equal(c, a.Stock, *a.Redis.Stock, "admission's counter and the database")
+		require.NotNil(c, a.Queued)
+		assert.Zero(c, *a.Queued, "orders left in the queue")
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// onQueuedSale puts a product of units on sale on a live instance of the queued strategy, which
+// sells one of them to "live" so that its sweeper watches the product.
+func onQueuedSale(t *testing.T, units int64) (backendtest.Instance, string, stock.Order) {
+	t.Helper()
+	sku := backendtest.SKU(t)
+	inst := newInstances(t, 1, config("queued"), backendtest.Wiring{})[0]
+	ctx := context.Background()
+	_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: units, MaxPerOrder: 1})
+	require.NoError(t, err)
+	o, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "live", Quantity: 1, Strategy: "queued"})
+	require.NoError(t, err)
+	placed, _ := backendtest.Ended(t, []backendtest.Instance{inst}, []stock.Order{o}, 10*time.Second)
+	require.Len(t, placed, 1)
+	return inst, sku, placed[0]
+}
+
+// TestQueuedCrashBeforePublish: an instance admits an order and stops before it publishes it —
+// Redis decremented, no message: the classic bug. Its reservation lapses with its heartbeat; the
+// live sweeper finds no order and no record, records the order rejected, and the unit goes back
+// on sale. If the instance was only frozen and publishes after all, the writer drops the
+// message: the order is never placed, and nothing is returned twice.
+func TestQueuedCrashBeforePublish(t *testing.T) {
+	inst, sku, live := onQueuedSale(t, 2)
+	f := newFrozen(t)
+	ghost := f.admit(t, sku, "ghost")
+	settled(t, inst, sku)
+	ctx := context.Background()
+	o, err := inst.Order(ctx, ghost.OrderID)
+	require.NoError(t, err)
+	assert.Equal(t, stock.Rejected, o.Status)
+	assert.Equal(t, "unavailable", o.Reason)
+
+	// The frozen instance wakes and publishes its order after all.
+	_, err = f.queue.Publish(ctx, ghost)
+	require.NoError(t, err)
+	settled(t, inst, sku)
+	o, err = inst.Order(ctx, ghost.OrderID)
+	require.NoError(t, err)
+	assert.Equal(t, stock.Rejected, o.Status, "the first record stands")
+	placed, err := backendtest.Store(t).Placed(ctx, []string{ghost.OrderID})
+	require.NoError(t, err)
+	assert.Empty(t, placed, "the late message placed nothing")
+
+	// The returned unit sells again.
+	again, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "next", Quantity: 1, Strategy: "queued"})
+	require.NoError(t, err)
+	sold, _ := backendtest.Ended(t, []backendtest.Instance{inst}, []stock.Order{again}, 10*time.Second)
+	require.Len(t, sold, 1)
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live, sold[0]})
+	assert.Zero(t, a.Stock)
+}
+
+// TestQueuedCrashAfterPublish: an instance admits an order, publishes it and stops before it
+// records it or answers. The message waits; the writer and the sweeper race for the order's
+// first record, and exactly one ending follows, the first record's — never both, never
+// neither. Each way is made to happen: the writer first (the instance still beats while the
+// message reaches a writer, as a slow one would), and the sweeper first (the message reaches a
+// writer only once the sweeper has given the order up).
+func TestQueuedCrashAfterPublish(t *testing.T) {
+	for _, writerFirst := range []bool{true, false} {
+		name := map[bool]string{true: "a writer records first", false: "the sweeper records first"}[writerFirst]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			inst, sku, live := onQueuedSale(t, 2)
+			f := newFrozen(t)
+			ghost := f.admit(t, sku, "ghost")
+			if writerFirst {
+				stop := f.beat()
+				_, err := f.queue.Publish(ctx, ghost)
+				require.NoError(t, err)
+				o, err := inst.WaitOrder(ctx, ghost.OrderID, 10*time.Second)
+				stop()
+				require.NoError(t, err)
+				require.NotEqual(t, stock.Queued, o.Status, "no writer ended the order")
+			} else {
+				require.Eventually(t, func() bool {
+					o, err := inst.Order(ctx, ghost.OrderID)
+					return err == nil && o.Status == stock.Rejected
+				}, 10*time.Second, 10*time.Millisecond, "the sweeper never gave the order up")
+				_, err := f.queue.Publish(ctx, ghost)
+				require.NoError(t, err)
+			}
+			settled(t, inst, sku)
+			o, err := inst.Order(ctx, ghost.OrderID)
+			require.NoError(t, err)
+			acked := []stock.Order{live}
+			if writerFirst {
+				require.True(t, o.Status.Active(), "placed by the writer that recorded it first: %s", o.Status)
+				acked = append(acked, o)
+			} else {
+				require.Equal(t, stock.Rejected, o.Status, "rejected by the sweeper that recorded it first")
+				assert.Equal(t, "unavailable", o.Reason)
+				placed, err := backendtest.Store(t).Placed(ctx, []string{ghost.OrderID})
+				require.NoError(t, err)
+				assert.Empty(t, placed, "the message that came after placed nothing")
+			}
+			a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
+			assert.EqualValues(t, 2-len(acked), a.Stock, "the rejected order's unit back on sale")
+		})
+	}
+}
+
+// TestQueuedRedeliveredPlacedOrder: a writer committed an order and stopped before its ack, so
+// its message comes again. The writer that takes it finds the order in the database and acks it,
+// with no second row and no second unit.
+func TestQueuedRedeliveredPlacedOrder(t *testing.T) {
+	inst, sku, live := onQueuedSale(t, 3)
+	ctx := context.Background()
+	q := backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())
+	again := orderqueue.Order{OrderID: live.OrderID, SKU: sku, UserID: live.UserID, Quantity: 1, Strategy: "queued",
+		Reservation: live.OrderID, AcceptedAt: live.CreatedAt}
+	// The same order once more, past the de-duplication (which a real redelivery never meets):
+	// another message id, the same order.
+	nc, err := nats.Connect(backendtest.NATSURL(t))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	data, err := json.Marshal(again)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, q.Subject(sku), data, jetstream.WithMsgID("redelivery-"+live.OrderID))
+	require.NoError(t, err)
+	settled(t, inst, sku)
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live})
+	assert.EqualValues(t, 2, a.Stock, "one unit sold, once")
+	o, err := inst.Order(ctx, live.OrderID)
+	require.NoError(t, err)
+	assert.True(t, o.Status.Active())
+}
+
+// TestQueuedSweeperLeavesQueuedOrders is the trap of the queued design: once an order's
+// message is out, its admitting instance may die while the message waits for a writer. The
+// sweeper must not give that unit back to sale meanwhile — the unit would be sold twice in Redis,
+// queued and active orders above the stock — but leave it to the writer. Here the instance
+// records the order and stops, its message not yet out: once its lease has lapsed, the live
+// instance's sweeper hands the reservation over to the queue (its writers resolve it) with the
+// unit still held; once the order has been queued two AckWaits with no writer ending it, the
+// live instance sends its message again (the queue lost it, as far as anyone can tell), and a
+// writer places it. The unit never went back on sale, and the original message, sent late,
+// places nothing twice.
+func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
+	inst, sku, live := onQueuedSale(t, 2)
+	f := newFrozen(t)
+	ctx := context.Background()
+	ghost := f.admit(t, sku, "ghost")
+	_, err := f.queue.Record(ctx, orderqueue.Record{Order: ghost, State: orderqueue.Queued})
+	require.NoError(t, err)
+	rdb := backendtest.Redis(t)
+	require.Eventually(t, func() bool {
+		held, err := rdb.HGet(ctx, admission.KeysOf(sku).Queued, "ghost").Result()
+		return err == nil && strings.HasPrefix(held, ghost.OrderID+"|") && strings.Contains(held, "|"+admission.QueueOwner+"|")
+	}, 10*time.Second, 5*time.Millisecond, "the sweeper never handed the queued order's reservation over to the queue")
+	a, err := inst.Audit(ctx, sku)
+	require.NoError(t, err)
+	require.NotNil(t, a.Redis)
+	assert.EqualValues(t, 1, a.Redis.Reservations, "the queued order's reservation holds")
+	assert.EqualValues(t, 0, *a.Redis.Stock, "the queued order's unit is not on sale")
+
+	settled(t, inst, sku)
+	o, err := inst.Order(ctx, ghost.OrderID)
+	require.NoError(t, err)
+	require.True(t, o.Status.Active(), "placed once its message was sent again: %s", o.Status)
+	_, err = f.queue.Publish(ctx, ghost)
+	require.NoError(t, err)
+	settled(t, inst, sku)
+	for _, result := range []string{"returned", "retaken"} {
+		assert.Zero(t, backendtest.Counter(t, "seckill_admission_swept_total", map[string]string{"result": result}, inst),
+			"the queued order's unit went back on sale (%s)", result)
+	}
+	a2 := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live, o})
+	assert.Zero(t, a2.Stock)
+}
