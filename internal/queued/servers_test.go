@@ -75,7 +75,7 @@ func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, uni
 					t.Errorf("%s: answered %s under the fault: %v", user, stock.Code(err), err)
 					return
 				}
-				time.Sleep(20*time.Millisecond + rand.N(30*time.Millisecond))
+				time.Sleep(20*time.Millisecond + rand.N(30*time.Millisecond)) // a client's pace between retries, not an event
 			}
 		})
 	}
