@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -152,7 +153,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	require.Equal(t, http.StatusCreated, <-status, "the in-flight order was answered")
 	require.NoError(t, <-stopped)
 
-	s, err := stock.OpenSQLite(context.Background(), filepath.Join(dir, "seckill.db"), stock.Options{})
+	s, err := stock.OpenSQLite(context.Background(), filepath.Join(dir, "seckill.db"), app.Defaults().StoreOptions())
 	require.NoError(t, err)
 	defer s.Close()
 	got, err := s.Order(context.Background(), order["order_id"].(string))

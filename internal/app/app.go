@@ -23,6 +23,8 @@ import (
 
 	"github.com/flashsale/seckill/internal/handler"
 	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/planted"
+	"github.com/flashsale/seckill/internal/queued"
 	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
@@ -46,8 +48,11 @@ type Config struct {
 	ZKServers     []string // one ensemble, its session timeout the lock TTL; empty: the zookeeper strategies are not offered
 	// Queue is the order queue of the queued strategy: Queue.URLs a NATS JetStream cluster
 	// (SECKILL_NATS_URLS); empty, a NATS server embedded in the process, in DataDir. The names
-	// and bounds default to the contract's (orderqueue.Config).
-	Queue           orderqueue.Config
+	// default to the contract's (orderqueue.Config).
+	Queue orderqueue.Config
+	// Queued are the queued strategy's writers; their batch, the bound on waiting orders, the
+	// lock wait and the hooks come from Service.
+	Queued          queued.Options
 	AdminToken      string
 	DataDir         string // where the embedded backends keep their files
 	ShutdownTimeout time.Duration
@@ -57,21 +62,31 @@ type Config struct {
 	Service         service.Config
 }
 
-// Defaults is the configuration of cmd/api when nothing is set.
+// Defaults is the configuration of cmd/api when nothing is set: every value an instance runs
+// with, in one place (the constructors take them as given).
 func Defaults() Config {
+	ackWait := 5 * time.Second
+	if planted.On(planted.LongAckWait) {
+		ackWait = 20 * time.Second
+	}
 	return Config{
-		Addr:            ":8080",
-		DBMaxConns:      32,
-		DBIdleTx:        2 * time.Second,
-		DataDir:         "./.seckill",
+		Addr:       ":8080",
+		DBMaxConns: 32,
+		DBIdleTx:   2 * time.Second,
+		DataDir:    "./.seckill",
+		// Sized for a sale of the service's size; AckWait bounds how long a killed writer's orders
+		// wait for another writer, within the 10 s in which every 202 ends.
+		Queue: orderqueue.Config{MaxMsgs: 100_000, MaxBytes: 64 << 20, Duplicates: 10 * time.Minute,
+			AckWait: ackWait, MaxAckPending: 10_000, RecordTTL: 24 * time.Hour},
+		Queued:          queued.Options{Writers: 2, Idle: time.Second, Retry: 250 * time.Millisecond, Publish: 2 * time.Second},
 		ShutdownTimeout: 15 * time.Second,
 		Service:         service.Defaults(),
 	}
 }
 
-// storeOptions are the options of every store an instance opens: its pool, and the lock wait
+// StoreOptions are the options of every store an instance opens: its pool, and the lock wait
 // and idle-transaction bound the database enforces, from the same settings the strategies use.
-func (c Config) storeOptions() stock.Options {
+func (c Config) StoreOptions() stock.Options {
 	return stock.Options{MaxOpenConns: c.DBMaxConns, LockWait: c.Service.LockWait, IdleTx: c.DBIdleTx}
 }
 
@@ -159,7 +174,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts
 		return nil, err
 	}
 	a.closers = append(a.closers, func() error { queue.Close(); return nil })
-	a.svc, err = build(cfg.Service, opened{store: a.store, redis: rdb.clients, etcd: etcd.client, zooKeeper: zkConn,
+	a.svc, err = build(cfg.Service, cfg.Queued, opened{store: a.store, redis: rdb.clients, etcd: etcd.client, zooKeeper: zkConn,
 		queue: queue}, log, reg)
 	if err != nil {
 		return nil, err

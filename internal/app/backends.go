@@ -29,7 +29,7 @@ import (
 // instance has it (the test fixtures' stores, the lab's own reads and writes).
 func OpenStore(ctx context.Context, cfg Config, out io.Writer) (*stock.Store, error) {
 	if cfg.MySQLDSN != "" {
-		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, cfg.storeOptions())
+		store, err := stock.OpenMySQL(ctx, cfg.MySQLDSN, cfg.StoreOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -37,7 +37,7 @@ func OpenStore(ctx context.Context, cfg Config, out io.Writer) (*stock.Store, er
 		return store, nil
 	}
 	path := SQLitePath(cfg.DataDir)
-	store, err := stock.OpenSQLite(ctx, path, cfg.storeOptions())
+	store, err := stock.OpenSQLite(ctx, path, cfg.StoreOptions())
 	if err != nil {
 		return nil, err
 	}

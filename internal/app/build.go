@@ -32,8 +32,8 @@ type opened struct {
 
 // build makes the instance's service on b, in the order each part needs the one before:
 // admission (which asks the queue about orphaned reservations), the strategies on it, the queued
-// pipeline on hybrid's section, then the service around them.
-func build(cfg service.Config, b opened, log *slog.Logger, reg prometheus.Registerer) (*service.Service, error) {
+// pipeline on hybrid's section (its writers as writers says), then the service around them.
+func build(cfg service.Config, writers queued.Options, b opened, log *slog.Logger, reg prometheus.Registerer) (*service.Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -57,9 +57,12 @@ func build(cfg service.Config, b opened, log *slog.Logger, reg prometheus.Regist
 		p.Checks = append(p.Checks, service.Check{Name: redisclient.CheckName(c), Ping: redisclient.Ping(c)})
 	}
 	if b.queue != nil {
-		p.Queued = queued.New(built.Hybrid.Section, ledger, b.store, b.queue, queued.Options{
-			Batch: cfg.GroupCommit, MaxWaiting: cfg.QueuedMaxWaiting, LockWait: cfg.LockWait, Hooks: cfg.Hooks,
-		}, log)
+		writers.Batch, writers.MaxWaiting, writers.LockWait, writers.Hooks = max(1, cfg.GroupCommit), cfg.QueuedMaxWaiting, cfg.LockWait, cfg.Hooks
+		q, err := queued.New(built.Hybrid.Section, ledger, b.store, b.queue, writers, log)
+		if err != nil {
+			return nil, err
+		}
+		p.Queued = q
 		p.Checks = append(p.Checks, service.Check{Name: "nats", Ping: b.queue.Ping})
 	}
 	if b.etcd != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/devserver/natsserver"
+	"github.com/flashsale/seckill/internal/app"
 	"github.com/flashsale/seckill/internal/orderqueue"
 )
 
@@ -64,9 +65,19 @@ func QueueConfig(t testing.TB) orderqueue.Config {
 func instanceQueue(t testing.TB) orderqueue.Config {
 	t.Helper()
 	if os.Getenv("SECKILL_TEST_NATS_URL") == "" && natsserver.Available() != nil && !Required() {
-		return orderqueue.Config{DataDir: t.TempDir()}
+		c := app.Defaults().Queue
+		c.DataDir = t.TempDir()
+		return c
 	}
 	return QueueConfig(t)
+}
+
+// QueueOn is the service's order queue on the NATS servers at urls, with a short AckWait, so
+// that a stopped writer's orders move on quickly.
+func QueueOn(urls ...string) orderqueue.Config {
+	c := app.Defaults().Queue
+	c.URLs, c.AckWait = urls, time.Second
+	return c
 }
 
 func processQueue(url string) orderqueue.Config {
@@ -74,8 +85,9 @@ func processQueue(url string) orderqueue.Config {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
 		id := fmt.Sprintf("T%d_%s", os.Getpid(), strings.ToUpper(hex.EncodeToString(b)))
-		natsQueue = orderqueue.Config{URLs: []string{url}, Stream: "ORDERS_" + id, Bucket: "RECORDS_" + id,
-			Consumer: "writers_" + id, Subjects: "test." + id + ".orders", MaxBytes: 16 << 20, AckWait: time.Second}
+		natsQueue = QueueOn(url)
+		natsQueue.Stream, natsQueue.Bucket, natsQueue.Consumer, natsQueue.Subjects = "ORDERS_"+id, "RECORDS_"+id, "writers_"+id, "test."+id+".orders"
+		natsQueue.MaxBytes = 16 << 20
 	})
 	return natsQueue
 }

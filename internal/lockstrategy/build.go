@@ -55,6 +55,10 @@ type Built struct {
 // its guard and unguarded (NoGuard): the unsafe twin is the same lock without the check.
 func Build(s Settings, b Backends, ledger *admission.Ledger, metrics *LockMetrics, locks *lock.Metrics, log *slog.Logger) Built {
 	opts := Options{Wait: s.LockWait, Batch: s.GroupCommit, Hooks: s.Hooks}
+	extend := s.LockExtend
+	if extend <= 0 {
+		extend = s.LockTTL / 3 // three chances to extend before the lock runs out, as Redisson's watchdog
+	}
 	var out Built
 	safe := func(st Strategy) { out.Safe = append(out.Safe, st) }
 	unsafe := func(st Strategy) { out.Unsafe = append(out.Unsafe, st) }
@@ -65,7 +69,7 @@ func Build(s Settings, b Backends, ledger *admission.Ledger, metrics *LockMetric
 		pools[i] = goredis.NewPool(c)
 	}
 	redisLock := redislock.New(redsync.New(pools...), b.Redis[0], redislock.Options{
-		TTL: s.LockTTL, Extend: s.LockExtend, Poll: s.LockPoll,
+		TTL: s.LockTTL, Extend: extend, Poll: s.LockPoll,
 	}, locks.For("hybrid"))
 	out.Hybrid = NewHybrid(b.Store, ledger, redisLock, opts, metrics)
 	safe(out.Hybrid)
@@ -92,7 +96,7 @@ func Build(s Settings, b Backends, ledger *admission.Ledger, metrics *LockMetric
 	// pessimistic: the row lock in the transaction that writes (pessimistic.go).
 	safe(NewPessimistic(b.Store, s.RowLock, opts, metrics))
 	// dblock: a row of the lock table, the version guard.
-	tableLock := tablelock.New(b.Store, tablelock.Options{TTL: s.LockTTL, Extend: s.LockExtend, Instance: s.Instance},
+	tableLock := tablelock.New(b.Store, tablelock.Options{TTL: s.LockTTL, Extend: extend, Instance: s.Instance},
 		locks.For("dblock"), log)
 	safe(New("dblock", b.Store, tableLock, Version, opts, metrics))
 	// naive: no lock, no guard.

@@ -56,7 +56,7 @@ func (r *runner) write(ctx context.Context, l lock.Lock, key string, reqs []stoc
 
 // versioned is the version-guarded write: read the product, then place every order at that
 // version in one transaction (stock.Store.PlaceAt), retrying the whole batch with a fresh read
-// when another writer got there first — up to Attempts times, then busy. It never writes blind:
+// when another writer got there first — up to attempts times, then busy. It never writes blind:
 // each attempt either matches the version it read or writes nothing. A batch whose buyers
 // admission vouched for skips the lookup of stored buyers on its first try
 // (stock.Store.PlaceAdmitted).
@@ -105,7 +105,7 @@ func (r *runner) versioned(ctx context.Context, reqs []stock.OrderRequest, known
 		if snapshot {
 			continue // older than the row: read it, as without one
 		}
-		if i >= r.opts.Attempts {
+		if i >= attempts {
 			return failAll(len(reqs), stock.Busy(stock.BusyConflicts, fmt.Errorf("%d version conflicts on products/%s", i, reqs[0].SKU))), nil
 		}
 		r.metrics.retried(r.name)
@@ -171,7 +171,7 @@ func (r *runner) fenced(ctx context.Context, l lock.Lock, key string, reqs []sto
 		case errors.Is(err, stock.ErrFencedOut):
 			r.metrics.fenced(r.name)
 			return failAll(len(reqs), stock.Busy(stock.BusyFencedOut, fmt.Errorf("lock %s: %w", key, err)))
-		case errors.Is(err, stock.ErrVersionConflict) && attempt < r.opts.Attempts:
+		case errors.Is(err, stock.ErrVersionConflict) && attempt < attempts:
 			r.metrics.retried(r.name) // a writer outside the lock moved the stock: read again
 			continue
 		case errors.Is(err, stock.ErrVersionConflict):

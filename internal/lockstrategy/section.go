@@ -18,14 +18,13 @@ type Options struct {
 	// Batch is how many queued orders of a SKU one section may place under one acquisition and
 	// one write (group commit); 1 or less: one order per section.
 	Batch int
-	// Attempts is how many guarded writes a section tries after a concurrent change before
-	// answering busy; default 5.
-	Attempts int
-	Hooks    Hooks
+	Hooks Hooks
 }
 
-// defaultAttempts is how many version-guarded (or fenced) writes a section tries by default.
-const defaultAttempts = 5
+// attempts is how many guarded writes a section tries after a concurrent change before it
+// answers busy: a rule of the section, not a setting — a writer outside the lock is rare
+// (a repair, a lock lost and retaken), and one that keeps moving the row is not outwaited.
+const attempts = 5
 
 // runner is the one critical section of every strategy made of a lock and a guard: wait for
 // the lock within the budget, take the batch, stop the section when its lock is lost, write
@@ -52,9 +51,6 @@ type runner struct {
 }
 
 func newRunner(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *runner {
-	if opts.Attempts <= 0 {
-		opts.Attempts = defaultAttempts
-	}
 	return &runner{name: name, store: store, locker: locker, guard: guard, opts: opts, metrics: metrics}
 }
 

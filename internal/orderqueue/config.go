@@ -1,13 +1,13 @@
 package orderqueue
 
 import (
+	"fmt"
 	"time"
-
-	"github.com/flashsale/seckill/internal/planted"
 )
 
-// Config says where the queue is and how it is bounded. The zero value of every field but URLs
-// and DataDir is a default that suits a sale of the service's size.
+// Config says where the queue is and how it is bounded. Its bounds are required: app.Defaults
+// has the service's (sized for a sale of the service's size); the names default to the
+// contract's.
 type Config struct {
 	// URLs are NATS servers (a JetStream cluster: any of its members); empty starts an embedded
 	// server with JetStream, in-process, its store under DataDir — or connects to the one
@@ -18,21 +18,19 @@ type Config struct {
 	// consumer, and Subjects the prefix of the stream's subjects (tests give unique ones: two
 	// streams on one server may not share a subject).
 	Stream, Bucket, Consumer, Subjects string
-	// MaxMsgs and MaxBytes bound the queue (default 100,000 orders, 64 MiB): past them a publish
-	// is refused with ErrFull.
+	// MaxMsgs and MaxBytes bound the queue: past them a publish is refused with ErrFull.
 	MaxMsgs  int64
 	MaxBytes int64
-	// Duplicates is the de-duplication window (default 10 minutes): a message whose id was
-	// published within it is dropped. It must outlast any retry of a publish.
+	// Duplicates is the de-duplication window: a message whose id was published within it is
+	// dropped. It must outlast any retry of a publish.
 	Duplicates time.Duration
-	// AckWait is how long a writer may hold a message without acking it (default 5 s; a writer
-	// that is still working says so with InProgress): past it the message goes to another writer.
-	// It bounds how long a killed writer delays its orders.
+	// AckWait is how long a writer may hold a message without acking it (a writer that is still
+	// working says so with InProgress): past it the message goes to another writer. It bounds
+	// how long a killed writer delays its orders.
 	AckWait time.Duration
-	// MaxAckPending bounds the messages handed to writers and not yet acked (default 10,000).
+	// MaxAckPending bounds the messages handed to writers and not yet acked.
 	MaxAckPending int
-	// RecordTTL is how long an order record is kept (default 24 h): long after any order has
-	// left the queue.
+	// RecordTTL is how long an order record is kept: long after any order has left the queue.
 	RecordTTL time.Duration
 	// Replicas is how many servers keep the stream and the records; 0 is the cluster's size,
 	// up to 3.
@@ -41,7 +39,8 @@ type Config struct {
 	Name string
 }
 
-func (c *Config) defaults() {
+// named gives the names left empty the contract's.
+func (c *Config) named() {
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
@@ -52,25 +51,12 @@ func (c *Config) defaults() {
 	def(&c.Consumer, DefaultConsumer)
 	def(&c.Subjects, DefaultSubjects)
 	def(&c.Name, "seckill")
-	if c.MaxMsgs == 0 {
-		c.MaxMsgs = 100_000
+}
+
+// check refuses a queue without its bounds.
+func (c Config) check() error {
+	if c.MaxMsgs <= 0 || c.MaxBytes <= 0 || c.Duplicates <= 0 || c.AckWait <= 0 || c.MaxAckPending <= 0 || c.RecordTTL <= 0 {
+		return fmt.Errorf("order queue bounds %+v: every bound is required (app.Defaults has the service's)", c)
 	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = 64 << 20
-	}
-	if c.Duplicates == 0 {
-		c.Duplicates = 10 * time.Minute
-	}
-	if c.AckWait == 0 {
-		c.AckWait = 5 * time.Second
-		if planted.On(planted.LongAckWait) {
-			c.AckWait = 20 * time.Second
-		}
-	}
-	if c.MaxAckPending == 0 {
-		c.MaxAckPending = 10_000
-	}
-	if c.RecordTTL == 0 {
-		c.RecordTTL = 24 * time.Hour
-	}
+	return nil
 }

@@ -62,7 +62,10 @@ type Queue struct {
 // accepted, placed, rejected and redelivered, and each product's backlog (its depth and the age
 // of its oldest order), read at every scrape.
 func Open(ctx context.Context, cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Queue, error) {
-	cfg.defaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	cfg.named()
 	q := &Queue{cfg: cfg, log: log, orders: newOrders()}
 	if err := q.connect(); err != nil {
 		return nil, err

@@ -102,12 +102,18 @@ func unique(prefix string) string {
 func testConfig(cfg Config) Config {
 	id := unique("T")
 	cfg.Stream, cfg.Bucket, cfg.Consumer, cfg.Subjects = "ORDERS_"+id, "RECORDS_"+id, "writers_"+id, "test."+id+".orders"
-	if cfg.MaxBytes == 0 {
-		cfg.MaxBytes = 1 << 20
+	// A test's own bounds: small, and a short AckWait so that a stopped writer's orders move on.
+	bound := func(v *int64, def int64) {
+		if *v == 0 {
+			*v = def
+		}
 	}
+	bound(&cfg.MaxMsgs, 10_000)
+	bound(&cfg.MaxBytes, 1<<20)
 	if cfg.AckWait == 0 {
 		cfg.AckWait = time.Second
 	}
+	cfg.Duplicates, cfg.MaxAckPending, cfg.RecordTTL = time.Minute, 1000, time.Hour
 	return cfg
 }
 
@@ -676,7 +682,7 @@ func TestClusterLosesANode(t *testing.T) {
 // TestSubject: one token per SKU, dots and all; the contract's subject by default.
 func TestSubject(t *testing.T) {
 	q := &Queue{}
-	q.cfg.defaults()
+	q.cfg.named()
 	for _, sku := range []string{"iphone-17", "a.b", ".a", "a..b.", "A_9"} {
 		s := q.Subject(sku)
 		assert.Equal(t, 3, len(strings.Split(s, ".")), s)

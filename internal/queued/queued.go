@@ -2,6 +2,7 @@ package queued
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -64,13 +65,14 @@ type Queued struct {
 // settles the reservations of those written: hybrid's (lockstrategy.Hybrid.Section).
 type Section func(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed
 
-// Options tune the queued strategy.
+// Options tune the queued strategy; app.Defaults has the service's. Every duration and count but
+// MaxWaiting is required.
 type Options struct {
-	Writers int           // writer loops on this instance (default 2)
-	Batch   int           // orders one writer takes at a time (default 64)
-	Idle    time.Duration // how long an idle writer waits for an order before asking again (default 1 s)
-	Retry   time.Duration // how long an order that could not be decided waits before it comes back (default 250 ms)
-	Publish time.Duration // budget of an order's publish, and again of its record (default 2 s)
+	Writers int           // writer loops on this instance
+	Batch   int           // orders one writer takes at a time
+	Idle    time.Duration // how long an idle writer waits for an order before asking again
+	Retry   time.Duration // how long an order that could not be decided waits before it comes back
+	Publish time.Duration // budget of an order's publish, and again of its record
 	// MaxWaiting bounds the orders of a product accepted and not yet written or rejected, on
 	// all instances: past it a new order is answered busy, so that none waits behind more than
 	// this many (0: only the queue's own bound).
@@ -84,21 +86,9 @@ type Options struct {
 // New returns the queued strategy: admission by ledger, orders written by section (hybrid's) to
 // store, and starts its writers on queue. Close stops them. The ledger's sweeper asks the queue
 // about orphaned reservations through Pending, given to it at its construction.
-func New(section Section, ledger *admission.Ledger, store *stock.Store, queue *orderqueue.Queue, opts Options, log *slog.Logger) *Queued {
-	if opts.Writers <= 0 {
-		opts.Writers = 2
-	}
-	if opts.Batch <= 0 {
-		opts.Batch = 64
-	}
-	if opts.Idle <= 0 {
-		opts.Idle = time.Second
-	}
-	if opts.Retry <= 0 {
-		opts.Retry = 250 * time.Millisecond
-	}
-	if opts.Publish <= 0 {
-		opts.Publish = 2 * time.Second
+func New(section Section, ledger *admission.Ledger, store *stock.Store, queue *orderqueue.Queue, opts Options, log *slog.Logger) (*Queued, error) {
+	if opts.Writers <= 0 || opts.Batch <= 0 || opts.Idle <= 0 || opts.Retry <= 0 || opts.Publish <= 0 || opts.LockWait <= 0 {
+		return nil, fmt.Errorf("queued options %+v: writers, batch, idle, retry, publish and lock wait are required", opts)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Queued{section: section, admission: ledger, queue: queue, store: store, opts: opts, log: log, stop: stop}
@@ -107,7 +97,7 @@ func New(section Section, ledger *admission.Ledger, store *stock.Store, queue *o
 		s.writers.Go(func() { queue.Work(ctx, opts.Batch, opts.Idle, timeout, s.write) })
 	}
 	s.writers.Go(func() { s.resend(ctx) })
-	return s
+	return s, nil
 }
 
 // name is the strategy's, also in the records the sweeper writes.

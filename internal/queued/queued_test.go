@@ -122,7 +122,7 @@ func TestQueuedRecordedFirst(t *testing.T) {
 func TestQueuedNoAcceptWithoutRecord(t *testing.T) {
 	srv := natsServers(t, 1)[0]
 	cfg := backendtest.Wiring{}.Config(t, config("queued"))
-	cfg.Queue = orderqueue.Config{URLs: []string{srv.URL}, AckWait: time.Second}
+	cfg.Queue = backendtest.QueueOn(srv.URL)
 	var orderID string
 	cfg.Service.Hooks.Published = func(_ context.Context, id string) {
 		orderID = id

@@ -149,7 +149,7 @@ func TestQueuedNATSRestart(t *testing.T) {
 	var insts []backendtest.Instance
 	for range instances {
 		c := backendtest.Wiring{}.Config(t, config("queued"))
-		c.Queue = orderqueue.Config{URLs: []string{srv.URL}, AckWait: time.Second}
+		c.Queue = backendtest.QueueOn(srv.URL)
 		insts = append(insts, backendtest.Open(t, c, nil))
 	}
 	sku := backendtest.SKU(t)
@@ -180,7 +180,7 @@ func TestQueuedClusterLosesANode(t *testing.T) {
 	var insts []backendtest.Instance
 	for range instances {
 		c := backendtest.Wiring{}.Config(t, config("queued"))
-		c.Queue = orderqueue.Config{URLs: natsserver.URLs(servers...), AckWait: time.Second}
+		c.Queue = backendtest.QueueOn(natsserver.URLs(servers...)...)
 		insts = append(insts, backendtest.Open(t, c, nil))
 	}
 	sku := backendtest.SKU(t)

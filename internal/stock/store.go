@@ -54,37 +54,28 @@ type Store struct {
 	galera bool
 }
 
-// Options tune a Store's connection pool.
+// Options tune a Store's connection pool; app.Defaults has the service's. Every field is
+// required where it applies (IdleTx and LockWait: MySQL only).
 type Options struct {
-	MaxOpenConns int           // default 32
-	LockWait     time.Duration // how long the pessimistic section waits for the row lock with WaitForRow (MySQL: whole seconds, at least 1); default 2s
+	MaxOpenConns int
+	LockWait     time.Duration // how long the pessimistic section waits for the row lock with WaitForRow (MySQL: whole seconds, at least 1)
 	// IdleTx bounds how long the server keeps a transaction of this store open while it waits
-	// for the client (MySQL: whole seconds, at least 1); default 2s. See boundIdleTransactions.
+	// for the client (MySQL: whole seconds, at least 1). See boundIdleTransactions.
 	IdleTx time.Duration
 }
 
-// idleTxSeconds is IdleTx in whole seconds, as the server variables take it.
-func (o Options) idleTxSeconds() int {
-	if o.IdleTx <= 0 {
-		return 2
+func (o Options) check(mysql bool) error {
+	if o.MaxOpenConns <= 0 || mysql && (o.LockWait <= 0 || o.IdleTx <= 0) {
+		return fmt.Errorf("store options %+v: a pool size, and on MySQL a lock wait and an idle-transaction bound, are required", o)
 	}
-	return max(1, int(math.Ceil(o.IdleTx.Seconds())))
+	return nil
 }
+
+// idleTxSeconds is IdleTx in whole seconds, as the server variables take it.
+func (o Options) idleTxSeconds() int { return max(1, int(math.Ceil(o.IdleTx.Seconds()))) }
 
 // lockWaitSeconds is LockWait as innodb_lock_wait_timeout takes it.
-func (o Options) lockWaitSeconds() int {
-	if o.LockWait <= 0 {
-		return 2
-	}
-	return max(1, int(math.Ceil(o.LockWait.Seconds())))
-}
-
-func (o Options) maxOpen() int {
-	if o.MaxOpenConns > 0 {
-		return o.MaxOpenConns
-	}
-	return 32
-}
+func (o Options) lockWaitSeconds() int { return max(1, int(math.Ceil(o.LockWait.Seconds()))) }
 
 // gormConfig returns a fresh config for each gorm.Open: gorm keeps the connection pool inside
 // the config it is given, so sharing one config would make every Store share the last pool.
@@ -98,6 +89,9 @@ func gormConfig() *gorm.Config {
 // OpenMySQL connects to MySQL or MariaDB. The DSN is normalised: parseTime on, times in UTC,
 // arguments interpolated by the client.
 func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	if err := opts.check(true); err != nil {
+		return nil, err
+	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse mysql dsn: %w", err)
@@ -125,8 +119,8 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqlDB.SetMaxOpenConns(opts.maxOpen())
-	sqlDB.SetMaxIdleConns(opts.maxOpen())
+	sqlDB.SetMaxOpenConns(opts.MaxOpenConns)
+	sqlDB.SetMaxIdleConns(opts.MaxOpenConns)
 	sqlDB.SetConnMaxLifetime(5 * time.Minute)
 	sqlDB.SetConnMaxIdleTime(maxIdle)
 	// A waiting section holds one connection per hot SKU and instance: a few are plenty.
@@ -144,7 +138,7 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	queueDB.SetMaxOpenConns(max(2, opts.maxOpen()/4))
+	queueDB.SetMaxOpenConns(max(2, opts.MaxOpenConns/4))
 	queueDB.SetMaxIdleConns(2)
 	queueDB.SetConnMaxLifetime(5 * time.Minute)
 	queueDB.SetConnMaxIdleTime(maxIdle)
@@ -189,6 +183,9 @@ func boundIdleTransactions(ctx context.Context, cfg *mysql.Config, seconds int) 
 
 // OpenSQLite opens (creating if needed) the embedded SQLite database file at path.
 func OpenSQLite(ctx context.Context, path string, opts Options) (*Store, error) {
+	if err := opts.check(false); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
@@ -205,8 +202,8 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 		if err != nil {
 			return nil, err
 		}
-		sqlDB.SetMaxOpenConns(opts.maxOpen())
-		sqlDB.SetMaxIdleConns(opts.maxOpen())
+		sqlDB.SetMaxOpenConns(opts.MaxOpenConns)
+		sqlDB.SetMaxIdleConns(opts.MaxOpenConns)
 		return db, nil
 	}
 	db, err := open(5000)

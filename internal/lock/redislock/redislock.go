@@ -38,18 +38,15 @@ type Locker struct {
 // Options tune the Redis lock.
 type Options struct {
 	TTL    time.Duration // redsync lock expiry: short, since the watchdog extends it while held
-	Extend time.Duration // watchdog period; default TTL/3
+	Extend time.Duration // watchdog period, below TTL (lockstrategy.Build: a third of it unless set)
 	// Poll is how often a waiter tries a taken lock when no release message wakes it first;
-	// default: every 1 to 5 ms, jittered.
+	// 0: every 1 to 5 ms, jittered.
 	Poll time.Duration
 }
 
 // New returns the Redis lock: locks by rs, release messages on rdb, metrics on obs. Close it to
 // stop listening for releases.
 func New(rs *redsync.Redsync, rdb redis.UniversalClient, opts Options, obs lock.Observer) *Locker {
-	if opts.Extend <= 0 {
-		opts.Extend = opts.TTL / 3
-	}
 	return &Locker{rs: rs, opts: opts, obs: obs, releases: newReleases(rdb), turns: lock.NewTurns(), close: &sync.Once{}}
 }
 

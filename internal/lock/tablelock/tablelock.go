@@ -39,16 +39,13 @@ const maxPoll = 4 * time.Millisecond
 // Options tune the lock-table lock.
 type Options struct {
 	TTL      time.Duration // after this a stopped holder's lock may be reclaimed; extended while held
-	Extend   time.Duration // watchdog period; default TTL/3
+	Extend   time.Duration // watchdog period, below TTL (lockstrategy.Build: a third of it unless set)
 	Instance string        // names this instance in the holder column, for operators
 }
 
 // New returns the lock-table lock over store, its metrics on obs; failed releases are logged on
 // log.
 func New(store *stock.Store, opts Options, obs lock.Observer, log *slog.Logger) *Locker {
-	if opts.Extend <= 0 {
-		opts.Extend = opts.TTL / 3
-	}
 	return &Locker{store: store, opts: opts, obs: obs, turns: lock.NewTurns(), log: log}
 }
 
