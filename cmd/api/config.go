@@ -39,10 +39,10 @@ func envName(flagName string) string {
 
 // loadConfig reads the environment through getenv, then the flags in args, then validates.
 func loadConfig(args []string, getenv func(string) string) (*config, error) {
-	c := &config{flags: flag.NewFlagSet("seckill", flag.ContinueOnError)}
+	ad := app.Defaults()
+	c := &config{Config: ad, flags: flag.NewFlagSet("seckill", flag.ContinueOnError)} // what no setting names stays ad's
 	fs := c.flags
 	fs.SetOutput(io.Discard)
-	ad := app.Defaults()
 	d, sc := ad.Service, &c.Service
 	fs.StringVar(&c.Addr, "addr", ad.Addr, "listen address")
 	fs.StringVar(&sc.Strategy, "strategy", d.Strategy, "default strategy")
