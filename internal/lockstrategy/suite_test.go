@@ -30,11 +30,17 @@ func config(strategy string) service.Config {
 }
 
 // variant is one row of the suite's table: a strategy in one configuration — the default
-// (group commit), or one order per critical section — and what the tests that pick their
-// strategies by capability can put it through.
+// (group commit), or one order per critical section — and what it can be put through.
 type variant struct {
 	name string // the strategy, and its configuration when it is not the default
 	cfg  service.Config
+	capabilities
+}
+
+// capabilities are what a strategy can be put through; the tests about one pick their
+// strategies by it.
+type capabilities struct {
+	strategy string
 	// losesLock takes its lock from a holder paused inside its section
 	// (TestPausedHolderLosesItsLock); nil: no test here takes it — pessimistic's row lock ends
 	// with its transaction, and dblock's expiring row is TestLockTable's (internal/stock).
@@ -45,14 +51,6 @@ type variant struct {
 	// accepts: it answers 202 and the order ends later (queued). The suite waits for every 202
 	// to end, and a queued order is cancelled once it is placed: before, it has no row to cancel.
 	accepts bool
-}
-
-// capabilities is a strategy's row of the table before it is run both ways.
-type capabilities struct {
-	strategy    string
-	losesLock   *lockLoss
-	losesMember []memberLoss
-	accepts     bool
 }
 
 // strategies is the suite's table: every safe strategy, queued included, both ways, and
@@ -72,19 +70,14 @@ func strategies() []variant {
 	}
 	wait := config("pessimistic")
 	wait.RowLock = stock.WaitForRow
-	return append(out, variant{name: "pessimistic/wait", cfg: wait})
+	return append(out, variant{"pessimistic/wait", wait, capabilities{strategy: "pessimistic"}})
 }
 
 // bothWays is c in the default configuration and with one order per critical section.
 func (c capabilities) bothWays() []variant {
 	one := config(c.strategy)
 	one.GroupCommit = 1
-	var out []variant
-	for _, v := range []variant{{name: c.strategy, cfg: config(c.strategy)}, {name: c.strategy + "/one-per-section", cfg: one}} {
-		v.losesLock, v.losesMember, v.accepts = c.losesLock, c.losesMember, c.accepts
-		out = append(out, v)
-	}
-	return out
+	return []variant{{c.strategy, config(c.strategy), c}, {c.strategy + "/one-per-section", one, c}}
 }
 
 // memberLoss is a fault that takes one member of a lock service's cluster down: start brings up
