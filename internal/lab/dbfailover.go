@@ -277,7 +277,9 @@ func sellAcrossDBFailover(ctx context.Context, env *Env, form dbForm, sku string
 }
 
 // keyedBuyers are the buyers of one sale, each with an Idempotency-Key: the orders answered 201
-// (by id, with their buyer), and the buyers who had no answer, to ask again.
+// (by id, with their buyer), and the buyers who had no answer, to ask again. They ask again in
+// rounds (retry), not as a buyer.Buyer does: the experiment asks once across the cut and again
+// after the failover, by key, to count what the cut left unanswered.
 type keyedBuyers struct {
 	sku   string
 	mu    sync.Mutex

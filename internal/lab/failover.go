@@ -185,7 +185,8 @@ func reachMaster(ctx context.Context, rdb redis.UniversalClient, bound time.Dura
 }
 
 // buyAll has n buyers named prefix-i buy a unit of sku at once, spread over the forms, and
-// counts their answers by code.
+// counts their answers by code, internal included. Each asks once, not as a buyer.Buyer: the
+// experiment reports what clients hear during the failover, busy and 5xx alike.
 func buyAll(ctx context.Context, places []placer, sku, prefix string, n int) map[string]int {
 	var (
 		wg      sync.WaitGroup

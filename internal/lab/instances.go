@@ -151,7 +151,8 @@ type sale struct {
 
 // sell has buyers buy one unit each of sku, already on sale, spread over the instances' forms,
 // all at once; it then audits the product in the database. An internal error (a 500) fails the
-// experiment: no form, failing or fixed, may answer one.
+// experiment: no form, failing or fixed, may answer one. Each buyer asks once, not as a
+// buyer.Buyer retrying busy: the experiment reports what one burst hears, busy included.
 func sell(ctx context.Context, env *Env, places []placer, sku string, buyers int) (sale, error) {
 	var (
 		mu       sync.Mutex

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flashsale/seckill/devserver/zkserver"
+	"github.com/flashsale/seckill/internal/buyer"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -146,15 +148,10 @@ func sellAroundPause(ctx context.Context, env *Env, zkAddrs []string, sku, strat
 	fast := make(chan error, 1)
 	var stall time.Duration
 	go func() {
-		for {
-			err := buy(ctx, other.via(strategy), sku, "fast")
-			if !errors.Is(err, stock.ErrBusy) || ctx.Err() != nil || time.Since(pausedAt) > 3*d {
-				stall = time.Since(pausedAt)
-				fast <- err
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		b := buyer.Buyer{Places: []buyer.Place{other.PlaceOrder}, Until: pausedAt.Add(3 * d)}
+		out, err := b.Buy(ctx, stock.OrderRequest{SKU: sku, UserID: "fast", Quantity: 1, Strategy: strategy})
+		stall = time.Since(pausedAt)
+		fast <- cmp.Or(err, out.Err)
 	}()
 	select {
 	case <-time.After(d):

@@ -197,7 +197,8 @@ func (r poolRun) why() string {
 }
 
 // burst sends n orders for sku at once, each with its own timeout, while a bystander reads
-// another product every 20 ms — the rest of the service, which shares store's pool.
+// another product every 20 ms — the rest of the service, which shares store's pool. Each order
+// is sent once, not through a buyer.Buyer: the 5xx answers are what the experiment measures.
 func burst(ctx context.Context, env *Env, store *stock.Store, f poolForm, sku, bystander string, n int, timeout time.Duration) (poolRun, error) {
 	// A stall is a read that took a tenth of the requests' timeout: alone, it takes about a
 	// millisecond (r.idle, measured first).

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/buyer"
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
@@ -267,12 +269,12 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 				stopped = append(stopped, orderqueue.Order{OrderID: id, SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC()})
 				return
 			}
-			o, _, err := live.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued"})
+			out, err := buyer.Buyer{ID: b, Places: []buyer.Place{live.PlaceOrder}}.Buy(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued"})
 			mu.Lock()
 			defer mu.Unlock()
-			errs = append(errs, err)
-			if err == nil {
-				accepted = append(accepted, o)
+			errs = append(errs, cmp.Or(err, out.Err))
+			if out.Err == nil {
+				accepted = append(accepted, out.Order)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/buyer"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -132,7 +132,8 @@ func (s faultSale) retried() int {
 // once: released together, a batched sale of 30 units is over in a few sections, before a fault
 // injected after its tenth sale has bitten; arriving over seconds, they keep buying while it
 // holds. Busy and unavailable answers — a timeout and an error whose commit outcome is unknown
-// are unavailable — are retried with the same key, as a careful client does: if the first
+// are unavailable — are retried with the same key, as a careful client does (buyer.Buyer,
+// retrying unavailable too, its attempts on the instances in turn): if the first
 // attempt did commit, the retry gets that order back (replayed) instead of a second one. Any
 // other answer but an order or sold_out fails the test: a fault must never make a 500, nor any
 // answer a client cannot act on. inject runs once, after `at` sales.
@@ -155,46 +156,43 @@ func sellThroughFaults(t *testing.T, insts []backendtest.Instance, sku string, u
 		go func() {
 			defer wg.Done()
 			user := fmt.Sprintf("user-%03d", i)
+			// Its attempts go to the instances in turn, from its own: a client behind a load
+			// balancer.
+			b := buyer.Buyer{ID: i, Unavailable: true, Attempt: 3 * time.Second}
+			for k := range insts {
+				b.Places = append(b.Places, insts[(i+k)%len(insts)].PlaceOrder)
+			}
+			strategy, _ := insts[0].Resolve("") // the default: never an error
+			req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy, IdempotencyKey: sku + "/" + user}
 			<-start
 			time.Sleep(time.Duration(i) * arrival) // its arrival: the sale goes on while the fault holds
-			for attempt := 0; deadline.Err() == nil; attempt++ {
-				inst := insts[(i+attempt)%len(insts)]
-				strategy, _ := inst.Resolve("") // the default: never an error
-				req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: strategy, IdempotencyKey: sku + "/" + user}
-				ctx, cancelAttempt := context.WithTimeout(deadline, 3*time.Second)
-				sent := time.Now()
-				order, replayed, err := inst.PlaceOrder(ctx, req)
-				took := time.Since(sent)
-				cancelAttempt()
-				mu.Lock()
-				res.slowest = max(res.slowest, took)
-				switch {
-				case err == nil:
-					res.ok++
-					res.acked = append(res.acked, order)
-					if replayed {
-						res.replayed++
-					}
-					if res.ok == at && inject != nil {
-						injected.Add(1)
-						go func() { defer injected.Done(); inject() }()
-					}
-				case errors.Is(err, stock.ErrSoldOut):
-					res.soldOut++
-				case stock.Code(err) != "busy" && stock.Code(err) != "unavailable":
-					mu.Unlock()
-					t.Errorf("%s: answered %s under the fault: %v", user, stock.Code(err), err)
-					return
-				default:
-					res.errs[stock.Code(err)]++
-					mu.Unlock()
-					time.Sleep(20*time.Millisecond + rand.N(30*time.Millisecond))
-					continue
-				}
-				mu.Unlock()
-				return
+			out, err := b.Buy(deadline, req)
+			mu.Lock()
+			defer mu.Unlock()
+			res.slowest = max(res.slowest, out.Slowest)
+			for code, n := range out.Retried {
+				res.errs[code] += n
 			}
-			t.Errorf("%s: no final answer before the deadline", user)
+			switch {
+			case err != nil:
+				t.Errorf("under the fault: %v", err)
+			case out.Err == nil:
+				res.ok++
+				res.acked = append(res.acked, out.Order)
+				if out.Replayed {
+					res.replayed++
+				}
+				if res.ok == at && inject != nil {
+					injected.Add(1)
+					go func() { defer injected.Done(); inject() }()
+				}
+			case errors.Is(out.Err, stock.ErrSoldOut):
+				res.soldOut++
+			case out.Code() == "busy" || out.Code() == "unavailable":
+				t.Errorf("%s: no final answer before the deadline", user)
+			default:
+				t.Errorf("%s: answered %s under the fault: %v", user, out.Code(), out.Err)
+			}
 		}()
 	}
 	close(start)

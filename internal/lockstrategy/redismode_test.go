@@ -44,7 +44,7 @@ func TestRedisModes(t *testing.T) {
 	for _, m := range redisModes() {
 		t.Run(m.name, func(t *testing.T) {
 			w := m.start(t)
-			for _, v := range bothWays("hybrid") {
+			for _, v := range (capabilities{strategy: "hybrid"}).bothWays() {
 				t.Run(v.name, func(t *testing.T) {
 					insts := newInstances(t, instances, v.cfg, w)
 					sku := backendtest.SKU(t)
@@ -102,14 +102,13 @@ func TestRedisClusterPubSub(t *testing.T) {
 	}
 }
 
-// TestRedisClusterMasterKilled SIGKILLs the master of the sale's slot mid-sale; the Cluster
+// redisClusterMasterKilled SIGKILLs the master of the sale's slot mid-sale; the Cluster
 // promotes its replica. Until then that slot answers nothing — orders take the database-guarded
 // path — and after it the replica holds what had reached it: maybe the lock, maybe not (a lock
 // lost this way lets a second holder in, which the version check turns away). Exactly the stock
 // sells, none is stranded, and the history fits one product's stock.
-func TestRedisClusterMasterKilled(t *testing.T) {
-	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
-	sellThroughMemberLoss(t, "hybrid", "the master of the sale's slot SIGKILLed", func(t *testing.T, sku string) (backendtest.Wiring, func()) {
+var redisClusterMasterKilled = memberLoss{name: "cluster-master-killed", what: "the master of the sale's slot SIGKILLed",
+	start: func(t *testing.T, sku string) (backendtest.Wiring, func()) {
 		c := backendtest.StartRedisCluster(t)
 		return backendtest.Wiring{RedisMode: redisclient.Cluster, RedisAddrs: c.Addrs()}, func() {
 			ctx := context.Background()
@@ -126,14 +125,12 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 			assert.NoError(t, c.WaitOK(ctx, 20*time.Second))
 			t.Logf("master %s killed; a replica served its slots after %s", m.Addr(), time.Since(killed).Round(time.Millisecond))
 		}
-	})
-}
+	}}
 
-// TestRedisSentinelMasterKilled SIGKILLs the master mid-sale; the Sentinels promote the replica
-// and the instances' clients follow it. The same promises as for the Cluster hold.
-func TestRedisSentinelMasterKilled(t *testing.T) {
-	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
-	sellThroughMemberLoss(t, "hybrid", "the master SIGKILLed", func(t *testing.T, _ string) (backendtest.Wiring, func()) {
+// redisSentinelMasterKilled SIGKILLs the master mid-sale; the Sentinels promote the replica and
+// the instances' clients follow it. The same promises as for the Cluster hold.
+var redisSentinelMasterKilled = memberLoss{name: "sentinel-master-killed", what: "the master SIGKILLed",
+	start: func(t *testing.T, _ string) (backendtest.Wiring, func()) {
 		s := backendtest.StartRedisSentinel(t)
 		return backendtest.Wiring{RedisMode: redisclient.Sentinel, RedisAddrs: s.SentinelAddrs(), RedisMaster: s.Name}, func() {
 			killed := time.Now()
@@ -141,8 +138,7 @@ func TestRedisSentinelMasterKilled(t *testing.T) {
 			assert.NoError(t, s.WaitPromoted(context.Background(), 30*time.Second))
 			t.Logf("master %s killed; the Sentinels named the replica after %s", s.Master.Addr(), time.Since(killed).Round(time.Millisecond))
 		}
-	})
-}
+	}}
 
 // TestRedisClusterManySKUs sells 1000 SKUs at once on the Cluster — their keys spread over the
 // three masters' slots — beside the same sale on one Redis, and logs both rates: every SKU sells

@@ -2,7 +2,6 @@ package lockstrategy_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -27,25 +26,11 @@ func zkSession(t *testing.T) *zk.Conn {
 	return backendtest.ZooKeeper(t, backendtest.ZooKeeperServers(t), config("zookeeper").LockTTL)
 }
 
-// placeRetrying places r, retrying busy answers for up to d, as a client would.
-func placeRetrying(t *testing.T, inst backendtest.Instance, r stock.OrderRequest, d time.Duration) (stock.Order, error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		o, err := place(inst, r)
-		if !errors.Is(err, stock.ErrBusy) || time.Now().After(deadline) {
-			return o, err
-		}
-		time.Sleep(50 * time.Millisecond) // the client's backoff before it asks again
-	}
-}
-
-// TestZooKeeperEnsembleMemberStopped sells on a 3-member ensemble and kills its leader mid-sale —
-// the member that says so at that moment, every member asked — the two left elect a new one and
-// keep a quorum, the sessions move to them, locks keep being granted, nothing is oversold.
-func TestZooKeeperEnsembleMemberStopped(t *testing.T) {
-	t.Parallel() // servers of its own: beside the other cluster tests, after the rest
-	sellThroughMemberLoss(t, "zookeeper", "the leader of three killed", func(t *testing.T, _ string) (backendtest.Wiring, func()) {
+// zkLeaderKilled kills the leader of a 3-member ensemble mid-sale — the member that says so at
+// that moment, every member asked — the two left elect a new one and keep a quorum, the sessions
+// move to them, locks keep being granted, nothing is oversold.
+var zkLeaderKilled = memberLoss{name: "leader-killed", what: "the leader of three killed",
+	start: func(t *testing.T, _ string) (backendtest.Wiring, func()) {
 		members := backendtest.StartZooKeeperEnsemble(t, 3)
 		return backendtest.Wiring{ZKServers: zkserver.Addrs(members...)}, func() {
 			leader, ok := zkLeader(t, members)
@@ -64,8 +49,7 @@ func TestZooKeeperEnsembleMemberStopped(t *testing.T) {
 				return false
 			}, 30*time.Second, 50*time.Millisecond, "the two members left elected no leader")
 		}
-	})
-}
+	}}
 
 // zkLeader asks every member of an ensemble its mode and returns the one leader; it fails the
 // test (without stopping it: it runs in a fault's goroutine) unless every member answers, as

@@ -3,7 +3,6 @@ package queued_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,16 +18,18 @@ import (
 
 	"github.com/flashsale/seckill/devserver/natsserver"
 	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/buyer"
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
 // queuedSaleUnder sells units to buyers arriving one every 10 ms over insts with the queued
 // strategy, and injects a fault once units/4 orders are accepted, while buyers keep arriving. A
-// buyer told busy or unavailable retries with the same Idempotency-Key, as a client that cannot
-// know whether its order went out must: it finds the order if it did. Any answer but those, an
-// order or sold_out fails the test: no fault may make a 500. It returns the orders accepted,
-// every answer heard (retries included), and when the fault's injection returned.
+// buyer told busy or unavailable retries with the same Idempotency-Key (buyer.Buyer), as a
+// client that cannot know whether its order went out must: it finds the order if it did. Any
+// answer but those, an order or sold_out fails the test: no fault may make a 500. It returns the
+// orders accepted, every answer heard (retries included), and when the fault's injection
+// returned.
 func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, units, buyers int, inject func()) ([]stock.Order, map[string]int, time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -40,7 +41,6 @@ func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, uni
 		accepted     []stock.Order
 		outcomes     = map[string]int{}
 		faulted      time.Time
-		once         sync.Once
 		wg, injected sync.WaitGroup
 	)
 	for i := range buyers {
@@ -49,33 +49,30 @@ func queuedSaleUnder(t *testing.T, insts []backendtest.Instance, sku string, uni
 			user := fmt.Sprintf("user-%03d", i)
 			req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", IdempotencyKey: sku + "/" + user}
 			time.Sleep(time.Duration(i) * 10 * time.Millisecond) // its arrival: the sale goes on while the fault holds
-			for ctx.Err() == nil {
-				o, _, err := inst.PlaceOrder(ctx, req)
-				mu.Lock()
-				outcomes[stock.Code(err)]++
-				if err == nil {
-					accepted = append(accepted, o)
-					if len(accepted) == units/4 {
-						once.Do(func() {
-							injected.Go(func() {
-								inject()
-								mu.Lock()
-								faulted = time.Now()
-								mu.Unlock()
-							})
-						})
-					}
+			out, err := buyer.Buyer{ID: i, Places: []buyer.Place{inst.PlaceOrder}, Unavailable: true}.Buy(ctx, req)
+			mu.Lock()
+			defer mu.Unlock()
+			for code, n := range out.Retried {
+				outcomes[code] += n
+			}
+			outcomes[out.Code()]++
+			switch code := out.Code(); {
+			case err != nil:
+				t.Errorf("under the fault: %v", err)
+			case code == "ok":
+				accepted = append(accepted, out.Order)
+				if len(accepted) == units/4 {
+					injected.Go(func() {
+						inject()
+						mu.Lock()
+						faulted = time.Now()
+						mu.Unlock()
+					})
 				}
-				mu.Unlock()
-				switch stock.Code(err) {
-				case "ok", "sold_out":
-					return
-				case "busy", "unavailable":
-				default:
-					t.Errorf("%s: answered %s under the fault: %v", user, stock.Code(err), err)
-					return
-				}
-				time.Sleep(20*time.Millisecond + rand.N(30*time.Millisecond)) // a client's pace between retries, not an event
+			case code == "busy" || code == "unavailable":
+				t.Errorf("%s: no final answer before the deadline", user)
+			case code != "sold_out":
+				t.Errorf("%s: answered %s under the fault: %v", user, code, out.Err)
 			}
 		})
 	}
