@@ -110,7 +110,13 @@ func New(dir string, n int) ([]*Server, error) {
 		if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 			return nil, err
 		}
-		s.args = []string{"-a", "127.0.0.1", "-p", strconv.Itoa(ports[2*i]), "-js", "-sd", s.Dir, "-n", s.Name,
+		// Every write synced before it is acknowledged, as the embedded server does: an order
+		// answered 202 survives a crash of the machine, not only of the process.
+		conf := filepath.Join(s.Dir, "server.conf")
+		if err := os.WriteFile(conf, []byte("jetstream { sync_interval: always }\n"), 0o644); err != nil {
+			return nil, err
+		}
+		s.args = []string{"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(ports[2*i]), "-js", "-sd", s.Dir, "-n", s.Name,
 			"-l", filepath.Join(s.Dir, "server.log")}
 		if n > 1 {
 			s.args = append(s.args, "--cluster_name", "sk", "--cluster", routes[i], "--routes", strings.Join(routes, ","))

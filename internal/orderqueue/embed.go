@@ -43,6 +43,7 @@ func (q *Queue) embed() (string, error) {
 		ServerName: "seckill-embedded",
 		JetStream:  true,
 		StoreDir:   dir,
+		SyncAlways: true, // an acknowledged order survives a crash of the machine: a 202 holds
 		Host:       "127.0.0.1",
 		Port:       server.RANDOM_PORT,
 		NoSigs:     true,
