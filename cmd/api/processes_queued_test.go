@@ -88,8 +88,8 @@ func buyQueued(t *testing.T, procs []instance, sku string, from, to, clients, at
 // writers hold batches and its reservations are in flight. Its unacked messages go to the other
 // writers after AckWait, its orphaned reservations to the sweepers: every order any client heard
 // 202 (or 201) for ends within 10 s of the kill — one active row, or rejected with its unit back
-// — timed by its record (when it turned final, by the NATS server), not by when this test saw
-// it; and new buyers then buy every unit left. No buyer hears a 500.
+// — timed by the servers (a placed order's row's created_at, a rejected one's record), not by
+// when this test saw it; and new buyers then buy every unit left. No buyer hears a 500.
 func TestProcessesQueuedWriterKill(t *testing.T) {
 	procs := startThree(t)
 	const units, first, clients = 120, 90, 32
@@ -241,24 +241,23 @@ func sellOutQueuedAcrossFreeze(t *testing.T, procs []instance, victim int, queue
 
 // ended is how one accepted order ended, as its buyer reads it — placed (pending or confirmed)
 // or not, with the status and reason — and when, by the servers' clocks: accepted, the time the
-// process that answered its 202 admitted it (its record's accepted_at), and at, the time its
-// record in the queue turned final, by the NATS server (orderqueue: a writer records the order
-// placed once the row is committed, then acks its message), which is when a buyer following it
-// would have seen it end.
+// process that answered its 202 admitted it (its record's accepted_at), and at, when it ended:
+// a placed order's row's created_at (the database's clock, in the transaction that wrote it),
+// a rejected one's record's time (the NATS server's).
 type ended struct {
 	placed       bool
 	answer       string
 	accepted, at time.Time
 }
 
-// endAll follows every accepted order on svc until it ends, by deadline, and reads when its
-// record turned final from the processes' order records.
+// endAll follows every accepted order on svc until it ends, by deadline, and reads when it
+// ended from its row or, rejected, from its record.
 func endAll(t *testing.T, svc instance, orders map[string]string, deadline time.Time) map[string]ended {
 	t.Helper()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	client := &http.Client{Timeout: 10 * time.Second}
-	records := orderRecords(t)
+	records, store := orderRecords(t), backendtest.Store(t)
 	ids := make(chan string)
 	go func() {
 		defer close(ids)
@@ -286,8 +285,16 @@ func endAll(t *testing.T, svc instance, orders map[string]string, deadline time.
 				if !assert.NoError(t, json.Unmarshal(entry.Value(), &rec), "the record of order %s", id) {
 					continue
 				}
+				e := ended{placed: placed(o), answer: o.Status + " " + o.Reason, accepted: rec.AcceptedAt, at: entry.Created()}
+				if e.placed {
+					row, err := store.Order(context.Background(), id)
+					if !assert.NoError(t, err, "order %s reads %s, and has no row", id, o.Status) {
+						continue
+					}
+					e.at = row.CreatedAt
+				}
 				mu.Lock()
-				out[id] = ended{placed: placed(o), answer: o.Status + " " + o.Reason, accepted: rec.AcceptedAt, at: entry.Created()}
+				out[id] = e
 				mu.Unlock()
 			}
 		})
@@ -329,8 +336,8 @@ func orderRecords(t *testing.T) jetstream.KeyValue {
 // every unit left while it is: the free ones, then those its admissions in flight had reserved
 // before their messages went out, once the sweepers return them. Every time is the servers':
 // when an order was accepted is its record's accepted_at (the clock of the process that admitted
-// it), when it ended is the time its record turned final (the NATS server's), never when a
-// starved client heard. Each check, and the bug it catches:
+// it), when it ended is its row's created_at (the database's) or, rejected, its record's time
+// (the NATS server's), never when a starved client heard. Each check, and the bug it catches:
 //
 //   - No frozen sale: the longest gap between the others' acceptances from the stop to the end
 //     of the sale is under 3 s, and when the frozen process wakes no unit is left on sale nor
