@@ -27,15 +27,9 @@ func (q *Queue) connect() error {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			if w := q.watch.Load(); w != nil {
-				w.forget()
-			}
 			q.log.Info("order queue: reconnected", "server", nc.ConnectedUrl())
 		}),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			if w := q.watch.Load(); w != nil && sub == w.sub {
-				w.forget() // a slow consumer: writes were dropped unheard
-			}
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			q.log.Warn("order queue: asynchronous error", "err", err)
 		}),
 	}

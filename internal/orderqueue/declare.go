@@ -65,10 +65,7 @@ func (q *Queue) declare(ctx context.Context) error {
 		MaxBytes:    4 * q.cfg.MaxBytes,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
-		RePublish:   recordsRePublish(q.cfg.Bucket),
 	}
-	// A bucket an older version declared without RePublish gets it here: the watch hears the
-	// stored writes there (watch).
 	if q.records, err = q.js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
 		return fmt.Errorf("order records %s: %w", q.cfg.Bucket, err)
 	}

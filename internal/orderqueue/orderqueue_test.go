@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -430,8 +429,8 @@ func TestFirstRecordDecides(t *testing.T) {
 	})
 }
 
-// TestFinishOnce: a queued record ends once; the first final record stands against any later
-// one, so an order answered rejected is never placed in its record, nor the reverse.
+// TestFinishOnce: a rejection ends a queued record once, and the first stands against any
+// later one; placed is said, not stored — the order's row says it.
 func TestFinishOnce(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
@@ -440,9 +439,9 @@ func TestFinishOnce(t *testing.T) {
 		got, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
 		require.NoError(t, err)
 		assert.Equal(t, Placed, got.State)
-		got, err = q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Rejected, Reason: "sold_out"})
+		got, err = q.Get(ctx, "1")
 		require.NoError(t, err)
-		assert.Equal(t, Placed, got.State, "placed stands")
+		assert.Equal(t, Queued, got.State, "placed is not written to the record")
 
 		got, err = q.Finish(ctx, Claimed{}, Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
 		require.NoError(t, err)
@@ -465,9 +464,9 @@ func TestFinishOnce(t *testing.T) {
 		got, err = q.Finish(ctx, c, Record{Order: o, State: Rejected, Reason: "sold_out"})
 		require.NoError(t, err)
 		assert.Equal(t, Rejected, got.State)
-		got, err = q.Finish(ctx, stale, Record{Order: o, State: Placed})
+		got, err = q.Finish(ctx, stale, Record{Order: o, State: Rejected, Reason: "sale_ended"})
 		require.NoError(t, err)
-		assert.Equal(t, Rejected, got.State, "a claim taken before another writer's end does not overwrite it")
+		assert.Equal(t, "sold_out", got.Reason, "a claim taken before another writer's end does not overwrite it")
 		c, err = q.Claim(ctx, o)
 		require.NoError(t, err)
 		assert.Equal(t, Rejected, c.State, "a claim reads the record that stands")
@@ -484,55 +483,28 @@ func TestWaitEndsOnFinish(t *testing.T) {
 	})
 }
 
-// TestRePublishAdded: a records bucket an older version declared without RePublish gets it when
-// an instance opens the queue, and the waits end on the stored writes the watch hears there.
-func TestRePublishAdded(t *testing.T) {
-	cfg := testConfig(Config{})
-	cfg.URLs = []string{realURL(t)}
-	nc, err := nats.Connect(cfg.URLs[0])
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx := ctxT(t)
-	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, History: 1, Storage: jetstream.FileStorage})
-	require.NoError(t, err)
-	q := open(t, cfg)
-	bucket, err := js.Stream(ctx, "KV_"+cfg.Bucket)
-	require.NoError(t, err)
-	assert.Equal(t, recordsRePublish(cfg.Bucket), bucket.CachedInfo().Config.RePublish, "the bucket republishes its stored writes")
-	waitsEnd(t, q)
-}
-
-// TestHeardKeepsTheLatest: the watch keeps the record of the latest revision heard, however the
-// messages came, forgets a deleted one, and keeps at most two generations of heardKept.
-func TestHeardKeepsTheLatest(t *testing.T) {
-	w := &watch{recent: [2]map[string]heard{{}, {}}}
-	rec := func(s State) []byte {
-		b, err := json.Marshal(Record{Order: order("a", "1"), State: s})
+// TestHeardKeepsEnds: the watch keeps the first end heard of an order, and at most two
+// generations of heardKept.
+func TestHeardKeepsEnds(t *testing.T) {
+	w := &watch{recent: [2]map[string][]byte{{}, {}}}
+	end := func(id string, s State) []byte {
+		b, err := json.Marshal(Record{Order: order("a", id), State: s})
 		require.NoError(t, err)
 		return b
 	}
-	assert.True(t, w.keep("1", heard{data: rec(Placed), rev: 7}, false))
-	assert.False(t, w.keep("1", heard{data: rec(Queued), rev: 5}, false), "an earlier revision heard late")
-	r, rev, ok := w.latest("1")
+	assert.True(t, w.keep("1", end("1", Placed)))
+	assert.False(t, w.keep("1", end("1", Rejected)), "an end said again")
+	r, ok := w.latest("1")
 	require.True(t, ok)
 	assert.Equal(t, Placed, r.State)
-	assert.Equal(t, uint64(7), rev)
-	assert.True(t, w.keep("1", heard{rev: 9}, true))
-	_, _, ok = w.latest("1")
-	assert.False(t, ok, "a delete forgets the order")
 	for i := range 3 * heardKept {
-		w.keep(strconv.Itoa(i), heard{data: rec(Queued), rev: uint64(10 + i)}, false)
+		w.keep(strconv.Itoa(i+10), end(strconv.Itoa(i+10), Rejected))
 	}
 	assert.LessOrEqual(t, len(w.recent[0])+len(w.recent[1]), 2*heardKept)
-	_, _, ok = w.latest(strconv.Itoa(3*heardKept - 1))
+	_, ok = w.latest(strconv.Itoa(3*heardKept + 9))
 	assert.True(t, ok)
-	_, _, ok = w.latest("0")
+	_, ok = w.latest("10")
 	assert.False(t, ok, "the oldest generation is dropped")
-	w.forget()
-	_, _, ok = w.latest(strconv.Itoa(3*heardKept - 1))
-	assert.False(t, ok, "a lost connection forgets every record heard")
 }
 
 // listening reports whether a wait for the order id listens to the watch.
@@ -563,7 +535,7 @@ func waitsEnd(t *testing.T, q *Queue) {
 			finished <- nil
 			return
 		}
-		_, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
+		_, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed, Row: &Row{Status: "confirmed"}})
 		finished <- err
 	}()
 	defer func() { require.NoError(t, <-finished) }()
@@ -571,17 +543,20 @@ func waitsEnd(t *testing.T, q *Queue) {
 	r, err = q.Wait(ctx, "1", wait)
 	require.NoError(t, err)
 	assert.Equal(t, Placed, r.State)
-	assert.Less(t, time.Since(start), wait/2, "ended on the final record, not at the wait's end")
+	require.NotNil(t, r.Row, "the end said carries the row")
+	assert.Equal(t, "confirmed", r.Row.Status)
+	assert.Less(t, time.Since(start), wait/2, "ended on the end said, not at the wait's end")
 
+	start = time.Now()
 	r, err = q.Wait(ctx, "1", time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, Placed, r.State, "a final record answers at once")
+	assert.Equal(t, Placed, r.State, "an end heard answers at once")
+	assert.Less(t, time.Since(start), time.Second/2)
+	assert.Nil(t, r.Row, "heard before: the row may have moved on since")
 
 	_, err = q.Wait(ctx, "nobody", 200*time.Millisecond)
 	require.ErrorIs(t, err, ErrNotFound)
-	// A write the bucket refuses (a second writer's "rejected" on a stale revision, for an
-	// order the first one placed) still goes out on the record's subject: the wait must not
-	// take it for the record.
+	// A rejection ends the wait too, with its reason.
 	c, err := q.Claim(ctx, order("a", "2"))
 	require.NoError(t, err)
 	waited := make(chan Record, 1)
@@ -591,15 +566,11 @@ func waitsEnd(t *testing.T, q *Queue) {
 		waited <- r
 	}()
 	require.Eventually(t, func() bool { return listening(q, "2") }, wait/2, time.Millisecond, "the wait never listened")
-	refused, err := json.Marshal(Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
+	_, err = q.Finish(ctx, c, Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
 	require.NoError(t, err)
-	_, err = q.records.Update(ctx, "2", refused, c.rev+100)
-	require.Error(t, err, "a stale revision is refused")
-	// The watch hears writes in the order they were said: the refused one, if it is said at
-	// all, comes before the Finish.
-	_, err = q.Finish(ctx, c, Record{Order: order("a", "2"), State: Placed})
-	require.NoError(t, err)
-	assert.Equal(t, Placed, (<-waited).State, "the record that stood, not the write refused")
+	r = <-waited
+	assert.Equal(t, Rejected, r.State)
+	assert.Equal(t, "sold_out", r.Reason)
 
 	for _, bad := range []string{"*", ">", "a b", "a.*", ".a"} {
 		_, err = q.Wait(ctx, bad, 200*time.Millisecond)
@@ -866,29 +837,4 @@ func TestRestartBehindConsumer(t *testing.T) {
 	}, 10*time.Second, 100*time.Millisecond, "the restarted server takes an order")
 	b := fetchAll(t, q, 1)
 	assert.Equal(t, []string{"4"}, ids(b[0]), "the order stored behind the consumer's floor is handed out")
-}
-
-// TestReconnectForgetsHeard: a server restarted under the queue forgets the writes made while the
-// connection was down, so the records the watch heard before are dropped on the reconnect; the
-// next waits read the bucket and still end.
-func TestReconnectForgetsHeard(t *testing.T) {
-	servers := startServers(t, 1)
-	cfg := testConfig(Config{})
-	cfg.URLs = natsserver.URLs(servers...)
-	q := open(t, cfg)
-	ctx := ctxT(t)
-	_, err := q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { _, _, ok := q.watch.Load().latest("1"); return ok }, 5*time.Second, 10*time.Millisecond,
-		"the watch hears the record")
-	servers[0].Kill()
-	require.NoError(t, servers[0].Start())
-	require.Eventually(t, q.nc.IsConnected, 20*time.Second, 50*time.Millisecond)
-	require.Eventually(t, func() bool { _, _, ok := q.watch.Load().latest("1"); return !ok }, 5*time.Second, 10*time.Millisecond,
-		"a reconnect forgets the records heard")
-	_, err = q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
-	require.NoError(t, err)
-	r, err := q.Wait(ctx, "1", 5*time.Second)
-	require.NoError(t, err)
-	assert.Equal(t, Placed, r.State)
 }

@@ -14,9 +14,9 @@ import (
 // State is where an accepted order is.
 type State string
 
-// The states of an order record: queued until a writer placed it (its row is in the database)
-// or it was rejected (it never will be; its units are back on sale). Placed and rejected are
-// final.
+// The states of an order: queued until a writer placed it (its row is in the database) or it
+// was rejected (it never will be; its units are back on sale). Placed and rejected are final.
+// A record is queued or rejected: placed is said (watch), never stored — the row says it.
 const (
 	Queued   State = "queued"
 	Placed   State = "placed"
@@ -27,11 +27,21 @@ const (
 func (s State) Final() bool { return s == Placed || s == Rejected }
 
 // Record is what the queue knows of an order: the order, its state and, when rejected, why (an
-// error code of the HTTP contract, e.g. sold_out).
+// error code of the HTTP contract, e.g. sold_out). A placed order's end also says its row as
+// the writer wrote it, so that its followers need not read it.
 type Record struct {
 	Order
 	State  State  `json:"state"`
 	Reason string `json:"reason,omitempty"`
+	Row    *Row   `json:"row,omitempty"`
+}
+
+// Row is a placed order's row as its writer wrote it: its status then (pending or confirmed),
+// its payment deadline while pending, and when it was written.
+type Row struct {
+	Status    string    `json:"status"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Record writes r as the order's first record, unless the order has one: it returns the record
@@ -69,6 +79,9 @@ func (q *Queue) record(ctx context.Context, r Record) (Record, uint64, error) {
 	})
 	switch {
 	case err == nil:
+		if r.State.Final() {
+			q.say(r)
+		}
 		return r, rev, nil
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return q.get(ctx, r.OrderID)
@@ -88,11 +101,9 @@ type Claimed struct {
 // before writing it), written queued now unless a sweeper's rejection came first. Finish it from
 // there.
 func (q *Queue) Claim(ctx context.Context, o Order) (Claimed, error) {
-	if r, rev, ok := q.watch.Load().latest(o.OrderID); ok && r.State.Final() {
-		// A final record never changes: as heard, it stands. A queued one heard may have
-		// been finished since by another writer (a redelivery while the first still held the
-		// order), and a writer that took it for queued would place an order already rejected.
-		return Claimed{Record: r, rev: rev}, nil
+	if r, ok := q.watch.Load().latest(o.OrderID); ok {
+		// An end never changes: as heard, it stands.
+		return Claimed{Record: r}, nil
 	}
 	r, rev, err := q.get(ctx, o.OrderID)
 	if errors.Is(err, ErrNotFound) {
@@ -101,13 +112,23 @@ func (q *Queue) Claim(ctx context.Context, o Order) (Claimed, error) {
 	return Claimed{Record: r, rev: rev}, err
 }
 
-// Finish moves the order's record to the final r (placed or rejected) from queued, or writes it
-// if there is none. A record that is final already stands: the first final answer is the one
-// every buyer sees, so a later writer cannot turn a rejected order into a placed one or back.
-// It returns the record that stands. From a claim the record as it stood then is replaced in
-// one request, unless it changed since.
+// Finish ends the order as r, and says so to its followers (watch). A placed order's row is its
+// record from then on: placed is said, not written, and the row is read for it. A rejection
+// moves the order's record to rejected from queued, or writes it if there is none; a record
+// that is rejected already stands. It returns the record that stands. From a claim the record as
+// it stood then is replaced in one request, unless it changed since.
+//
+// A writer places an order only once it claimed it queued, and rejects one only once the
+// database said it does not have it: so an order is never both rejected in its record and
+// placed in its row.
 func (q *Queue) Finish(ctx context.Context, from Claimed, r Record) (Record, error) {
-	if !r.State.Final() {
+	switch r.State {
+	case Placed:
+		q.say(r)
+		q.orders.WithLabelValues(string(r.State)).Inc()
+		return r, nil
+	case Rejected:
+	default:
 		return Record{}, fmt.Errorf("finish order %s as %q: not a final state", r.OrderID, r.State)
 	}
 	data, err := json.Marshal(r)
@@ -130,6 +151,7 @@ func (q *Queue) Finish(ctx context.Context, from Claimed, r Record) (Record, err
 			_, err = q.records.Update(ctx, r.OrderID, data, rev)
 		}
 		if err == nil {
+			q.say(r)
 			q.orders.WithLabelValues(string(r.State)).Inc()
 			return r, nil
 		}
@@ -173,12 +195,13 @@ func decode(e jetstream.KeyValueEntry) (Record, error) {
 	return r, nil
 }
 
-// Wait returns the order's record once it is final, or as it stands when wait passes (still
-// queued); ErrNotFound when the order has no record by then. It listens for the order's writes
-// on the instance's one watch of the records (watch), so that any instance's writer ends the
-// wait at once with the final record as the bucket stored it. The record the watch heard last answers the first look without a read. A JetStream watch
-// would create a consumer for every wait, whose cost grows with the records the bucket holds
-// (on nats-server 2.9 a sale's followers slowed the queue threefold over three sales).
+// Wait returns the order's end once it is said, or its record as it stands when wait passes
+// (queued: placed is not stored, and the caller reads the row); ErrNotFound when the order has
+// no record by then. It listens on the instance's one watch of the orders' ends (watch), so that
+// any instance's writer ends the wait at once. An end the watch heard before answers the first
+// look without a read; a placed one comes without its row then (Row nil), which may have moved on
+// since (paid, cancelled). A JetStream watch would create a consumer for every wait, whose cost
+// grows with the records the bucket holds.
 func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
 	return q.wait(ctx, orderID, wait, false)
 }
@@ -198,9 +221,11 @@ func (q *Queue) wait(ctx context.Context, orderID string, wait time.Duration, re
 	w := q.watch.Load()
 	said, stop := w.listen(orderID)
 	defer stop()
-	r, _, heard := w.latest(orderID)
+	r, heard := w.latest(orderID)
 	var err error
-	if !heard {
+	if heard {
+		r.Row = nil
+	} else {
 		r, err = q.Get(ctx, orderID)
 	}
 	switch {
@@ -216,7 +241,7 @@ func (q *Queue) wait(ctx context.Context, orderID string, wait time.Duration, re
 		case <-ctx.Done():
 			continue // the wait passed
 		case r := <-said:
-			return r, nil // final, as stored
+			return r, nil // final, as said
 		}
 	}
 	if parent.Err() != nil {

@@ -4,79 +4,66 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// watch is the one subscription an instance's waits share: every write to the order records is
-// heard once, and passed to the waits of that order. A subscription of a wait's own would cost a
-// subscribe and an unsubscribe at the server for every wait, and nats.go gives each synchronous
-// subscription a buffer of 64k messages — half a megabyte that a sale's followers would allocate
-// hundreds of times a second, for the garbage collector to scan.
+// watch is the one subscription an instance's waits share: every order's end is said once on
+// saidSubjects (say), heard here, and passed to the waits of that order. A subscription of a
+// wait's own would cost a subscribe and an unsubscribe at the server for every wait, and nats.go
+// gives each synchronous subscription a buffer of 64k messages — half a megabyte that a sale's
+// followers would allocate hundreds of times a second, for the garbage collector to scan.
 //
-// The records bucket republishes every write it stored (RePublish, to saidSubjects): each message
-// is the record itself at its revision (Nats-Sequence), so a wait ends on it without reading the
-// bucket, and the watch keeps the records it heard last (heard) — a follower's first read and a
-// writer's Claim find them there.
+// Only ends are said, and not stored: a placed order is in the database, a rejected one in its
+// record, and an end that goes unheard (a lost connection) only makes a wait read them when it
+// passes. The watch keeps the ends it heard last (heard): an end never changes, so a follower
+// who asks after it and a writer handed its order again find it there.
 type watch struct {
 	prefix string
-	sub    *nats.Subscription
 	mu     sync.Mutex
 	waits  map[string]map[chan Record]struct{}
-	recent [2]map[string]heard // the records heard last, newest first
+	recent [2]map[string][]byte // the ends heard last, newest first
 }
 
-// heard is a stored record the watch heard, at its revision.
-type heard struct {
-	data []byte
-	rev  uint64
-}
-
-// heardKept bounds each of the two generations of records the watch keeps: at a sale's rate of
-// two writes an order, a few seconds of them — a follower asks within moments of its 202, a
-// writer within its order's time in the queue — in a few megabytes.
+// heardKept bounds each of the two generations of ends the watch keeps: at a sale's rate, a few
+// seconds of them — a follower asks within moments of its 202 — in a few megabytes.
 const heardKept = 8192
 
-// saidSubjects is where the records bucket republishes its stored writes: <it>.<order id>.
-func saidSubjects(bucket string) string { return "seckill.records." + bucket }
+// saidSubjects is where the orders' ends are said: <it>.<order id>.
+func saidSubjects(bucket string) string { return "seckill.said." + bucket }
 
-// recordsRePublish is the RePublish of the records bucket.
-func recordsRePublish(bucket string) *jetstream.RePublish {
-	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: saidSubjects(bucket) + ".>"}
-}
-
-// watchRecords subscribes to every stored write to the order records, which the bucket
-// republishes to saidSubjects.
+// watchRecords subscribes to every order's end.
 func (q *Queue) watchRecords() error {
 	w := &watch{prefix: saidSubjects(q.cfg.Bucket) + ".", waits: map[string]map[chan Record]struct{}{},
-		recent: [2]map[string]heard{{}, {}}}
-	sub, err := q.nc.Subscribe(w.prefix+">", w.said)
-	if err != nil {
-		return fmt.Errorf("watch order records %s: %w", q.cfg.Bucket, classify(err))
+		recent: [2]map[string][]byte{{}, {}}}
+	if _, err := q.nc.Subscribe(w.prefix+">", w.said); err != nil {
+		return fmt.Errorf("watch order ends %s: %w", q.cfg.Bucket, classify(err))
 	}
-	w.sub = sub
 	q.watch.Store(w)
 	return nil
 }
 
-// said takes in one stored write: it is kept as the order's latest record, and a final one is
-// passed to the order's waits.
-func (w *watch) said(m *nats.Msg) {
-	id := strings.TrimPrefix(m.Subject, w.prefix)
-	deleted := m.Header.Get("KV-Operation") != "" // a delete or purge (the TTL)
-	rev, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+// say tells every instance's waits that the order ended as r (placed or rejected). It is not
+// stored: a wait that misses it reads the order when its time passes.
+func (q *Queue) say(r Record) {
+	data, err := json.Marshal(r)
 	if err != nil {
 		return
 	}
-	// Kept, the record alone: m.Data shares its buffer with the message's headers, which are as
-	// long again.
-	h := heard{data: bytes.Clone(m.Data), rev: rev}
+	if err := q.nc.Publish(saidSubjects(q.cfg.Bucket)+"."+r.OrderID, data); err != nil {
+		q.log.Debug("order queue: an order's end not said; its followers read it when their wait passes", "order", r.OrderID, "err", err)
+	}
+}
+
+// said takes in one order's end: it is kept, and passed to the order's waits.
+func (w *watch) said(m *nats.Msg) {
+	id := strings.TrimPrefix(m.Subject, w.prefix)
+	// Kept, the record alone: m.Data shares its buffer with the rest of the read.
+	data := bytes.Clone(m.Data)
 	w.mu.Lock()
-	if !w.keep(id, h, deleted) || deleted || len(w.waits[id]) == 0 {
+	if !w.keep(id, data) || len(w.waits[id]) == 0 {
 		w.mu.Unlock()
 		return
 	}
@@ -88,7 +75,7 @@ func (w *watch) said(m *nats.Msg) {
 	// Decoded outside the lock, which every wait's listen, stop and first look take. A wait
 	// that stopped meanwhile is told into its buffer, which nobody reads again.
 	var said Record
-	if json.Unmarshal(h.data, &said) != nil || !said.State.Final() {
+	if json.Unmarshal(data, &said) != nil || !said.State.Final() {
 		return
 	}
 	for _, ch := range waits {
@@ -99,51 +86,38 @@ func (w *watch) said(m *nats.Msg) {
 	}
 }
 
-// keep records h as the order's latest, unless a later revision was heard first; a delete
-// forgets the order. It reports whether h is the latest. The caller holds w.mu.
-func (w *watch) keep(id string, h heard, deleted bool) bool {
+// keep records data as the order's end, unless one was heard already (the same end, said
+// again by a writer handed the order twice). It reports whether data was new. The caller holds
+// w.mu.
+func (w *watch) keep(id string, data []byte) bool {
 	for _, gen := range w.recent {
-		if was, ok := gen[id]; ok && was.rev >= h.rev {
+		if _, ok := gen[id]; ok {
 			return false
 		}
 	}
-	delete(w.recent[1], id)
-	if deleted {
-		delete(w.recent[0], id)
-		return true
-	}
 	if len(w.recent[0]) >= heardKept {
-		w.recent[1], w.recent[0] = w.recent[0], make(map[string]heard, heardKept)
+		w.recent[1], w.recent[0] = w.recent[0], make(map[string][]byte, heardKept)
 	}
-	w.recent[0][id] = h
+	w.recent[0][id] = data
 	return true
 }
 
-// latest is the order's record as last heard, with its revision; false when none was heard
-// lately.
-func (w *watch) latest(id string) (Record, uint64, bool) {
+// latest is the order's end as heard; false when none was heard lately.
+func (w *watch) latest(id string) (Record, bool) {
 	w.mu.Lock()
-	h, ok := w.recent[0][id]
+	data, ok := w.recent[0][id]
 	if !ok {
-		h, ok = w.recent[1][id]
+		data, ok = w.recent[1][id]
 	}
 	w.mu.Unlock()
 	var r Record
-	if !ok || json.Unmarshal(h.data, &r) != nil {
-		return Record{}, 0, false
+	if !ok || json.Unmarshal(data, &r) != nil || !r.State.Final() {
+		return Record{}, false
 	}
-	return r, h.rev, true
+	return r, true
 }
 
-// forget drops every record heard: the connection was lost, and the writes made meanwhile were
-// not heard, so a record kept may no longer be the latest.
-func (w *watch) forget() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.recent = [2]map[string]heard{{}, {}}
-}
-
-// listen tells ch of every final state said of the order, until the returned stop.
+// listen tells ch of every end said of the order, until the returned stop.
 func (w *watch) listen(id string) (ch chan Record, stop func()) {
 	ch = make(chan Record, 1)
 	w.mu.Lock()

@@ -32,8 +32,9 @@ import (
 //     drops it if a sweeper rejected it first, acks it at once if the database has it already (a
 //     writer committed it and died before its ack), and places the rest with hybrid's section,
 //     which settles the reservations of the orders written.
-//  4. Each order's record ends placed, or rejected with the database's reason and its
-//     reservation given back; then its message is acked. A failure that decided nothing (the
+//  4. Each order ends placed — its row is its record from then on — or rejected in its record
+//     with the database's reason and its reservation given back; its end is said to its
+//     followers, then its message is acked. A failure that decided nothing (the
 //     database did not answer) naks it: it comes back, to this writer or another.
 //     An order recorded queued whose message the queue lost is sent again (resend).
 //

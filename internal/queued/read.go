@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -18,8 +20,11 @@ func (s *Queued) Order(ctx context.Context, orderID string) (stock.Order, error)
 	return s.order(ctx, rec, err)
 }
 
-// WaitOrder is Order once the order's record is final, or as it stands when wait passes.
+// WaitOrder is Order once the order ended, or as it stands when wait passes.
 func (s *Queued) WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
+	if o, ok := s.written(ctx, orderID); ok {
+		return o, nil
+	}
 	rec, err := s.queue.Wait(ctx, orderID, wait)
 	return s.order(ctx, rec, err)
 }
@@ -27,8 +32,28 @@ func (s *Queued) WaitOrder(ctx context.Context, orderID string, wait time.Durati
 // WaitRecorded is WaitOrder for an order the queue has a record of: stock.ErrNotFound at once
 // when it has none.
 func (s *Queued) WaitRecorded(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
+	if o, ok := s.written(ctx, orderID); ok {
+		return o, nil
+	}
 	rec, err := s.queue.WaitRecorded(ctx, orderID, wait)
 	return s.order(ctx, rec, err)
+}
+
+// heardFor is how long after its 202 an order's end, if it came, is surely among those the
+// watch keeps (orderqueue.Queue.Wait): at a sale's rate they hold several seconds of ends.
+const heardFor = 2 * time.Second
+
+// written is the row of an order accepted more than heardFor ago, if it has one. A placed
+// order's record stays queued, and its end may be older than those the watch keeps: a wait on
+// the record alone would hold a written order until its wait passed. A younger order's
+// follower does without the read — a sale's followers ask at once.
+func (s *Queued) written(ctx context.Context, orderID string) (stock.Order, bool) {
+	id, err := ulid.ParseStrict(orderID)
+	if err != nil || time.Since(ulid.Time(id.Time())) < heardFor {
+		return stock.Order{}, false
+	}
+	o, err := s.store.Order(ctx, orderID)
+	return o, err == nil
 }
 
 func (s *Queued) order(ctx context.Context, rec orderqueue.Record, err error) (stock.Order, error) {
@@ -38,16 +63,20 @@ func (s *Queued) order(ctx context.Context, rec orderqueue.Record, err error) (s
 	if err != nil {
 		return stock.Order{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 	}
-	switch rec.State {
-	case orderqueue.Placed:
+	switch {
+	case rec.State == orderqueue.Placed && rec.Row != nil:
+		// As its writer placed it, a moment ago (orderqueue.Queue.Wait).
+		o := queuedOrder(rec.Order)
+		o.Status, o.ExpiresAt, o.CreatedAt = stock.Status(rec.Row.Status), rec.Row.ExpiresAt, rec.Row.CreatedAt
+		return o, nil
+	case rec.State == orderqueue.Placed:
 		return s.store.Order(ctx, rec.OrderID)
-	case orderqueue.Rejected:
+	case rec.State == orderqueue.Rejected:
 		o := queuedOrder(rec.Order)
 		o.Status, o.Reason = stock.Rejected, rec.Reason
 		return o, nil
 	}
-	// Still queued, as the record stands: a writer may have committed it and stopped before its
-	// placed record (the message comes back to another within AckWait), and then the row is
+	// Still queued, as the record stands: a placed order's record stays so, and then its row is
 	// the answer.
 	if o, err := s.store.Order(ctx, rec.OrderID); err == nil {
 		return o, nil

@@ -74,6 +74,7 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 	}
 	placed := s.section(ctx, b.SKU, func() []stock.OrderRequest { return reqs })
 	var ok, refused []taken
+	rows := map[string]stock.Order{}
 	refusals := map[string]error{}
 	for i, p := range placed {
 		if errors.Is(p.Err, stock.ErrDuplicateRequest) {
@@ -84,6 +85,7 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 		switch {
 		case p.Err == nil:
 			ok = append(ok, todo[i])
+			rows[todo[i].Order.OrderID] = p.Order
 		case refusal(p.Err):
 			refused = append(refused, todo[i])
 			refusals[todo[i].Order.OrderID] = p.Err
@@ -91,12 +93,20 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 			s.retry(todo[i].Delivery, p.Err)
 		}
 	}
-	eachOrder(ok, func(_ int, h taken) { s.finish(ctx, h, orderqueue.Placed, nil) })
+	for _, h := range ok {
+		s.finish(ctx, h, placedAs(h, rows[h.Order.OrderID]), nil)
+	}
 	// A refusal may be about the order itself: another writer placed it meanwhile (its
 	// AckWait passed while it committed), and this one found its buyer holding it.
 	eachOrder(s.ackPlaced(ctx, b.SKU, refused), func(_ int, h taken) {
-		s.finish(ctx, h, orderqueue.Rejected, refusals[h.Order.OrderID])
+		s.finish(ctx, h, orderqueue.Record{Order: h.Order, State: orderqueue.Rejected}, refusals[h.Order.OrderID])
 	})
+}
+
+// placedAs is the end of an order its writer placed as row.
+func placedAs(h taken, row stock.Order) orderqueue.Record {
+	return orderqueue.Record{Order: h.Order, State: orderqueue.Placed,
+		Row: &orderqueue.Row{Status: string(row.Status), ExpiresAt: row.ExpiresAt, CreatedAt: row.CreatedAt}}
 }
 
 // ackPlaced finishes and acks the deliveries whose orders the database has (placed by a writer
@@ -125,7 +135,10 @@ func (s *Queued) ackPlaced(ctx context.Context, sku string, ts []taken) []taken 
 			rest = append(rest, h)
 		}
 	}
-	eachOrder(done, func(_ int, h taken) { s.finish(ctx, h, orderqueue.Placed, nil) })
+	for _, h := range done {
+		// Its row is read by its followers: this writer did not write it.
+		s.finish(ctx, h, orderqueue.Record{Order: h.Order, State: orderqueue.Placed}, nil)
+	}
 	reqs := make([]stock.OrderRequest, len(done))
 	for i, h := range done {
 		reqs[i] = request(h.Order)
@@ -134,14 +147,14 @@ func (s *Queued) ackPlaced(ctx context.Context, sku string, ts []taken) []taken 
 	return rest
 }
 
-// finish writes the order's final record, gives a rejected order's units back, and acks it.
-// A record that stands otherwise (the other final state, written first) is what the buyer was
-// told: it is kept, and the reservation follows it.
-func (s *Queued) finish(ctx context.Context, h taken, state orderqueue.State, why error) {
-	r := orderqueue.Record{Order: h.Order, State: state}
+// finish ends the order as r (orderqueue.Queue.Finish), gives a rejected order's units back,
+// and acks it. A rejection that finds the order rejected already keeps that record, which is
+// what the buyer was told, and the reservation follows it.
+func (s *Queued) finish(ctx context.Context, h taken, r orderqueue.Record, why error) {
 	if why != nil {
 		r.Reason = stock.Code(why)
 	}
+	state := r.State
 	rec, err := s.queue.Finish(ctx, h.claimed, r)
 	if err != nil {
 		s.retry(h.Delivery, err)
