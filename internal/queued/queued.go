@@ -39,15 +39,13 @@ import (
 //     An order recorded queued whose message the queue lost is sent again (resend).
 //
 // With Redis unreachable there is no admission to keep queued orders within the stock, so no
-// order is accepted: it answers busy (429, Retry-After), and the buyer retries with its key. Taking
-// hybrid's database path instead would sell units that admission holds for orders already answered
-// 202, and a writer would then reject one of those (TestQueuedSale saw it, once, when an admission
-// call timed out on a loaded machine and opened the breaker). A Redis that
-// lost its data (flushed, a failover without the last writes) warms its counter from the
-// database, which does not count the orders still queued: until they are written admission
-// accepts more than the stock, and the writers reject the excess as sold_out — every order still
-// ends, and the database never sells a unit twice, but for that while queued and active orders
-// may exceed the stock.
+// order is accepted: it answers busy (429, Retry-After), and the buyer retries with its key.
+// Taking hybrid's database path instead would sell units that admission holds for orders already
+// answered 202, and a writer would then reject one of those. A Redis that lost its data (flushed,
+// a failover without the last writes) warms its counter from the database, which does not count
+// the orders still queued: until they are written admission accepts more than the stock, and the
+// writers reject the excess as sold_out — every order still ends, and the database never sells a
+// unit twice, but for that while queued and active orders may exceed the stock.
 //
 // The files follow an order: publish.go (1, 2), write.go (3, 4), resend.go, read.go (the buyer
 // following it), pending.go (the sweeper's question).
