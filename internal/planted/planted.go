@@ -34,6 +34,10 @@ const (
 	// write (the queue's server died after the publish), so a sweeper may give up an order its
 	// buyer was told accepted.
 	UnrecordedAccepted Bug = "unrecorded-accepted"
+	// UnreadKey: a queued publisher accepts an order without reading whether a written order
+	// carries its Idempotency-Key, so the repeat of an ended order's POST is answered 202 with a
+	// second order.
+	UnreadKey Bug = "unread-key"
 	// UncheckedWriter: a queued writer places the orders it is handed without reading their
 	// records first, so an order a sweeper gave up (its units already back on sale) is placed too.
 	UncheckedWriter Bug = "unchecked-writer"

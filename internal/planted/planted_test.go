@@ -34,6 +34,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.DoubleReturn, "internal/stock", "TestExpiry", nil, "every unit back, once"},
 		{planted.UncheckedWriter, "internal/queued", "TestQueuedCrashBeforePublish", nil, "the late message placed nothing"},
 		{planted.UnrecordedAccepted, "internal/queued", "TestQueuedNoAcceptWithoutRecord", nil, "no record of the order: a 202 would promise what a sweeper may take back"},
+		{planted.UnreadKey, "internal/queued", "TestQueuedKeyOfAnEndedOrder", nil, "the repeat answers the first order, not a second one"},
 		{planted.KeyAcrossUsers, "internal/handler", "TestIdempotency", nil, "another request under the key was handed its order"},
 		{planted.SettleWithoutTakeBack, "internal/admission", "TestSettleAfterSweep", nil, "the settle took the swept unit again"},
 		{planted.HeldAtOnce, "internal/service", "TestNoNeedlessBusy", nil, "busy answers came before their wait budget ran out"},

@@ -77,7 +77,7 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 // read, so the crowd that admission turns away costs none. A database that cannot answer does not
 // stop the sale: the writer's unique key still decides (refusal).
 func (s *Queued) keyUnused(ctx context.Context, req stock.OrderRequest) error {
-	if req.IdempotencyKey == "" {
+	if req.IdempotencyKey == "" || planted.On(planted.UnreadKey) {
 		return nil
 	}
 	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)

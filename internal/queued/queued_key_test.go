@@ -58,3 +58,34 @@ func otherThan(two []stock.Order, o stock.Order) stock.Order {
 	}
 	return two[0]
 }
+
+// TestQueuedKeyOfAnEndedOrder: an order placed and then cancelled gave its buyer's mark in
+// admission back, so a repeat of its POST — same buyer, same Idempotency-Key — is admitted
+// again. The key read before the 202 (keyUnused) finds the written order: the repeat answers
+// that order, cancelled, and no second order is accepted. Without the read the repeat is
+// answered 202 with a new order id, which the writer's insert then rejects: a buyer told
+// "accepted" twice for one key.
+func TestQueuedKeyOfAnEndedOrder(t *testing.T) {
+	insts := newInstances(t, 1, config("queued"), backendtest.Wiring{})
+	inst, ctx := insts[0], context.Background()
+	sku := backendtest.SKU(t)
+	_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 5, MaxPerOrder: 1})
+	require.NoError(t, err)
+	req := stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: "queued", IdempotencyKey: "key-" + sku}
+	first, _, err := inst.PlaceOrder(ctx, req)
+	require.NoError(t, err)
+	placed, err := inst.WaitOrder(ctx, first.OrderID, 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, placed.Status.Active(), "the order was placed: %s", placed.Status)
+	_, err = inst.CancelOrder(ctx, first.OrderID, "u-1")
+	require.NoError(t, err)
+
+	again, replayed, err := inst.PlaceOrder(ctx, req)
+	require.NoError(t, err, "the repeat of an ended order's POST")
+	assert.True(t, replayed, "the repeat is a replay of the order its key names")
+	assert.Equal(t, first.OrderID, again.OrderID, "the repeat answers the first order, not a second one")
+	assert.Equal(t, stock.Cancelled, again.Status)
+	settled(t, inst, sku)
+	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, nil)
+	assert.EqualValues(t, 5, a.Stock, "every unit back on sale")
+}
