@@ -170,39 +170,41 @@ const queueAckWait = 5 * time.Second
 // fast as they are answered — 202s come at Redis speed, faster than the writers place them, so
 // each writer has a batch in hand — until half are accepted. Then queue, the fault proxy between
 // the victim and its NATS server, holds what the victim sends, and the victim is stopped for
-// pause the moment it is seen with an admission whose order has no record (its publish held),
-// within 2 s. From then on the buyers are paced, so that the others sell the free units left in
-// a second or two, and then the ones the victim reserved once the sweepers return them. Just
-// before the victim is resumed, it reads admission's counter and the victim's reservations, and
-// which of the orders it reserved no writer took (no record, or the rejection a sweeper writes,
-// count alike); then the proxy lets the held bytes through.
+// pause the moment it is seen with an admission made since (its publish held), within 2 s. From
+// then on the buyers are paced, so that the others sell the free units left in a second or two,
+// and then the ones the victim reserved once the sweepers return them. Just before the victim is
+// resumed, it reads admission's counter and the victim's reservations, and which of the orders it
+// reserved no writer took (no record, or the rejection a sweeper writes, count alike); then the
+// proxy lets the held bytes through.
 func sellOutQueuedAcrossFreeze(t *testing.T, procs []instance, victim int, queue *backendtest.FaultProxy, sku string, units int, pause time.Duration) (queuedFreeze, time.Time, time.Time) {
 	t.Helper()
 	r := backendtest.Redis(t)
 	// Opened before the sale: opening it takes long enough on a loaded machine for the rest of
 	// the sale to go by.
 	records := orderRecords(t)
-	// unrecorded reports whether one of the victim's reservations has no record of its order
-	// yet (a queued order's reservation is its order id). The check stops at the first: on a
-	// loaded machine a check that reads every record lets the rest of the sale go by.
-	unrecorded := func() bool {
-		for _, id := range reservations(t, r, sku, procs[victim].pid) {
-			_, err := records.Get(context.Background(), id)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				return true
-			}
-			require.NoError(t, err)
-		}
-		return false
-	}
-	var holding bool
+	// held are the victim's reservations when the proxy began to hold (a queued order's
+	// reservation is its order id): their publishes may have gone out before it.
+	var held map[string]bool
 	hold := func() {
-		if !holding {
+		if held == nil {
 			// Longer than the stop: nothing the victim sends from now reaches the server before
 			// Remove, which passes it on (toxiproxy drops nothing a toxic holds).
 			queue.Add(`{"name":"hold","type":"latency","stream":"upstream","attributes":{"latency":120000}}`)
-			holding = true
+			held = map[string]bool{}
+			for _, id := range reservations(t, r, sku, procs[victim].pid) {
+				held[id] = true
+			}
 		}
+	}
+	// admittedSince reports whether the victim admitted an order since the proxy began to hold:
+	// its publish comes after, so it is held.
+	admittedSince := func() bool {
+		for _, id := range reservations(t, r, sku, procs[victim].pid) {
+			if !held[id] {
+				return true
+			}
+		}
+		return false
 	}
 	res := queuedFreeze{accepted: map[string]string{}}
 	s := sellAcrossStop(t, procs, freeze{victim: victim, sku: sku, strategy: "queued", pause: pause, at: units / 2, paced: true,
@@ -212,12 +214,12 @@ func sellOutQueuedAcrossFreeze(t *testing.T, procs []instance, victim int, queue
 			}
 			return victim
 		},
-		catch: func(int) bool { hold(); return unrecorded() },
-		beforeWake: func(held []string) {
+		catch: func(int) bool { hold(); return admittedSince() },
+		beforeWake: func(reserved []string) {
 			offered, err := r.Get(context.Background(), "seckill:{"+sku+"}:stock").Int64()
 			require.NoError(t, err)
-			res.offered, res.stranded, res.reserved = offered, reservedBy(t, r, sku, procs[victim].pid), len(held)
-			for _, id := range held {
+			res.offered, res.stranded, res.reserved = offered, reservedBy(t, r, sku, procs[victim].pid), len(reserved)
+			for _, id := range reserved {
 				entry, err := records.Get(context.Background(), id)
 				if errors.Is(err, jetstream.ErrKeyNotFound) {
 					res.unpublished++
