@@ -38,14 +38,16 @@ func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration) 
 		return nil, fmt.Errorf("redis-cli is not installed (apt-get install -y redis-tools): %w", err)
 	}
 	n := masters * (1 + replicas)
-	ports, err := freeport.Ports(n)
+	// A node's bus port is its port + 10000 unless set, and nobody checked that one was free:
+	// each node gets a free one of its own.
+	ports, err := freeport.Ports(2 * n)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{}
-	for _, port := range ports {
+	for i, port := range ports[:n] {
 		s := &Server{Port: port, Dir: filepath.Join(dir, fmt.Sprintf("cluster%d", port)), args: []string{
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", strconv.Itoa(ports[n+i]),
 			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 			"--cluster-replica-validity-factor", "0",
 		}}
