@@ -219,9 +219,8 @@ func (q *Queue) wait(ctx context.Context, orderID string, wait time.Duration, re
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	w := q.watch.Load()
-	said, stop := w.listen(orderID)
+	said, stop, r, heard := w.listen(orderID)
 	defer stop()
-	r, heard := w.latest(orderID)
 	var err error
 	if heard {
 		r.Row = nil

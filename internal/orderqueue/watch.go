@@ -105,20 +105,31 @@ func (w *watch) keep(id string, data []byte) bool {
 // latest is the order's end as heard; false when none was heard lately.
 func (w *watch) latest(id string) (Record, bool) {
 	w.mu.Lock()
-	data, ok := w.recent[0][id]
-	if !ok {
-		data, ok = w.recent[1][id]
-	}
+	data := w.heard(id)
 	w.mu.Unlock()
+	return decodeEnd(data)
+}
+
+// heard is the order's end as kept, nil when none was heard lately. The caller holds w.mu.
+func (w *watch) heard(id string) []byte {
+	if data, ok := w.recent[0][id]; ok {
+		return data
+	}
+	return w.recent[1][id]
+}
+
+func decodeEnd(data []byte) (Record, bool) {
 	var r Record
-	if !ok || json.Unmarshal(data, &r) != nil || !r.State.Final() {
+	if data == nil || json.Unmarshal(data, &r) != nil || !r.State.Final() {
 		return Record{}, false
 	}
 	return r, true
 }
 
-// listen tells ch of every end said of the order, until the returned stop.
-func (w *watch) listen(id string) (ch chan Record, stop func()) {
+// listen tells ch of every end said of the order from now on, until the returned stop, and
+// returns the end heard before, if any. One look under the lock that said takes: an end is
+// either heard before (returned) or told to ch, never both, never neither.
+func (w *watch) listen(id string) (ch chan Record, stop func(), before Record, heard bool) {
 	ch = make(chan Record, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -126,6 +137,7 @@ func (w *watch) listen(id string) (ch chan Record, stop func()) {
 		w.waits[id] = map[chan Record]struct{}{}
 	}
 	w.waits[id][ch] = struct{}{}
+	before, heard = decodeEnd(w.heard(id))
 	return ch, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -133,5 +145,5 @@ func (w *watch) listen(id string) (ch chan Record, stop func()) {
 		if len(w.waits[id]) == 0 {
 			delete(w.waits, id)
 		}
-	}
+	}, before, heard
 }

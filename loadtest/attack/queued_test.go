@@ -16,10 +16,12 @@ import (
 	"github.com/flashsale/seckill/contract"
 )
 
-// queueServer is a service that answers every order 202 and then ends each one as end says —
-// placed, rejected, or (for "") never: a planted 202 that the tool must see never end. It holds
-// each ?wait= poll up to hold, as the service does, so that the follower's long polls are the
-// ones it sends to the real one.
+// queueServer is a service that answers every order 202 and ends each one as end says, after
+// from the order's first poll — placed, rejected, or (for "") never: a planted 202 that the
+// tool must see never end. Timed from the first poll, which the tool sends only once it has the
+// 202, no order ends sooner than after from the 202 as the tool saw it. It holds
+// each ?wait= poll up to a second, as the service does, so that the follower's long polls are
+// the ones it sends to the real one.
 func queueServer(t *testing.T, after time.Duration, end func(user string) string) *httptest.Server {
 	t.Helper()
 	var mu sync.Mutex
@@ -46,7 +48,7 @@ func queueServer(t *testing.T, after time.Duration, end func(user string) string
 			_ = json.NewDecoder(r.Body).Decode(&body)
 			id := "o-" + body.UserID
 			mu.Lock()
-			accepted[id], users[id] = time.Now(), body.UserID
+			users[id] = body.UserID
 			mu.Unlock()
 			w.Header().Set("Location", "/api/v1/orders/"+id)
 			w.WriteHeader(http.StatusAccepted)
@@ -54,6 +56,11 @@ func queueServer(t *testing.T, after time.Duration, end func(user string) string
 			return
 		}
 		id := strings.TrimPrefix(r.URL.Path, "/api/v1/orders/")
+		mu.Lock()
+		if accepted[id].IsZero() {
+			accepted[id] = time.Now()
+		}
+		mu.Unlock()
 		wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
 		deadline := time.Now().Add(min(wait, time.Second))
 		o := final(id)
