@@ -70,6 +70,12 @@ const (
 	// NowaitAsWait: the pessimistic section's FOR UPDATE loses its NOWAIT, so a held row parks
 	// a session per section in its lock queue instead of failing fast.
 	NowaitAsWait Bug = "nowait-as-wait"
+	// PartialCheckout: a checkout's lines are written each in a transaction of its own, so a
+	// line refused after the first ones leaves them placed: half a checkout.
+	PartialCheckout Bug = "partial-checkout"
+	// RequestOrder: a checkout's products are taken in the order its request lists them, not in
+	// SKU order, so two checkouts that cross (A then B against B then A) wait for each other.
+	RequestOrder Bug = "request-order"
 	// BeatsWithoutDatabase: an instance beats whether or not its database serves, so one cut
 	// off from its database (its cluster node died) keeps its reservations' units off sale.
 	BeatsWithoutDatabase Bug = "beats-without-database"

@@ -42,6 +42,8 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.NoneGivenUp, "internal/queued", "TestQueuedRecordedFirst", nil, "given up before it was recorded queued: never accepted"},
 		{planted.IgnoredWaitingBound, "internal/queued", "TestQueuedBoundsTheWaiting", nil, "a fourth order waiting behind three"},
 		{planted.NowaitAsWait, "internal/lockstrategy", "TestPessimisticRowHeld/nowait,_released", nil, "NOWAIT: no session ever parked in the row's lock queue"},
+		{planted.PartialCheckout, "internal/stock", "TestCheckoutStaleLineWritesNothing", nil, "a stale line wrote no line of its checkout"},
+		{planted.RequestOrder, "internal/stock", "TestCheckoutTakesRowsInSKUOrder", nil, "crossed checkouts deadlocked"},
 		{planted.BeatsWithoutDatabase, "internal/service", "TestCutOffFromItsDatabase", nil, "the cut-off instance's reservation never came back"},
 	})
 }

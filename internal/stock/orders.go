@@ -23,6 +23,7 @@ type orderRow struct {
 	ExpiresAt      *time.Time `gorm:"column:expires_at"`      // the payment deadline of a pending order
 	ReservationID  *string    `gorm:"column:reservation_id"`  // the admission reservation it was placed under
 	RestockPending bool       `gorm:"column:restock_pending"` // its units came back; Redis admission has not heard yet
+	CheckoutID     *string    `gorm:"column:checkout_id"`     // the checkout it is a line of; NULL for a single order
 }
 
 func (orderRow) TableName() string { return "orders" }
@@ -42,6 +43,9 @@ func (r orderRow) orderLapsed(lapsed bool) Order {
 		RequestHash: r.RequestHash, CreatedAt: r.CreatedAt.UTC(), Status: r.Status}
 	if r.IdempotencyKey != nil {
 		o.IdempotencyKey = *r.IdempotencyKey
+	}
+	if r.CheckoutID != nil {
+		o.CheckoutID = *r.CheckoutID
 	}
 	if r.Status == Pending && r.ExpiresAt != nil {
 		o.ExpiresAt = r.ExpiresAt.UTC()

@@ -264,6 +264,7 @@ type Order struct {
 	Status         Status
 	ExpiresAt      time.Time // set while pending: the payment deadline
 	Reason         string    // why a rejected order was (an error code: sold_out, ...)
+	CheckoutID     string    // the checkout it is a line of; empty for a single order
 }
 
 // Audit is the consistency report of one product, read from the database in one statement. The

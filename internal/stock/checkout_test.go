@@ -1,0 +1,241 @@
+package stock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// checkoutSection places a checkout through one of the store's checkout sections, as its
+// strategy would (the reads, tokens and locks it holds).
+type checkoutSection func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error)
+
+func checkoutSections() map[string]checkoutSection {
+	return map[string]checkoutSection{
+		"at": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
+			var reads []stock.Product
+			for _, l := range req.Lines {
+				if p, err := s.Product(context.Background(), l.SKU); err == nil {
+					reads = append(reads, p) // one it cannot read, the section names
+				}
+			}
+			return s.PlaceCheckoutAt(context.Background(), req, reads)
+		},
+		"fenced": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
+			tokens := map[string]stock.Token{}
+			for _, l := range req.Lines {
+				tokens[l.SKU] = stock.Token{Fence: stock.EtcdFence, Value: 1}
+			}
+			return s.PlaceCheckoutFenced(context.Background(), req, tokens, noPause)
+		},
+		"locked": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
+			return s.PlaceCheckoutLocked(context.Background(), req, stock.NoWait)
+		},
+		"unguarded": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
+			return s.PlaceCheckoutUnguarded(context.Background(), req, noPause)
+		},
+	}
+}
+
+func checkout(user string, skus ...string) stock.CheckoutRequest {
+	req := stock.CheckoutRequest{UserID: user, Strategy: "test"}
+	for _, sku := range skus {
+		req.Lines = append(req.Lines, stock.OrderRequest{SKU: sku, Quantity: 1})
+	}
+	return req
+}
+
+// stockOf reads a product's units left.
+func stockOf(t *testing.T, s *stock.Store, sku string) int64 {
+	t.Helper()
+	p, err := s.Product(context.Background(), sku)
+	require.NoError(t, err)
+	return p.Stock
+}
+
+// TestCheckoutAllOrNothing: every section places every line of a checkout, in SKU order, in
+// one status, or none — a line sold out, a product the buyer holds, an unknown product refuse
+// the whole checkout, naming the lines, with nothing deducted anywhere.
+func TestCheckoutAllOrNothing(t *testing.T) {
+	s := backendtest.Store(t)
+	for name, place := range checkoutSections() {
+		t.Run(name, func(t *testing.T) {
+			a, b, none := newProduct(t, s, 5, 2), newProduct(t, s, 1, 1), newProduct(t, s, 0, 1)
+			c, err := place(s, checkout("u1", b, a))
+			require.NoError(t, err)
+			require.Len(t, c.Lines, 2)
+			assert.Equal(t, []string{min(a, b), max(a, b)}, []string{c.Lines[0].SKU, c.Lines[1].SKU}, "lines in SKU order")
+			for _, o := range c.Lines {
+				assert.Equal(t, c.CheckoutID, o.CheckoutID)
+				assert.Equal(t, c.Status, o.Status, "one status")
+			}
+			got, err := s.Checkout(context.Background(), c.CheckoutID)
+			require.NoError(t, err)
+			assert.Equal(t, c.Lines, got.Lines)
+			assert.Equal(t, []int64{4, 0}, []int64{stockOf(t, s, a), stockOf(t, s, b)})
+
+			_, err = place(s, checkout("u2", a, b))
+			var ce *stock.CheckoutError
+			require.ErrorAs(t, err, &ce)
+			assert.ErrorIs(t, err, stock.ErrSoldOut)
+			assert.Equal(t, []string{b}, ce.SKUs)
+			_, err = place(s, checkout("u3", none, a, b))
+			require.ErrorAs(t, err, &ce)
+			assert.ErrorIs(t, err, stock.ErrSoldOut)
+			assert.ElementsMatch(t, []string{b, none}, ce.SKUs, "every line refused for the same reason")
+			_, err = place(s, checkout("u1", a))
+			require.ErrorAs(t, err, &ce)
+			assert.ErrorIs(t, err, stock.ErrAlreadyPurchased)
+			_, err = place(s, checkout("u4", a, "no-such-"+a))
+			require.ErrorAs(t, err, &ce)
+			assert.ErrorIs(t, err, stock.ErrNotFound)
+			assert.Equal(t, []string{"no-such-" + a}, ce.SKUs)
+			assert.Equal(t, []int64{4, 0}, []int64{stockOf(t, s, a), stockOf(t, s, b)}, "a refused checkout deducts nothing")
+			audit, err := s.Audit(context.Background(), a)
+			require.NoError(t, err)
+			assert.EqualValues(t, 1, audit.Orders, "a refused checkout writes no line")
+		})
+	}
+}
+
+// TestCheckoutStaleLineWritesNothing: a checkout whose read of one product went stale (another
+// sale moved it) writes none of its lines, not the ones before it.
+func TestCheckoutStaleLineWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	a, b := newProduct(t, s, 5, 1), newProduct(t, s, 5, 1)
+	first, last := min(a, b), max(a, b)
+	pa, err := s.Product(ctx, a)
+	require.NoError(t, err)
+	pb, err := s.Product(ctx, b)
+	require.NoError(t, err)
+	_, err = placeAt(t, s, order(last, "other"))
+	require.NoError(t, err)
+	_, err = s.PlaceCheckoutAt(ctx, checkout("u1", a, b), []stock.Product{pa, pb})
+	require.ErrorIs(t, err, stock.ErrVersionConflict)
+	assert.Equal(t, int64(5), stockOf(t, s, first), "a stale line wrote no line of its checkout")
+	audit, err := s.Audit(ctx, first)
+	require.NoError(t, err)
+	assert.Zero(t, audit.Orders, "a stale line wrote no line of its checkout")
+}
+
+// TestCheckoutKey: a checkout's Idempotency-Key is one key among the orders': a second checkout
+// or order under it is refused.
+func TestCheckoutKey(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	a, b := newProduct(t, s, 5, 1), newProduct(t, s, 5, 1)
+	req := checkout("u1", a, b)
+	req.IdempotencyKey = backendtest.SKU(t) + "-key"
+	c, err := s.PlaceCheckoutLocked(ctx, req, stock.NoWait)
+	require.NoError(t, err)
+	o, err := s.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
+	require.NoError(t, err)
+	assert.Equal(t, c.CheckoutID, o.CheckoutID, "the key finds the checkout")
+	again := checkout("u2", a, b)
+	again.IdempotencyKey = req.IdempotencyKey
+	_, err = s.PlaceCheckoutLocked(ctx, again, stock.NoWait)
+	require.ErrorIs(t, err, stock.ErrDuplicateRequest)
+	_, err = placeAt(t, s, stock.OrderRequest{SKU: a, UserID: "u3", Quantity: 1, Strategy: "test", IdempotencyKey: req.IdempotencyKey})
+	require.ErrorIs(t, err, stock.ErrDuplicateRequest)
+	assert.Equal(t, int64(4), stockOf(t, s, a))
+}
+
+// TestCrossedCheckouts: checkouts that list the same products in crossed orders (A+B against
+// B+A, A+B+C against C+A), each taking its rows and waiting for the ones held, never deadlock:
+// every section takes its rows in SKU order. Every checkout is placed whole, and each product's
+// units add up. On SQLite a checkout takes the database's one write lock, and nothing crosses.
+func TestCrossedCheckouts(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	const units, workers, each = 200, 12, 12
+	a, b, c := newProduct(t, s, units, 1), newProduct(t, s, units, 1), newProduct(t, s, units, 1)
+	orders := [][]string{{a, b}, {b, a}, {a, b, c}, {c, a}}
+	var (
+		mu        sync.Mutex
+		deadlocks int
+		placed    = map[string]int{}
+		other     []error
+		wg        sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				skus := orders[(w+i)%len(orders)]
+				c, err := s.PlaceCheckoutLocked(ctx, checkout(fmt.Sprintf("w%d-%d", w, i), skus...), stock.WaitForRow)
+				mu.Lock()
+				switch {
+				case err == nil:
+					placed[c.CheckoutID] = len(skus)
+				case stock.CauseOfBusy(err) == stock.BusyDeadlock:
+					deadlocks++
+				case !errors.Is(err, stock.ErrBusy):
+					other = append(other, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, deadlocks, "crossed checkouts deadlocked")
+	assert.Empty(t, other)
+	assert.NotEmpty(t, placed)
+	sold := map[string]int64{}
+	for id, lines := range placed {
+		got, err := s.Checkout(ctx, id)
+		require.NoError(t, err)
+		assert.Len(t, got.Lines, lines, "a checkout placed whole")
+		for _, o := range got.Lines {
+			sold[o.SKU] += int64(o.Quantity)
+		}
+	}
+	for _, sku := range []string{a, b, c} {
+		audit, err := s.Audit(ctx, sku)
+		require.NoError(t, err)
+		assert.True(t, audit.Consistent(), "%+v", audit)
+		assert.Equal(t, sold[sku], audit.InitialStock-audit.Stock, "product %s: the units its checkouts took", sku)
+	}
+}
+
+// TestCheckoutTakesRowsInSKUOrder: a checkout takes its products' rows in SKU order, whatever
+// order its request lists them in. Another transaction holds the first product's row; the
+// checkout, listing the products the other way round, waits for that row holding none, so the
+// other can then take the second row too: no deadlock. Taken in request order, the checkout
+// would hold the second row while it waits for the first, and the two would deadlock.
+func TestCheckoutTakesRowsInSKUOrder(t *testing.T) {
+	backendtest.NeedMySQL(t, "row locks: SQLite takes one write lock for the whole database")
+	ctx := context.Background()
+	s, db := backendtest.Store(t), backendtest.SQL(t)
+	a, b := newProduct(t, s, 5, 1), newProduct(t, s, 5, 1)
+	first, second := min(a, b), max(a, b)
+	other := backendtest.HoldRow(t, first)
+
+	placed := make(chan error, 1)
+	go func() {
+		_, err := s.PlaceCheckoutLocked(ctx, checkout("u1", second, first), stock.WaitForRow)
+		placed <- err
+	}()
+	// The checkout is waiting once its locking read runs: the other connection is idle, holding
+	// the first row (the statements of both forms are FOR UPDATE reads).
+	require.Eventually(t, func() bool {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND <> 'Sleep' AND INFO LIKE '%FOR UPDATE%'`).Scan(&n)
+		return err == nil && n > 0
+	}, 10*time.Second, 5*time.Millisecond, "the checkout never waited for the held row")
+	_, crossed := other.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", second)
+	_, err := other.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	err = <-placed
+	assert.NoError(t, crossed, "crossed checkouts deadlocked: the checkout held %s while it waited for %s", second, first)
+	assert.NoError(t, err, "crossed checkouts deadlocked: the checkout held %s while it waited for %s", second, first)
+}
