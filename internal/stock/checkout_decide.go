@@ -128,3 +128,53 @@ func (s *Store) Checkout(ctx context.Context, checkoutID string) (Checkout, erro
 	}
 	return checkoutOf(rows, now), nil
 }
+
+// PayCheckout pays every line of a checkout in one transaction, as Pay does one order: the
+// answers of Pay, for the checkout as a whole.
+func (s *Store) PayCheckout(ctx context.Context, checkoutID, userID string) (Checkout, error) {
+	return s.checkoutTransition(ctx, checkoutID, userID, s.payStep)
+}
+
+// CancelCheckout cancels every line of a checkout in one transaction, each line's units back
+// once, as Cancel does one order.
+func (s *Store) CancelCheckout(ctx context.Context, checkoutID, userID string) (Checkout, error) {
+	return s.checkoutTransition(ctx, checkoutID, userID, s.cancelStep)
+}
+
+func (s *Store) checkoutTransition(ctx context.Context, checkoutID, userID string,
+	step func(tx *gorm.DB, o *orderRow, now time.Time) error) (Checkout, error) {
+	rows, now, err := s.transitionRows(ctx, "checkout_id = ?", checkoutID, userID, step)
+	if err != nil {
+		return Checkout{}, fmt.Errorf("checkout %s: %w", checkoutID, err)
+	}
+	return checkoutOf(rows, now), nil
+}
+
+// expireCheckouts expires up to limit checkouts past their deadline, each as one, and returns
+// their lines.
+func (s *Store) expireCheckouts(ctx context.Context, now time.Time, limit int) ([]Order, error) {
+	var ids []string
+	err := s.db.WithContext(ctx).Model(&orderRow{}).Distinct("checkout_id").
+		Where("status = ? AND expires_at <= ? AND checkout_id IS NOT NULL", Pending, now).Limit(limit).Pluck("checkout_id", &ids).Error
+	if err := classify(err); err != nil {
+		return nil, fmt.Errorf("due checkouts: %w", err)
+	}
+	var expired []Order
+	for _, id := range ids {
+		rows, at, err := s.transitionRows(ctx, "checkout_id = ?", id, "", func(tx *gorm.DB, o *orderRow, now time.Time) error {
+			if o.Status != Pending || !lapsed(o, now) {
+				return nil
+			}
+			return s.end(tx, o, Expired)
+		})
+		if err != nil {
+			return expired, fmt.Errorf("expire checkout %s: %w", id, err)
+		}
+		for _, r := range rows {
+			if r.Status == Expired {
+				expired = append(expired, r.order(at))
+			}
+		}
+	}
+	return expired, nil
+}

@@ -239,3 +239,56 @@ func TestCheckoutTakesRowsInSKUOrder(t *testing.T) {
 	assert.NoError(t, crossed, "crossed checkouts deadlocked: the checkout held %s while it waited for %s", second, first)
 	assert.NoError(t, err, "crossed checkouts deadlocked: the checkout held %s while it waited for %s", second, first)
 }
+
+// TestCheckoutLifecycle: a checkout moves as one — paid, cancelled or expired, every line in
+// the same status at once, each line's units back once — and a line's own pay or cancel moves
+// its whole checkout.
+func TestCheckoutLifecycle(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	a, b, c := onSaleFor(t, s, 5, time.Hour), onSaleFor(t, s, 5, time.Minute), onSaleFor(t, s, 5, time.Second)
+	units := func() []int64 { return []int64{stockOf(t, s, a), stockOf(t, s, b), stockOf(t, s, c)} }
+	status := func(c stock.Checkout) []stock.Status {
+		var out []stock.Status
+		for _, o := range c.Lines {
+			out = append(out, o.Status)
+		}
+		return out
+	}
+
+	paid, err := s.PlaceCheckoutLocked(ctx, checkout("payer", a, b), stock.NoWait)
+	require.NoError(t, err)
+	assert.Equal(t, stock.Pending, paid.Status)
+	assert.WithinDuration(t, paid.CreatedAt.Add(time.Minute), paid.ExpiresAt, time.Millisecond, "the shortest payment timeout of its products")
+	line, err := s.Pay(ctx, paid.Lines[0].OrderID, "payer")
+	require.NoError(t, err)
+	assert.Equal(t, stock.Confirmed, line.Status)
+	got, err := s.Checkout(ctx, paid.CheckoutID)
+	require.NoError(t, err)
+	assert.Equal(t, []stock.Status{stock.Confirmed, stock.Confirmed}, status(got), "a line's pay pays its checkout")
+
+	cancelled, err := s.PlaceCheckoutLocked(ctx, checkout("canceller", a, b), stock.NoWait)
+	require.NoError(t, err)
+	_, err = s.CancelCheckout(ctx, cancelled.CheckoutID, "someone else")
+	require.ErrorIs(t, err, stock.ErrNotFound)
+	got, err = s.CancelCheckout(ctx, cancelled.CheckoutID, "canceller")
+	require.NoError(t, err)
+	assert.Equal(t, []stock.Status{stock.Cancelled, stock.Cancelled}, status(got))
+	_, err = s.Cancel(ctx, cancelled.Lines[1].OrderID, "canceller")
+	require.NoError(t, err, "cancelled again: answered as it is")
+	assert.Equal(t, []int64{4, 4, 5}, units(), "the cancelled checkout's units back, once per line")
+
+	lapsing, err := s.PlaceCheckoutLocked(ctx, checkout("late", a, c), stock.NoWait)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := s.ExpireDue(ctx, 100)
+		require.NoError(t, err)
+		return stockOf(t, s, c) == 5
+	}, 5*time.Second, 20*time.Millisecond, "the checkout never expired")
+	got, err = s.Checkout(ctx, lapsing.CheckoutID)
+	require.NoError(t, err)
+	assert.Equal(t, []stock.Status{stock.Expired, stock.Expired}, status(got), "a checkout expires as one")
+	_, err = s.PayCheckout(ctx, lapsing.CheckoutID, "late")
+	require.ErrorIs(t, err, stock.ErrOrderExpired, "a late payment is refused")
+	assert.Equal(t, []int64{4, 4, 5}, units(), "the expired checkout's units back, once per line")
+}

@@ -28,18 +28,21 @@ import (
 // expired one, or one pending past its deadline (which this expires), ErrOrderExpired; an unknown
 // order or another user's, ErrNotFound.
 func (s *Store) Cancel(ctx context.Context, orderID, userID string) (Order, error) {
-	return s.transition(ctx, orderID, userID, func(tx *gorm.DB, o *orderRow, now time.Time) error {
-		switch {
-		case o.Status == Cancelled:
-			return nil
-		case lapsed(o, now):
-			if err := s.end(tx, o, Expired); err != nil {
-				return err
-			}
-			return refused{ErrOrderExpired}
+	return s.transition(ctx, orderID, userID, s.cancelStep)
+}
+
+// cancelStep is Cancel's step on one order.
+func (s *Store) cancelStep(tx *gorm.DB, o *orderRow, now time.Time) error {
+	switch {
+	case o.Status == Cancelled:
+		return nil
+	case lapsed(o, now):
+		if err := s.end(tx, o, Expired); err != nil {
+			return err
 		}
-		return s.end(tx, o, Cancelled)
-	})
+		return refused{ErrOrderExpired}
+	}
+	return s.end(tx, o, Cancelled)
 }
 
 // Pay confirms a pending order before its deadline: pending -> confirmed. A confirmed order
@@ -54,7 +57,8 @@ func (s *Store) Pay(ctx context.Context, orderID, userID string) (Order, error) 
 	if err != nil {
 		return Order{}, err
 	}
-	res := db.Model(&orderRow{}).Where("order_id = ? AND user_id = ? AND status = ? AND expires_at > ?", orderID, userID, Pending, now).
+	// A checkout's line goes the long way: its checkout is paid as one.
+	res := db.Model(&orderRow{}).Where("order_id = ? AND user_id = ? AND status = ? AND expires_at > ? AND checkout_id IS NULL", orderID, userID, Pending, now).
 		Updates(map[string]any{"status": Confirmed, "expires_at": nil})
 	if err := classify(res.Error); err != nil {
 		return Order{}, fmt.Errorf("pay order %s: %w", orderID, err)
@@ -62,26 +66,29 @@ func (s *Store) Pay(ctx context.Context, orderID, userID string) (Order, error) 
 	if res.RowsAffected == 1 {
 		return s.Order(ctx, orderID)
 	}
-	return s.transition(ctx, orderID, userID, func(tx *gorm.DB, o *orderRow, now time.Time) error {
-		switch {
-		case o.Status == Confirmed:
-			return nil
-		case o.Status == Cancelled:
-			return refused{ErrOrderCancelled}
-		case lapsed(o, now):
-			if err := s.end(tx, o, Expired); err != nil {
-				return err
-			}
-			return refused{ErrOrderExpired}
-		}
-		res := tx.Model(&orderRow{}).Where("order_id = ? AND status = ?", o.OrderID, Pending).
-			Updates(map[string]any{"status": Confirmed, "expires_at": nil})
-		if err := changedOne(res, o.OrderID); err != nil {
+	return s.transition(ctx, orderID, userID, s.payStep)
+}
+
+// payStep is Pay's step on one order, once it holds its product's row.
+func (s *Store) payStep(tx *gorm.DB, o *orderRow, now time.Time) error {
+	switch {
+	case o.Status == Confirmed:
+		return nil
+	case o.Status == Cancelled:
+		return refused{ErrOrderCancelled}
+	case lapsed(o, now):
+		if err := s.end(tx, o, Expired); err != nil {
 			return err
 		}
-		o.Status, o.ExpiresAt = Confirmed, nil
-		return nil
-	})
+		return refused{ErrOrderExpired}
+	}
+	res := tx.Model(&orderRow{}).Where("order_id = ? AND status = ?", o.OrderID, Pending).
+		Updates(map[string]any{"status": Confirmed, "expires_at": nil})
+	if err := changedOne(res, o.OrderID); err != nil {
+		return err
+	}
+	o.Status, o.ExpiresAt = Confirmed, nil
+	return nil
 }
 
 // lapsed reports whether the order is expired, or pending past its deadline at now.
@@ -95,54 +102,81 @@ type refused struct{ err error }
 
 func (r refused) Error() string { return r.err.Error() }
 
-// transition runs step on the order, in one transaction holding the product row. An error of
-// step rolls everything back, except refused: that commits, and is the caller's answer.
+// transition runs step on the order — on every line of its checkout, if it is a line of one —
+// and answers the order as it then is.
 func (s *Store) transition(ctx context.Context, orderID, userID string,
 	step func(tx *gorm.DB, o *orderRow, now time.Time) error) (Order, error) {
+	rows, now, err := s.transitionRows(ctx, "order_id = ?", orderID, userID, step)
+	if err != nil {
+		return Order{}, fmt.Errorf("order %s: %w", orderID, err)
+	}
+	for _, r := range rows {
+		if r.OrderID == orderID {
+			return r.order(now), nil
+		}
+	}
+	return Order{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+}
+
+// transitionRows runs step on the order that cond names and, when it is a line of a checkout, on
+// every line of it: a checkout moves as one. One transaction holds the rows of their products,
+// taken in SKU order as a checkout's sale takes them. An error of step rolls everything back,
+// except refused: that commits (every line gets its step), and is the caller's answer.
+func (s *Store) transitionRows(ctx context.Context, cond, arg, userID string,
+	step func(tx *gorm.DB, o *orderRow, now time.Time) error) ([]orderRow, time.Time, error) {
 	var (
-		o       orderRow
+		rows    []orderRow
 		now     time.Time
 		verdict error
 	)
 	err := withTx(ctx, s.waiting(), func(tx *gorm.DB) error {
 		var head orderRow
-		if err := tx.Select("sku", "user_id").Where("order_id = ?", orderID).Take(&head).Error; err != nil {
+		if err := tx.Select("order_id", "user_id", "checkout_id").Where(cond, arg).Take(&head).Error; err != nil {
 			return err
 		}
 		if userID != "" && head.UserID != userID {
 			return ErrNotFound // another user's order is not theirs to see
 		}
-		if err := s.lockProduct(tx, head.SKU); err != nil {
+		which, key := "order_id = ?", head.OrderID
+		if head.CheckoutID != nil {
+			which, key = "checkout_id = ?", *head.CheckoutID
+		}
+		var skus []string
+		if err := tx.Model(&orderRow{}).Where(which, key).Order("sku").Pluck("sku", &skus).Error; err != nil {
 			return err
 		}
-		// Under the product row's lock no other transition of this order can run: it reads as
-		// it will stay until this one commits. A locking read, so that it reads the latest
-		// committed row, not the snapshot of the read above (InnoDB's repeatable read).
-		if err := s.locking(tx).Where("order_id = ?", orderID).Take(&o).Error; err != nil {
+		for _, sku := range skus {
+			if err := s.lockProduct(tx, sku); err != nil {
+				return err
+			}
+		}
+		// Under the product rows' locks no other transition of these orders can run: they read
+		// as they will stay until this one commits. A locking read, so that it reads the latest
+		// committed rows, not the snapshot of the read above (InnoDB's repeatable read).
+		if err := s.locking(tx).Where(which, key).Order("sku").Find(&rows).Error; err != nil {
 			return err
 		}
 		var err error
 		if now, err = s.clock(tx); err != nil {
 			return err
 		}
-		var r refused
-		if err := step(tx, &o, now); errors.As(err, &r) {
-			verdict = r.err
-		} else if err != nil {
-			return err
+		for i := range rows {
+			var r refused
+			if err := step(tx, &rows[i], now); errors.As(err, &r) {
+				verdict = r.err
+			} else if err != nil {
+				return err
+			}
 		}
 		return nil
 	})
 	if errors.Is(err, ErrVersionConflict) {
 		err = Busy(BusyConflicts, err) // the world moved under a lock: the client may retry
 	}
-	if err != nil {
-		return Order{}, fmt.Errorf("order %s: %w", orderID, err)
+	if err == nil {
+		err = verdict
 	}
-	if verdict != nil {
-		return Order{}, fmt.Errorf("order %s: %w", orderID, verdict)
-	}
-	return o.order(now), nil
+	return rows, now, err
 }
 
 // end moves an active order to status (cancelled or expired) and gives its units back, in tx.
@@ -215,8 +249,9 @@ func (s *Store) waiting() *gorm.DB {
 	return s.db
 }
 
-// ExpireDue expires pending orders past their deadline — up to limit per product, for a few
-// products at a time — giving their units back, and returns them. Any instance may call it at
+// ExpireDue expires pending orders past their deadline — up to limit checkouts, each as one, then
+// up to limit single orders per product, for a few products at a time — giving their units back,
+// and returns them. Any instance may call it at
 // any time, as often as it likes: under the product row's lock each order expires once.
 func (s *Store) ExpireDue(ctx context.Context, limit int) ([]Order, error) {
 	db := s.db.WithContext(ctx)
@@ -224,19 +259,23 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) ([]Order, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A checkout expires as one, its products' rows taken in SKU order; the rest product by product.
+	expired, err := s.expireCheckouts(ctx, now, limit)
+	if err != nil {
+		return expired, err
+	}
 	var skus []string
-	if err := classify(db.Model(&orderRow{}).Distinct("sku").Where("status = ? AND expires_at <= ?", Pending, now).
+	if err := classify(db.Model(&orderRow{}).Distinct("sku").Where("status = ? AND expires_at <= ? AND checkout_id IS NULL", Pending, now).
 		Limit(20).Pluck("sku", &skus).Error); err != nil {
 		return nil, fmt.Errorf("due orders: %w", err)
 	}
-	var expired []Order
 	for _, sku := range skus {
 		var due []orderRow
 		err := withTx(ctx, s.waiting(), func(tx *gorm.DB) error {
 			if err := s.lockProduct(tx, sku); err != nil {
 				return err
 			}
-			if err := s.locking(tx).Where("sku = ? AND status = ? AND expires_at <= ?", sku, Pending, now).Limit(limit).Find(&due).Error; err != nil {
+			if err := s.locking(tx).Where("sku = ? AND status = ? AND expires_at <= ? AND checkout_id IS NULL", sku, Pending, now).Limit(limit).Find(&due).Error; err != nil {
 				return err
 			}
 			for i := range due {
