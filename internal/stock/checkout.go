@@ -107,16 +107,8 @@ func (s *Store) PlaceCheckoutAt(ctx context.Context, req CheckoutRequest, reads 
 // PlaceCheckoutFenced is PlaceFenced for a checkout (etcd, ZooKeeper): tokens holds the fencing
 // token of each product's lock. A product a later holder wrote answers *FenceError.
 func (s *Store) PlaceCheckoutFenced(ctx context.Context, req CheckoutRequest, tokens map[string]Token, beforeWrite func(context.Context) error) (Checkout, error) {
-	lines := req.lines()
-	rs, err := s.readLines(ctx, lines)
+	lines, rs, rows, now, err := s.readAndDecide(ctx, req, beforeWrite)
 	if err != nil {
-		return Checkout{}, err
-	}
-	rows, now, err := s.decideCheckout(s.db.WithContext(ctx), req, lines, rs)
-	if err != nil {
-		return Checkout{}, err
-	}
-	if err := beforeWrite(ctx); err != nil {
 		return Checkout{}, err
 	}
 	err = s.writeCheckout(ctx, s.db, rows, func(tx *gorm.DB, i int) error {
@@ -181,16 +173,8 @@ func (s *Store) PlaceCheckoutLocked(ctx context.Context, req CheckoutRequest, wa
 // PlaceCheckoutUnguarded is PlaceUnguarded for a checkout, as unsafe: it writes each product's
 // stock as computed from its read, so that concurrent checkouts oversell and the checks catch it.
 func (s *Store) PlaceCheckoutUnguarded(ctx context.Context, req CheckoutRequest, beforeWrite func(context.Context) error) (Checkout, error) {
-	lines := req.lines()
-	rs, err := s.readLines(ctx, lines)
+	lines, rs, rows, now, err := s.readAndDecide(ctx, req, beforeWrite)
 	if err != nil {
-		return Checkout{}, err
-	}
-	rows, now, err := s.decideCheckout(s.db.WithContext(ctx), req, lines, rs)
-	if err != nil {
-		return Checkout{}, err
-	}
-	if err := beforeWrite(ctx); err != nil {
 		return Checkout{}, err
 	}
 	err = s.writeCheckout(ctx, s.db, rows, func(tx *gorm.DB, i int) error {
@@ -257,6 +241,21 @@ func changed(res *gorm.DB, read Product) error {
 		return fmt.Errorf("product %s at version %d: %w", read.SKU, read.Version, ErrVersionConflict)
 	}
 	return nil
+}
+
+// readAndDecide reads every product of the checkout, decides its lines against those reads and
+// runs beforeWrite: the checkout's lines and reads, in SKU order, and the rows to write.
+func (s *Store) readAndDecide(ctx context.Context, req CheckoutRequest, beforeWrite func(context.Context) error) (
+	lines []OrderRequest, reads []Product, rows []orderRow, now time.Time, err error) {
+	lines = req.lines()
+	if reads, err = s.readLines(ctx, lines); err != nil {
+		return
+	}
+	if rows, now, err = s.decideCheckout(s.db.WithContext(ctx), req, lines, reads); err != nil {
+		return
+	}
+	err = beforeWrite(ctx)
+	return
 }
 
 // readLines reads every line's product, in the lines' order.
