@@ -369,11 +369,13 @@ func orderRecords(t *testing.T) jetstream.KeyValue {
 //     the same unit); none hears a 500.
 //
 // The stopped process reaches the queue through a fault proxy, which holds what it sends from
-// just before the stop until just before its wake: its admissions of that moment are caught
-// before their publish, every time, not by the chance of a stop between two steps a few
-// milliseconds apart. Every try is judged on all of these. A stop that caught no held message
-// (no order delayed past 3 s: delayed it is, whether the AckWait then works or not) did not
-// exercise the case: the sale is sold again, up to eight times.
+// just before the stop until just before its wake, so that its admissions of that moment are
+// caught before their publish, not by the chance of a stop between two steps a few milliseconds
+// apart. Every try is judged on all of these. A stop that caught no admission before its publish
+// (seen once under the planted long-heartbeat: 20 reservations held at the stop, the order of
+// every one published before it), or no held message (no order delayed past 3 s: delayed it is,
+// whether the AckWait then works or not), did not exercise the case: the sale is sold again, up
+// to eight times.
 func TestProcessesQueuedFrozen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the service and runs three processes; skipped with -short")
@@ -476,10 +478,10 @@ func TestProcessesQueuedFrozen(t *testing.T) {
 		assert.Zero(t, res.offered, "units still on sale when the stopped process woke: the sale did not end while it was stopped")
 		assert.Zero(t, res.stranded, "the stopped process still held reservations when it woke: the others never sold their units")
 		assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
-		require.Positive(t, res.unpublished, "no admission of the stopped process was caught before its publish: the end of the sale was not exercised")
-		if held == 0 && try < tries {
+		if (res.unpublished == 0 || held == 0) && try < tries {
 			continue
 		}
+		require.Positive(t, res.unpublished, "no admission of the stopped process was caught before its publish: the end of the sale was not exercised")
 		require.Positive(t, held, "no order was seen held by the stopped process: the case was not exercised")
 		break
 	}
