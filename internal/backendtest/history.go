@@ -52,18 +52,14 @@ func StockModel(initial int) porcupine.Model {
 
 // Linearizable checks a sale's history against StockModel(units) and reports the verdict.
 // A history of one-unit orders alone is decided exactly in linear time (unitOrders); any other
-// goes to porcupine's search, whose budget is a bound on the test's time, not a promise: a
-// history of 40 orders and 8 cancels took more than 30 s of it on the suite's loaded CI run, so
-// it has two minutes; past them the verdict is Unknown, and a failure.
+// goes to porcupine's search, which can run past its 30 s bound on a history whose attempts all
+// overlap — a sale through a failover, when every order waits seconds.
 func Linearizable(units int, history []porcupine.Operation) porcupine.CheckResult {
 	if verdict, ok := unitOrders(units, history); ok {
 		return verdict
 	}
-	return porcupine.CheckOperationsTimeout(StockModel(units), history, searchBudget)
+	return porcupine.CheckOperationsTimeout(StockModel(units), history, 30*time.Second)
 }
-
-// searchBudget bounds porcupine's search of one history.
-const searchBudget = 2 * time.Minute
 
 // unitOrders decides a history of one-unit orders (no cancels) against StockModel(units), and
 // says whether it could. Stock only falls, one unit per ok, so an ordering exists iff no more
