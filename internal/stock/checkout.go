@@ -62,13 +62,13 @@ func SKUOrder(lines []OrderRequest) []OrderRequest {
 	return out
 }
 
-// Fingerprint identifies what the checkout asks for, as OrderRequest.Fingerprint does an order's.
+// Fingerprint identifies what the checkout asks for, as OrderRequest.Fingerprint does an order's:
+// its lines' fingerprints in SKU order.
 func (r CheckoutRequest) Fingerprint() string {
 	prints := make([]string, len(r.Lines))
 	for i, l := range r.lines() {
 		prints[i] = l.Fingerprint()
 	}
-	slices.Sort(prints)
 	sum := sha256.Sum256([]byte(strings.Join(prints, "\x00")))
 	return hex.EncodeToString(sum[:])
 }
@@ -99,7 +99,7 @@ func (s *Store) PlaceCheckoutAt(ctx context.Context, req CheckoutRequest, reads 
 	err = s.writeCheckout(ctx, s.db, rows, func(tx *gorm.DB, i int) error {
 		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", rs[i].SKU, rs[i].Version, lines[i].Quantity).
 			Updates(sale(int64(lines[i].Quantity), Token{}))
-		return changed(res, rs[i])
+		return changedOne(res, "products/"+rs[i].SKU)
 	})
 	return placedCheckout(rows, now, err)
 }
@@ -116,15 +116,9 @@ func (s *Store) PlaceCheckoutFenced(ctx context.Context, req CheckoutRequest, to
 		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", rs[i].SKU, rs[i].Version, token.Value).
 			Updates(sale(int64(lines[i].Quantity), token))
 		if res.Error == nil && res.RowsAffected != 1 {
-			var now productRow
-			if err := tx.Where("sku = ?", rs[i].SKU).Take(&now).Error; err != nil {
-				return err
-			}
-			if last := now.fence(token.Fence); last > token.Value {
-				return &FenceError{SKU: rs[i].SKU, Token: token, Fence: last}
-			}
+			return fencedMiss(tx, rs[i].SKU, token)
 		}
-		return changed(res, rs[i])
+		return changedOne(res, "products/"+rs[i].SKU)
 	})
 	return placedCheckout(rows, now, err)
 }
@@ -133,16 +127,12 @@ func (s *Store) PlaceCheckoutFenced(ctx context.Context, req CheckoutRequest, to
 // product's row (FOR UPDATE, NOWAIT unless wait is WaitForRow) in SKU order, then decides and
 // writes. A row another transaction holds answers ErrBusy, nothing written.
 func (s *Store) PlaceCheckoutLocked(ctx context.Context, req CheckoutRequest, wait RowWait) (Checkout, error) {
-	db := s.queue
-	if wait == NoWait && s.dialect == MySQL {
-		db = s.db
-	}
 	lines := req.lines()
 	var (
 		rows []orderRow
 		now  time.Time
 	)
-	err := withTx(ctx, db, func(tx *gorm.DB) error {
+	err := withTx(ctx, s.lockPool(wait), func(tx *gorm.DB) error {
 		reads := make([]Product, len(lines))
 		for i, l := range lines {
 			q := tx.Where("sku = ?", l.SKU)
@@ -159,9 +149,9 @@ func (s *Store) PlaceCheckoutLocked(ctx context.Context, req CheckoutRequest, wa
 		if rows, now, err = s.decideCheckout(tx, req, lines, reads); err != nil {
 			return err
 		}
-		for i, l := range lines {
+		for _, l := range lines {
 			res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", l.SKU, l.Quantity).Updates(sale(int64(l.Quantity), Token{}))
-			if err := changed(res, reads[i]); err != nil {
+			if err := changedOne(res, "products/"+l.SKU); err != nil {
 				return err
 			}
 		}
@@ -230,17 +220,6 @@ func settleCheckout(err error) error {
 		return fmt.Errorf("checkout: %w", ErrVersionConflict)
 	}
 	return err
-}
-
-// changed checks that a conditional decrement of read's product took.
-func changed(res *gorm.DB, read Product) error {
-	if res.Error != nil {
-		return res.Error
-	}
-	if res.RowsAffected != 1 {
-		return fmt.Errorf("product %s at version %d: %w", read.SKU, read.Version, ErrVersionConflict)
-	}
-	return nil
 }
 
 // readAndDecide reads every product of the checkout, decides its lines against those reads and

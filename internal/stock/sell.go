@@ -104,18 +104,24 @@ func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, token Toke
 			return fmt.Errorf("product %s changed under the batch: %w", read.SKU, ErrVersionConflict)
 		}
 		if res.RowsAffected != 1 {
-			var now productRow
-			if err := tx.Where("sku = ?", read.SKU).Take(&now).Error; err != nil {
-				return err
-			}
-			if last := now.fence(token.Fence); last > token.Value {
-				return &FenceError{SKU: read.SKU, Token: token, Fence: last}
-			}
-			return fmt.Errorf("product %s changed under the batch: %w", read.SKU, ErrVersionConflict)
+			return fencedMiss(tx, read.SKU, token)
 		}
 		return tx.Create(&a.rows).Error
 	})
 	return a.settle(read, err)
+}
+
+// fencedMiss is the answer of a fenced write of sku that matched no row: *FenceError when a later
+// holder wrote, ErrVersionConflict when the product moved some other way.
+func fencedMiss(tx *gorm.DB, sku string, token Token) error {
+	var now productRow
+	if err := tx.Where("sku = ?", sku).Take(&now).Error; err != nil {
+		return err
+	}
+	if last := now.fence(token.Fence); last > token.Value {
+		return &FenceError{SKU: sku, Token: token, Fence: last}
+	}
+	return fmt.Errorf("product %s changed under the batch: %w", sku, ErrVersionConflict)
 }
 
 // ResetFence sets sku's fence of one kind back to 0 if it is still at observed. The lock
@@ -185,11 +191,16 @@ func (w RowWait) String() string {
 // not called when the row could not be had, and may be called again on a retry (it must return
 // the same orders then).
 func (s *Store) PlaceLocked(ctx context.Context, sku string, wait RowWait, take func() []OrderRequest) ([]Placed, error) {
-	db := s.queue
+	return s.placeLocked(ctx, s.lockPool(wait), rowLock(wait), sku, take)
+}
+
+// lockPool is the pool a transaction that takes product rows with wait runs on: NOWAIT on MySQL
+// holds no connection while it waits, so the main pool; a waiting one, the small queue pool.
+func (s *Store) lockPool(wait RowWait) *gorm.DB {
 	if wait == NoWait && s.dialect == MySQL {
-		db = s.db
+		return s.db
 	}
-	return s.placeLocked(ctx, db, rowLock(wait), sku, take)
+	return s.queue
 }
 
 // rowLock is the locking read of wait: FOR UPDATE, NOWAIT or not.
