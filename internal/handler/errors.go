@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -96,12 +97,18 @@ type errorBody struct {
 type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// SKUs names the lines of a checkout the error is about.
+	SKUs []string `json:"skus,omitempty"`
 }
 
 // fail answers err with its status and code. subject names what the request was about
 // ("product iphone-17"). Only 5xx are logged: they are ours to fix; 4xx are the client's.
 func fail(c *gin.Context, err error, subject string) {
 	code := stock.Code(err)
+	var lines *stock.CheckoutError
+	if errors.As(err, &lines) {
+		subject = "product " + strings.Join(lines.SKUs, ", ")
+	}
 	status, message := http.StatusInternalServerError, fmt.Sprintf("internal error (request id %s)", requestID(c))
 	if a, ok := answers[code]; ok {
 		status, message = a.status, a.message(subject, err)
@@ -124,7 +131,11 @@ func fail(c *gin.Context, err error, subject string) {
 		// Seconds until the start, rounded up: a client that waits that long is not early.
 		c.Header("Retry-After", strconv.Itoa(max(1, int(math.Ceil(time.Until(notStarted.Starts).Seconds())))))
 	}
-	c.AbortWithStatusJSON(status, errorBody{Error: errorDetail{Code: code, Message: message}})
+	detail := errorDetail{Code: code, Message: message}
+	if lines != nil {
+		detail.SKUs = lines.SKUs
+	}
+	c.AbortWithStatusJSON(status, errorBody{Error: detail})
 }
 
 // invalid answers 400 invalid_argument with message.

@@ -38,6 +38,13 @@ type Sales interface {
 	// order for an empty userID (the admin).
 	PayOrder(ctx context.Context, orderID, userID string) (stock.Order, error)
 	CancelOrder(ctx context.Context, orderID, userID string) (stock.Order, error)
+	// PlaceCheckout places a checkout, every line or none; replayed as for PlaceOrder.
+	PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (co stock.Checkout, replayed bool, err error)
+	// Checkout reads a checkout; PayCheckout and CancelCheckout move every line of it, as
+	// PayOrder and CancelOrder an order.
+	Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error)
+	PayCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error)
+	CancelCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error)
 	// Audit reports the product's consistency.
 	Audit(ctx context.Context, sku string) (service.Audit, error)
 	// Reconcile rebuilds state outside the database from it, then audits.
@@ -107,6 +114,10 @@ func New(cfg Config) (http.Handler, error) {
 	v1.GET("/orders/:order_id", h.getOrder)
 	v1.POST("/orders/:order_id/pay", h.payOrder)
 	v1.POST("/orders/:order_id/cancel", h.cancelOrder)
+	v1.POST("/checkouts", h.placeCheckout)
+	v1.GET("/checkouts/:checkout_id", h.getCheckout)
+	v1.POST("/checkouts/:checkout_id/pay", h.payCheckout)
+	v1.POST("/checkouts/:checkout_id/cancel", h.cancelCheckout)
 
 	r.NoRoute(func(c *gin.Context) { fail(c, stock.ErrNotFound, "route "+c.Request.URL.Path) })
 	r.NoMethod(func(c *gin.Context) { fail(c, errMethodNotAllowed, c.Request.Method+" "+c.Request.URL.Path) })
@@ -296,18 +307,8 @@ func (h *handler) cancelOrder(c *gin.Context) {
 	if !ok {
 		return
 	}
-	admin, err := h.isAdmin(c)
-	if err != nil {
-		fail(c, err, "")
-		return
-	}
-	var body buyerBody
-	if !decodeBody(c, &body, admin) { // the admin needs no body
-		return
-	}
-	user, err := body.user(!admin)
-	if err != nil {
-		fail(c, err, "")
+	user, ok := h.canceller(c)
+	if !ok {
 		return
 	}
 	o, err := h.Sales.CancelOrder(c.Request.Context(), id, user)
@@ -316,4 +317,104 @@ func (h *handler) cancelOrder(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, orderJSON(o))
+}
+
+// canceller reads who cancels: the buyer the body names, or the admin (the bearer token, no
+// body needed: user ""). On failure it answers, and returns false.
+func (h *handler) canceller(c *gin.Context) (string, bool) {
+	admin, err := h.isAdmin(c)
+	if err != nil {
+		fail(c, err, "")
+		return "", false
+	}
+	var body buyerBody
+	if !decodeBody(c, &body, admin) {
+		return "", false
+	}
+	user, err := body.user(!admin)
+	if err != nil {
+		fail(c, err, "")
+		return "", false
+	}
+	return user, true
+}
+
+// placeCheckout places several products in one order, every line or none.
+func (h *handler) placeCheckout(c *gin.Context) {
+	key, ok := idempotencyKey(c)
+	if !ok {
+		return
+	}
+	var body checkoutBody
+	if !decode(c, &body) {
+		return
+	}
+	req, err := body.request(key)
+	if err == nil {
+		req.Strategy, err = h.Sales.Resolve(body.Strategy)
+	}
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	co, _, err := h.Sales.PlaceCheckout(c.Request.Context(), req)
+	if err != nil {
+		fail(c, err, "checkout")
+		return
+	}
+	c.JSON(http.StatusCreated, checkoutJSON(co))
+}
+
+func (h *handler) getCheckout(c *gin.Context) {
+	id, ok := checkoutIDParam(c)
+	if !ok {
+		return
+	}
+	co, err := h.Sales.Checkout(c.Request.Context(), id)
+	if err != nil {
+		fail(c, err, "checkout "+id)
+		return
+	}
+	c.JSON(http.StatusOK, checkoutJSON(co))
+}
+
+// payCheckout is the payment provider's callback for a checkout: every line confirmed at once.
+func (h *handler) payCheckout(c *gin.Context) {
+	id, ok := checkoutIDParam(c)
+	if !ok {
+		return
+	}
+	var body buyerBody
+	if !decode(c, &body) {
+		return
+	}
+	user, err := body.user(true)
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	co, err := h.Sales.PayCheckout(c.Request.Context(), id, user)
+	if err != nil {
+		fail(c, err, "checkout "+id)
+		return
+	}
+	c.JSON(http.StatusOK, checkoutJSON(co))
+}
+
+// cancelCheckout cancels every line of the buyer's checkout, or — with the admin token — of any.
+func (h *handler) cancelCheckout(c *gin.Context) {
+	id, ok := checkoutIDParam(c)
+	if !ok {
+		return
+	}
+	user, ok := h.canceller(c)
+	if !ok {
+		return
+	}
+	co, err := h.Sales.CancelCheckout(c.Request.Context(), id, user)
+	if err != nil {
+		fail(c, err, "checkout "+id)
+		return
+	}
+	c.JSON(http.StatusOK, checkoutJSON(co))
 }

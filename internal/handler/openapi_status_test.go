@@ -42,10 +42,16 @@ var serviceErrors = map[string][]error{
 	"WaitOrder":   {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
 	"PayOrder":    {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrOrderCancelled, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"CancelOrder": {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
-	"Audit":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
-	"Reconcile":   {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
-	"Checks":      {stock.ErrUnavailable},
-	"Locks":       nil, // names only: no backend is asked
+	"PlaceCheckout": {&stock.InvalidError{Msg: "over max_per_order"},
+		&stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrNotFound}, &stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrSoldOut},
+		stock.ErrIdempotencyConflict, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
+	"Checkout":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"PayCheckout":    {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrOrderCancelled, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
+	"CancelCheckout": {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
+	"Audit":          {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"Reconcile":      {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"Checks":         {stock.ErrUnavailable},
+	"Locks":          nil, // names only: no backend is asked
 }
 
 // probeSales answers every call with success, or with fail[method] for that method, and notes
@@ -87,6 +93,18 @@ func (p *probeSales) PayOrder(context.Context, string, string) (stock.Order, err
 }
 func (p *probeSales) CancelOrder(context.Context, string, string) (stock.Order, error) {
 	return stock.Order{}, p.err("CancelOrder")
+}
+func (p *probeSales) PlaceCheckout(context.Context, stock.CheckoutRequest) (stock.Checkout, bool, error) {
+	return stock.Checkout{}, false, p.err("PlaceCheckout")
+}
+func (p *probeSales) Checkout(context.Context, string) (stock.Checkout, error) {
+	return stock.Checkout{}, p.err("Checkout")
+}
+func (p *probeSales) PayCheckout(context.Context, string, string) (stock.Checkout, error) {
+	return stock.Checkout{}, p.err("PayCheckout")
+}
+func (p *probeSales) CancelCheckout(context.Context, string, string) (stock.Checkout, error) {
+	return stock.Checkout{}, p.err("CancelCheckout")
 }
 func (p *probeSales) Audit(context.Context, string) (service.Audit, error) {
 	return service.Audit{}, p.err("Audit")

@@ -57,10 +57,15 @@ func idempotencyKey(c *gin.Context) (string, bool) {
 }
 
 // orderIDParam validates the {order_id} path segment: anything but a ULID is an unknown order.
-func orderIDParam(c *gin.Context) (string, bool) {
-	id := c.Param("order_id")
+func orderIDParam(c *gin.Context) (string, bool) { return idParam(c, "order_id", "order") }
+
+// checkoutIDParam validates the {checkout_id} path segment, as orderIDParam {order_id}.
+func checkoutIDParam(c *gin.Context) (string, bool) { return idParam(c, "checkout_id", "checkout") }
+
+func idParam(c *gin.Context, name, what string) (string, bool) {
+	id := c.Param(name)
 	if !orderIDPattern.MatchString(id) {
-		fail(c, stock.ErrNotFound, "order")
+		fail(c, stock.ErrNotFound, what)
 		return "", false
 	}
 	return id, true
@@ -272,7 +277,52 @@ func optionalTime(t time.Time) *time.Time {
 
 func orderJSON(o stock.Order) contract.Order {
 	return contract.Order{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
-		Status: string(o.Status), Reason: o.Reason, ExpiresAt: optionalTime(o.ExpiresAt), CreatedAt: o.CreatedAt}
+		Status: string(o.Status), Reason: o.Reason, ExpiresAt: optionalTime(o.ExpiresAt), CreatedAt: o.CreatedAt, CheckoutID: o.CheckoutID}
+}
+
+type checkoutBody struct {
+	UserID   *string            `json:"user_id"`
+	Lines    []checkoutLineBody `json:"lines"`
+	Strategy string             `json:"strategy"`
+}
+
+type checkoutLineBody struct {
+	SKU      *string `json:"sku"`
+	Quantity *int    `json:"quantity"`
+}
+
+// request validates the body into a checkout request: 1 to stock.MaxCheckoutLines lines of
+// distinct, well-formed SKUs, each quantity defaulting to 1.
+func (b checkoutBody) request(key string) (stock.CheckoutRequest, error) {
+	req := stock.CheckoutRequest{IdempotencyKey: key}
+	user, err := validUser(b.UserID, true)
+	if err != nil {
+		return req, err
+	}
+	req.UserID = user
+	for i, l := range b.Lines {
+		if l.SKU == nil || !skuPattern.MatchString(*l.SKU) {
+			return req, &stock.InvalidError{Msg: fmt.Sprintf("lines[%d].sku must match [A-Za-z0-9._-]{1,64}", i)}
+		}
+		line := stock.OrderRequest{SKU: *l.SKU, Quantity: 1}
+		if l.Quantity != nil {
+			line.Quantity = *l.Quantity
+		}
+		if line.Quantity < 1 || line.Quantity > maxPerOrderLimit {
+			return req, &stock.InvalidError{Msg: fmt.Sprintf("lines[%d].quantity must be at least 1 and at most the product's max_per_order", i)}
+		}
+		req.Lines = append(req.Lines, line)
+	}
+	return req, req.Validate()
+}
+
+func checkoutJSON(co stock.Checkout) contract.Checkout {
+	out := contract.Checkout{CheckoutID: co.CheckoutID, UserID: co.UserID, Strategy: co.Strategy, Status: string(co.Status),
+		ExpiresAt: optionalTime(co.ExpiresAt), CreatedAt: co.CreatedAt, Lines: []contract.CheckoutLine{}}
+	for _, l := range co.Lines {
+		out.Lines = append(out.Lines, contract.CheckoutLine{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
+	}
+	return out
 }
 
 // maxWait bounds GET /orders/{id}?wait=: a held request holds a connection.

@@ -140,44 +140,63 @@ func admitted(reqs []stock.OrderRequest) bool {
 }
 
 // fenced is the fenced write: the orders, under the holder's fencing token
-// (stock.Store.PlaceFenced). A section whose lock is known to be gone (its lease or session) is
-// abandoned before it writes; between that check and the write, the token is what stops a holder
-// whose lock runs out. A write fenced out by a token ahead of the lock service itself — which no
-// holder can have been granted: the service was replaced and its sequence started again — is
-// retried once after resetting that fence (lock.Lock.Ahead); a genuine fence-out is busy, never
-// a sale.
+// (stock.Store.PlaceFenced, fencedWrite).
 func (r *runner) fenced(ctx context.Context, l lock.Lock, key string, reqs []stock.OrderRequest) []stock.Placed {
-	recovered := false
-	for attempt := 1; ; attempt++ {
-		token, err := l.Token(ctx)
-		if err != nil {
-			r.metrics.lostAt(r.name, key)
-			return failAll(len(reqs), stock.Busy(stock.BusyLockLost, fmt.Errorf("lock %s lost before the write, section abandoned", key)))
-		}
-		placed, err := r.store.PlaceFenced(ctx, reqs, token, func(ctx context.Context) error {
+	var placed []stock.Placed
+	sku := reqs[0].SKU
+	err := r.fencedWrite(ctx, func(string) lock.Lock { return l }, func(tokens map[string]stock.Token) (err error) {
+		placed, err = r.store.PlaceFenced(ctx, reqs, tokens[sku], func(ctx context.Context) error {
 			r.inSection(ctx, reqs)
 			return nil
 		})
+		return err
+	}, sku)
+	if err != nil {
+		return failAll(len(reqs), err)
+	}
+	return placed
+}
+
+// fencedWrite runs write under the fencing tokens of the locks (lockOf) of skus. A section
+// whose lock is known to be gone (its lease or session) is abandoned before it writes; between
+// that check and the write, the token is what stops a holder whose lock runs out. A write fenced
+// out by a token ahead of the lock service itself — which no holder can have been granted: the
+// service was replaced and its sequence started again — is retried once after resetting that
+// fence (lock.Lock.Ahead); a genuine fence-out is busy, never a sale.
+func (r *runner) fencedWrite(ctx context.Context, lockOf func(sku string) lock.Lock, write func(tokens map[string]stock.Token) error, skus ...string) error {
+	recovered := false
+	for attempt := 1; ; attempt++ {
+		tokens := make(map[string]stock.Token, len(skus))
+		for _, sku := range skus {
+			token, err := lockOf(sku).Token(ctx)
+			if err != nil {
+				key := r.locker.Key(sku)
+				r.metrics.lostAt(r.name, key)
+				return stock.Busy(stock.BusyLockLost, fmt.Errorf("lock %s lost before the write, section abandoned", key))
+			}
+			tokens[sku] = token
+		}
+		err := write(tokens)
 		var fenceErr *stock.FenceError
 		if errors.As(err, &fenceErr) && !recovered {
-			if l.Ahead(ctx, fenceErr) && r.store.ResetFence(ctx, fenceErr.SKU, token.Fence, fenceErr.Fence) == nil {
+			if lockOf(fenceErr.SKU).Ahead(ctx, fenceErr) && r.store.ResetFence(ctx, fenceErr.SKU, tokens[fenceErr.SKU].Fence, fenceErr.Fence) == nil {
 				recovered = true
 				continue
 			}
 		}
 		switch {
 		case err == nil:
-			return placed
+			return nil
 		case errors.Is(err, stock.ErrFencedOut):
 			r.metrics.fenced(r.name)
-			return failAll(len(reqs), stock.Busy(stock.BusyFencedOut, fmt.Errorf("lock %s: %w", key, err)))
+			return stock.Busy(stock.BusyFencedOut, err)
 		case errors.Is(err, stock.ErrVersionConflict) && attempt < attempts:
 			r.metrics.retried(r.name) // a writer outside the lock moved the stock: read again
 			continue
 		case errors.Is(err, stock.ErrVersionConflict):
-			return failAll(len(reqs), stock.Busy(stock.BusyConflicts, err))
+			return stock.Busy(stock.BusyConflicts, err)
 		}
-		return failAll(len(reqs), err)
+		return err
 	}
 }
 

@@ -3,6 +3,7 @@ package lockstrategy
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/lock"
@@ -101,3 +102,74 @@ func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []s
 
 // Close stops listening for lock releases.
 func (h *Hybrid) Close() error { return h.run.locker.Close() }
+
+// PlaceCheckout implements CheckoutPlacer: admission line by line in SKU order, every line's
+// units given back at the first refusal; then the locks in SKU order and one transaction
+// writing every line under every product's version guard (runner.checkout); then every line's
+// reservation settled, or given back. Line by line is what Redis Cluster allows — each SKU's
+// keys live in a slot of their own, and no script may span slots — and the same on one node:
+// a refused checkout holds the units of its earlier lines for one round trip, during which
+// another buyer of them hears busy (units held), never sold out.
+func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+	lines := stock.SKUOrder(req.Lines)
+	admitted := make([]stock.OrderRequest, 0, len(lines))
+	for _, line := range lines {
+		// The key rides on admission only: a repeat of a checkout in flight hears it is in
+		// flight (stock.ErrDuplicateRequest); the checkout's rows carry it on one line.
+		line.UserID, line.Strategy, line.IdempotencyKey = req.UserID, req.Strategy, req.IdempotencyKey
+		res, err := h.admission.Admit(ctx, line)
+		if errors.Is(err, admission.ErrRedisDown) {
+			h.giveBack(ctx, admitted, errOtherLine)
+			h.admission.FellBack("admission")
+			return h.checkoutWithoutLock(ctx, req)
+		}
+		if err != nil {
+			h.giveBack(ctx, admitted, errOtherLine)
+			if stock.Code(err) == "busy" {
+				return stock.Checkout{}, err
+			}
+			return stock.Checkout{}, &stock.CheckoutError{SKUs: []string{line.SKU}, Err: err}
+		}
+		line.Reservation = res
+		admitted = append(admitted, line)
+	}
+	req.Lines = admitted
+	co, err := h.run.checkout(ctx, req)
+	if errors.Is(err, lock.ErrUnreachable) {
+		h.admission.Down("lock", err)
+		h.admission.FellBack("lock")
+		co, err = h.run.versionedCheckout(ctx, req, admitted)
+	}
+	if err != nil {
+		h.giveBack(ctx, admitted, err)
+		return co, err
+	}
+	for _, line := range admitted {
+		h.admission.Settle(ctx, line.SKU, []stock.OrderRequest{line}, []stock.Placed{{}})
+		h.admission.Done(line.Reservation)
+	}
+	return co, nil
+}
+
+// checkoutWithoutLock places a checkout no lock can be had for: the version checks decide it.
+func (h *Hybrid) checkoutWithoutLock(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+	h.admission.FellBack("lock")
+	return h.run.versionedCheckout(ctx, req, stock.SKUOrder(req.Lines))
+}
+
+// giveBack returns the reservations of a checkout's lines that failed with err. A line the
+// database found short of stock caps its counter at what the database holds (Ledger.GiveBack);
+// the others were refused for another line's sake, which says nothing about their own stock.
+func (h *Hybrid) giveBack(ctx context.Context, lines []stock.OrderRequest, err error) {
+	var soldOut *stock.SoldOutError
+	for _, line := range lines {
+		lineErr := err
+		if errors.As(err, &soldOut) && soldOut.SKU != line.SKU {
+			lineErr = errOtherLine
+		}
+		h.admission.GiveBack(ctx, line, lineErr)
+	}
+}
+
+// errOtherLine is why a line admitted for a checkout was not written: another line was refused.
+var errOtherLine = fmt.Errorf("checkout refused for another of its lines: %w", admission.ErrNotPlaced)

@@ -48,34 +48,62 @@ func (p *Pessimistic) PlaceOrder(ctx context.Context, req stock.OrderRequest) (s
 }
 
 // section is the critical section: the orders are taken once the row is held, inside the
-// transaction, so the orders that arrived while it tried for the row come too. A row it could
-// not have is tried again with capped, jittered backoff until the wait runs out.
+// transaction, so the orders that arrived while it tried for the row come too.
 func (p *Pessimistic) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
-	start := time.Now()
-	deadline := start.Add(p.run.opts.Wait)
-	backoff := time.Millisecond
 	held := func() []stock.OrderRequest {
 		reqs := take()
 		p.run.inSection(ctx, reqs) // the row is locked: a pause here holds it
 		return reqs
 	}
+	var placed []stock.Placed
+	err := p.untilHeld(ctx, "row products/"+sku, func() (err error) {
+		placed, err = p.run.store.PlaceLocked(ctx, sku, p.rowLock, held)
+		return err
+	})
+	if err != nil {
+		return failAll(len(take()), err)
+	}
+	return placed
+}
+
+// PlaceCheckout implements CheckoutPlacer: one transaction takes every product's row in SKU
+// order (stock.Store.PlaceCheckoutLocked), so crossed checkouts queue on their first common row
+// instead of each holding one the other wants.
+func (p *Pessimistic) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+	lines := stock.SKUOrder(req.Lines)
+	var co stock.Checkout
+	err := p.untilHeld(ctx, "the rows of the checkout's products", func() (err error) {
+		co, err = p.run.store.PlaceCheckoutLocked(ctx, req, p.rowLock, func(ctx context.Context) error {
+			p.run.inSection(ctx, lines) // the rows are locked: a pause here holds them
+			return nil
+		})
+		return err
+	})
+	return co, err
+}
+
+// untilHeld runs try until it is not refused for a row another transaction held, with capped,
+// jittered backoff, until the wait runs out: then busy.
+func (p *Pessimistic) untilHeld(ctx context.Context, what string, try func() error) error {
+	start := time.Now()
+	deadline := start.Add(p.run.opts.Wait)
+	backoff := time.Millisecond
 	for {
-		placed, err := p.run.store.PlaceLocked(ctx, sku, p.rowLock, held)
+		err := try()
 		if !rowTaken(err) {
-			if err != nil {
-				return failAll(len(take()), err)
+			if err == nil {
+				p.run.metrics.waited(p.Name(), time.Since(start))
 			}
-			p.run.metrics.waited(p.Name(), time.Since(start))
-			return placed
+			return err
 		}
 		pause := backoff/2 + rand.N(backoff)
 		if time.Now().Add(pause).After(deadline) {
-			return failAll(len(take()), stock.Busy(stock.BusyLockWait, fmt.Errorf("row products/%s: waited %s", sku, p.run.opts.Wait)))
+			return stock.Busy(stock.BusyLockWait, fmt.Errorf("%s: waited %s", what, p.run.opts.Wait))
 		}
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
-			return failAll(len(take()), ctx.Err())
+			return ctx.Err()
 		}
 		backoff = min(2*backoff, 16*time.Millisecond)
 	}

@@ -38,6 +38,7 @@ type runner struct {
 	guard   Guard
 	opts    Options
 	metrics *LockMetrics
+	local   localLocks // the instance's turns on its products: its sections' and its checkouts'
 	// pause is slept between the read and the write of an unguarded section: naive's stand-in
 	// for the latency that opens the race window in production.
 	pause time.Duration
@@ -69,21 +70,20 @@ func (r *runner) section(ctx context.Context, sku string, take func() []stock.Or
 	key := r.locker.Key(sku)
 	start := time.Now()
 	waitCtx, cancel := context.WithTimeout(ctx, r.opts.Wait)
+	release, err := r.local.take(waitCtx, sku)
+	if err != nil {
+		cancel()
+		return failAll(len(take()), waitFailed(ctx, key, r.opts.Wait, err))
+	}
+	defer release()
 	l, err := r.locker.Lock(waitCtx, key)
 	outwaited := waitCtx.Err() != nil
 	cancel()
-	switch {
-	case errors.Is(err, lock.ErrUnreachable):
-		if r.fallback != nil {
+	if err != nil {
+		if errors.Is(err, lock.ErrUnreachable) && r.fallback != nil {
 			return r.fallback(ctx, take(), err)
 		}
-		return failAll(len(take()), fmt.Errorf("lock %s: %w: %w", key, stock.ErrUnavailable, err))
-	case errors.Is(err, stock.ErrUnavailable) && !outwaited && ctx.Err() == nil:
-		// The lock's backend failed before the wait ran out (the database under the lock
-		// table, etcd refusing a lease): unavailable, not busy.
-		return failAll(len(take()), err)
-	case err != nil:
-		return failAll(len(take()), waitFailed(ctx, key, r.opts.Wait, err))
+		return failAll(len(take()), r.lockErr(ctx, key, outwaited, err))
 	}
 	locked := time.Now()
 	r.metrics.waited(r.name, locked.Sub(start))
@@ -146,6 +146,19 @@ func abandoned(section context.Context, key string, placed []stock.Placed) {
 			placed[i].Err = stock.Busy(stock.BusyLockLost, fmt.Errorf("lock %s lost mid-section, section abandoned", key))
 		}
 	}
+}
+
+// lockErr is the answer of a wait for key's lock that failed with err: unavailable when the
+// lock service could not be reached, or its backend failed before the wait ran out (the
+// database under the lock table, etcd refusing a lease); else busy (waitFailed).
+func (r *runner) lockErr(ctx context.Context, key string, outwaited bool, err error) error {
+	switch {
+	case errors.Is(err, lock.ErrUnreachable):
+		return fmt.Errorf("lock %s: %w: %w", key, stock.ErrUnavailable, err)
+	case errors.Is(err, stock.ErrUnavailable) && !outwaited && ctx.Err() == nil:
+		return err
+	}
+	return waitFailed(ctx, key, r.opts.Wait, err)
 }
 
 // failAll answers every order of a batch with err.

@@ -44,6 +44,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.NowaitAsWait, "internal/lockstrategy", "TestPessimisticRowHeld/nowait,_released", nil, "NOWAIT: no session ever parked in the row's lock queue"},
 		{planted.PartialCheckout, "internal/stock", "TestCheckoutStaleLineWritesNothing", nil, "a stale line wrote no line of its checkout"},
 		{planted.RequestOrder, "internal/stock", "TestCheckoutTakesRowsInSKUOrder", nil, "crossed checkouts deadlocked"},
+		{planted.RequestOrder, "internal/lockstrategy", "TestCrossedCheckoutsAcrossInstances/etcd", nil, "a lock wait ran out"},
 		{planted.BeatsWithoutDatabase, "internal/service", "TestCutOffFromItsDatabase", nil, "the cut-off instance's reservation never came back"},
 	})
 }

@@ -135,7 +135,11 @@ func New(cfg Config, p Parts, log *slog.Logger, reg prometheus.Registerer) (*Ser
 		Name: "seckill_restocked_units_total",
 		Help: "Units of cancelled and expired orders given back to Redis admission by this instance's relay.",
 	})
-	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.busy, s.restocked)
+	s.checkouts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_checkouts_total",
+		Help: "Checkout attempts (several products, all or nothing) by strategy and outcome: ok, replayed, or the error code of the answer, as seckill_orders_total.",
+	}, []string{"strategy", "outcome"})
+	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.busy, s.restocked, s.checkouts)
 	reg.MustRegister(newStranded(s.admission, p.Store, log))
 	s.catalog = newCatalog(p.Store.Product, time.Second)
 	if cfg.SoldOutFlag > 0 && p.Resets != nil {

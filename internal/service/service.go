@@ -44,6 +44,7 @@ type Service struct {
 	background    sync.WaitGroup
 	log           *slog.Logger
 	outcomes      *prometheus.CounterVec
+	checkouts     *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
 	transitions   *prometheus.CounterVec
 	busy          *prometheus.CounterVec
@@ -177,35 +178,48 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 		if flagged && errors.Is(err, stock.ErrSoldOut) {
 			s.soldOut.learn(req.SKU)
 		}
-		// A replay is looked up only when the order failed: its key or its buyer is taken (one
-		// buyer holds one order per product), the stock is gone (the original may have taken the
-		// last unit), or the request does not fit the product (a key reused with another body
-		// must hear idempotency_conflict) — not before every order, which would be a database read
-		// per request on the hottest path. One case is answered without it: a key reused with
+		// A replay is looked up only when the order failed as a repeat may (mayRepeat) — not
+		// before every order, which would be a database read per request on the hottest path. One case is answered without it: a key reused with
 		// another body for a product that the sold-out flag answers hears sold_out rather than
 		// idempotency_conflict (both 409): telling them apart would cost the read the flag exists
 		// to save.
-		if req.IdempotencyKey != "" && (errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
-			errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)) {
+		if req.IdempotencyKey != "" && mayRepeat(err) {
 			if order, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
 				return order, rerr == nil, rerr
 			}
 		}
-		// The key is taken and its order is not in the database: the original is in flight, on
-		// this instance or another (it holds the buyer's reservation). Its answer is coming:
-		// wait for it, asking again, for as long as an order may wait for a lock; then the client
-		// hears busy and retries — never already_purchased, never a second order.
 		if !errors.Is(err, stock.ErrDuplicateRequest) {
 			return order, false, err
 		}
-		if time.Since(start) > s.inFlightWait {
-			return stock.Order{}, false, stock.Busy(stock.BusyInFlight, fmt.Errorf("waited %s for the request in flight: %w", s.inFlightWait, err))
+		if err = s.awaitInFlight(ctx, start, err); err != nil {
+			return stock.Order{}, false, err
 		}
-		select {
-		case <-ctx.Done():
-			return stock.Order{}, false, ctx.Err()
-		case <-time.After(10*time.Millisecond + rand.N(20*time.Millisecond)):
-		}
+	}
+}
+
+// mayRepeat reports whether a request that failed with err may repeat one already placed under
+// its Idempotency-Key: its key or its buyer is taken, the stock is gone (the original may have
+// taken the last unit), or the request does not fit the product (a key reused with another body
+// must hear idempotency_conflict).
+func mayRepeat(err error) bool {
+	return errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
+		errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)
+}
+
+// awaitInFlight waits a moment before a request whose key is taken, with no placement of it in
+// the database, asks again (nil); err is that failure. The original is in flight, on this
+// instance or another (it holds the buyer's reservation), and its answer is coming: the repeat
+// waits for it as long as an order may wait for a lock (since start); then the client hears
+// busy and retries — never already_purchased, never a second order.
+func (s *Service) awaitInFlight(ctx context.Context, start time.Time, err error) error {
+	if time.Since(start) > s.inFlightWait {
+		return stock.Busy(stock.BusyInFlight, fmt.Errorf("waited %s for the request in flight: %w", s.inFlightWait, err))
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10*time.Millisecond + rand.N(20*time.Millisecond)):
+		return nil
 	}
 }
 

@@ -53,6 +53,24 @@ func (e *CheckoutError) Error() string {
 
 func (e *CheckoutError) Unwrap() error { return e.Err }
 
+// MaxCheckoutLines is the most lines one checkout may have.
+const MaxCheckoutLines = 20
+
+// Validate refuses a checkout with no line, more than MaxCheckoutLines, or a product twice.
+func (r CheckoutRequest) Validate() error {
+	if len(r.Lines) == 0 || len(r.Lines) > MaxCheckoutLines {
+		return &InvalidError{Msg: fmt.Sprintf("a checkout has 1 to %d lines, not %d", MaxCheckoutLines, len(r.Lines))}
+	}
+	seen := make(map[string]bool, len(r.Lines))
+	for _, l := range r.Lines {
+		if seen[l.SKU] {
+			return &InvalidError{Msg: fmt.Sprintf("product %s is on two lines of the checkout", l.SKU)}
+		}
+		seen[l.SKU] = true
+	}
+	return nil
+}
+
 // SKUOrder returns the lines sorted by SKU: the order in which every checkout takes its products.
 func SKUOrder(lines []OrderRequest) []OrderRequest {
 	out := slices.Clone(lines)
@@ -125,8 +143,9 @@ func (s *Store) PlaceCheckoutFenced(ctx context.Context, req CheckoutRequest, to
 
 // PlaceCheckoutLocked is PlaceLocked for a checkout (pessimistic): one transaction takes every
 // product's row (FOR UPDATE, NOWAIT unless wait is WaitForRow) in SKU order, then decides and
-// writes. A row another transaction holds answers ErrBusy, nothing written.
-func (s *Store) PlaceCheckoutLocked(ctx context.Context, req CheckoutRequest, wait RowWait) (Checkout, error) {
+// writes; beforeWrite runs with every row held and read. A row another transaction holds answers
+// ErrBusy, nothing written.
+func (s *Store) PlaceCheckoutLocked(ctx context.Context, req CheckoutRequest, wait RowWait, beforeWrite func(context.Context) error) (Checkout, error) {
 	lines := req.lines()
 	var (
 		rows []orderRow
@@ -147,6 +166,9 @@ func (s *Store) PlaceCheckoutLocked(ctx context.Context, req CheckoutRequest, wa
 		}
 		var err error
 		if rows, now, err = s.decideCheckout(tx, req, lines, reads); err != nil {
+			return err
+		}
+		if err := beforeWrite(ctx); err != nil {
 			return err
 		}
 		for _, l := range lines {

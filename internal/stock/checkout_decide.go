@@ -63,7 +63,7 @@ func (s *Store) decideCheckout(db *gorm.DB, req CheckoutRequest, lines []OrderRe
 			refused[i] = &SoldOutError{SKU: p.SKU, Left: p.Stock, Asked: l.Quantity}
 		}
 	}
-	if err := refusal(lines, refused); err != nil {
+	if err := Refusal(lines, refused); err != nil {
 		return nil, now, err
 	}
 	id := req.CheckoutID
@@ -83,9 +83,9 @@ func (s *Store) decideCheckout(db *gorm.DB, req CheckoutRequest, lines []OrderRe
 	return rows, now, nil
 }
 
-// refusal is the answer of a checkout whose lines were refused as refused says (nil: placed):
+// Refusal is the answer of a checkout whose lines were refused as refused says (nil: placed):
 // the first refusal, naming every line refused with the same code.
-func refusal(lines []OrderRequest, refused []error) error {
+func Refusal(lines []OrderRequest, refused []error) error {
 	first := slices.IndexFunc(refused, func(err error) bool { return err != nil })
 	if first < 0 {
 		return nil

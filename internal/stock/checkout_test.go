@@ -38,7 +38,7 @@ func checkoutSections() map[string]checkoutSection {
 			return s.PlaceCheckoutFenced(context.Background(), req, tokens, noPause)
 		},
 		"locked": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
-			return s.PlaceCheckoutLocked(context.Background(), req, stock.NoWait)
+			return s.PlaceCheckoutLocked(context.Background(), req, stock.NoWait, noPause)
 		},
 		"unguarded": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
 			return s.PlaceCheckoutUnguarded(context.Background(), req, noPause)
@@ -136,14 +136,14 @@ func TestCheckoutKey(t *testing.T) {
 	a, b := newProduct(t, s, 5, 1), newProduct(t, s, 5, 1)
 	req := checkout("u1", a, b)
 	req.IdempotencyKey = backendtest.SKU(t) + "-key"
-	c, err := s.PlaceCheckoutLocked(ctx, req, stock.NoWait)
+	c, err := s.PlaceCheckoutLocked(ctx, req, stock.NoWait, noPause)
 	require.NoError(t, err)
 	o, err := s.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
 	require.NoError(t, err)
 	assert.Equal(t, c.CheckoutID, o.CheckoutID, "the key finds the checkout")
 	again := checkout("u2", a, b)
 	again.IdempotencyKey = req.IdempotencyKey
-	_, err = s.PlaceCheckoutLocked(ctx, again, stock.NoWait)
+	_, err = s.PlaceCheckoutLocked(ctx, again, stock.NoWait, noPause)
 	require.ErrorIs(t, err, stock.ErrDuplicateRequest)
 	_, err = placeAt(t, s, stock.OrderRequest{SKU: a, UserID: "u3", Quantity: 1, Strategy: "test", IdempotencyKey: req.IdempotencyKey})
 	require.ErrorIs(t, err, stock.ErrDuplicateRequest)
@@ -171,7 +171,7 @@ func TestCrossedCheckouts(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				skus := orders[(w+i)%len(orders)]
-				c, err := s.PlaceCheckoutLocked(ctx, checkout(fmt.Sprintf("w%d-%d", w, i), skus...), stock.WaitForRow)
+				c, err := s.PlaceCheckoutLocked(ctx, checkout(fmt.Sprintf("w%d-%d", w, i), skus...), stock.WaitForRow, noPause)
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -221,7 +221,7 @@ func TestCheckoutTakesRowsInSKUOrder(t *testing.T) {
 
 	placed := make(chan error, 1)
 	go func() {
-		_, err := s.PlaceCheckoutLocked(ctx, checkout("u1", second, first), stock.WaitForRow)
+		_, err := s.PlaceCheckoutLocked(ctx, checkout("u1", second, first), stock.WaitForRow, noPause)
 		placed <- err
 	}()
 	// The checkout is waiting once its locking read runs: the other connection is idle, holding
@@ -256,7 +256,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 		return out
 	}
 
-	paid, err := s.PlaceCheckoutLocked(ctx, checkout("payer", a, b), stock.NoWait)
+	paid, err := s.PlaceCheckoutLocked(ctx, checkout("payer", a, b), stock.NoWait, noPause)
 	require.NoError(t, err)
 	assert.Equal(t, stock.Pending, paid.Status)
 	assert.WithinDuration(t, paid.CreatedAt.Add(time.Minute), paid.ExpiresAt, time.Millisecond, "the shortest payment timeout of its products")
@@ -267,7 +267,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []stock.Status{stock.Confirmed, stock.Confirmed}, status(got), "a line's pay pays its checkout")
 
-	cancelled, err := s.PlaceCheckoutLocked(ctx, checkout("canceller", a, b), stock.NoWait)
+	cancelled, err := s.PlaceCheckoutLocked(ctx, checkout("canceller", a, b), stock.NoWait, noPause)
 	require.NoError(t, err)
 	_, err = s.CancelCheckout(ctx, cancelled.CheckoutID, "someone else")
 	require.ErrorIs(t, err, stock.ErrNotFound)
@@ -278,7 +278,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 	require.NoError(t, err, "cancelled again: answered as it is")
 	assert.Equal(t, []int64{4, 4, 5}, units(), "the cancelled checkout's units back, once per line")
 
-	lapsing, err := s.PlaceCheckoutLocked(ctx, checkout("late", a, c), stock.NoWait)
+	lapsing, err := s.PlaceCheckoutLocked(ctx, checkout("late", a, c), stock.NoWait, noPause)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		_, err := s.ExpireDue(ctx, 100)

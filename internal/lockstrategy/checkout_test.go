@@ -1,0 +1,210 @@
+package lockstrategy_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// TestCrossedCheckoutsAcrossInstances is the lesson of checkouts: one lock is easy, two need an order. Across
+// three instances of every safe strategy that places checkouts, buyers cross — A+B against
+// B+A, C+A against A+B — while single orders buy the same products. Every strategy takes its
+// locks (rows, admission) in SKU order, so no two checkouts ever hold what the other waits for:
+// no lock wait runs out (a crossed pair taken in request order deadlocks until it does: the
+// planted request-order bug), no answer takes 3 s, no 5xx, and at no moment is a checkout seen
+// in part; at the end the invariant holds per product and every checkout answered 201 is whole.
+func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
+	for _, v := range strategies() {
+		// A checkout rides in no batch: one configuration of each is enough.
+		if v.accepts || strings.HasSuffix(v.name, "/one-per-section") {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			sellCrossed(t, newInstances(t, instances, v.cfg, backendtest.Wiring{}))
+		})
+	}
+}
+
+const (
+	crossedStock      = 8 // of each product
+	crossedCheckouts  = 4 // of each of the three crossings: few, so that no lock wait runs out but in a deadlock
+	crossedSingles    = 2 // of each product
+	crossedStallLimit = 3 * time.Second
+)
+
+// sellCrossed runs the crossed sale on insts and checks it (TestCrossedCheckoutsAcrossInstances).
+func sellCrossed(t *testing.T, insts []backendtest.Instance) {
+	base := backendtest.SKU(t)
+	a, b, c := base+"-a", base+"-b", base+"-c"
+	skus := []string{a, b, c}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, sku := range skus {
+		_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "crossed", Stock: crossedStock, MaxPerOrder: 1})
+		require.NoError(t, err)
+	}
+	db := backendtest.SQL(t)
+	var (
+		mu        sync.Mutex
+		checkouts []stock.Checkout
+		orders    = map[string][]stock.Order{}
+		outcomes  = map[string]int{}
+		slowest   time.Duration
+		wg        sync.WaitGroup
+		done      atomic.Bool
+		partial   []string
+	)
+	observed := make(chan struct{})
+	go func() { // the outside view: never half a checkout, at any moment
+		defer close(observed)
+		for !done.Load() {
+			if p := backendtest.PartialCheckouts(t, db, skus, 2); len(p) > 0 {
+				partial = p
+				return
+			}
+		}
+	}()
+	answer := func(kind string, took time.Duration, err error) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		slowest = max(slowest, took)
+		code := stock.Code(err)
+		outcomes[kind+" "+code]++
+		if code == "busy" && stock.CauseOfBusy(err) != stock.BusyLockWait {
+			return false // admission's held units, a version conflict: ask again
+		}
+		return true
+	}
+	start := make(chan struct{})
+	crossings := [][]string{{a, b}, {b, a}, {c, a}}
+	for i := range crossedCheckouts * len(crossings) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inst := insts[i%len(insts)]
+			strategy, _ := inst.Resolve("")
+			req := stock.CheckoutRequest{UserID: fmt.Sprintf("checkout-%03d", i), Strategy: strategy}
+			for _, sku := range crossings[i%len(crossings)] {
+				req.Lines = append(req.Lines, stock.OrderRequest{SKU: sku, Quantity: 1})
+			}
+			<-start
+			for ctx.Err() == nil {
+				began := time.Now()
+				co, _, err := inst.PlaceCheckout(ctx, req)
+				if !answer("checkout", time.Since(began), err) {
+					continue
+				}
+				if err == nil {
+					mu.Lock()
+					checkouts = append(checkouts, co)
+					for _, line := range co.Lines {
+						orders[line.SKU] = append(orders[line.SKU], line)
+					}
+					mu.Unlock()
+				}
+				return
+			}
+		}()
+	}
+	for i := range crossedSingles * len(skus) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inst := insts[i%len(insts)]
+			strategy, _ := inst.Resolve("")
+			req := stock.OrderRequest{SKU: skus[i%len(skus)], UserID: fmt.Sprintf("single-%03d", i), Quantity: 1, Strategy: strategy}
+			<-start
+			for ctx.Err() == nil {
+				began := time.Now()
+				o, _, err := inst.PlaceOrder(ctx, req)
+				if !answer("order", time.Since(began), err) {
+					continue
+				}
+				if err == nil {
+					mu.Lock()
+					orders[o.SKU] = append(orders[o.SKU], o)
+					mu.Unlock()
+				}
+				return
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	done.Store(true)
+	<-observed
+	t.Logf("outcomes %v; slowest answer %s", outcomes, slowest.Round(time.Millisecond))
+	require.NoError(t, ctx.Err(), "the buyers did not finish")
+	assert.Empty(t, partial, "half a checkout seen from outside")
+	for kind, n := range outcomes {
+		assert.Contains(t, []string{"checkout ok", "checkout sold_out", "order ok", "order sold_out", "checkout busy", "order busy"}, kind,
+			"an answer no crossing may give (%d times)", n)
+	}
+	assert.Zero(t, outcomes["checkout busy"]+outcomes["order busy"], "a lock wait ran out: locks taken in another order than SKU order wait for each other")
+	assert.Less(t, slowest, crossedStallLimit, "an answer took longer than the promise")
+	assert.NotZero(t, outcomes["checkout ok"], "no checkout placed: nothing crossed")
+	assert.NotZero(t, outcomes["checkout sold_out"], "no checkout refused: the sale never ran short")
+	store := backendtest.Store(t)
+	for _, sku := range skus {
+		backendtest.RequireInvariant(t, store, sku, orders[sku])
+	}
+	backendtest.RequireWholeCheckouts(t, store, db, skus, 2, checkouts)
+	for _, sku := range skus {
+		assert.Eventually(t, func() bool {
+			audit, err := insts[0].Audit(ctx, sku)
+			return err == nil && audit.HeldBack() == 0
+		}, 10*time.Second, 20*time.Millisecond, "%s: admission still holds back units of placed or refused lines", sku)
+	}
+}
+
+// TestNaiveCheckoutsOversell: naive places checkouts as unsafely as orders — each line's stock
+// written as computed from a read with no lock and no condition — so checkouts that race
+// oversell, and the invariant check sees it.
+func TestNaiveCheckoutsOversell(t *testing.T) {
+	insts := newInstances(t, instances, naive(), backendtest.Wiring{})
+	base := backendtest.SKU(t)
+	a, b := base+"-a", base+"-b"
+	ctx := context.Background()
+	for _, sku := range []string{a, b} {
+		_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "naive", Stock: 3, MaxPerOrder: 1})
+		require.NoError(t, err)
+	}
+	var (
+		mu    sync.Mutex
+		acked []stock.Order
+		wg    sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inst := insts[i%len(insts)]
+			req := stock.CheckoutRequest{UserID: fmt.Sprintf("buyer-%02d", i), Strategy: "naive",
+				Lines: []stock.OrderRequest{{SKU: a, Quantity: 1}, {SKU: b, Quantity: 1}}}
+			<-start
+			co, _, err := inst.PlaceCheckout(ctx, req)
+			if err == nil {
+				mu.Lock()
+				acked = append(acked, co.Lines[0])
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("naive: %d checkouts of 3 units placed", len(acked))
+	assert.Greater(t, len(acked), 3, "racing checkouts with no lock sold more than the stock")
+	requireInvariantFails(t, backendtest.Store(t), a, acked)
+}
