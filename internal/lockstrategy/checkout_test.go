@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/redisclient"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -34,6 +35,14 @@ func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
 			sellCrossed(t, newInstances(t, instances, v.cfg, backendtest.Wiring{}))
 		})
 	}
+	// On a Redis Cluster each product's admission keys and lock live in a slot of their own,
+	// most likely on different masters: hybrid admits the lines one by one, as on one node.
+	t.Run("hybrid/redis-cluster", func(t *testing.T) {
+		t.Parallel()
+		c := backendtest.StartRedisCluster(t)
+		w := backendtest.Wiring{RedisMode: redisclient.Cluster, RedisAddrs: c.Addrs()}
+		sellCrossed(t, newInstances(t, instances, config("hybrid"), w))
+	})
 }
 
 const (
