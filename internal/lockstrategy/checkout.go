@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/flashsale/seckill/internal/keyqueue"
 	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -14,9 +16,10 @@ import (
 // Checkouts: several products in one order, every line placed or none (the store's checkout
 // sections, internal/stock/checkout.go). One lock is easy; two need an order: every strategy
 // takes its locks — its rows, its admission — in SKU order (stock.SKUOrder), so two crossed
-// checkouts (A+B against B+A) never each hold what the other waits for. A checkout does not
-// ride in the batcher's group commit: a batch is one product's, a checkout spans several. It
-// takes its products' turns in the instance (local), then their locks, each in SKU order.
+// checkouts (A+B against B+A) never each hold what the other waits for. Checkouts of the same
+// products ride together, as a product's orders do (group commit): one acquisition of each
+// lock, one conditional update of each product, one insert (checkoutBatcher). A section takes
+// its products' turns in the instance (local), then their locks, each in SKU order.
 
 // A CheckoutPlacer places checkouts. It returns a Strategy's errors; a refusal of some lines
 // is a *stock.CheckoutError naming them.
@@ -26,12 +29,99 @@ type CheckoutPlacer interface {
 
 // PlaceCheckout implements CheckoutPlacer.
 func (l *Locked) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	return l.run.checkout(ctx, req)
+	return l.checkouts.place(ctx, req)
 }
 
 // PlaceCheckout implements CheckoutPlacer: no lock and no guard, as unsafe as an order.
 func (n *Naive) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	return n.run.writeCheckout(ctx, nil, req)
+	return n.checkouts.place(ctx, req)
+}
+
+// checkoutSection is one critical section over the products skus (in SKU order): it calls take
+// once it holds their locks, and answers each checkout take returned, in order; take returns
+// the same checkouts if called again.
+type checkoutSection func(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.CheckoutPlaced
+
+// checkoutBatcher is the batcher of checkouts: checkouts of the same products that arrive while
+// a section of theirs runs wait, and the next section takes them together (up to a batch's
+// most), as batcher does a product's orders. Checkouts of other products, or of the same ones in
+// part, never ride together: their sections take other locks.
+type checkoutBatcher struct {
+	section checkoutSection
+	timeout time.Duration
+	overlap bool // naive's: every checkout starts a section of its own
+	queue   *keyqueue.Queue[*checkoutWaiter]
+}
+
+type checkoutWaiter struct {
+	req    stock.CheckoutRequest
+	placed stock.CheckoutPlaced
+	done   chan struct{}
+}
+
+// checkoutBatcher returns the checkout batcher that runs s over r's batches.
+func (r *runner) checkoutBatcher(s checkoutSection) *checkoutBatcher {
+	b := &checkoutBatcher{section: s, timeout: 2*r.opts.Wait + 5*time.Second}
+	b.queue = keyqueue.New(r.opts.Batch, b.round)
+	return b
+}
+
+// place queues req behind the section of its products and waits for its answer.
+func (b *checkoutBatcher) place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+	if err := req.Validate(); err != nil {
+		return stock.Checkout{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return stock.Checkout{}, fmt.Errorf("%w: %w", errAbandoned, err)
+	}
+	lines := stock.SKUOrder(req.Lines)
+	skus := make([]string, len(lines))
+	for i, l := range lines {
+		skus[i] = l.SKU
+	}
+	w := &checkoutWaiter{req: req, done: make(chan struct{})}
+	await := b.queue.Await
+	if b.overlap {
+		await = b.queue.AwaitOverlapping
+	}
+	if err := await(ctx, strings.Join(skus, "\x00"), w, w.done); err != nil {
+		return stock.Checkout{}, fmt.Errorf("%w: %w", errAbandoned, err)
+	}
+	return w.placed.Checkout, w.placed.Err
+}
+
+// round runs one section over the products key names, on a context of its own.
+func (b *checkoutBatcher) round(key string, take func() []*checkoutWaiter) {
+	var (
+		batch []*checkoutWaiter
+		reqs  []stock.CheckoutRequest
+	)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), b.timeout, errSectionTimeout)
+	results := b.section(ctx, strings.Split(key, "\x00"), func() []stock.CheckoutRequest {
+		if reqs != nil {
+			return reqs
+		}
+		batch = take()
+		reqs = make([]stock.CheckoutRequest, len(batch))
+		for i, w := range batch {
+			reqs[i] = w.req
+		}
+		return reqs
+	})
+	cancel()
+	for i, w := range batch {
+		w.placed = results[i]
+		close(w.done)
+	}
+}
+
+// failCheckouts answers every checkout of a batch with err.
+func failCheckouts(n int, err error) []stock.CheckoutPlaced {
+	out := make([]stock.CheckoutPlaced, n)
+	for i := range out {
+		out[i].Err = err
+	}
+	return out
 }
 
 // localLocks are one instance's turns on its products: a section and a checkout of one instance
@@ -94,16 +184,17 @@ func (h *holds) lockOf(sku string) lock.Lock {
 	return nil
 }
 
-// lockAll takes the turn and the lock of every line's product in SKU order, within the
-// section's wait. On failure it releases what it took, and answers as a section would.
-func (r *runner) lockAll(ctx context.Context, lines []stock.OrderRequest) (*holds, error) {
+// lockAll takes the turn and the lock of every product of skus in their order (SKU order),
+// within the section's wait. On failure it releases what it took, and answers as a section
+// would.
+func (r *runner) lockAll(ctx context.Context, skus []string) (*holds, error) {
 	h := &holds{}
 	start := time.Now()
 	waitCtx, cancel := context.WithTimeout(ctx, r.opts.Wait)
 	defer cancel()
-	for _, line := range lines {
-		key := r.locker.Key(line.SKU)
-		release, err := r.local.take(waitCtx, line.SKU)
+	for _, sku := range skus {
+		key := r.locker.Key(sku)
+		release, err := r.local.take(waitCtx, sku)
 		if err != nil {
 			r.release(ctx, h)
 			return nil, waitFailed(ctx, key, r.opts.Wait, err)
@@ -114,7 +205,7 @@ func (r *runner) lockAll(ctx context.Context, lines []stock.OrderRequest) (*hold
 			r.release(ctx, h)
 			return nil, r.lockErr(ctx, key, waitCtx.Err() != nil, err)
 		}
-		h.skus, h.locks, h.releases = append(h.skus, line.SKU), append(h.locks, l), append(h.releases, release)
+		h.skus, h.locks, h.releases = append(h.skus, sku), append(h.locks, l), append(h.releases, release)
 	}
 	r.metrics.waited(r.name, time.Since(start))
 	return h, nil
@@ -132,33 +223,44 @@ func (r *runner) release(ctx context.Context, h *holds) {
 	}
 }
 
-// checkout places req under the lock of every line's product, taken in SKU order, written under
-// r's guard. A lock lost mid-way stops the write, and the checkout answers busy.
-func (r *runner) checkout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	h, err := r.lockAll(ctx, stock.SKUOrder(req.Lines))
+// checkoutSection is the critical section of a batch of checkouts of skus: the lock of every
+// product, taken in SKU order, then the batch written under r's guard. A lock lost mid-way stops
+// the write, and its checkouts answer busy.
+func (r *runner) checkoutSection(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.CheckoutPlaced {
+	if r.locker == nil {
+		return r.writeCheckouts(ctx, nil, take())
+	}
+	h, err := r.lockAll(ctx, skus)
 	if err != nil {
-		return stock.Checkout{}, err
+		return failCheckouts(len(take()), err)
 	}
 	locked := time.Now()
 	section, stops := ctx, make([]func(), len(h.locks))
 	for i, l := range h.locks {
 		section, stops[i] = untilLost(section, l)
 	}
-	co, err := r.writeCheckout(section, h, req)
+	placed := r.writeCheckouts(section, h, take())
 	for i := len(stops) - 1; i >= 0; i-- {
 		stops[i]()
 	}
-	r.metrics.held(r.name, r.locker.Key(h.skus[0]), time.Since(locked))
+	r.metrics.held(r.name, r.locker.Key(skus[0]), time.Since(locked))
 	r.release(ctx, h)
-	if err != nil && !errors.Is(err, stock.ErrSoldOut) && errors.Is(context.Cause(section), lock.ErrLost) {
-		err = stock.Busy(stock.BusyLockLost, fmt.Errorf("a lock of the checkout was lost mid-section, section abandoned: %w", err))
+	if errors.Is(context.Cause(section), lock.ErrLost) {
+		for i := range placed {
+			if placed[i].Err != nil && !errors.Is(placed[i].Err, stock.ErrSoldOut) {
+				placed[i].Err = stock.Busy(stock.BusyLockLost, fmt.Errorf("a lock of the checkout was lost mid-section, section abandoned: %w", placed[i].Err))
+			}
+		}
 	}
-	return co, err
+	return placed
 }
 
-// writeCheckout writes req under r's guard, h held (nil: no lock).
-func (r *runner) writeCheckout(ctx context.Context, h *holds, req stock.CheckoutRequest) (stock.Checkout, error) {
-	lines := stock.SKUOrder(req.Lines)
+// writeCheckouts writes reqs under r's guard, h held (nil: no lock).
+func (r *runner) writeCheckouts(ctx context.Context, h *holds, reqs []stock.CheckoutRequest) []stock.CheckoutPlaced {
+	if len(reqs) == 0 {
+		return nil
+	}
+	lines := stock.SKUOrder(reqs[0].Lines)
 	hook := func(ctx context.Context) error {
 		if r.pause > 0 {
 			select {
@@ -170,47 +272,55 @@ func (r *runner) writeCheckout(ctx context.Context, h *holds, req stock.Checkout
 		r.inSection(ctx, lines)
 		return ctx.Err()
 	}
+	var (
+		placed []stock.CheckoutPlaced
+		err    error
+	)
 	switch r.guard {
 	case Version:
-		return r.versionedCheckout(ctx, req, lines)
+		return r.versionedCheckouts(ctx, reqs)
 	case Fence:
-		var co stock.Checkout
-		err := r.fencedWrite(ctx, h.lockOf, func(tokens map[string]stock.Token) (err error) {
-			co, err = r.store.PlaceCheckoutFenced(ctx, req, tokens, hook)
+		err = r.fencedWrite(ctx, h.lockOf, func(tokens map[string]stock.Token) (err error) {
+			placed, err = r.store.PlaceCheckoutsFenced(ctx, reqs, tokens, hook)
 			return err
 		}, h.skus...)
-		return co, err
+	default:
+		if placed, err = r.store.PlaceCheckoutsUnguarded(ctx, reqs, hook); errors.Is(err, stock.ErrVersionConflict) {
+			err = stock.Busy(stock.BusyConflicts, err)
+		}
 	}
-	co, err := r.store.PlaceCheckoutUnguarded(ctx, req, hook)
-	if errors.Is(err, stock.ErrVersionConflict) {
-		return stock.Checkout{}, stock.Busy(stock.BusyConflicts, err)
+	if err != nil {
+		return failCheckouts(len(reqs), err)
 	}
-	return co, err
+	return placed
 }
 
-// versionedCheckout reads every product of the checkout, then writes every line at the versions
-// read (stock.Store.PlaceCheckoutAt), reading again when another writer got there first — up to
-// attempts times, then busy.
-func (r *runner) versionedCheckout(ctx context.Context, req stock.CheckoutRequest, lines []stock.OrderRequest) (stock.Checkout, error) {
+// versionedCheckouts reads every product of the batch, then writes its checkouts at the
+// versions read (stock.Store.PlaceCheckoutsAt), reading again when another writer got there
+// first — up to attempts times, then busy.
+func (r *runner) versionedCheckouts(ctx context.Context, reqs []stock.CheckoutRequest) []stock.CheckoutPlaced {
+	lines := stock.SKUOrder(reqs[0].Lines)
 	for i := 1; ; i++ {
 		reads := make([]stock.Product, len(lines))
 		for j, line := range lines {
 			p, err := r.store.Product(ctx, line.SKU)
 			if errors.Is(err, stock.ErrNotFound) {
-				return stock.Checkout{}, &stock.CheckoutError{SKUs: []string{line.SKU}, Err: err}
+				return failCheckouts(len(reqs), &stock.CheckoutError{SKUs: []string{line.SKU}, Err: err})
 			}
 			if err != nil {
-				return stock.Checkout{}, err
+				return failCheckouts(len(reqs), err)
 			}
 			reads[j] = p
 		}
 		r.inSection(ctx, lines)
-		co, err := r.store.PlaceCheckoutAt(ctx, req, reads)
-		if !errors.Is(err, stock.ErrVersionConflict) {
-			return co, err
-		}
-		if i >= attempts {
-			return stock.Checkout{}, stock.Busy(stock.BusyConflicts, fmt.Errorf("%d version conflicts on the checkout's products: %w", i, err))
+		placed, err := r.store.PlaceCheckoutsAt(ctx, reqs, reads)
+		switch {
+		case err == nil:
+			return placed
+		case !errors.Is(err, stock.ErrVersionConflict):
+			return failCheckouts(len(reqs), err)
+		case i >= attempts:
+			return failCheckouts(len(reqs), stock.Busy(stock.BusyConflicts, fmt.Errorf("%d version conflicts on the checkout's products: %w", i, err)))
 		}
 		r.metrics.retried(r.name)
 	}

@@ -34,6 +34,7 @@ type Hybrid struct {
 	admission *admission.Ledger
 	run       *runner
 	batch     *batcher
+	checkouts *checkoutBatcher
 }
 
 // NewHybrid returns the hybrid strategy: admission through ledger, locks by locker (the Redis
@@ -43,6 +44,7 @@ func NewHybrid(store *stock.Store, ledger *admission.Ledger, locker lock.Locker,
 	h.run.fallback = h.fallback
 	h.run.settle = ledger.Settle
 	h.batch = h.run.batcher(h.Section)
+	h.checkouts = h.run.checkoutBatcher(h.checkoutSection)
 	return h
 }
 
@@ -121,7 +123,7 @@ func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (
 		if errors.Is(err, admission.ErrRedisDown) {
 			h.giveBack(ctx, admitted, errOtherLine)
 			h.admission.FellBack("admission")
-			return h.checkoutWithoutLock(ctx, req)
+			return h.checkouts.place(ctx, req)
 		}
 		if err != nil {
 			h.giveBack(ctx, admitted, errOtherLine)
@@ -134,12 +136,7 @@ func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (
 		admitted = append(admitted, line)
 	}
 	req.Lines = admitted
-	co, err := h.run.checkout(ctx, req)
-	if errors.Is(err, lock.ErrUnreachable) {
-		h.admission.Down("lock", err)
-		h.admission.FellBack("lock")
-		co, err = h.run.versionedCheckout(ctx, req, admitted)
-	}
+	co, err := h.checkouts.place(ctx, req)
 	if err != nil {
 		h.giveBack(ctx, admitted, err)
 		return co, err
@@ -151,10 +148,26 @@ func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (
 	return co, nil
 }
 
-// checkoutWithoutLock places a checkout no lock can be had for: the version checks decide it.
-func (h *Hybrid) checkoutWithoutLock(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+// checkoutSection is the runner's, unless Redis is known to be down or turns out unreachable
+// at the lock: then the version checks decide alone, as for orders.
+func (h *Hybrid) checkoutSection(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.CheckoutPlaced {
+	if h.admission.Available() {
+		placed := h.run.checkoutSection(ctx, skus, take)
+		if len(placed) == 0 || !errors.Is(placed[0].Err, lock.ErrUnreachable) {
+			return placed
+		}
+		h.admission.Down("lock", placed[0].Err)
+	}
+	return h.checkoutsWithoutLock(ctx, take())
+}
+
+// checkoutsWithoutLock places checkouts no lock can be had for: the version checks decide them.
+func (h *Hybrid) checkoutsWithoutLock(ctx context.Context, reqs []stock.CheckoutRequest) []stock.CheckoutPlaced {
 	h.admission.FellBack("lock")
-	return h.run.versionedCheckout(ctx, req, stock.SKUOrder(req.Lines))
+	if len(reqs) == 0 {
+		return nil
+	}
+	return h.run.versionedCheckouts(ctx, reqs)
 }
 
 // giveBack returns the reservations of a checkout's lines that failed with err. A line the

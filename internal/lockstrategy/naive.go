@@ -20,15 +20,15 @@ func NewNaive(store *stock.Store, pause time.Duration, opts Options, metrics *Lo
 	opts.Wait = pause
 	r := newRunner("naive", store, nil, NoGuard, opts, metrics)
 	r.pause = pause
-	n := &Naive{run: r, batch: r.batcher(r.section)}
-	n.batch.overlap = true
+	n := &Naive{batch: r.batcher(r.section), checkouts: r.checkoutBatcher(r.checkoutSection)}
+	n.batch.overlap, n.checkouts.overlap = true, true
 	return n
 }
 
 // Naive is the runner with no lock and no guard (NewNaive).
 type Naive struct {
-	run   *runner
-	batch *batcher
+	batch     *batcher
+	checkouts *checkoutBatcher
 }
 
 // Name implements Strategy.

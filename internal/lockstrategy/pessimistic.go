@@ -19,9 +19,10 @@ import (
 // one section per product and instance (the batcher), for at most the lock wait, on a small pool
 // of its own.
 type Pessimistic struct {
-	rowLock stock.RowWait
-	run     *runner // its store, name, options, metrics and hook; the row lock is not a Locker
-	batch   *batcher
+	rowLock   stock.RowWait
+	run       *runner // its store, name, options, metrics and hook; the row lock is not a Locker
+	batch     *batcher
+	checkouts *checkoutBatcher
 }
 
 // NewPessimistic returns the pessimistic strategy over store. rowLock is what a section does
@@ -36,6 +37,7 @@ type Pessimistic struct {
 func NewPessimistic(store *stock.Store, rowLock stock.RowWait, opts Options, metrics *LockMetrics) *Pessimistic {
 	p := &Pessimistic{rowLock: rowLock, run: newRunner("pessimistic", store, nil, Version, opts, metrics)}
 	p.batch = p.run.batcher(p.section)
+	p.checkouts = p.run.checkoutBatcher(p.checkoutSection)
 	return p
 }
 
@@ -66,20 +68,33 @@ func (p *Pessimistic) section(ctx context.Context, sku string, take func() []sto
 	return placed
 }
 
-// PlaceCheckout implements CheckoutPlacer: one transaction takes every product's row in SKU
-// order (stock.Store.PlaceCheckoutLocked), so crossed checkouts queue on their first common row
+// PlaceCheckout implements CheckoutPlacer: checkouts of the same products ride together
+// (checkoutBatcher), and one transaction takes every product's row in SKU order
+// (stock.Store.PlaceCheckoutsLocked), so crossed checkouts queue on their first common row
 // instead of each holding one the other wants.
 func (p *Pessimistic) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	lines := stock.SKUOrder(req.Lines)
-	var co stock.Checkout
+	return p.checkouts.place(ctx, req)
+}
+
+// checkoutSection is the critical section of a batch of checkouts: their products' rows.
+func (p *Pessimistic) checkoutSection(ctx context.Context, _ []string, take func() []stock.CheckoutRequest) []stock.CheckoutPlaced {
+	reqs := take()
+	if len(reqs) == 0 {
+		return nil
+	}
+	lines := stock.SKUOrder(reqs[0].Lines)
+	var placed []stock.CheckoutPlaced
 	err := p.untilHeld(ctx, "the rows of the checkout's products", func() (err error) {
-		co, err = p.run.store.PlaceCheckoutLocked(ctx, req, p.rowLock, func(ctx context.Context) error {
+		placed, err = p.run.store.PlaceCheckoutsLocked(ctx, reqs, p.rowLock, func(ctx context.Context) error {
 			p.run.inSection(ctx, lines) // the rows are locked: a pause here holds them
 			return nil
 		})
 		return err
 	})
-	return co, err
+	if err != nil {
+		return failCheckouts(len(reqs), err)
+	}
+	return placed
 }
 
 // untilHeld runs try until it is not refused for a row another transaction held, with capped,

@@ -43,8 +43,9 @@ type Hooks struct {
 // (their lock, Fence), dblock (the lock table, Version), and the unguarded twins
 // (unguarded-redis, unguarded-etcd, unguarded-zookeeper: their guarded strategy's lock, NoGuard).
 type Locked struct {
-	run   *runner
-	batch *batcher
+	run       *runner
+	batch     *batcher
+	checkouts *checkoutBatcher
 }
 
 // New returns the strategy name: sections under locker's lock, written under guard. A lock
@@ -52,6 +53,7 @@ type Locked struct {
 func New(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
 	l := &Locked{run: newRunner(name, store, locker, guard, opts, metrics)}
 	l.batch = l.run.batcher(l.run.section)
+	l.checkouts = l.run.checkoutBatcher(l.run.checkoutSection)
 	return l
 }
 

@@ -101,57 +101,60 @@ func (r CheckoutRequest) lines() []OrderRequest {
 	return lines
 }
 
-// PlaceCheckoutAt is PlaceAt for a checkout (hybrid, dblock): every product's decrement is
-// conditional on the version read (reads, one per line, any order), so a stale read writes
-// nothing and answers ErrVersionConflict: read again and retry.
-func (s *Store) PlaceCheckoutAt(ctx context.Context, req CheckoutRequest, reads []Product) (Checkout, error) {
-	lines := req.lines()
-	rs, err := readsOf(lines, reads)
-	if err != nil {
-		return Checkout{}, err
-	}
-	rows, now, err := s.decideCheckout(s.db.WithContext(ctx), req, lines, rs)
-	if err != nil {
-		return Checkout{}, err
-	}
-	err = s.writeCheckout(ctx, s.db, rows, func(tx *gorm.DB, i int) error {
-		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", rs[i].SKU, rs[i].Version, lines[i].Quantity).
-			Updates(sale(int64(lines[i].Quantity), Token{}))
-		return changedOne(res, "products/"+rs[i].SKU)
-	})
-	return placedCheckout(rows, now, err)
+// CheckoutPlaced is the answer to one checkout of a batch: the checkout, or why it was refused.
+type CheckoutPlaced struct {
+	Checkout Checkout
+	Err      error
 }
 
-// PlaceCheckoutFenced is PlaceFenced for a checkout (etcd, ZooKeeper): tokens holds the fencing
-// token of each product's lock. A product a later holder wrote answers *FenceError.
-func (s *Store) PlaceCheckoutFenced(ctx context.Context, req CheckoutRequest, tokens map[string]Token, beforeWrite func(context.Context) error) (Checkout, error) {
-	lines, rs, rows, now, err := s.readAndDecide(ctx, req, beforeWrite)
-	if err != nil {
-		return Checkout{}, err
+// PlaceCheckoutsAt is PlaceAt for a batch of checkouts of the same products (hybrid, dblock):
+// every product's decrement — the batch's units of it — is conditional on the version read
+// (reads, one per product, any order), so a stale read writes nothing and answers
+// ErrVersionConflict: read again and retry.
+func (s *Store) PlaceCheckoutsAt(ctx context.Context, reqs []CheckoutRequest, reads []Product) ([]CheckoutPlaced, error) {
+	b, err := s.decideCheckouts(s.db.WithContext(ctx), reqs, reads)
+	if err != nil || len(b.rows) == 0 {
+		return b.out, err
 	}
-	err = s.writeCheckout(ctx, s.db, rows, func(tx *gorm.DB, i int) error {
-		token := tokens[rs[i].SKU]
-		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", rs[i].SKU, rs[i].Version, token.Value).
-			Updates(sale(int64(lines[i].Quantity), token))
+	err = s.writeCheckouts(ctx, b, func(tx *gorm.DB, j int, units int64) error {
+		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", b.reads[j].SKU, b.reads[j].Version, units).
+			Updates(sale(units, Token{}))
+		return changedOne(res, "products/"+b.reads[j].SKU)
+	})
+	return b.settle(err)
+}
+
+// PlaceCheckoutsFenced is PlaceFenced for a batch of checkouts of the same products (etcd,
+// ZooKeeper): tokens holds the fencing token of each product's lock. A product a later holder
+// wrote answers *FenceError.
+func (s *Store) PlaceCheckoutsFenced(ctx context.Context, reqs []CheckoutRequest, tokens map[string]Token, beforeWrite func(context.Context) error) ([]CheckoutPlaced, error) {
+	b, err := s.readAndDecide(ctx, reqs, beforeWrite)
+	if err != nil || len(b.rows) == 0 {
+		return b.out, err
+	}
+	err = s.writeCheckouts(ctx, b, func(tx *gorm.DB, j int, units int64) error {
+		sku, token := b.reads[j].SKU, tokens[b.reads[j].SKU]
+		res := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", sku, b.reads[j].Version, token.Value).
+			Updates(sale(units, token))
 		if res.Error == nil && res.RowsAffected != 1 {
-			return fencedMiss(tx, rs[i].SKU, token)
+			return fencedMiss(tx, sku, token)
 		}
-		return changedOne(res, "products/"+rs[i].SKU)
+		return changedOne(res, "products/"+sku)
 	})
-	return placedCheckout(rows, now, err)
+	return b.settle(err)
 }
 
-// PlaceCheckoutLocked is PlaceLocked for a checkout (pessimistic): one transaction takes every
-// product's row (FOR UPDATE, NOWAIT unless wait is WaitForRow) in SKU order, then decides and
-// writes; beforeWrite runs with every row held and read. A row another transaction holds answers
-// ErrBusy, nothing written.
-func (s *Store) PlaceCheckoutLocked(ctx context.Context, req CheckoutRequest, wait RowWait, beforeWrite func(context.Context) error) (Checkout, error) {
-	lines := req.lines()
-	var (
-		rows []orderRow
-		now  time.Time
-	)
+// PlaceCheckoutsLocked is PlaceLocked for a batch of checkouts of the same products
+// (pessimistic): one transaction takes every product's row (FOR UPDATE, NOWAIT unless wait is
+// WaitForRow) in SKU order, then decides and writes; beforeWrite runs with every row held and
+// read. A row another transaction holds answers ErrBusy, nothing written.
+func (s *Store) PlaceCheckoutsLocked(ctx context.Context, reqs []CheckoutRequest, wait RowWait, beforeWrite func(context.Context) error) ([]CheckoutPlaced, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	var b checkoutBatch
 	err := withTx(ctx, s.lockPool(wait), func(tx *gorm.DB) error {
+		lines := reqs[0].lines()
 		reads := make([]Product, len(lines))
 		for i, l := range lines {
 			q := tx.Where("sku = ?", l.SKU)
@@ -165,50 +168,52 @@ func (s *Store) PlaceCheckoutLocked(ctx context.Context, req CheckoutRequest, wa
 			reads[i] = row.product()
 		}
 		var err error
-		if rows, now, err = s.decideCheckout(tx, req, lines, reads); err != nil {
+		if b, err = s.decideCheckouts(tx, reqs, reads); err != nil || len(b.rows) == 0 {
 			return err
 		}
 		if err := beforeWrite(ctx); err != nil {
 			return err
 		}
-		for _, l := range lines {
-			res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", l.SKU, l.Quantity).Updates(sale(int64(l.Quantity), Token{}))
-			if err := changedOne(res, "products/"+l.SKU); err != nil {
+		for j, units := range b.units {
+			res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", b.reads[j].SKU, units).Updates(sale(units, Token{}))
+			if err := changedOne(res, "products/"+b.reads[j].SKU); err != nil {
 				return err
 			}
 		}
-		return tx.Create(&rows).Error
+		return tx.Create(&b.rows).Error
 	})
-	return placedCheckout(rows, now, settleCheckout(err))
+	return b.settle(settleCheckout(err))
 }
 
-// PlaceCheckoutUnguarded is PlaceUnguarded for a checkout, as unsafe: it writes each product's
-// stock as computed from its read, so that concurrent checkouts oversell and the checks catch it.
-func (s *Store) PlaceCheckoutUnguarded(ctx context.Context, req CheckoutRequest, beforeWrite func(context.Context) error) (Checkout, error) {
-	lines, rs, rows, now, err := s.readAndDecide(ctx, req, beforeWrite)
-	if err != nil {
-		return Checkout{}, err
+// PlaceCheckoutsUnguarded is PlaceUnguarded for a batch of checkouts, as unsafe: it writes each
+// product's stock as computed from its read, so that concurrent checkouts oversell and the
+// checks catch it.
+func (s *Store) PlaceCheckoutsUnguarded(ctx context.Context, reqs []CheckoutRequest, beforeWrite func(context.Context) error) ([]CheckoutPlaced, error) {
+	b, err := s.readAndDecide(ctx, reqs, beforeWrite)
+	if err != nil || len(b.rows) == 0 {
+		return b.out, err
 	}
-	err = s.writeCheckout(ctx, s.db, rows, func(tx *gorm.DB, i int) error {
-		return tx.Model(&productRow{}).Where("sku = ?", rs[i].SKU).Updates(map[string]any{
-			"stock":      rs[i].Stock - int64(lines[i].Quantity),
+	err = s.writeCheckouts(ctx, b, func(tx *gorm.DB, j int, units int64) error {
+		return tx.Model(&productRow{}).Where("sku = ?", b.reads[j].SKU).Updates(map[string]any{
+			"stock":      b.reads[j].Stock - units,
 			"version":    gorm.Expr("version + 1"),
 			"updated_at": time.Now().UTC(),
 		}).Error
 	})
-	return placedCheckout(rows, now, err)
+	return b.settle(err)
 }
 
-// writeCheckout runs sell for every line (its product's decrement), then inserts every row, in
-// one transaction.
-func (s *Store) writeCheckout(ctx context.Context, db *gorm.DB, rows []orderRow, sell func(tx *gorm.DB, i int) error) error {
+// writeCheckouts runs sell for every product of the batch (its decrement by the batch's units),
+// then inserts every row, in one transaction.
+func (s *Store) writeCheckouts(ctx context.Context, b checkoutBatch, sell func(tx *gorm.DB, j int, units int64) error) error {
 	if planted.On(planted.PartialCheckout) {
-		for i := range rows {
-			err := withTx(ctx, db, func(tx *gorm.DB) error {
-				if err := sell(tx, i); err != nil {
+		for _, row := range b.rows {
+			j := slices.IndexFunc(b.reads, func(p Product) bool { return p.SKU == row.SKU })
+			err := withTx(ctx, s.db, func(tx *gorm.DB) error {
+				if err := sell(tx, j, int64(row.Quantity)); err != nil {
 					return err
 				}
-				return tx.Create(&rows[i]).Error
+				return tx.Create(&row).Error
 			})
 			if err != nil {
 				return settleCheckout(err)
@@ -216,22 +221,14 @@ func (s *Store) writeCheckout(ctx context.Context, db *gorm.DB, rows []orderRow,
 		}
 		return nil
 	}
-	return settleCheckout(withTx(ctx, db, func(tx *gorm.DB) error {
-		for i := range rows {
-			if err := sell(tx, i); err != nil {
+	return settleCheckout(withTx(ctx, s.db, func(tx *gorm.DB) error {
+		for j, units := range b.units {
+			if err := sell(tx, j, units); err != nil {
 				return err
 			}
 		}
-		return tx.Create(&rows).Error
+		return tx.Create(&b.rows).Error
 	}))
-}
-
-// placedCheckout is a section's answer: the checkout its rows make, unless its write failed.
-func placedCheckout(rows []orderRow, now time.Time, err error) (Checkout, error) {
-	if err != nil {
-		return Checkout{}, err
-	}
-	return checkoutOf(rows, now), nil
 }
 
 // settleCheckout turns a failed write into its answer: a buyer or key taken by a writer outside
@@ -244,32 +241,26 @@ func settleCheckout(err error) error {
 	return err
 }
 
-// readAndDecide reads every product of the checkout, decides its lines against those reads and
-// runs beforeWrite: the checkout's lines and reads, in SKU order, and the rows to write.
-func (s *Store) readAndDecide(ctx context.Context, req CheckoutRequest, beforeWrite func(context.Context) error) (
-	lines []OrderRequest, reads []Product, rows []orderRow, now time.Time, err error) {
-	lines = req.lines()
-	if reads, err = s.readLines(ctx, lines); err != nil {
-		return
+// readAndDecide reads every product of the batch, decides its checkouts against those reads and
+// runs beforeWrite.
+func (s *Store) readAndDecide(ctx context.Context, reqs []CheckoutRequest, beforeWrite func(context.Context) error) (checkoutBatch, error) {
+	if len(reqs) == 0 {
+		return checkoutBatch{}, nil
 	}
-	if rows, now, err = s.decideCheckout(s.db.WithContext(ctx), req, lines, reads); err != nil {
-		return
-	}
-	err = beforeWrite(ctx)
-	return
-}
-
-// readLines reads every line's product, in the lines' order.
-func (s *Store) readLines(ctx context.Context, lines []OrderRequest) ([]Product, error) {
+	lines := reqs[0].lines()
 	reads := make([]Product, len(lines))
 	for i, l := range lines {
 		p, err := s.Product(ctx, l.SKU)
 		if err != nil {
-			return nil, lineError(l.SKU, err)
+			return checkoutBatch{}, lineError(l.SKU, err)
 		}
 		reads[i] = p
 	}
-	return reads, nil
+	b, err := s.decideCheckouts(s.db.WithContext(ctx), reqs, reads)
+	if err != nil || len(b.rows) == 0 {
+		return b, err
+	}
+	return b, beforeWrite(ctx)
 }
 
 // readsOf puts reads in the lines' order.

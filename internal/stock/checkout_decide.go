@@ -10,77 +10,149 @@ import (
 	"gorm.io/gorm"
 )
 
-// decideCheckout decides every line of a checkout against its product's read (reads, in the
-// lines' order): the rows to insert, all pending until one deadline — the shortest payment
-// timeout of its products — or all confirmed when none has one. A refused line refuses the whole
-// checkout: the first refused line (in SKU order) gives the answer, which names every line
-// refused for the same reason. db is the store's pool or the transaction the checkout runs in.
-func (s *Store) decideCheckout(db *gorm.DB, req CheckoutRequest, lines []OrderRequest, reads []Product) ([]orderRow, time.Time, error) {
-	now := time.Now().UTC().Truncate(time.Microsecond)
+// checkoutBatch is a batch of checkouts of the same products, decided against one read of each:
+// the rows to insert, each product's units sold, and every checkout's answer.
+type checkoutBatch struct {
+	reads  []Product // the batch's products, in SKU order
+	units  []int64   // the units the batch sells of each product (by reads' index)
+	rows   []orderRow
+	placed [][]int // by checkout: the indices of its rows, none when it was refused
+	out    []CheckoutPlaced
+	now    time.Time
+}
+
+// decideCheckouts decides each checkout of reqs — all of the same products — against reads
+// (one per product, any order), in arrival order, as allocate decides a batch of orders: a
+// refused line refuses its whole checkout (the first refused line, in SKU order, gives the
+// answer, naming every line refused for the same reason); the others take their units, every
+// line pending until one deadline — the shortest payment timeout of its products — or confirmed
+// at once when none has one. A buyer who holds an active order of a product (in the database or
+// earlier in the batch), or a key already used, is refused. db is the store's pool or the
+// transaction the batch runs in.
+func (s *Store) decideCheckouts(db *gorm.DB, reqs []CheckoutRequest, reads []Product) (checkoutBatch, error) {
+	b := checkoutBatch{out: make([]CheckoutPlaced, len(reqs)), placed: make([][]int, len(reqs)), now: time.Now().UTC().Truncate(time.Microsecond)}
+	if len(reqs) == 0 {
+		return b, nil
+	}
+	first := reqs[0].lines()
+	var err error
+	if b.reads, err = readsOf(first, reads); err != nil {
+		return b, err
+	}
+	b.units = make([]int64, len(first))
+	skus := make([]string, len(first))
+	for i, l := range first {
+		skus[i] = l.SKU
+	}
 	var timeout time.Duration
 	clock := false
-	for _, p := range reads {
+	for _, p := range b.reads {
 		clock = clock || p.Window != (Window{}) || p.PaymentTimeout > 0
 		if p.PaymentTimeout > 0 && (timeout == 0 || p.PaymentTimeout < timeout) {
 			timeout = p.PaymentTimeout
 		}
 	}
 	if clock {
-		var err error
-		if now, err = s.clock(db); err != nil {
-			return nil, now, err
+		if b.now, err = s.clock(db); err != nil {
+			return b, err
 		}
 	}
-	if req.IdempotencyKey != "" {
-		var used int64
-		if err := classify(db.Model(&orderRow{}).Where("idempotency_key = ?", req.IdempotencyKey).Count(&used).Error); err != nil {
-			return nil, now, fmt.Errorf("checkout key: %w", err)
-		}
-		if used > 0 {
-			return nil, now, fmt.Errorf("key %q already used: %w", req.IdempotencyKey, ErrDuplicateRequest)
+	users, keyList := make([]string, len(reqs)), []string{}
+	for i, r := range reqs {
+		users[i] = r.UserID
+		if r.IdempotencyKey != "" {
+			keyList = append(keyList, r.IdempotencyKey)
 		}
 	}
-	skus := make([]string, len(lines))
-	for i, l := range lines {
-		skus[i] = l.SKU
+	var existing []orderRow
+	q := db.Model(&orderRow{}).Where("user_id IN ? AND sku IN ? AND "+active, users, skus)
+	if len(keyList) > 0 {
+		q = q.Or("idempotency_key IN ?", keyList)
 	}
-	var bought []string
-	err := db.Model(&orderRow{}).Where("user_id = ? AND sku IN ? AND "+active, req.UserID, skus).Pluck("sku", &bought).Error
-	if err := classify(err); err != nil {
-		return nil, now, fmt.Errorf("checkout buyer %s: %w", req.UserID, err)
+	if err := classify(q.Select("sku", "user_id", "idempotency_key", "status").Find(&existing).Error); err != nil {
+		return b, fmt.Errorf("checkout buyers: %w", err)
 	}
-	refused := make([]error, len(lines))
-	for i, l := range lines {
-		p := reads[i]
-		switch err := p.Window.Check(p.SKU, now); {
-		case err != nil:
-			refused[i] = err
-		case l.Quantity < 1 || l.Quantity > p.MaxPerOrder:
-			refused[i] = &InvalidError{Msg: fmt.Sprintf("quantity %d of product %s: want 1 to max_per_order %d", l.Quantity, p.SKU, p.MaxPerOrder)}
-		case slices.Contains(bought, p.SKU):
-			refused[i] = fmt.Errorf("user %s, product %s: %w", req.UserID, p.SKU, ErrAlreadyPurchased)
-		case int64(l.Quantity) > p.Stock:
-			refused[i] = &SoldOutError{SKU: p.SKU, Left: p.Stock, Asked: l.Quantity}
+	bought, keys := map[[2]string]bool{}, map[string]bool{}
+	for _, o := range existing {
+		if o.Status.Active() && slices.Contains(skus, o.SKU) {
+			bought[[2]string{o.UserID, o.SKU}] = true
+		}
+		if o.IdempotencyKey != nil {
+			keys[*o.IdempotencyKey] = true
 		}
 	}
-	if err := Refusal(lines, refused); err != nil {
-		return nil, now, err
+	left := make([]int64, len(b.reads))
+	for j, p := range b.reads {
+		left[j] = p.Stock
 	}
-	id := req.CheckoutID
-	if id == "" {
-		id = ulid.Make().String()
+	for i, req := range reqs {
+		lines := req.lines()
+		if !slices.EqualFunc(lines, first, func(a, b OrderRequest) bool { return a.SKU == b.SKU }) {
+			return b, fmt.Errorf("checkout %d of a batch buys other products than the first", i)
+		}
+		if req.IdempotencyKey != "" && keys[req.IdempotencyKey] {
+			b.out[i].Err = fmt.Errorf("key %q already used: %w", req.IdempotencyKey, ErrDuplicateRequest)
+			continue
+		}
+		refused := make([]error, len(lines))
+		for j, l := range lines {
+			p := b.reads[j]
+			switch err := p.Window.Check(p.SKU, b.now); {
+			case err != nil:
+				refused[j] = err
+			case l.Quantity < 1 || l.Quantity > p.MaxPerOrder:
+				refused[j] = &InvalidError{Msg: fmt.Sprintf("quantity %d of product %s: want 1 to max_per_order %d", l.Quantity, p.SKU, p.MaxPerOrder)}
+			case bought[[2]string{req.UserID, p.SKU}]:
+				refused[j] = fmt.Errorf("user %s, product %s: %w", req.UserID, p.SKU, ErrAlreadyPurchased)
+			case int64(l.Quantity) > left[j]:
+				refused[j] = &SoldOutError{SKU: p.SKU, Left: left[j], Asked: l.Quantity}
+			}
+		}
+		if b.out[i].Err = Refusal(lines, refused); b.out[i].Err != nil {
+			continue
+		}
+		id := req.CheckoutID
+		if id == "" {
+			id = ulid.Make().String()
+		}
+		for j, l := range lines {
+			left[j] -= int64(l.Quantity)
+			b.units[j] += int64(l.Quantity)
+			bought[[2]string{req.UserID, l.SKU}] = true
+			row := newOrderRow(l, b.now, timeout)
+			row.CheckoutID = &id
+			if j == 0 && req.IdempotencyKey != "" {
+				// The key goes on the first line only: the unique index on idempotency_key takes
+				// one row per key, and a replay finds the checkout through that line.
+				row.IdempotencyKey, row.RequestHash = &req.IdempotencyKey, req.Fingerprint()
+			}
+			b.placed[i] = append(b.placed[i], len(b.rows))
+			b.rows = append(b.rows, row)
+		}
+		if req.IdempotencyKey != "" {
+			keys[req.IdempotencyKey] = true
+		}
 	}
-	rows := make([]orderRow, len(lines))
-	for i, l := range lines {
-		rows[i] = newOrderRow(l, now, timeout)
-		rows[i].CheckoutID = &id
+	return b, nil
+}
+
+// settle is the batch's answers once its write ended with err: every checkout's, or err for
+// all of them.
+func (b checkoutBatch) settle(err error) ([]CheckoutPlaced, error) {
+	if err != nil {
+		return nil, err
 	}
-	if req.IdempotencyKey != "" {
-		// The key goes on the first line only: the unique index on idempotency_key takes one
-		// row per key, and a replay finds the checkout through that line.
-		rows[0].IdempotencyKey, rows[0].RequestHash = &req.IdempotencyKey, req.Fingerprint()
+	for i, at := range b.placed {
+		if len(at) == 0 {
+			continue
+		}
+		rows := make([]orderRow, len(at))
+		for k, r := range at {
+			rows[k] = b.rows[r]
+		}
+		b.out[i].Checkout = checkoutOf(rows, b.now)
 	}
-	return rows, now, nil
+	return b.out, nil
 }
 
 // Refusal is the answer of a checkout whose lines were refused as refused says (nil: placed):

@@ -15,6 +15,14 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
+// onlyCheckout is the answer of a batch of one checkout.
+func onlyCheckout(out []stock.CheckoutPlaced, err error) (stock.Checkout, error) {
+	if err != nil {
+		return stock.Checkout{}, err
+	}
+	return out[0].Checkout, out[0].Err
+}
+
 // checkoutSection places a checkout through one of the store's checkout sections, as its
 // strategy would (the reads, tokens and locks it holds).
 type checkoutSection func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error)
@@ -28,20 +36,20 @@ func checkoutSections() map[string]checkoutSection {
 					reads = append(reads, p) // one it cannot read, the section names
 				}
 			}
-			return s.PlaceCheckoutAt(context.Background(), req, reads)
+			return onlyCheckout(s.PlaceCheckoutsAt(context.Background(), []stock.CheckoutRequest{req}, reads))
 		},
 		"fenced": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
 			tokens := map[string]stock.Token{}
 			for _, l := range req.Lines {
 				tokens[l.SKU] = stock.Token{Fence: stock.EtcdFence, Value: 1}
 			}
-			return s.PlaceCheckoutFenced(context.Background(), req, tokens, noPause)
+			return onlyCheckout(s.PlaceCheckoutsFenced(context.Background(), []stock.CheckoutRequest{req}, tokens, noPause))
 		},
 		"locked": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
-			return s.PlaceCheckoutLocked(context.Background(), req, stock.NoWait, noPause)
+			return onlyCheckout(s.PlaceCheckoutsLocked(context.Background(), []stock.CheckoutRequest{req}, stock.NoWait, noPause))
 		},
 		"unguarded": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
-			return s.PlaceCheckoutUnguarded(context.Background(), req, noPause)
+			return onlyCheckout(s.PlaceCheckoutsUnguarded(context.Background(), []stock.CheckoutRequest{req}, noPause))
 		},
 	}
 }
@@ -120,7 +128,7 @@ func TestCheckoutStaleLineWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	_, err = placeAt(t, s, order(last, "other"))
 	require.NoError(t, err)
-	_, err = s.PlaceCheckoutAt(ctx, checkout("u1", a, b), []stock.Product{pa, pb})
+	_, err = onlyCheckout(s.PlaceCheckoutsAt(ctx, []stock.CheckoutRequest{checkout("u1", a, b)}, []stock.Product{pa, pb}))
 	require.ErrorIs(t, err, stock.ErrVersionConflict)
 	assert.Equal(t, int64(5), stockOf(t, s, first), "a stale line wrote no line of its checkout")
 	audit, err := s.Audit(ctx, first)
@@ -136,14 +144,14 @@ func TestCheckoutKey(t *testing.T) {
 	a, b := newProduct(t, s, 5, 1), newProduct(t, s, 5, 1)
 	req := checkout("u1", a, b)
 	req.IdempotencyKey = backendtest.SKU(t) + "-key"
-	c, err := s.PlaceCheckoutLocked(ctx, req, stock.NoWait, noPause)
+	c, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{req}, stock.NoWait, noPause))
 	require.NoError(t, err)
 	o, err := s.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
 	require.NoError(t, err)
 	assert.Equal(t, c.CheckoutID, o.CheckoutID, "the key finds the checkout")
 	again := checkout("u2", a, b)
 	again.IdempotencyKey = req.IdempotencyKey
-	_, err = s.PlaceCheckoutLocked(ctx, again, stock.NoWait, noPause)
+	_, err = onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{again}, stock.NoWait, noPause))
 	require.ErrorIs(t, err, stock.ErrDuplicateRequest)
 	_, err = placeAt(t, s, stock.OrderRequest{SKU: a, UserID: "u3", Quantity: 1, Strategy: "test", IdempotencyKey: req.IdempotencyKey})
 	require.ErrorIs(t, err, stock.ErrDuplicateRequest)
@@ -171,7 +179,7 @@ func TestCrossedCheckouts(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				skus := orders[(w+i)%len(orders)]
-				c, err := s.PlaceCheckoutLocked(ctx, checkout(fmt.Sprintf("w%d-%d", w, i), skus...), stock.WaitForRow, noPause)
+				c, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout(fmt.Sprintf("w%d-%d", w, i), skus...)}, stock.WaitForRow, noPause))
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -221,7 +229,7 @@ func TestCheckoutTakesRowsInSKUOrder(t *testing.T) {
 
 	placed := make(chan error, 1)
 	go func() {
-		_, err := s.PlaceCheckoutLocked(ctx, checkout("u1", second, first), stock.WaitForRow, noPause)
+		_, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout("u1", second, first)}, stock.WaitForRow, noPause))
 		placed <- err
 	}()
 	// The checkout is waiting once its locking read runs: the other connection is idle, holding
@@ -256,7 +264,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 		return out
 	}
 
-	paid, err := s.PlaceCheckoutLocked(ctx, checkout("payer", a, b), stock.NoWait, noPause)
+	paid, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout("payer", a, b)}, stock.NoWait, noPause))
 	require.NoError(t, err)
 	assert.Equal(t, stock.Pending, paid.Status)
 	assert.WithinDuration(t, paid.CreatedAt.Add(time.Minute), paid.ExpiresAt, time.Millisecond, "the shortest payment timeout of its products")
@@ -267,7 +275,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []stock.Status{stock.Confirmed, stock.Confirmed}, status(got), "a line's pay pays its checkout")
 
-	cancelled, err := s.PlaceCheckoutLocked(ctx, checkout("canceller", a, b), stock.NoWait, noPause)
+	cancelled, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout("canceller", a, b)}, stock.NoWait, noPause))
 	require.NoError(t, err)
 	_, err = s.CancelCheckout(ctx, cancelled.CheckoutID, "someone else")
 	require.ErrorIs(t, err, stock.ErrNotFound)
@@ -278,7 +286,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 	require.NoError(t, err, "cancelled again: answered as it is")
 	assert.Equal(t, []int64{4, 4, 5}, units(), "the cancelled checkout's units back, once per line")
 
-	lapsing, err := s.PlaceCheckoutLocked(ctx, checkout("late", a, c), stock.NoWait, noPause)
+	lapsing, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout("late", a, c)}, stock.NoWait, noPause))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		_, err := s.ExpireDue(ctx, 100)
@@ -291,4 +299,60 @@ func TestCheckoutLifecycle(t *testing.T) {
 	_, err = s.PayCheckout(ctx, lapsing.CheckoutID, "late")
 	require.ErrorIs(t, err, stock.ErrOrderExpired, "a late payment is refused")
 	assert.Equal(t, []int64{4, 4, 5}, units(), "the expired checkout's units back, once per line")
+}
+
+// TestCheckoutBatch: checkouts of the same products ride in one section as a product's orders
+// do (group commit), each answered on its own, in arrival order — the stock running out part
+// way, a buyer twice, a key twice — with one decrement of each product for the batch; in every
+// section.
+func TestCheckoutBatch(t *testing.T) {
+	ctx := context.Background()
+	s := backendtest.Store(t)
+	for name, place := range map[string]func(reqs []stock.CheckoutRequest) ([]stock.CheckoutPlaced, error){
+		"at": func(reqs []stock.CheckoutRequest) ([]stock.CheckoutPlaced, error) {
+			var reads []stock.Product
+			for _, l := range reqs[0].Lines {
+				p, err := s.Product(ctx, l.SKU)
+				require.NoError(t, err)
+				reads = append(reads, p)
+			}
+			return s.PlaceCheckoutsAt(ctx, reqs, reads)
+		},
+		"fenced": func(reqs []stock.CheckoutRequest) ([]stock.CheckoutPlaced, error) {
+			tokens := map[string]stock.Token{}
+			for _, l := range reqs[0].Lines {
+				tokens[l.SKU] = stock.Token{Fence: stock.EtcdFence, Value: 1}
+			}
+			return s.PlaceCheckoutsFenced(ctx, reqs, tokens, noPause)
+		},
+		"locked": func(reqs []stock.CheckoutRequest) ([]stock.CheckoutPlaced, error) {
+			return s.PlaceCheckoutsLocked(ctx, reqs, stock.NoWait, noPause)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, b := newProduct(t, s, 2, 1), newProduct(t, s, 5, 1)
+			key := backendtest.SKU(t) + "-key"
+			first, again, twice, third, fourth := checkout("u1", b, a), checkout("u1", a, b), checkout("u2", a, b), checkout("u3", a, b), checkout("u4", a, b)
+			first.IdempotencyKey, twice.IdempotencyKey = key, key
+			placed, err := place([]stock.CheckoutRequest{first, again, twice, third, fourth})
+			require.NoError(t, err)
+			require.Len(t, placed, 5)
+			require.NoError(t, placed[0].Err)
+			assert.ErrorIs(t, placed[1].Err, stock.ErrAlreadyPurchased, "the buyer earlier in the batch holds both products")
+			assert.ErrorIs(t, placed[2].Err, stock.ErrDuplicateRequest, "the key earlier in the batch")
+			require.NoError(t, placed[3].Err)
+			var soldOut *stock.CheckoutError
+			require.ErrorAs(t, placed[4].Err, &soldOut, "the stock of a ran out part way")
+			assert.Equal(t, []string{a}, soldOut.SKUs)
+			assert.NotEqual(t, placed[0].Checkout.CheckoutID, placed[3].Checkout.CheckoutID)
+			for _, p := range []stock.CheckoutPlaced{placed[0], placed[3]} {
+				require.Len(t, p.Checkout.Lines, 2)
+				got, err := s.Checkout(ctx, p.Checkout.CheckoutID)
+				require.NoError(t, err)
+				assert.Len(t, got.Lines, 2)
+			}
+			assert.Equal(t, int64(0), stockOf(t, s, a))
+			assert.Equal(t, int64(3), stockOf(t, s, b))
+		})
+	}
 }
