@@ -18,6 +18,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/flashsale/seckill/contract"
 	"github.com/flashsale/seckill/loadtest/verify"
 )
 
@@ -36,6 +37,9 @@ type Load struct {
 	RetryRounds int           // rounds that retry the busy (429) answers, honouring Retry-After
 	EndWithin   time.Duration // how long after the sale every 202 has to end; 0: EndWithin
 	Progress    io.Writer     // where the progress bar goes; nil: none
+	// Lines, when set, makes every request a checkout of one unit of each of these products
+	// (POST /api/v1/checkouts) instead of an order of SKU, which then only names the buyers.
+	Lines []string
 }
 
 // request is one order attempt: the buyer, and the Idempotency-Key that its retries reuse.
@@ -103,7 +107,15 @@ func (l Load) Run(ctx context.Context, name string) (Sale, error) {
 		}
 	}
 	for _, r := range s.Final {
-		if r.Code == http.StatusCreated {
+		if r.Code == http.StatusCreated && len(l.Lines) > 0 {
+			var co contract.Checkout
+			if err := json.Unmarshal(r.Body, &co); err != nil || len(co.Lines) != len(l.Lines) {
+				return s, fmt.Errorf("a 201 without a whole checkout: %q", r.Body)
+			}
+			for _, line := range co.Lines {
+				s.Acked = append(s.Acked, verify.Order{OrderID: line.OrderID, UserID: co.UserID, Status: co.Status, SKU: line.SKU})
+			}
+		} else if r.Code == http.StatusCreated {
 			var o verify.Order
 			if err := json.Unmarshal(r.Body, &o); err != nil || o.OrderID == "" {
 				return s, fmt.Errorf("a 201 without an order: %q", r.Body)
@@ -190,6 +202,15 @@ func (l Load) targeter(n int, at func(int) request) vegeta.Targeter {
 		}
 		r := at(i)
 		body := map[string]any{"user_id": r.user, "quantity": 1}
+		path := "/api/v1/products/" + url.PathEscape(l.SKU) + "/orders"
+		if len(l.Lines) > 0 {
+			lines := make([]map[string]any, len(l.Lines))
+			for j, sku := range l.Lines {
+				lines[j] = map[string]any{"sku": sku, "quantity": 1}
+			}
+			body = map[string]any{"user_id": r.user, "lines": lines}
+			path = "/api/v1/checkouts"
+		}
 		if l.Strategy != "" {
 			body["strategy"] = l.Strategy
 		}
@@ -198,7 +219,7 @@ func (l Load) targeter(n int, at func(int) request) vegeta.Targeter {
 			return err
 		}
 		t.Method = http.MethodPost
-		t.URL = fmt.Sprintf("%s/api/v1/products/%s/orders?lt=%d", l.Targets[r.index%len(l.Targets)], url.PathEscape(l.SKU), r.index)
+		t.URL = fmt.Sprintf("%s%s?lt=%d", l.Targets[r.index%len(l.Targets)], path, r.index)
 		t.Body = raw
 		t.Header = http.Header{
 			"Content-Type":    []string{"application/json"},

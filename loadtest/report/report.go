@@ -82,9 +82,10 @@ type Row struct {
 	Spread            map[string]Range  `json:"spread,omitempty"`  // of a row of several rounds: the min–max of each median figure
 	Rounds            []Row             `json:"rounds,omitempty"`  // of a row of several rounds: each round's row, as measured and judged
 	Verdict           verify.Verdict    `json:"verdict"`
-	Fault             string            `json:"fault,omitempty"`       // the fault that ran on this sale's lock while it sold (-fault)
-	LocksTaken        *int              `json:"locks_taken,omitempty"` // by the fault, from their holders
-	Bite              *lockloss.Bite    `json:"fault_bite,omitempty"`  // a guarded strategy under the fault: what the fault did to it
+	Fault             string            `json:"fault,omitempty"`          // the fault that ran on this sale's lock while it sold (-fault)
+	LocksTaken        *int              `json:"locks_taken,omitempty"`    // by the fault, from their holders
+	Bite              *lockloss.Bite    `json:"fault_bite,omitempty"`     // a guarded strategy under the fault: what the fault did to it
+	CheckoutLines     int               `json:"checkout_lines,omitempty"` // a sale of checkouts of this many products, one unit each: its orders are checkouts
 	ExpectOversell    bool              `json:"expect_oversell"`
 	Skipped           string            `json:"skipped,omitempty"`
 	Failed            []string          `json:"failed,omitempty"` // why this run fails the tool
@@ -253,6 +254,9 @@ func tables(reports []Row) []table {
 	if t, ok := queueTable(reports); ok {
 		out = append(out, t)
 	}
+	if t, ok := checkoutTable(reports); ok {
+		out = append(out, t)
+	}
 	if t, ok := lifecycleTable(reports); ok {
 		out = append(out, t)
 	}
@@ -328,6 +332,35 @@ func queueTable(reports []Row) (t table, ok bool) {
 	}
 	return t, ok
 }
+
+// checkoutTable puts every checkout row beside the single orders of its strategy in the same
+// pass; ok is false if the run sold no checkouts.
+func checkoutTable(reports []Row) (t table, ok bool) {
+	t.Intro = fmt.Sprintf("Checkouts: the same sale, every request a checkout of one unit of each of several products (POST /api/v1/checkouts), "+
+		"all or nothing; verified per product, and every checkout whole in the store. Target: a 2-line checkout at %gx the single-order rate "+
+		"of the same strategy or more, at 64 clients.", checkoutVsOrders)
+	t.Head = []string{"row", "lines", "checkouts", "checkouts/s (selling)", "single orders/s, same strategy", "ratio", "verdict"}
+	for _, r := range reports {
+		if r.CheckoutLines == 0 || r.Skipped != "" {
+			continue
+		}
+		ok = true
+		single, ratio := "", ""
+		for _, o := range reports {
+			if o.CheckoutLines == 0 && o.Name == r.Name && o.Pass == r.Pass && o.Clients == r.Clients && o.OrdersPerSecond > 0 {
+				single = fmt.Sprintf("%.0f", o.OrdersPerSecond)
+				ratio = fmt.Sprintf("%.2fx", r.OrdersPerSecond/o.OrdersPerSecond)
+			}
+		}
+		t.Rows = append(t.Rows, []string{r.Strategy, fmt.Sprint(r.CheckoutLines), fmt.Sprint(r.orders()),
+			r.figure(figOrdersPerSecond, "%.0f", r.OrdersPerSecond), single, ratio, r.VerdictText()})
+	}
+	return t, ok
+}
+
+// checkoutVsOrders is the target of a 2-line checkout row: its checkouts/s over the single
+// orders/s of the same strategy, at 64 clients.
+const checkoutVsOrders = 0.4
 
 // rssText is the peak RSS cell: blank when not measured.
 func (r Row) rssText() string {

@@ -401,3 +401,18 @@ func TestCPUTables(t *testing.T) {
 	assert.Contains(t, ts[0].Intro, "the 2 cores over all groups' CPU per order")
 	assert.Contains(t, ts[0].Intro, "n/a: Redis: embedded (miniredis) in the first service instance: counted there.")
 }
+
+// TestCheckoutTable: a checkout row stands beside the single orders of its strategy, pass and
+// client count, with the ratio its target is stated in; it is judged by no single-order target.
+func TestCheckoutTable(t *testing.T) {
+	single := Row{Strategy: "hybrid", Name: "hybrid", Clients: 64, OrdersPerSecond: 2000, Outcomes: map[string]int{attack.OK: 100}}
+	checkout := Row{Strategy: "hybrid, 2-line checkout", Name: "hybrid", Clients: 64, CheckoutLines: 2, OrdersPerSecond: 500,
+		Outcomes: map[string]int{attack.OK: 100}}
+	assert.Nil(t, Goals(checkout, []Row{single, checkout}, nil))
+	var out strings.Builder
+	Markdown(&out, []Row{single, checkout})
+	assert.Contains(t, out.String(), "| `hybrid, 2-line checkout` | 2 | 100 | 500 | 2000 | 0.25x | invariant holds |")
+	out.Reset()
+	Markdown(&out, []Row{single})
+	assert.NotContains(t, out.String(), "Checkouts:", "no checkout sold: no table")
+}

@@ -116,7 +116,8 @@ func (g goal) text() string {
 // nil for rows that are not judged: the references themselves, skipped rows, and the unsafe
 // controls, whose speed is beside the point.
 func Goals(r Row, pass []Row, baseline *Row) []goal {
-	if r.Strategy == BareRow || r.Strategy == "baseline" || r.Skipped != "" || r.ExpectOversell {
+	// A checkout row is judged in the checkouts table, against its strategy's single orders.
+	if r.Strategy == BareRow || r.Strategy == "baseline" || r.Skipped != "" || r.ExpectOversell || r.CheckoutLines > 0 {
 		return nil
 	}
 	ts := targetsAt(r.Clients)

@@ -190,6 +190,9 @@ func TestSmokeCompare(t *testing.T) {
 		assert.Contains(t, out, "`pessimistic (wait)`", "on MySQL: pessimistic's waiting form beside its default")
 	}
 	assert.Contains(t, out, "Every sale verified in the store itself", "the tool read the tables, and held every audit against them")
+	assert.Contains(t, out, "Checkouts: the same sale, every request a checkout", "the checkouts table")
+	assert.Regexp(t, "(?m)^\\| `hybrid, 2-line checkout` \\| 2 \\| [0-9]+ \\| [0-9]+ .*\\| invariant holds \\|$", out,
+		"hybrid's checkouts beside its orders, whole and verified")
 }
 
 // TestSmokeQueued: the queued row on three processes sharing one NATS server the tool starts:
@@ -505,6 +508,8 @@ func TestParseGroupCommit(t *testing.T) {
 		"with -target":       {"-target", "http://x", "-token", "t", "-group-commit", "0"},
 		"soak over two sets": {"-soak", "1m", "-group-commit", "0,64"},
 		"negative soldout":   {"-soldout", "-1s"},
+		"a 1-line checkout":  {"-checkout-lines", "1"},
+		"21 lines":           {"-checkout-lines", "21"},
 	} {
 		_, err := parse(args, io.Discard)
 		assert.Error(t, err, name)
@@ -515,6 +520,7 @@ func TestParseGroupCommit(t *testing.T) {
 	o, err = parse([]string{"-soldout", "0"}, io.Discard)
 	require.NoError(t, err)
 	assert.Zero(t, o.soldOut, "0 turns it off")
+	assert.Equal(t, 2, o.checkoutLines, "a 2-line checkout row beside each strategy by default")
 }
 
 // TestRowLockPasses: when the tool starts the service on MySQL and runs pessimistic, each pass

@@ -67,6 +67,9 @@ type options struct {
 	after       afterSale     // what buyers do with their orders after the sale (-cancel, -unpaid)
 	groupCommit []int         // SECKILL_GROUP_COMMIT of each pass; none: the server's default
 	fault       string        // the fault injected during each selling phase (-fault); "": none
+	// checkoutLines: after each strategy's sale, a sale of checkouts of this many products (one
+	// unit each) with the same stock and buyers; 0: none.
+	checkoutLines int
 	// serviceMySQL is the DSN the service processes get when it is not -mysql: under -fault, the
 	// same database through the fault's slow proxy.
 	serviceMySQL string
@@ -110,6 +113,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.fault, "fault", "", "when the tool starts the service, with -redis: inject this fault during each selling phase; "+
 		"\""+lockloss.Name+"\": take the lock from its holder every 1-2 ms (Redis, etcd, ZooKeeper) and compare each lock strategy with its unguarded twin, "+
 		"which must be caught overselling")
+	fs.IntVar(&o.checkoutLines, "checkout-lines", 2, "after each strategy's sale, sell the same stock again as checkouts of this many products "+
+		"(POST /api/v1/checkouts, one unit of each), verified per product and every checkout whole; 0: no checkout rows")
 	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -155,6 +160,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	case o.fault != "" && o.strategy != "" && !slices.Contains(o.lockLossStrategies(), o.strategy):
 		return o, fmt.Errorf("-fault %s takes the locks of %s: -strategy %s has none it takes", o.fault,
 			strings.Join(o.lockLossStrategies(), ", "), o.strategy)
+	case o.checkoutLines == 1 || o.checkoutLines < 0 || o.checkoutLines > 20:
+		return o, errors.New("-checkout-lines is 0 (none) or 2 to 20 (the lines of a checkout)")
 	case o.after.cancel < 0 || o.after.unpaid < 0 || o.after.cancel+o.after.unpaid > 1:
 		return o, errors.New("-cancel and -unpaid are shares: each at least 0, together at most 1")
 	case o.after.timeout < 0 || o.after.timeout%time.Second != 0 || o.after.timeout > 24*time.Hour:

@@ -172,8 +172,55 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report.Row, m
 		reports = append(reports, r)
 		sales[row] = s
 		fmt.Fprintf(rr.log, "loadtest: %s: %v; %s\n", row, r.Outcomes, r.VerdictText())
+		if o.checkoutLines > 0 && rr.fault == nil && r.Skipped == "" {
+			cr, cs, err := rr.checkouts(ctx, strategy, name, suffix)
+			if err != nil {
+				return nil, nil, err
+			}
+			reports = append(reports, cr)
+			sales[cr.Strategy] = cs
+			fmt.Fprintf(rr.log, "loadtest: %s: %v; %s\n", cr.Strategy, cr.Outcomes, cr.VerdictText())
+		}
 	}
 	return reports, sales, nil
+}
+
+// checkouts sells the row's stock again, as checkouts of o.checkoutLines products of that stock
+// each, one unit of each per checkout, with as many buyers: measured and verified as the row's
+// own sale, each product on its own and every checkout whole.
+func (rr roundRunner) checkouts(ctx context.Context, strategy, name, suffix string) (report.Row, attack.Sale, error) {
+	o := rr.opts
+	row := fmt.Sprintf("%s, %d-line checkout", name, o.checkoutLines)
+	if rr.pass.label != "" {
+		row = fmt.Sprintf("%s (%s)", row, rr.pass.label)
+	}
+	base := o.sku + "-" + name + rr.pass.suffix + suffix + "-co"
+	lines := make([]string, o.checkoutLines)
+	for i := range lines {
+		lines[i] = fmt.Sprintf("%s%d", base, i+1)
+		if err := putProduct(ctx, rr.client, rr.targets[0], o.token, lines[i], o.stock, o.after.timeout); err != nil {
+			return report.Row{}, attack.Sale{}, err
+		}
+	}
+	l := attack.Load{Targets: rr.targets, SKU: base, Lines: lines, Strategy: strategy, Users: o.users, Requests: o.requests, Rate: o.rate,
+		Concurrency: o.concurrency, Duration: o.duration, Timeout: o.timeout, RetryRounds: o.retryRounds, Progress: rr.progress}
+	rec := rr.cpu.Start()
+	s, err := l.Run(ctx, row)
+	rec.Stop()
+	if err != nil {
+		return report.Row{}, attack.Sale{}, err
+	}
+	r := report.NewRow(row, strategy, base, s, "")
+	r.Name, r.Pass, r.Clients, r.CheckoutLines = name, rr.pass.label, o.concurrency, o.checkoutLines
+	r.CPU = &cpu.Cost{Selling: sellingCPU(rr.cpu, rec, s.Results)}
+	r.Ceiling = report.NewCeiling(r.OrdersPerSecond, r.CPU.Selling, runtime.NumCPU())
+	if r.Outcomes[attack.Invalid] == r.Requests {
+		r.Skipped = "refused by the server: it does not place checkouts with this strategy"
+	} else if r.Verdict, err = rr.verifier.VerifyCheckouts(ctx, lines, s.Acked); err != nil {
+		return report.Row{}, attack.Sale{}, fmt.Errorf("verify %s: %w", row, err)
+	}
+	r.Judge()
+	return r, s, nil
 }
 
 // afterSale has the buyers pay, cancel or leave their orders (-cancel, -unpaid), waits until the

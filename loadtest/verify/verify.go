@@ -33,6 +33,7 @@ type Order struct {
 	OrderID string `json:"order_id"`
 	UserID  string `json:"user_id"`
 	Status  string `json:"status"`
+	SKU     string `json:"sku"`
 	Want    string `json:"-"` // cancelled, expired or confirmed; "" for an order left as placed
 }
 
@@ -320,4 +321,68 @@ func (s *Store) read(ctx context.Context, sku string) (contract.Audit, map[strin
 	}
 	a.Oversold, a.Consistent = max(0, a.OrderedQuantity-a.InitialStock), holds(a)
 	return a, present, rows.Err()
+}
+
+// VerifyCheckouts verifies a sale of checkouts of one unit of each of lines: each product as
+// Verify does, with the acknowledged lines of that product, and, from the tables, every
+// checkout among their orders whole — a row for each line, all in one status. The verdict is the
+// first product's audit, the units oversold across them, and every product's problems.
+func (vf Verifier) VerifyCheckouts(ctx context.Context, lines []string, acked []Order) (Verdict, error) {
+	var out Verdict
+	for i, sku := range lines {
+		var of []Order
+		for _, o := range acked {
+			if o.SKU == sku {
+				of = append(of, o)
+			}
+		}
+		v, err := vf.Verify(ctx, sku, of)
+		if err != nil {
+			return Verdict{}, err
+		}
+		if i == 0 {
+			out.Audit, out.Store = v.Audit, v.Store
+		}
+		out.Oversold += v.Oversold
+		for _, p := range v.Problems {
+			out.Problems = append(out.Problems, sku+": "+p)
+		}
+	}
+	if vf.Store != nil {
+		partial, err := vf.Store.partialCheckouts(ctx, lines)
+		if err != nil {
+			return Verdict{}, err
+		}
+		out.Problems = append(out.Problems, partial...)
+	}
+	return out, nil
+}
+
+// partialCheckouts describes the checkouts among lines' orders that are not whole: fewer rows
+// than lines, or lines in more than one status.
+func (s *Store) partialCheckouts(ctx context.Context, lines []string) ([]string, error) {
+	args := make([]any, len(lines))
+	for i, sku := range lines {
+		args[i] = sku
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT checkout_id, COUNT(*), COUNT(DISTINCT status) FROM orders
+		WHERE checkout_id IS NOT NULL AND sku IN (?`+strings.Repeat(", ?", len(lines)-1)+`) GROUP BY checkout_id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store checkouts: %w", err)
+	}
+	defer rows.Close()
+	var partial []string
+	for rows.Next() {
+		var (
+			id              string
+			count, statuses int
+		)
+		if err := rows.Scan(&id, &count, &statuses); err != nil {
+			return nil, err
+		}
+		if count != len(lines) || statuses != 1 {
+			partial = append(partial, fmt.Sprintf("checkout %s is not whole: %d of %d lines, in %d statuses", id, count, len(lines), statuses))
+		}
+	}
+	return partial, rows.Err()
 }

@@ -168,3 +168,32 @@ func TestVerifyInTheStore(t *testing.T) {
 		})
 	}
 }
+
+// TestPartialCheckouts: the store check of a checkout sale finds a checkout with a line missing
+// and one whose lines disagree on their status, and passes a whole one.
+func TestPartialCheckouts(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "seckill.db")
+	writer, err := sql.Open("sqlite", "file:"+path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = writer.Close() })
+	for _, stmt := range []string{
+		"CREATE TABLE orders (order_id TEXT PRIMARY KEY, sku TEXT NOT NULL, user_id TEXT NOT NULL, quantity INTEGER NOT NULL, status TEXT NOT NULL, checkout_id TEXT)",
+		"INSERT INTO orders VALUES ('o1', 'a', 'u1', 1, 'confirmed', 'whole'), ('o2', 'b', 'u1', 1, 'confirmed', 'whole')",
+		"INSERT INTO orders VALUES ('o3', 'a', 'u2', 1, 'confirmed', 'half')",
+		"INSERT INTO orders VALUES ('o4', 'a', 'u3', 1, 'confirmed', 'split'), ('o5', 'b', 'u3', 1, 'cancelled', 'split')",
+		"INSERT INTO orders VALUES ('o6', 'a', 'u4', 1, 'confirmed', NULL)",
+	} {
+		_, err := writer.Exec(stmt)
+		require.NoError(t, err, stmt)
+	}
+	store, err := OpenSQLite(ctx, path)
+	require.NoError(t, err)
+	t.Cleanup(store.Close)
+	partial, err := store.partialCheckouts(ctx, []string{"a", "b"})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{
+		"checkout half is not whole: 1 of 2 lines, in 1 statuses",
+		"checkout split is not whole: 2 of 2 lines, in 2 statuses",
+	}, partial)
+}
