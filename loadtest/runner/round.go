@@ -212,6 +212,9 @@ func (rr roundRunner) checkouts(ctx context.Context, strategy, name, suffix stri
 	}
 	r := report.NewRow(row, strategy, base, s, "")
 	r.Name, r.Pass, r.Clients, r.CheckoutLines = name, rr.pass.label, o.concurrency, o.checkoutLines
+	if rr.pass.family != "" {
+		r.Family = rr.pass.family
+	}
 	r.CPU = &cpu.Cost{Selling: sellingCPU(rr.cpu, rec, s.Results)}
 	r.Ceiling = report.NewCeiling(r.OrdersPerSecond, r.CPU.Selling, runtime.NumCPU())
 	if r.Outcomes[attack.Invalid] == r.Requests {
