@@ -71,29 +71,36 @@ func (a *Ledger) AdmitWithin(ctx context.Context, req stock.OrderRequest, bound 
 	if err != nil {
 		return stock.Reservation{}, err
 	}
+	if err := a.answer(req, code, heldWait, bound); err != nil {
+		return stock.Reservation{}, err
+	}
+	return res, nil
+}
+
+// answer is what admission's code (lua/admit.lua) means for req, counted: nil when admitted.
+func (a *Ledger) answer(req stock.OrderRequest, code int64, heldWait time.Duration, bound int) error {
 	switch code {
 	case 0:
 		a.results.WithLabelValues("admitted").Inc()
-		return res, nil
+		return nil
 	case 1:
 		a.results.WithLabelValues("sold_out").Inc()
-		return stock.Reservation{}, fmt.Errorf("admission %s: %w", req.SKU, stock.ErrSoldOut)
+		return fmt.Errorf("admission %s: %w", req.SKU, stock.ErrSoldOut)
 	case 2:
 		a.results.WithLabelValues("already_purchased").Inc()
-		return stock.Reservation{}, fmt.Errorf("admission %s/%s: %w", req.SKU, req.UserID, stock.ErrAlreadyPurchased)
+		return fmt.Errorf("admission %s/%s: %w", req.SKU, req.UserID, stock.ErrAlreadyPurchased)
 	case 3:
 		a.results.WithLabelValues("in_flight").Inc()
-		return stock.Reservation{}, fmt.Errorf("admission %s/%s: key %q in flight: %w", req.SKU, req.UserID, req.IdempotencyKey,
-			stock.ErrDuplicateRequest)
+		return fmt.Errorf("admission %s/%s: key %q in flight: %w", req.SKU, req.UserID, req.IdempotencyKey, stock.ErrDuplicateRequest)
 	case 4:
 		a.results.WithLabelValues("held").Inc()
-		return stock.Reservation{}, stock.Busy(stock.BusyHeld, fmt.Errorf("admission %s: the units left are held by orders in their sections, which may give them back, still after %s",
+		return stock.Busy(stock.BusyHeld, fmt.Errorf("admission %s: the units left are held by orders in their sections, which may give them back, still after %s",
 			req.SKU, heldWait))
 	case 5:
 		a.results.WithLabelValues("waiting").Inc()
-		return stock.Reservation{}, stock.Busy(stock.BusyWaiting, fmt.Errorf("admission %s: %d orders are waiting to be written, the most allowed", req.SKU, bound))
+		return stock.Busy(stock.BusyWaiting, fmt.Errorf("admission %s: %d orders are waiting to be written, the most allowed", req.SKU, bound))
 	}
-	return stock.Reservation{}, fmt.Errorf("admission %s: answer %d: %w", req.SKU, code, ErrRedisDown)
+	return fmt.Errorf("admission %s: answer %d: %w", req.SKU, code, ErrRedisDown)
 }
 
 // buyer is one order asking admission: its request, the id of the reservation it takes, and

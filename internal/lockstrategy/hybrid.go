@@ -105,43 +105,39 @@ func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []s
 // Close stops listening for lock releases.
 func (h *Hybrid) Close() error { return h.run.locker.Close() }
 
-// PlaceCheckout implements CheckoutPlacer: admission line by line in SKU order, every line's
-// units given back at the first refusal; then the locks in SKU order and one transaction
-// writing every line under every product's version guard (runner.checkout); then every line's
-// reservation settled, or given back. Line by line is what Redis Cluster allows — each SKU's
-// keys live in a slot of their own, and no script may span slots — and the same on one node:
-// a refused checkout holds the units of its earlier lines for one round trip, during which
-// another buyer of them hears busy (units held), never sold out.
+// PlaceCheckout implements CheckoutPlacer: admission of every line or none
+// (admission.Ledger.AdmitCheckout: one script on one Redis, line by line on a Cluster); then,
+// with the checkouts of the same products that queued meanwhile, the locks in SKU order and
+// one transaction writing every line under every product's version guard; then every line's
+// reservation settled, or given back.
 func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+	if err := req.Validate(); err != nil {
+		return stock.Checkout{}, err
+	}
 	lines := stock.SKUOrder(req.Lines)
-	admitted := make([]stock.OrderRequest, 0, len(lines))
-	for _, line := range lines {
+	for i := range lines {
 		// The key rides on admission only: a repeat of a checkout in flight hears it is in
 		// flight (stock.ErrDuplicateRequest); the checkout's rows carry it on one line.
-		line.UserID, line.Strategy, line.IdempotencyKey = req.UserID, req.Strategy, req.IdempotencyKey
-		res, err := h.admission.Admit(ctx, line)
-		if errors.Is(err, admission.ErrRedisDown) {
-			h.giveBack(ctx, admitted, errOtherLine)
-			h.admission.FellBack("admission")
-			return h.checkouts.place(ctx, req)
-		}
-		if err != nil {
-			h.giveBack(ctx, admitted, errOtherLine)
-			if stock.Code(err) == "busy" {
-				return stock.Checkout{}, err
-			}
-			return stock.Checkout{}, &stock.CheckoutError{SKUs: []string{line.SKU}, Err: err}
-		}
-		line.Reservation = res
-		admitted = append(admitted, line)
+		lines[i].UserID, lines[i].Strategy, lines[i].IdempotencyKey = req.UserID, req.Strategy, req.IdempotencyKey
 	}
-	req.Lines = admitted
+	res, err := h.admission.AdmitCheckout(ctx, lines)
+	if errors.Is(err, admission.ErrRedisDown) {
+		h.admission.FellBack("admission")
+		return h.checkouts.place(ctx, req)
+	}
+	if err != nil {
+		return stock.Checkout{}, err
+	}
+	for i := range lines {
+		lines[i].Reservation = res[i]
+	}
+	req.Lines = lines
 	co, err := h.checkouts.place(ctx, req)
 	if err != nil {
-		h.giveBack(ctx, admitted, err)
+		h.giveBack(ctx, lines, err)
 		return co, err
 	}
-	for _, line := range admitted {
+	for _, line := range lines {
 		h.admission.Settle(ctx, line.SKU, []stock.OrderRequest{line}, []stock.Placed{{}})
 		h.admission.Done(line.Reservation)
 	}

@@ -1,0 +1,99 @@
+package admission_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/redisclient"
+	"github.com/flashsale/seckill/internal/stock"
+)
+
+// TestAdmitCheckout: a checkout is admitted whole or not at all, both ways admission takes it —
+// one script on one Redis, line by line on a Redis Cluster. Admitted, each line holds a
+// reservation; a line short of stock refuses the checkout naming its product and leaves the
+// other product as it was (its counter, its buyers: the buyer may buy it alone); a buyer who
+// holds a line's product is refused for that line.
+func TestAdmitCheckout(t *testing.T) {
+	ctx := context.Background()
+	store := backendtest.Store(t)
+	modes := map[string]func(t *testing.T) redis.UniversalClient{
+		"one script": func(t *testing.T) redis.UniversalClient { return backendtest.Redis(t) },
+		"line by line (Redis Cluster)": func(t *testing.T) redis.UniversalClient {
+			c := backendtest.StartRedisCluster(t)
+			clients, err := redisclient.New(redisclient.Cluster, c.Addrs(), "")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = clients[0].Close() })
+			return clients[0]
+		},
+	}
+	for name, client := range modes {
+		t.Run(name, func(t *testing.T) {
+			r := client(t)
+			base := backendtest.SKU(t)
+			a, b := base+"-a", base+"-b"
+			for sku, units := range map[string]int64{a: 1, b: 5, base + "-c": 5} {
+				_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: units, MaxPerOrder: 1})
+				require.NoError(t, err)
+			}
+			l := admission.New(r, store, "checkouts", time.Minute, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+				admission.Options{WaitHeld: time.Millisecond})
+			l.Beat(ctx)
+			lines := func(user string) []stock.OrderRequest {
+				return []stock.OrderRequest{{SKU: a, UserID: user, Quantity: 1}, {SKU: b, UserID: user, Quantity: 1}}
+			}
+			state := func(sku string) admission.State {
+				live, err := l.Live(ctx)
+				require.NoError(t, err)
+				st, err := l.State(ctx, sku, live)
+				require.NoError(t, err)
+				require.NotNil(t, st.Stock)
+				return st
+			}
+
+			first := lines("u1")
+			res, err := l.AdmitCheckout(ctx, first)
+			require.NoError(t, err)
+			require.Len(t, res, 2)
+			assert.EqualValues(t, 0, *state(a).Stock)
+			assert.EqualValues(t, 4, *state(b).Stock)
+			for i := range first {
+				first[i].Reservation = res[i]
+			}
+			for _, line := range first { // written: the units stay sold
+				l.Settle(ctx, line.SKU, []stock.OrderRequest{line}, []stock.Placed{{}})
+				l.Done(line.Reservation)
+			}
+
+			_, err = l.AdmitCheckout(ctx, lines("u2"))
+			var refused *stock.CheckoutError
+			require.ErrorAs(t, err, &refused)
+			require.ErrorIs(t, err, stock.ErrSoldOut)
+			assert.Equal(t, []string{a}, refused.SKUs)
+			after := state(b)
+			assert.EqualValues(t, 4, *after.Stock, "the refused checkout holds nothing of the other product")
+			assert.Zero(t, after.Reservations)
+			_, err = l.Admit(ctx, stock.OrderRequest{SKU: b, UserID: "u2", Quantity: 1})
+			require.NoError(t, err, "nor its buyer: u2 may buy it alone")
+
+			_, err = l.AdmitCheckout(ctx, []stock.OrderRequest{{SKU: b, UserID: "u1", Quantity: 1}, {SKU: base + "-c", UserID: "u1", Quantity: 1}})
+			require.ErrorAs(t, err, &refused)
+			require.ErrorIs(t, err, stock.ErrAlreadyPurchased)
+			assert.Equal(t, []string{b}, refused.SKUs)
+
+			_, err = l.AdmitCheckout(ctx, []stock.OrderRequest{{SKU: b, UserID: "u3", Quantity: 1}, {SKU: base + "-unknown", UserID: "u3", Quantity: 1}})
+			require.ErrorAs(t, err, &refused)
+			require.ErrorIs(t, err, stock.ErrNotFound)
+			assert.Equal(t, []string{base + "-unknown"}, refused.SKUs)
+			assert.EqualValues(t, 3, *state(b).Stock, "u2's unit alone: the unknown product's checkout took nothing")
+		})
+	}
+}
