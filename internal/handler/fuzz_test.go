@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -90,6 +91,59 @@ func FuzzPlaceOrder(f *testing.F) {
 	a, err := s.store.Audit(context.Background(), sku)
 	if err != nil || !a.Consistent() {
 		f.Fatalf("the fuzzed sale is inconsistent: %+v %v", a, err)
+	}
+}
+
+// FuzzPlaceCheckout throws arbitrary bodies and Idempotency-Keys at the checkout endpoint, over
+// two products on sale: never a 5xx, and at the end both consistent and every checkout in one
+// status (one line or two: the fuzzer writes both).
+func FuzzPlaceCheckout(f *testing.F) {
+	s, a := fuzzServer(f)
+	b := backendtest.SKU(f)
+	req := httptest.NewRequest(http.MethodPut, productPath(b), strings.NewReader(`{"name":"fuzz","stock":1000000,"max_per_order":3}`))
+	req.Header.Set("Authorization", admin["Authorization"])
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		f.Fatalf("put product: %d %s", rec.Code, rec.Body)
+	}
+	line := func(sku string, quantity int) string { return `{"sku":"` + sku + `","quantity":` + strconv.Itoa(quantity) + `}` }
+	for _, seed := range []struct{ body, key string }{
+		{`{"user_id":"u-1","lines":[` + line(a, 1) + `,` + line(b, 2) + `]}`, ""},
+		{`{"user_id":"u-2","lines":[` + line(b, 1) + `,` + line(a, 3) + `],"strategy":"pessimistic"}`, "k-1"},
+		{`{"user_id":"u-3","lines":[` + line(a, 1) + `,` + line(b, 1) + `],"strategy":"etcd"}`, "k-2"},
+		{`{"user_id":"u-4","lines":[` + line(a, 4) + `,` + line(b, 1) + `]}`, ""},
+		{`{"user_id":"u-5","lines":[` + line(a, 1) + `,` + line(a, 1) + `]}`, ""},
+		{`{"user_id":"u-6","lines":[` + line(a, 1) + `,` + line("no-such-product", 1) + `]}`, ""},
+		{`{"user_id":"u-7","lines":[]}`, ""},
+		{`{"user_id":"u-10","lines":[` + line(b, 1) + `]}`, ""},
+		{`{"user_id":"u-8","lines":[{"sku":"` + a + `","quantity":"1"}]}`, ""},
+		{`{"user_id":"u-9","lines":{"sku":"` + a + `"}}`, ""},
+		{`{"user_id":"u","lines":[` + line(a, 1) + `],"coupon":1}`, ""},
+		{`{"lines":[` + line(a, 1) + `]}`, ""},
+		{`{"user_id":"u","lines":[{"sku":"bad sku!"}]}`, ""},
+		{`{"user_id":"u","lines":[` + line(a, 1) + `]}`, "k\x01"},
+		{`null`, ""},
+	} {
+		f.Add([]byte(seed.body), seed.key)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, key string) {
+		req := httptest.NewRequest(http.MethodPost, "/api/v1/checkouts", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" && !strings.ContainsAny(key, "\r\n") {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		checkAnswer(t, rec)
+	})
+	for _, sku := range []string{a, b} {
+		if audit, err := s.store.Audit(context.Background(), sku); err != nil || !audit.Consistent() {
+			f.Fatalf("the fuzzed sale of %s is inconsistent: %+v %v", sku, audit, err)
+		}
+	}
+	if partial := backendtest.PartialCheckouts(f, backendtest.SQL(f), []string{a, b}, 0); len(partial) > 0 {
+		f.Fatalf("half a checkout: %v", partial)
 	}
 }
 
