@@ -107,7 +107,9 @@ func FuzzPlaceCheckout(f *testing.F) {
 	if rec.Code != http.StatusOK {
 		f.Fatalf("put product: %d %s", rec.Code, rec.Body)
 	}
-	line := func(sku string, quantity int) string { return `{"sku":"` + sku + `","quantity":` + strconv.Itoa(quantity) + `}` }
+	line := func(sku string, quantity int) string {
+		return `{"sku":"` + sku + `","quantity":` + strconv.Itoa(quantity) + `}`
+	}
 	for _, seed := range []struct{ body, key string }{
 		{`{"user_id":"u-1","lines":[` + line(a, 1) + `,` + line(b, 2) + `]}`, ""},
 		{`{"user_id":"u-2","lines":[` + line(b, 1) + `,` + line(a, 3) + `],"strategy":"pessimistic"}`, "k-1"},
