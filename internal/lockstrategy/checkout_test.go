@@ -26,7 +26,7 @@ import (
 // in part; at the end the invariant holds per product and every checkout answered 201 is whole.
 func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
 	for _, v := range strategies() {
-		// A checkout rides in no batch: one configuration of each is enough.
+		// A checkout batches with checkouts alone, whatever the group commit: one configuration of each is enough.
 		if v.accepts || strings.HasSuffix(v.name, "/one-per-section") {
 			continue
 		}
