@@ -26,7 +26,7 @@ import (
 // in part; at the end the invariant holds per product and every checkout answered 201 is whole.
 func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
 	for _, v := range strategies() {
-		// A checkout batches with checkouts alone, whatever the group commit: one configuration of each is enough.
+		// The lock order is what this test is about, not the batch size: one configuration of each.
 		if v.accepts || strings.HasSuffix(v.name, "/one-per-section") {
 			continue
 		}
