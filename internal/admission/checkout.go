@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -126,11 +127,11 @@ func (a *Ledger) admitLineByLine(ctx context.Context, lines []stock.OrderRequest
 	for i, l := range lines {
 		r, err := a.Admit(ctx, l)
 		if err != nil {
-			for j := range res {
-				taken := lines[j]
-				taken.Reservation = res[j]
-				a.GiveBack(ctx, taken, errOtherLine)
+			taken := slices.Clone(lines[:i])
+			for j := range taken {
+				taken[j].Reservation = res[j]
 			}
+			a.GiveBackCheckout(ctx, taken, errOtherLine)
 			if errors.Is(err, ErrRedisDown) || stock.Code(err) == "busy" {
 				return nil, err
 			}
@@ -139,6 +140,21 @@ func (a *Ledger) admitLineByLine(ctx context.Context, lines []stock.OrderRequest
 		res = append(res, r)
 	}
 	return res, nil
+}
+
+// GiveBackCheckout returns the reservations of a checkout's lines (each with its Reservation)
+// after the checkout failed with err, as GiveBack an order's. A line the database found short of
+// stock caps its counter at what the database holds; the others were refused for another line's
+// sake, which says nothing about their own stock.
+func (a *Ledger) GiveBackCheckout(ctx context.Context, lines []stock.OrderRequest, err error) {
+	var soldOut *stock.SoldOutError
+	for _, line := range lines {
+		lineErr := err
+		if errors.As(err, &soldOut) && soldOut.SKU != line.SKU {
+			lineErr = errOtherLine
+		}
+		a.GiveBack(ctx, line, lineErr)
+	}
 }
 
 // errOtherLine is why a line admitted for a checkout was given back: another line was refused.

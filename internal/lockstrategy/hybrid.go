@@ -3,7 +3,6 @@ package lockstrategy
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/lock"
@@ -111,9 +110,6 @@ func (h *Hybrid) Close() error { return h.run.locker.Close() }
 // one transaction writing every line under every product's version guard; then every line's
 // reservation settled, or given back.
 func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	if err := req.Validate(); err != nil {
-		return stock.Checkout{}, err
-	}
 	lines := stock.SKUOrder(req.Lines)
 	for i := range lines {
 		// The key rides on admission only: a repeat of a checkout in flight hears it is in
@@ -134,7 +130,7 @@ func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (
 	req.Lines = lines
 	co, err := h.checkouts.place(ctx, req)
 	if err != nil {
-		h.giveBack(ctx, lines, err)
+		h.admission.GiveBackCheckout(ctx, lines, err)
 		return co, err
 	}
 	for _, line := range lines {
@@ -165,20 +161,3 @@ func (h *Hybrid) checkoutsWithoutLock(ctx context.Context, reqs []stock.Checkout
 	}
 	return h.run.versionedCheckouts(ctx, reqs)
 }
-
-// giveBack returns the reservations of a checkout's lines that failed with err. A line the
-// database found short of stock caps its counter at what the database holds (Ledger.GiveBack);
-// the others were refused for another line's sake, which says nothing about their own stock.
-func (h *Hybrid) giveBack(ctx context.Context, lines []stock.OrderRequest, err error) {
-	var soldOut *stock.SoldOutError
-	for _, line := range lines {
-		lineErr := err
-		if errors.As(err, &soldOut) && soldOut.SKU != line.SKU {
-			lineErr = errOtherLine
-		}
-		h.admission.GiveBack(ctx, line, lineErr)
-	}
-}
-
-// errOtherLine is why a line admitted for a checkout was not written: another line was refused.
-var errOtherLine = fmt.Errorf("checkout refused for another of its lines: %w", admission.ErrNotPlaced)
