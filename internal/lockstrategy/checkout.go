@@ -21,8 +21,9 @@ import (
 // lock, one conditional update of each product, one insert (checkoutBatcher). A section takes
 // its products' turns in the instance (local), then their locks, each in SKU order.
 
-// A CheckoutPlacer places checkouts. It returns a Strategy's errors; a refusal of some lines
-// is a *stock.CheckoutError naming them.
+// A CheckoutPlacer places checkouts. req is valid (stock.CheckoutRequest.Validate: the service
+// checks it first; a product twice would take its turn twice). It returns a Strategy's errors;
+// a refusal of some lines is a *stock.CheckoutError naming them.
 type CheckoutPlacer interface {
 	PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
 }
@@ -68,9 +69,6 @@ func (r *runner) checkoutBatcher(s checkoutSection) *checkoutBatcher {
 
 // place queues req behind the section of its products and waits for its answer.
 func (b *checkoutBatcher) place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	if err := req.Validate(); err != nil {
-		return stock.Checkout{}, err
-	}
 	if err := ctx.Err(); err != nil {
 		return stock.Checkout{}, fmt.Errorf("%w: %w", errAbandoned, err)
 	}
