@@ -104,11 +104,7 @@ func (s *Service) Checkout(ctx context.Context, checkoutID string) (stock.Checko
 // PayCheckout confirms every line of the buyer's pending checkout, as PayOrder an order.
 func (s *Service) PayCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error) {
 	co, err := s.store.PayCheckout(ctx, checkoutID, userID)
-	if errors.Is(err, stock.ErrOrderExpired) {
-		s.relay(ctx)
-	}
-	s.transitions.WithLabelValues("pay", stock.Code(err)).Inc()
-	s.countBusy(ctx, "", err)
+	s.transitioned(ctx, "pay", err)
 	return co, err
 }
 
@@ -116,10 +112,6 @@ func (s *Service) PayCheckout(ctx context.Context, checkoutID, userID string) (s
 // userID (the admin), as CancelOrder an order: every line's units back on sale before it returns.
 func (s *Service) CancelCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error) {
 	co, err := s.store.CancelCheckout(ctx, checkoutID, userID)
-	if err == nil || errors.Is(err, stock.ErrOrderExpired) {
-		s.relay(ctx)
-	}
-	s.transitions.WithLabelValues("cancel", stock.Code(err)).Inc()
-	s.countBusy(ctx, "", err)
+	s.transitioned(ctx, "cancel", err)
 	return co, err
 }

@@ -18,11 +18,7 @@ const lifecycleEvery = time.Second
 // stock.ErrOrderExpired.
 func (s *Service) PayOrder(ctx context.Context, orderID, userID string) (stock.Order, error) {
 	o, err := s.store.Pay(ctx, orderID, userID)
-	if errors.Is(err, stock.ErrOrderExpired) {
-		s.relay(ctx)
-	}
-	s.transitions.WithLabelValues("pay", stock.Code(err)).Inc()
-	s.countBusy(ctx, "", err)
+	s.transitioned(ctx, "pay", err)
 	return o, err
 }
 
@@ -31,12 +27,19 @@ func (s *Service) PayOrder(ctx context.Context, orderID, userID string) (stock.O
 // Redis admission, and — the sold-out flags of every instance dropped — for buyers anywhere.
 func (s *Service) CancelOrder(ctx context.Context, orderID, userID string) (stock.Order, error) {
 	o, err := s.store.Cancel(ctx, orderID, userID)
-	if err == nil || errors.Is(err, stock.ErrOrderExpired) {
+	s.transitioned(ctx, "cancel", err)
+	return o, err
+}
+
+// transitioned follows a pay or a cancel (transition) that ended with err: units its order or
+// checkout gave back — cancelled, or expired on the way — are relayed to Redis admission at
+// once, and the answer is counted.
+func (s *Service) transitioned(ctx context.Context, transition string, err error) {
+	if errors.Is(err, stock.ErrOrderExpired) || (err == nil && transition == "cancel") {
 		s.relay(ctx)
 	}
-	s.transitions.WithLabelValues("cancel", stock.Code(err)).Inc()
+	s.transitions.WithLabelValues(transition, stock.Code(err)).Inc()
 	s.countBusy(ctx, "", err)
-	return o, err
 }
 
 // expire expires the orders past their deadline and relays the units of every ended order to
