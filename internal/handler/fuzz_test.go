@@ -19,6 +19,12 @@ import (
 func fuzzServer(f *testing.F) (*server, string) {
 	f.Helper()
 	s := newServer(f)
+	return s, s.fuzzProduct(f)
+}
+
+// fuzzProduct puts a fresh product on sale for a fuzz target, and returns its SKU.
+func (s *server) fuzzProduct(f *testing.F) string {
+	f.Helper()
 	sku := backendtest.SKU(f)
 	req := httptest.NewRequest(http.MethodPut, productPath(sku), strings.NewReader(`{"name":"fuzz","stock":1000000,"max_per_order":3}`))
 	req.Header.Set("Authorization", admin["Authorization"])
@@ -27,7 +33,7 @@ func fuzzServer(f *testing.F) (*server, string) {
 	if rec.Code != http.StatusOK {
 		f.Fatalf("put product: %d %s", rec.Code, rec.Body)
 	}
-	return s, sku
+	return sku
 }
 
 // checkAnswer is what every answer must be, whatever the input: never a 5xx, always JSON, and an
@@ -99,14 +105,7 @@ func FuzzPlaceOrder(f *testing.F) {
 // status (one line or two: the fuzzer writes both).
 func FuzzPlaceCheckout(f *testing.F) {
 	s, a := fuzzServer(f)
-	b := backendtest.SKU(f)
-	req := httptest.NewRequest(http.MethodPut, productPath(b), strings.NewReader(`{"name":"fuzz","stock":1000000,"max_per_order":3}`))
-	req.Header.Set("Authorization", admin["Authorization"])
-	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		f.Fatalf("put product: %d %s", rec.Code, rec.Body)
-	}
+	b := s.fuzzProduct(f)
 	line := func(sku string, quantity int) string {
 		return `{"sku":"` + sku + `","quantity":` + strconv.Itoa(quantity) + `}`
 	}
