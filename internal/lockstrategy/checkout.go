@@ -192,6 +192,9 @@ func (r *runner) lockAll(ctx context.Context, skus []string) (*holds, error) {
 	defer cancel()
 	for _, sku := range skus {
 		key := r.locker.Key(sku)
+		if r.opts.Hooks.Locking != nil {
+			r.opts.Hooks.Locking(waitCtx, skus, len(h.locks))
+		}
 		release, err := r.local.take(waitCtx, sku)
 		if err != nil {
 			r.release(ctx, h)

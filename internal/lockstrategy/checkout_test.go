@@ -3,6 +3,7 @@ package lockstrategy_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/redisclient"
+	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -22,8 +24,9 @@ import (
 // B+A, C+A against A+B — while single orders buy the same products. Every strategy takes its
 // locks (rows, admission) in SKU order, so no two checkouts ever hold what the other waits for:
 // no lock wait runs out (a crossed pair taken in request order deadlocks until it does: the
-// planted request-order bug), no answer takes 3 s, no 5xx, and at no moment is a checkout seen
-// in part; at the end the invariant holds per product and every checkout answered 201 is whole.
+// planted request-order bug, which a first pair, held at its first lock, meets every time), no
+// answer takes 3 s, no 5xx, and at no moment is a checkout seen in part; at the end the
+// invariant holds per product and every checkout answered 201 is whole.
 func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
 	for _, v := range strategies() {
 		// The lock order is what this test is about, not the batch size: one configuration of each.
@@ -32,7 +35,7 @@ func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
 		}
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			sellCrossed(t, newInstances(t, instances, v.cfg, backendtest.Wiring{}))
+			sellCrossed(t, v.cfg, backendtest.Wiring{})
 		})
 	}
 	// On a Redis Cluster each product's admission keys and lock live in a slot of their own,
@@ -41,7 +44,7 @@ func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
 		t.Parallel()
 		c := backendtest.StartRedisCluster(t)
 		w := backendtest.Wiring{RedisMode: redisclient.Cluster, RedisAddrs: c.Addrs()}
-		sellCrossed(t, newInstances(t, instances, config("hybrid"), w))
+		sellCrossed(t, config("hybrid"), w)
 	})
 }
 
@@ -52,13 +55,18 @@ const (
 	crossedStallLimit = 3 * time.Second
 )
 
-// sellCrossed runs the crossed sale on insts and checks it (TestCrossedCheckoutsAcrossInstances).
-func sellCrossed(t *testing.T, insts []backendtest.Instance) {
+// sellCrossed runs the crossed sale on instances of cfg and checks it
+// (TestCrossedCheckoutsAcrossInstances): first a pair crossed at its first lock, then the sale.
+func sellCrossed(t *testing.T, cfg service.Config, w backendtest.Wiring) {
 	base := backendtest.SKU(t)
 	a, b, c := base+"-a", base+"-b", base+"-c"
 	skus := []string{a, b, c}
+	pair := []string{base + "-d", base + "-e"}
+	cfg.Hooks.Locking = crossAtFirstLock(pair)
+	insts := newInstances(t, instances, cfg, w)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	crossPair(ctx, t, insts, pair)
 	for _, sku := range skus {
 		_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "crossed", Stock: crossedStock, MaxPerOrder: 1})
 		require.NoError(t, err)
@@ -174,6 +182,74 @@ func sellCrossed(t *testing.T, insts []backendtest.Instance) {
 			audit, err := insts[0].Audit(ctx, sku)
 			return err == nil && audit.HeldBack() == 0
 		}, 10*time.Second, 20*time.Millisecond, "%s: admission still holds back units of placed or refused lines", sku)
+	}
+}
+
+// crossAtFirstLock returns the hook that holds each checkout of pair's products, once it has
+// its first product's lock, until the other checkout has its own first lock or is about to
+// wait for the one held. Locks taken in one order then queue; taken in two, they deadlock.
+func crossAtFirstLock(pair []string) func(ctx context.Context, skus []string, held int) {
+	var (
+		mu      sync.Mutex
+		changed = make(chan struct{})
+		firsts  []string // the first product of each checkout that came to lock
+		holding int      // checkouts holding their first lock
+	)
+	return func(ctx context.Context, skus []string, held int) {
+		if !slices.Equal(slices.Sorted(slices.Values(skus)), pair) || held > 1 {
+			return
+		}
+		mu.Lock()
+		if held == 0 {
+			firsts = append(firsts, skus[0])
+		} else {
+			holding++
+		}
+		close(changed)
+		changed = make(chan struct{})
+		for held == 1 && !(len(firsts) >= 2 && (firsts[0] == firsts[1] || holding >= 2)) {
+			wait := changed
+			mu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return
+			}
+			mu.Lock()
+		}
+		mu.Unlock()
+	}
+}
+
+// crossPair places pair's two checkouts, one in each order, on two instances at once, held by
+// crossAtFirstLock: both are placed, none waits out its lock.
+func crossPair(ctx context.Context, t *testing.T, insts []backendtest.Instance, pair []string) {
+	for _, sku := range pair {
+		_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "crossed pair", Stock: 2, MaxPerOrder: 1})
+		require.NoError(t, err)
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, order := range [][]string{pair, {pair[1], pair[0]}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			strategy, _ := insts[i].Resolve("")
+			req := stock.CheckoutRequest{UserID: fmt.Sprintf("pair-%d", i), Strategy: strategy}
+			for _, sku := range order {
+				req.Lines = append(req.Lines, stock.OrderRequest{SKU: sku, Quantity: 1})
+			}
+			for ctx.Err() == nil {
+				_, _, errs[i] = insts[i].PlaceCheckout(ctx, req)
+				if stock.Code(errs[i]) != "busy" || stock.CauseOfBusy(errs[i]) == stock.BusyLockWait {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "crossed pair, checkout %d: a lock wait ran out: locks taken in another order than SKU order wait for each other", i)
 	}
 }
 

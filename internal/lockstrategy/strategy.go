@@ -31,6 +31,10 @@ type Hooks struct {
 	// (TestHookMoment). It runs in the section runner (runner.inSection), called by each guard's
 	// write.
 	InSection func(ctx context.Context, orders []stock.OrderRequest)
+	// Locking runs in a checkout's section before each of its products' locks is taken: skus in
+	// the order they are taken, held of them held already. Tests cross two checkouts with it at
+	// the moment the lock order decides: each holding its first product's lock.
+	Locking func(ctx context.Context, skus []string, held int)
 	// Admitted runs in the queued strategy once an order is admitted and before its message is
 	// sent: the moment at which a sweeper may give up the order of an instance frozen there.
 	Admitted func(ctx context.Context, orderID string)
