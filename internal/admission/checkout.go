@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -25,19 +26,32 @@ import (
 // answer naming every line refused for the same reason (a *stock.CheckoutError), or busy, or
 // ErrRedisDown, as Admit.
 func (a *Ledger) AdmitCheckout(ctx context.Context, lines []stock.OrderRequest) ([]stock.Reservation, error) {
+	return a.AdmitCheckoutWithin(ctx, lines, 0)
+}
+
+// AdmitCheckoutWithin is AdmitCheckout for a checkout that waits behind every other order of its
+// products (the queued strategy's), as AdmitWithin for an order: a line whose product holds
+// bound reservations or more answers busy. A line that names its reservation keeps that id (a
+// queued checkout's lines all bear the checkout's).
+func (a *Ledger) AdmitCheckoutWithin(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
+	if planted.On(planted.IgnoredWaitingBound) {
+		bound = 0
+	}
 	if _, cluster := a.client.(*redis.ClusterClient); cluster {
-		return a.admitLineByLine(ctx, lines)
+		return a.admitLineByLine(ctx, lines, bound)
 	}
 	if !a.Available() {
 		return nil, ErrRedisDown
 	}
 	res := make([]stock.Reservation, len(lines))
 	keys := make([]string, 0, 4*len(lines))
-	args := make([]any, 0, 3+2*len(lines))
-	args = append(args, a.instance, lines[0].UserID, lines[0].IdempotencyKey)
+	args := make([]any, 0, 4+2*len(lines))
+	args = append(args, a.instance, lines[0].UserID, lines[0].IdempotencyKey, bound)
 	for i, l := range lines {
 		a.touch(l.SKU)
-		res[i].ID = reservationID()
+		if res[i] = l.Reservation; res[i].ID == "" {
+			res[i].ID = reservationID()
+		}
 		a.track(res[i].ID, time.Time{}) // before Redis has it, as Admit's
 		keys = append(keys, KeysOf(l.SKU).all()...)
 		args = append(args, l.Quantity, res[i].ID)
@@ -56,7 +70,7 @@ func (a *Ledger) AdmitCheckout(ctx context.Context, lines []stock.OrderRequest) 
 	refused := make([]error, len(lines))
 	if err == nil {
 		for i, l := range lines {
-			refused[i] = a.answer(l, codes[i], a.heldWait, 0)
+			refused[i] = a.answer(l, codes[i], a.heldWait, bound)
 		}
 		err = stock.Refusal(lines, refused)
 	}
@@ -122,10 +136,10 @@ func (a *Ledger) admitCheckout(ctx context.Context, lines []stock.OrderRequest, 
 
 // admitLineByLine admits a checkout's lines one by one, in SKU order, giving back the ones
 // admitted at the first refusal (AdmitCheckout on a Redis Cluster).
-func (a *Ledger) admitLineByLine(ctx context.Context, lines []stock.OrderRequest) ([]stock.Reservation, error) {
+func (a *Ledger) admitLineByLine(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
 	var res []stock.Reservation
 	for i, l := range lines {
-		r, err := a.Admit(ctx, l)
+		r, err := a.AdmitWithin(ctx, l, bound)
 		if err != nil {
 			taken := slices.Clone(lines[:i])
 			for j := range taken {

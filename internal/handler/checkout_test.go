@@ -50,15 +50,31 @@ func assertCheckoutError(t *testing.T, rec *httptest.ResponseRecorder, status in
 	assert.Equal(t, skus, named, "body: %s", rec.Body)
 }
 
+// placedCheckout places a checkout that must be accepted, and follows a queued one (202, at its
+// Location) until it is placed, so that the caller sees it as every strategy's 201 shows it.
+func (s *server) placedCheckout(t *testing.T, body string, h header) contract.Checkout {
+	t.Helper()
+	rec := s.do(t, http.MethodPost, checkoutsPath, body, h)
+	if rec.Code != http.StatusAccepted {
+		return decode[contract.Checkout](t, rec, http.StatusCreated, checkoutFields)
+	}
+	co := decode[contract.Checkout](t, rec, http.StatusAccepted, checkoutFields)
+	assert.Equal(t, "queued", co.Status)
+	assert.Equal(t, checkoutPath(co.CheckoutID), rec.Header().Get("Location"))
+	co = decode[contract.Checkout](t, s.do(t, http.MethodGet, checkoutPath(co.CheckoutID)+"?wait=10s", "", nil), http.StatusOK, checkoutFields)
+	require.NotEqual(t, "queued", co.Status, "the queued checkout ended: %+v", co)
+	return co
+}
+
 // TestCheckout walks a checkout through the API under every strategy this server offers that
-// needs no backend of its own: every line placed at once, in SKU order, with one deadline (the
-// shortest payment timeout); a repeat with its key answers it, another body under that key is a
-// conflict; a line short of stock, held already, or of an unknown product refuses the whole
-// checkout, naming its SKU, and deducts nothing; a line's own payment pays the checkout; a cancel
-// gives every line's unit back once.
+// needs no backend of its own: every line placed at once (queued: accepted, then placed), in
+// SKU order, with one deadline (the shortest payment timeout); a repeat with its key answers it,
+// another body under that key is a conflict; a line short of stock, held already, or of an
+// unknown product refuses the whole checkout, naming its SKU, and deducts nothing; a line's own
+// payment pays the checkout; a cancel gives every line's unit back once.
 func TestCheckout(t *testing.T) {
 	s := newServer(t)
-	for _, strategy := range []string{"hybrid", "pessimistic", "dblock", "etcd"} {
+	for _, strategy := range []string{"hybrid", "pessimistic", "dblock", "etcd", "queued"} {
 		t.Run(strategy, func(t *testing.T) {
 			base := backendtest.SKU(t)
 			a, b, c := base+"-a", base+"-b", base+"-c"
@@ -67,8 +83,7 @@ func TestCheckout(t *testing.T) {
 			s.putSale(t, c, map[string]any{"stock": 5})
 
 			key := header{"Idempotency-Key": base + "/u-1"}
-			co := decode[contract.Checkout](t, s.do(t, http.MethodPost, checkoutsPath, checkoutBody("u-1", strategy, b, a), key),
-				http.StatusCreated, checkoutFields)
+			co := s.placedCheckout(t, checkoutBody("u-1", strategy, b, a), key)
 			assert.Regexp(t, ulidPattern, co.CheckoutID)
 			assert.Equal(t, "pending", co.Status)
 			require.NotNil(t, co.ExpiresAt)

@@ -43,6 +43,7 @@ type Sales interface {
 	// Checkout reads a checkout; PayCheckout and CancelCheckout move every line of it, as
 	// PayOrder and CancelOrder an order.
 	Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error)
+	WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error)
 	PayCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error)
 	CancelCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error)
 	// Audit reports the product's consistency.
@@ -362,6 +363,12 @@ func (h *handler) placeCheckout(c *gin.Context) {
 		fail(c, err, "checkout")
 		return
 	}
+	if co.Status == stock.Queued {
+		// Accepted, not yet written: the buyer follows it at its Location.
+		c.Header("Location", "/api/v1/checkouts/"+co.CheckoutID)
+		c.JSON(http.StatusAccepted, checkoutJSON(co))
+		return
+	}
 	c.JSON(http.StatusCreated, checkoutJSON(co))
 }
 
@@ -370,7 +377,17 @@ func (h *handler) getCheckout(c *gin.Context) {
 	if !ok {
 		return
 	}
-	co, err := h.Sales.Checkout(c.Request.Context(), id)
+	wait, err := waitParam(c)
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	var co stock.Checkout
+	if wait > 0 {
+		co, err = h.Sales.WaitCheckout(c.Request.Context(), id, wait)
+	} else {
+		co, err = h.Sales.Checkout(c.Request.Context(), id)
+	}
 	if err != nil {
 		fail(c, err, "checkout "+id)
 		return

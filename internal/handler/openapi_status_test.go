@@ -46,6 +46,7 @@ var serviceErrors = map[string][]error{
 		&stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrNotFound}, &stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrSoldOut},
 		stock.ErrIdempotencyConflict, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"Checkout":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"WaitCheckout":   {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
 	"PayCheckout":    {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrOrderCancelled, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"CancelCheckout": {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"Audit":          {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
@@ -61,7 +62,7 @@ type probeSales struct {
 	Sales
 	fail   map[string]error
 	called map[string]bool
-	queued bool // PlaceOrder succeeds as the queued strategy does: accepted, not yet written
+	queued bool // PlaceOrder and PlaceCheckout succeed as the queued strategy does: accepted, not yet written
 }
 
 func (p *probeSales) err(method string) error {
@@ -95,10 +96,16 @@ func (p *probeSales) CancelOrder(context.Context, string, string) (stock.Order, 
 	return stock.Order{}, p.err("CancelOrder")
 }
 func (p *probeSales) PlaceCheckout(context.Context, stock.CheckoutRequest) (stock.Checkout, bool, error) {
+	if p.queued {
+		return stock.Checkout{Status: stock.Queued}, false, p.err("PlaceCheckout")
+	}
 	return stock.Checkout{}, false, p.err("PlaceCheckout")
 }
 func (p *probeSales) Checkout(context.Context, string) (stock.Checkout, error) {
 	return stock.Checkout{}, p.err("Checkout")
+}
+func (p *probeSales) WaitCheckout(context.Context, string, time.Duration) (stock.Checkout, error) {
+	return stock.Checkout{}, p.err("WaitCheckout")
 }
 func (p *probeSales) PayCheckout(context.Context, string, string) (stock.Checkout, error) {
 	return stock.Checkout{}, p.err("PayCheckout")
@@ -312,7 +319,7 @@ func deriveStatuses(t *testing.T, ops map[string]operation) map[string][]int {
 			}
 			sales.fail = nil
 		}
-		if slices.Contains(called, "PlaceOrder") {
+		if slices.Contains(called, "PlaceOrder") || slices.Contains(called, "PlaceCheckout") {
 			sales.queued = true // the queued strategy's answer
 			seen[send(valid(nil), false)] = true
 			sales.queued = false

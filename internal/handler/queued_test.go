@@ -134,3 +134,63 @@ func TestWaitOnAStoredOrder(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second, "answered at once, not after the wait")
 	assert.Equal(t, http.StatusOK, s.do(t, http.MethodGet, orderPath(id), "", nil).Code)
 }
+
+// TestQueuedCheckoutHTTP is the contract of queued checkouts: 202 with status queued, its lines
+// and a Location; a repeat under its Idempotency-Key answers the same checkout while it is
+// queued, another body under that key is a conflict; its units are held at once (another buyer
+// hears sold out); and it ends as one. Here the database disagrees with admission — another
+// strategy sold the last unit of one product while the checkout waited in its writer's section —
+// so the writer rejects the whole checkout (sold_out): no line is written, every line's unit
+// goes back, and the other product sells again.
+func TestQueuedCheckoutHTTP(t *testing.T) {
+	cfg := service.Defaults()
+	cfg.Strategy = "queued"
+	hooks, inside, release := backendtest.HoldSection("u-1")
+	defer release()
+	cfg.Hooks = hooks
+	s := newServerOn(t, cfg, backendtest.Wiring{})
+	base := backendtest.SKU(t)
+	a, b := base+"-a", base+"-b"
+	s.putSale(t, a, map[string]any{"stock": 1})
+	s.putSale(t, b, map[string]any{"stock": 1})
+
+	key := header{"Idempotency-Key": "key-" + base}
+	rec := s.do(t, http.MethodPost, checkoutsPath, checkoutBody("u-1", "", b, a), key)
+	co := decode[contract.Checkout](t, rec, http.StatusAccepted, checkoutFields)
+	assert.Equal(t, "queued", co.Status)
+	assert.Equal(t, "queued", co.Strategy)
+	assert.Equal(t, checkoutPath(co.CheckoutID), rec.Header().Get("Location"))
+	require.Len(t, co.Lines, 2)
+	assert.Equal(t, []string{a, b}, []string{co.Lines[0].SKU, co.Lines[1].SKU}, "lines in SKU order")
+	<-inside
+
+	again := decode[contract.Checkout](t, s.do(t, http.MethodPost, checkoutsPath, checkoutBody("u-1", "", a, b), key),
+		http.StatusAccepted, checkoutFields)
+	assert.Equal(t, co.CheckoutID, again.CheckoutID, "a repeat while queued answers the same checkout")
+	assertError(t, s.do(t, http.MethodPost, checkoutsPath, checkoutBody("u-1", "", a), key), http.StatusConflict, "idempotency_conflict")
+	read := decode[contract.Checkout](t, s.do(t, http.MethodGet, checkoutPath(co.CheckoutID)+"?wait=200ms", "", nil), http.StatusOK, checkoutFields)
+	assert.Equal(t, "queued", read.Status, "the wait passed: the checkout as it stands")
+	assert.Equal(t, co.Lines, read.Lines)
+	assertCheckoutError(t, s.do(t, http.MethodPost, checkoutsPath, checkoutBody("u-2", "", a), nil), http.StatusConflict, "sold_out", a)
+
+	// Another strategy, which asks no admission, sells b's last unit under the checkout.
+	decode[contract.Order](t, s.do(t, http.MethodPost, ordersPath(b), `{"user_id":"u-2","strategy":"pessimistic"}`, nil), http.StatusCreated, orderFields)
+	waited := make(chan *httptest.ResponseRecorder, 1)
+	go func() { waited <- s.do(t, http.MethodGet, checkoutPath(co.CheckoutID)+"?wait=10s", "", nil) }()
+	release()
+	ended := decode[contract.Checkout](t, <-waited, http.StatusOK, checkoutFields)
+	assert.Equal(t, "rejected", ended.Status, "held until the writer ended it: %+v", ended)
+	assert.Equal(t, "sold_out", ended.Reason)
+	for _, line := range co.Lines {
+		assertError(t, s.do(t, http.MethodGet, orderPath(line.OrderID), "", nil), http.StatusNotFound, "not_found")
+	}
+	for _, sku := range []string{a, b} {
+		assert.Eventually(t, func() bool {
+			audit := s.audit(t, sku)
+			return audit.Consistent && *audit.HeldBack == 0 && *audit.RedisReservations == 0 && *audit.Queued == 0
+		}, 10*time.Second, 20*time.Millisecond, "%s: every line's reservation given back", sku)
+	}
+	assert.EqualValues(t, 1, s.product(t, a).Stock, "no line was written")
+	bought := s.placedCheckout(t, checkoutBody("u-3", "", a), nil)
+	assert.Equal(t, "confirmed", bought.Status, "a's unit is on sale again")
+}

@@ -318,7 +318,7 @@ func (b checkoutBody) request(key string) (stock.CheckoutRequest, error) {
 
 func checkoutJSON(co stock.Checkout) contract.Checkout {
 	out := contract.Checkout{CheckoutID: co.CheckoutID, UserID: co.UserID, Strategy: co.Strategy, Status: string(co.Status),
-		ExpiresAt: optionalTime(co.ExpiresAt), CreatedAt: co.CreatedAt, Lines: []contract.CheckoutLine{}}
+		Reason: co.Reason, ExpiresAt: optionalTime(co.ExpiresAt), CreatedAt: co.CreatedAt, Lines: []contract.CheckoutLine{}}
 	for _, l := range co.Lines {
 		out.Lines = append(out.Lines, contract.CheckoutLine{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
 	}

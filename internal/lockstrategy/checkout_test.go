@@ -30,12 +30,12 @@ import (
 func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
 	for _, v := range strategies() {
 		// The lock order is what this test is about, not the batch size: one configuration of each.
-		if v.accepts || strings.HasSuffix(v.name, "/one-per-section") {
+		if strings.HasSuffix(v.name, "/one-per-section") {
 			continue
 		}
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			sellCrossed(t, v.cfg, backendtest.Wiring{})
+			sellCrossed(t, v.cfg, v.accepts, backendtest.Wiring{})
 		})
 	}
 	// On a Redis Cluster each product's admission keys and lock live in a slot of their own,
@@ -44,7 +44,7 @@ func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
 		t.Parallel()
 		c := backendtest.StartRedisCluster(t)
 		w := backendtest.Wiring{RedisMode: redisclient.Cluster, RedisAddrs: c.Addrs()}
-		sellCrossed(t, config("hybrid"), w)
+		sellCrossed(t, config("hybrid"), false, w)
 	})
 }
 
@@ -57,16 +57,22 @@ const (
 
 // sellCrossed runs the crossed sale on instances of cfg and checks it
 // (TestCrossedCheckoutsAcrossInstances): first a pair crossed at its first lock, then the sale.
-func sellCrossed(t *testing.T, cfg service.Config, w backendtest.Wiring) {
+// A strategy that accepts (queued) has its checkouts followed to their end; its writers take
+// crossed checkouts of the same products in one section, so it has no pair to cross.
+func sellCrossed(t *testing.T, cfg service.Config, accepts bool, w backendtest.Wiring) {
 	base := backendtest.SKU(t)
 	a, b, c := base+"-a", base+"-b", base+"-c"
 	skus := []string{a, b, c}
 	pair := []string{base + "-d", base + "-e"}
-	cfg.Hooks.Locking = crossAtFirstLock(pair)
+	if !accepts {
+		cfg.Hooks.Locking = crossAtFirstLock(pair)
+	}
 	insts := newInstances(t, instances, cfg, w)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	crossPair(ctx, t, insts, pair)
+	if !accepts {
+		crossPair(ctx, t, insts, pair)
+	}
 	for _, sku := range skus {
 		_, err := insts[0].PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: "crossed", Stock: crossedStock, MaxPerOrder: 1})
 		require.NoError(t, err)
@@ -122,6 +128,10 @@ func sellCrossed(t *testing.T, cfg service.Config, w backendtest.Wiring) {
 				if !answer("checkout", time.Since(began), err) {
 					continue
 				}
+				if err == nil && co.Status == stock.Queued {
+					co, err = endOf(ctx, inst, co.CheckoutID)
+					answer("accepted checkout", 0, err)
+				}
 				if err == nil {
 					mu.Lock()
 					checkouts = append(checkouts, co)
@@ -148,6 +158,13 @@ func sellCrossed(t *testing.T, cfg service.Config, w backendtest.Wiring) {
 				if !answer("order", time.Since(began), err) {
 					continue
 				}
+				if err == nil && o.Status == stock.Queued {
+					o, err = inst.WaitOrder(ctx, o.OrderID, 10*time.Second)
+					if err == nil && !o.Status.Active() {
+						err = fmt.Errorf("accepted order %s ended %s (%s)", o.OrderID, o.Status, o.Reason)
+					}
+					answer("accepted order", 0, err)
+				}
 				if err == nil {
 					mu.Lock()
 					orders[o.SKU] = append(orders[o.SKU], o)
@@ -165,7 +182,8 @@ func sellCrossed(t *testing.T, cfg service.Config, w backendtest.Wiring) {
 	require.NoError(t, ctx.Err(), "the buyers did not finish")
 	assert.Empty(t, partial, "half a checkout seen from outside")
 	for kind, n := range outcomes {
-		assert.Contains(t, []string{"checkout ok", "checkout sold_out", "order ok", "order sold_out", "checkout busy", "order busy"}, kind,
+		assert.Contains(t, []string{"checkout ok", "checkout sold_out", "order ok", "order sold_out", "checkout busy", "order busy",
+			"accepted checkout ok", "accepted order ok"}, kind,
 			"an answer no crossing may give (%d times)", n)
 	}
 	assert.Zero(t, outcomes["checkout busy"]+outcomes["order busy"], "a lock wait ran out: locks taken in another order than SKU order wait for each other")
@@ -183,6 +201,21 @@ func sellCrossed(t *testing.T, cfg service.Config, w backendtest.Wiring) {
 			return err == nil && audit.HeldBack() == 0
 		}, 10*time.Second, 20*time.Millisecond, "%s: admission still holds back units of placed or refused lines", sku)
 	}
+}
+
+// endOf follows an accepted checkout to its end: placed, or an error — rejected (a writer
+// refused it) is one, since admission holds every line's units.
+func endOf(ctx context.Context, inst backendtest.Instance, id string) (stock.Checkout, error) {
+	co, err := inst.WaitCheckout(ctx, id, 10*time.Second)
+	switch {
+	case err != nil:
+		return co, err
+	case co.Status == stock.Queued:
+		return co, fmt.Errorf("checkout %s still queued after 10 s", id)
+	case co.Status == stock.Rejected:
+		return co, fmt.Errorf("accepted checkout %s rejected (%s)", id, co.Reason)
+	}
+	return co, nil
 }
 
 // crossAtFirstLock returns the hook that holds each checkout of pair's products, once it has

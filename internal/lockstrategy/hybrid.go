@@ -43,7 +43,7 @@ func NewHybrid(store *stock.Store, ledger *admission.Ledger, locker lock.Locker,
 	h.run.fallback = h.fallback
 	h.run.settle = ledger.Settle
 	h.batch = h.run.batcher(h.Section)
-	h.checkouts = h.run.checkoutBatcher(h.checkoutSection)
+	h.checkouts = h.run.checkoutBatcher(h.CheckoutSection)
 	return h
 }
 
@@ -140,9 +140,11 @@ func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (
 	return co, nil
 }
 
-// checkoutSection is the runner's, unless Redis is known to be down or turns out unreachable
-// at the lock: then the version checks decide alone, as for orders.
-func (h *Hybrid) checkoutSection(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.CheckoutPlaced {
+// CheckoutSection places the batch of checkouts of skus take returns — hybrid's, or a queued
+// writer's — in the runner's section, unless Redis is known to be down or turns out unreachable
+// at the lock: then the version checks decide alone, as for orders. It settles no reservation:
+// its caller does, line by line.
+func (h *Hybrid) CheckoutSection(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.CheckoutPlaced {
 	if h.admission.Available() {
 		placed := h.run.checkoutSection(ctx, skus, take)
 		if len(placed) == 0 || !errors.Is(placed[0].Err, lock.ErrUnreachable) {

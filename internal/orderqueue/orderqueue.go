@@ -107,7 +107,10 @@ func (q *Queue) Ping(ctx context.Context) error {
 // AckWait is how long a writer may hold a message before it goes to another.
 func (q *Queue) AckWait() time.Duration { return q.cfg.AckWait }
 
-// Order is an accepted order as it travels on the queue and stands in its record.
+// Order is an accepted order as it travels on the queue and stands in its record. A checkout is
+// one Order too, written as one: OrderID is the checkout's id, Lines its lines in SKU order, and
+// SKU its first line's, the subject it travels on; every line's admission reservation bears the
+// checkout's id.
 type Order struct {
 	OrderID        string    `json:"order_id"`
 	SKU            string    `json:"sku"`
@@ -117,4 +120,12 @@ type Order struct {
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	Reservation    string    `json:"reservation,omitempty"` // its admission reservation
 	AcceptedAt     time.Time `json:"accepted_at"`
+	Lines          []Line    `json:"lines,omitempty"` // a checkout's; none for an order of one product
+}
+
+// Line is one product of a checkout: the order its row will be.
+type Line struct {
+	OrderID  string `json:"order_id"`
+	SKU      string `json:"sku"`
+	Quantity int    `json:"quantity"`
 }

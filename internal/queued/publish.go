@@ -18,22 +18,37 @@ import (
 func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	req.OrderID = ulid.Make().String()
 	req.Reservation = stock.Reservation{ID: req.OrderID}
-	res, err := s.admission.AdmitWithin(ctx, req, s.opts.MaxWaiting)
+	if _, err := s.admission.AdmitWithin(ctx, req, s.opts.MaxWaiting); err != nil {
+		return stock.Order{}, admissionFailed(req.SKU, err)
+	}
+	o := orderqueue.Order{OrderID: req.OrderID, SKU: req.SKU, UserID: req.UserID, Quantity: req.Quantity, Strategy: req.Strategy,
+		IdempotencyKey: req.IdempotencyKey, Reservation: req.OrderID, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := s.send(ctx, o); err != nil {
+		return stock.Order{}, err
+	}
+	return queuedOrder(o), nil
+}
+
+// admissionFailed is the answer to an order or a checkout that admission did not take.
+func admissionFailed(what string, err error) error {
 	if errors.Is(err, admission.ErrRedisDown) {
 		// No 202 can be promised without admission, and the database path is no fallback here:
 		// it would sell units that admission holds for orders already answered 202, which the
 		// writers would then reject. The buyer retries shortly, with its key.
-		return stock.Order{}, stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued %s: admission cannot be asked, retry: %w", req.SKU, err))
+		return stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued %s: admission cannot be asked, retry: %w", what, err))
 	}
-	if err != nil {
-		return stock.Order{}, err
+	return err
+}
+
+// send takes an admitted order, or checkout, from its admission to its 202 (step 2): nil once
+// it is accepted; otherwise the buyer's answer, every line's units given back or left in doubt
+// for the sweeper.
+func (s *Queued) send(ctx context.Context, o orderqueue.Order) error {
+	lines := requests(o)
+	if err := s.keyUnused(ctx, o.IdempotencyKey); err != nil {
+		s.admission.GiveBackCheckout(ctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, err))
+		return err
 	}
-	if err := s.keyUnused(ctx, req); err != nil {
-		s.admission.GiveBack(ctx, req, fmt.Errorf("%w: %w", admission.ErrNotPlaced, err))
-		return stock.Order{}, err
-	}
-	o := orderqueue.Order{OrderID: req.OrderID, SKU: req.SKU, UserID: req.UserID, Quantity: req.Quantity, Strategy: req.Strategy,
-		IdempotencyKey: req.IdempotencyKey, Reservation: res.ID, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	if h := s.opts.Hooks.Admitted; h != nil {
 		h(ctx, o.OrderID)
 	}
@@ -44,10 +59,10 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	if _, err := s.queue.Publish(pctx, o); err != nil {
 		if errors.Is(err, orderqueue.ErrFull) {
 			err = stock.Busy(stock.BusyQueueFull, err)
-			s.admission.GiveBack(pctx, req, err)
-			return stock.Order{}, err
+			s.admission.GiveBackCheckout(pctx, lines, err)
+			return err
 		}
-		return s.inDoubt(ctx, req, o, res, err)
+		return s.inDoubt(ctx, o, err)
 	}
 	if h := s.opts.Hooks.Published; h != nil {
 		h(ctx, o.OrderID)
@@ -60,15 +75,19 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 	defer cancel()
 	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Queued})
 	if err != nil && !planted.On(planted.UnrecordedAccepted) {
-		return s.inDoubt(ctx, req, o, res, err)
+		return s.inDoubt(ctx, o, err)
 	}
-	defer s.admission.Done(res)
+	defer s.admission.Done(stock.Reservation{ID: o.Reservation})
 	if err == nil && neverAccepted(rec) {
 		// A sweeper recorded it rejected first (this instance had stopped beating, frozen
-		// between admission and here) and returned its units.
-		return stock.Order{}, fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
+		// between admission and here) and returned its units — of the product it swept: the
+		// give-back of every line returns the others' (a second give-back returns nothing).
+		unavailable := fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
+		s.admission.GiveBackCheckout(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
+		return unavailable
 	}
-	return s.accepted(rctx, req, o), nil
+	s.accepted(rctx, o)
+	return nil
 }
 
 // keyUnused refuses an order whose Idempotency-Key a written order already carries, before it is
@@ -76,49 +95,53 @@ func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 // order (a replay) or idempotency_conflict (another buyer's key). Only admitted orders pay the
 // read, so the crowd that admission turns away costs none. A database that cannot answer does not
 // stop the sale: the writer's unique key still decides (refusal).
-func (s *Queued) keyUnused(ctx context.Context, req stock.OrderRequest) error {
-	if req.IdempotencyKey == "" || planted.On(planted.UnreadKey) {
+func (s *Queued) keyUnused(ctx context.Context, key string) error {
+	if key == "" || planted.On(planted.UnreadKey) {
 		return nil
 	}
-	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
+	prior, err := s.store.OrderByIdempotencyKey(ctx, key)
 	if err != nil {
 		if !errors.Is(err, stock.ErrNotFound) {
-			s.log.Debug("idempotency key not checked before the 202; the writer's insert decides", "key", req.IdempotencyKey, "err", err)
+			s.log.Debug("idempotency key not checked before the 202; the writer's insert decides", "key", key, "err", err)
 		}
 		return nil
 	}
-	return fmt.Errorf("key %q already used by order %s: %w", req.IdempotencyKey, prior.OrderID, stock.ErrDuplicateRequest)
+	return fmt.Errorf("key %q already used by order %s: %w", key, prior.OrderID, stock.ErrDuplicateRequest)
 }
 
-// accepted hands the reservation of an order whose message is out over to the queue, and is the
-// order the buyer's 202 answers.
-func (s *Queued) accepted(ctx context.Context, req stock.OrderRequest, o orderqueue.Order) stock.Order {
-	if err := s.admission.HandOver(ctx, req.SKU, []stock.OrderRequest{req}); err != nil {
-		s.log.Debug("reservation not handed over to the queue; the sweeper does it", "order", o.OrderID, "err", err)
+// accepted hands the reservations of an order whose message is out over to the queue: the
+// order's 202 may go.
+func (s *Queued) accepted(ctx context.Context, o orderqueue.Order) {
+	for _, line := range requests(o) {
+		if err := s.admission.HandOver(ctx, line.SKU, []stock.OrderRequest{line}); err != nil {
+			s.log.Debug("reservation not handed over to the queue; the sweeper does it", "order", o.OrderID, "sku", line.SKU, "err", err)
+		}
 	}
-	return queuedOrder(o)
 }
 
 // inDoubt answers an order whose publish was not answered within its budget, or whose record
-// could not be written after it: the message may have landed, and a writer may place it. The first record decides, here as for the sweeper:
-// the order is recorded rejected (reason unavailable) before the buyer hears 503, so that no
-// writer places an order behind that answer, and its units go back at once; if a writer
-// recorded it first, the message did land and the answer is the 202 after all. Only a record
-// that cannot be written either leaves the reservation in doubt, for the sweeper, which asks the
-// queue the same question once it answers.
-func (s *Queued) inDoubt(ctx context.Context, req stock.OrderRequest, o orderqueue.Order, res stock.Reservation, published error) (stock.Order, error) {
+// could not be written after it: the message may have landed, and a writer may place it. The
+// first record decides, here as for the sweeper: the order is recorded rejected (reason
+// unavailable) before the buyer hears 503, so that no writer places an order behind that
+// answer, and its units go back at once; if a writer recorded it first, the message did land
+// and the answer is the 202 after all (nil). Only a record that cannot be written either leaves
+// the reservations in doubt, for the sweeper, which asks the queue the same question once it
+// answers.
+func (s *Queued) inDoubt(ctx context.Context, o orderqueue.Order, published error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Publish)
 	defer cancel()
+	lines := requests(o)
 	unavailable := fmt.Errorf("%w: %w", stock.ErrUnavailable, published)
 	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Rejected, Reason: givenUp})
 	switch {
 	case err != nil:
-		s.admission.GiveBack(rctx, req, unavailable) // not definite: in doubt, for the sweeper
-		return stock.Order{}, unavailable
+		s.admission.GiveBackCheckout(rctx, lines, unavailable) // not definite: in doubt, for the sweeper
+		return unavailable
 	case neverAccepted(rec):
-		s.admission.GiveBack(rctx, req, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
-		return stock.Order{}, unavailable
+		s.admission.GiveBackCheckout(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
+		return unavailable
 	}
-	defer s.admission.Done(res)
-	return s.accepted(rctx, req, o), nil
+	defer s.admission.Done(stock.Reservation{ID: o.Reservation})
+	s.accepted(rctx, o)
+	return nil
 }

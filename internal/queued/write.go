@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 
@@ -37,11 +38,40 @@ func eachOrder(ts []taken, f func(i int, h taken)) {
 	_ = g.Wait()
 }
 
-// write is one writer's batch of one product (steps 3 and 4).
+// write is one writer's batch of one product (steps 3 and 4): its orders, then the checkouts
+// that travel on its subject, those of the same products together.
 func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
-	ts := make([]taken, len(b.Deliveries))
-	for i, d := range b.Deliveries {
-		ts[i].Delivery = d
+	var orders []taken
+	checkouts := map[string][]taken{}
+	var sets []string // in the order the queue took their first checkout
+	for _, d := range b.Deliveries {
+		if len(d.Order.Lines) == 0 {
+			orders = append(orders, taken{Delivery: d})
+			continue
+		}
+		set := strings.Join(products(d.Order), "\x00")
+		if _, ok := checkouts[set]; !ok {
+			sets = append(sets, set)
+		}
+		checkouts[set] = append(checkouts[set], taken{Delivery: d})
+	}
+	s.writeSome(ctx, orders, s.placeOrders)
+	for _, set := range sets {
+		s.writeSome(ctx, checkouts[set], s.placeCheckouts)
+	}
+}
+
+// outcome is what a section did with one order or checkout: its row as written, or why not.
+type outcome struct {
+	row *orderqueue.Row
+	err error
+}
+
+// writeSome claims ts, finishes those decided already, has place write the others in one
+// section, and ends each as it came out.
+func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.Context, []taken) []outcome) {
+	if len(ts) == 0 {
+		return
 	}
 	kept := make([]bool, len(ts))
 	eachOrder(ts, func(i int, h taken) {
@@ -52,7 +82,7 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 		case c.State == orderqueue.Rejected && !planted.On(planted.UncheckedWriter):
 			// A sweeper was first, or a writer rejected it and stopped before its ack: the
 			// give-back is by reservation id, so a second one returns nothing.
-			s.admission.GiveBack(ctx, request(h.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))
+			s.admission.GiveBackCheckout(ctx, requests(h.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))
 			_ = h.Ack()
 		default:
 			ts[i].claimed, kept[i] = c, true
@@ -64,61 +94,101 @@ func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
 			todo = append(todo, h)
 		}
 	}
-	todo = s.ackPlaced(ctx, b.SKU, todo)
+	todo = s.ackPlaced(ctx, todo)
 	if len(todo) == 0 {
 		return
 	}
-	reqs := make([]stock.OrderRequest, len(todo))
-	for i, h := range todo {
-		reqs[i] = request(h.Order)
-	}
-	placed := s.section(ctx, b.SKU, func() []stock.OrderRequest { return reqs })
-	var ok, refused []taken
-	rows := map[string]stock.Order{}
+	var refused []taken
 	refusals := map[string]error{}
-	for i, p := range placed {
-		if errors.Is(p.Err, stock.ErrDuplicateRequest) {
+	for i, out := range place(ctx, todo) {
+		h := todo[i]
+		if errors.Is(out.err, stock.ErrDuplicateRequest) {
 			// Another order holds its key (both were accepted while neither was written): a
 			// refusal for good, or the order would come back for ever.
-			p.Err = fmt.Errorf("%w: %w", stock.ErrIdempotencyConflict, p.Err)
+			out.err = fmt.Errorf("%w: %w", stock.ErrIdempotencyConflict, out.err)
 		}
 		switch {
-		case p.Err == nil:
-			ok = append(ok, todo[i])
-			rows[todo[i].Order.OrderID] = p.Order
-		case refusal(p.Err):
-			refused = append(refused, todo[i])
-			refusals[todo[i].Order.OrderID] = p.Err
+		case out.err == nil:
+			s.finish(ctx, h, orderqueue.Record{Order: h.Order, State: orderqueue.Placed, Row: out.row}, nil)
+		case refusal(out.err):
+			refused = append(refused, h)
+			refusals[h.Order.OrderID] = out.err
 		default:
-			s.retry(todo[i].Delivery, p.Err)
+			s.retry(h.Delivery, out.err)
 		}
-	}
-	for _, h := range ok {
-		s.finish(ctx, h, placedAs(h, rows[h.Order.OrderID]), nil)
 	}
 	// A refusal may be about the order itself: another writer placed it meanwhile (its
 	// AckWait passed while it committed), and this one found its buyer holding it.
-	eachOrder(s.ackPlaced(ctx, b.SKU, refused), func(_ int, h taken) {
+	eachOrder(s.ackPlaced(ctx, refused), func(_ int, h taken) {
 		s.finish(ctx, h, orderqueue.Record{Order: h.Order, State: orderqueue.Rejected}, refusals[h.Order.OrderID])
 	})
 }
 
-// placedAs is the end of an order its writer placed as row.
-func placedAs(h taken, row stock.Order) orderqueue.Record {
-	return orderqueue.Record{Order: h.Order, State: orderqueue.Placed,
-		Row: &orderqueue.Row{Status: string(row.Status), ExpiresAt: row.ExpiresAt, CreatedAt: row.CreatedAt}}
+// placeOrders writes a batch of one product's orders in hybrid's section, which settles the
+// reservations of those written.
+func (s *Queued) placeOrders(ctx context.Context, ts []taken) []outcome {
+	reqs := make([]stock.OrderRequest, len(ts))
+	for i, h := range ts {
+		reqs[i] = request(h.Order)
+	}
+	placed := s.section(ctx, ts[0].Order.SKU, func() []stock.OrderRequest { return reqs })
+	out := make([]outcome, len(placed))
+	for i, p := range placed {
+		out[i].err = p.Err
+		if p.Err == nil {
+			out[i].row = &orderqueue.Row{Status: string(p.Order.Status), ExpiresAt: p.Order.ExpiresAt, CreatedAt: p.Order.CreatedAt}
+		}
+	}
+	return out
+}
+
+// placeCheckouts writes a batch of checkouts of the same products in hybrid's checkout section
+// — every line of each, or none — and settles the reservations of those written.
+func (s *Queued) placeCheckouts(ctx context.Context, ts []taken) []outcome {
+	reqs := make([]stock.CheckoutRequest, len(ts))
+	for i, h := range ts {
+		reqs[i] = checkoutRequest(h.Order)
+	}
+	placed := s.checkouts(ctx, products(ts[0].Order), func() []stock.CheckoutRequest { return reqs })
+	out := make([]outcome, len(placed))
+	var written []stock.OrderRequest
+	for i, p := range placed {
+		out[i].err = p.Err
+		if p.Err == nil {
+			out[i].row = &orderqueue.Row{Status: string(p.Checkout.Status), ExpiresAt: p.Checkout.ExpiresAt, CreatedAt: p.Checkout.CreatedAt}
+			written = append(written, reqs[i].Lines...)
+		}
+	}
+	s.settle(ctx, written)
+	return out
+}
+
+// settle settles the reservations of lines written, one call per product.
+func (s *Queued) settle(ctx context.Context, lines []stock.OrderRequest) {
+	bySKU := map[string][]stock.OrderRequest{}
+	var skus []string
+	for _, l := range lines {
+		if _, ok := bySKU[l.SKU]; !ok {
+			skus = append(skus, l.SKU)
+		}
+		bySKU[l.SKU] = append(bySKU[l.SKU], l)
+	}
+	for _, sku := range skus {
+		s.admission.Settle(ctx, sku, bySKU[sku], make([]stock.Placed, len(bySKU[sku])))
+	}
 }
 
 // ackPlaced finishes and acks the deliveries whose orders the database has (placed by a writer
 // that stopped before its ack, or by another one) and returns the others; all of them are
-// handed back when the database cannot say.
-func (s *Queued) ackPlaced(ctx context.Context, sku string, ts []taken) []taken {
+// handed back when the database cannot say. A checkout is in the database with its first line:
+// its lines are written in one transaction.
+func (s *Queued) ackPlaced(ctx context.Context, ts []taken) []taken {
 	if len(ts) == 0 {
 		return nil
 	}
 	ids := make([]string, len(ts))
 	for i, h := range ts {
-		ids[i] = h.Order.OrderID
+		ids[i] = requests(h.Order)[0].OrderID
 	}
 	written, err := s.store.Placed(ctx, ids)
 	if err != nil {
@@ -127,23 +197,18 @@ func (s *Queued) ackPlaced(ctx context.Context, sku string, ts []taken) []taken 
 		}
 		return nil
 	}
-	var rest, done []taken
-	for _, h := range ts {
-		if written[h.Order.OrderID] {
-			done = append(done, h)
-		} else {
+	var rest []taken
+	var settled []stock.OrderRequest
+	for i, h := range ts {
+		if !written[ids[i]] {
 			rest = append(rest, h)
+			continue
 		}
-	}
-	for _, h := range done {
 		// Its row is read by its followers: this writer did not write it.
 		s.finish(ctx, h, orderqueue.Record{Order: h.Order, State: orderqueue.Placed}, nil)
+		settled = append(settled, requests(h.Order)...)
 	}
-	reqs := make([]stock.OrderRequest, len(done))
-	for i, h := range done {
-		reqs[i] = request(h.Order)
-	}
-	s.admission.Settle(ctx, sku, reqs, make([]stock.Placed, len(done)))
+	s.settle(ctx, settled)
 	return rest
 }
 
@@ -162,7 +227,7 @@ func (s *Queued) finish(ctx context.Context, h taken, r orderqueue.Record, why e
 	}
 	switch {
 	case state == orderqueue.Rejected && rec.State == orderqueue.Rejected:
-		s.admission.GiveBack(ctx, request(h.Order), why)
+		s.admission.GiveBackCheckout(ctx, requests(h.Order), why)
 	case rec.State != state:
 		// Cannot happen while every writer records an order queued before it places it and
 		// reads the database before it rejects it; said loudly, since the buyer's answer and the

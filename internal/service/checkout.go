@@ -87,6 +87,9 @@ func (s *Service) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) 
 // an order, or by a checkout of other lines, is a conflict.
 func (s *Service) replayCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
+	if errors.Is(err, stock.ErrNotFound) && s.queued != nil && req.Strategy == s.queued.Name() {
+		return s.queued.ReplayCheckout(ctx, req)
+	}
 	if err != nil {
 		return stock.Checkout{}, err
 	}
@@ -96,9 +99,24 @@ func (s *Service) replayCheckout(ctx context.Context, req stock.CheckoutRequest)
 	return s.store.Checkout(ctx, prior.CheckoutID)
 }
 
-// Checkout reads a checkout from the database.
+// Checkout reads a checkout: with the queued strategy offered, from the order queue's record
+// first, as Order an order.
 func (s *Service) Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error) {
-	return s.store.Checkout(ctx, checkoutID)
+	if s.queued == nil {
+		return s.store.Checkout(ctx, checkoutID)
+	}
+	co, err := s.queued.Checkout(ctx, checkoutID)
+	return orStored(ctx, checkoutID, co, err, s.store.Checkout)
+}
+
+// WaitCheckout is Checkout, held while the checkout is queued — until a writer on any instance
+// places or rejects it, or wait passes.
+func (s *Service) WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error) {
+	if s.queued == nil {
+		return s.store.Checkout(ctx, checkoutID)
+	}
+	co, err := s.queued.WaitCheckout(ctx, checkoutID, wait)
+	return orStored(ctx, checkoutID, co, err, s.store.Checkout)
 }
 
 // PayCheckout confirms every line of the buyer's pending checkout, as PayOrder an order.

@@ -59,6 +59,9 @@ type orderQueue interface {
 	WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
 	WaitRecorded(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
 	Replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error)
+	Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error)
+	WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error)
+	ReplayCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
 	Backlog(ctx context.Context, sku string) (int64, error)
 }
 
@@ -264,7 +267,7 @@ func (s *Service) Order(ctx context.Context, orderID string) (stock.Order, error
 		return s.store.Order(ctx, orderID)
 	}
 	o, err := s.queued.Order(ctx, orderID)
-	return s.orStored(ctx, orderID, o, err)
+	return orStored(ctx, orderID, o, err, s.store.Order)
 }
 
 // WaitOrder is Order, held while the order is queued — until a writer on any instance places or
@@ -277,7 +280,7 @@ func (s *Service) WaitOrder(ctx context.Context, orderID string, wait time.Durat
 	}
 	o, err := s.queued.WaitRecorded(ctx, orderID, wait)
 	if !errors.Is(err, stock.ErrNotFound) {
-		return s.orStored(ctx, orderID, o, err)
+		return orStored(ctx, orderID, o, err, s.store.Order)
 	}
 	stored, err := s.store.Order(ctx, orderID)
 	if !errors.Is(err, stock.ErrNotFound) {
@@ -288,23 +291,25 @@ func (s *Service) WaitOrder(ctx context.Context, orderID string, wait time.Durat
 	return s.queued.WaitOrder(ctx, orderID, wait)
 }
 
-// orStored is the queue's answer about an order, or the database's when the queue has no record
-// of it or could not say: an order with a row is answered whatever the queue's state, and one
-// with neither is not found — unavailable when the queue did not answer.
-func (s *Service) orStored(ctx context.Context, orderID string, o stock.Order, err error) (stock.Order, error) {
+// orStored is the queue's answer about an order or a checkout, or the database's (read) when the
+// queue has no record of it or could not say: one with rows is answered whatever the queue's
+// state, and one with neither is not found — unavailable when the queue did not answer.
+func orStored[T any](ctx context.Context, id string, v T, err error, read func(context.Context, string) (T, error)) (T, error) {
 	switch {
 	case err == nil:
-		return o, nil
+		return v, nil
 	case errors.Is(err, stock.ErrNotFound):
-		return s.store.Order(ctx, orderID)
+		return read(ctx, id)
 	case errors.Is(err, stock.ErrUnavailable):
-		stored, serr := s.store.Order(ctx, orderID)
+		stored, serr := read(ctx, id)
 		if errors.Is(serr, stock.ErrNotFound) {
-			return stock.Order{}, err
+			var zero T
+			return zero, err
 		}
 		return stored, serr
 	}
-	return stock.Order{}, err
+	var zero T
+	return zero, err
 }
 
 // PutProduct starts a sale round (stock.Store.PutProduct) and keeps Redis admission in step: its

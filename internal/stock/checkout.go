@@ -27,15 +27,17 @@ type CheckoutRequest struct {
 	UserID         string
 	Strategy       string
 	IdempotencyKey string
-	Lines          []OrderRequest // one per product (SKU and quantity), distinct SKUs
+	Lines          []OrderRequest // one per product (SKU, quantity, and an order id given or empty), distinct SKUs
 }
 
-// Checkout is a placed checkout: one order per line, in SKU order, all in one status.
+// Checkout is a placed checkout: one order per line, in SKU order, all in one status — or, with
+// the queued strategy, one accepted and not yet written (Queued), or rejected with Reason.
 type Checkout struct {
 	CheckoutID string
 	UserID     string
 	Strategy   string
 	Status     Status
+	Reason     string    // why a rejected checkout was (an error code: sold_out, ...)
 	ExpiresAt  time.Time // set while pending: the payment deadline of every line
 	CreatedAt  time.Time
 	Lines      []Order
@@ -91,12 +93,12 @@ func (r CheckoutRequest) Fingerprint() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// lines are the request's lines in SKU order, each carrying the checkout's buyer and strategy.
+// lines are the request's lines in SKU order, each carrying the checkout's buyer and strategy,
+// and its own order id if it was given one.
 func (r CheckoutRequest) lines() []OrderRequest {
 	lines := SKUOrder(r.Lines)
 	for i := range lines {
-		lines[i].UserID, lines[i].Strategy = r.UserID, r.Strategy
-		lines[i].IdempotencyKey, lines[i].OrderID = "", ""
+		lines[i].UserID, lines[i].Strategy, lines[i].IdempotencyKey = r.UserID, r.Strategy, ""
 	}
 	return lines
 }

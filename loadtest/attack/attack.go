@@ -102,7 +102,13 @@ func (l Load) Run(ctx context.Context, name string) (Sale, error) {
 	}
 	s.Queued = f.finish(end, within)
 	for _, q := range s.Queued {
-		if q.Placed() {
+		switch {
+		case !q.Placed():
+		case len(q.Lines) > 0:
+			for _, line := range q.Lines {
+				s.Acked = append(s.Acked, verify.Order{OrderID: line.OrderID, UserID: q.UserID, Status: q.Status, SKU: line.SKU})
+			}
+		default:
 			s.Acked = append(s.Acked, verify.Order{OrderID: q.OrderID, UserID: q.UserID, Status: q.Status})
 		}
 	}

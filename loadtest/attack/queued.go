@@ -26,22 +26,34 @@ const pollWait = 5 * time.Second
 // followers bounds the polls in flight: each one holds a connection to a service instance.
 const followers = 256
 
-// Accepted is what became of one 202: when it was answered and when a client polling its order
-// learned the final state.
+// Accepted is what became of one 202 — an order's, or a checkout's: when it was answered and
+// when a client polling it learned the final state.
 type Accepted struct {
-	OrderID  string    `json:"order_id"`
-	UserID   string    `json:"user_id"`
-	Accepted time.Time `json:"accepted"`         // when the 202 was answered
-	Ended    time.Time `json:"ended"`            // when a poll first saw it leave queued; zero: it never did
-	Status   string    `json:"status,omitempty"` // its final status; "" while it never ended
-	Reason   string    `json:"reason,omitempty"` // why it was rejected
+	OrderID  string                  `json:"order_id"` // a checkout's id, for a checkout
+	UserID   string                  `json:"user_id"`
+	Accepted time.Time               `json:"accepted"`         // when the 202 was answered
+	Ended    time.Time               `json:"ended"`            // when a poll first saw it leave queued; zero: it never did
+	Status   string                  `json:"status,omitempty"` // its final status; "" while it never ended
+	Reason   string                  `json:"reason,omitempty"` // why it was rejected
+	Lines    []contract.CheckoutLine `json:"lines,omitempty"`  // a checkout's, each an order once placed
+}
+
+// polled is what a poll reads of an order or a checkout.
+type polled struct {
+	OrderID    string                  `json:"order_id"`
+	CheckoutID string                  `json:"checkout_id"`
+	UserID     string                  `json:"user_id"`
+	Status     string                  `json:"status"`
+	Reason     string                  `json:"reason"`
+	Lines      []contract.CheckoutLine `json:"lines"`
 }
 
 // Placed reports whether the order ended as an order row (pending or confirmed).
 func (q Accepted) Placed() bool { return q.Status == "pending" || q.Status == "confirmed" }
 
-// follower polls the order of every 202 as a client would, from the moment the 202 arrives,
-// with GET /api/v1/orders/{id}?wait=5s until the order leaves queued or the follower is stopped.
+// follower polls the order (or checkout) of every 202 as a client would, from the moment the
+// 202 arrives, with GET /api/v1/orders/{id}?wait=5s (/api/v1/checkouts/{id}) until it leaves
+// queued or the follower is stopped.
 type follower struct {
 	client *http.Client
 	ctx    context.Context
@@ -59,18 +71,22 @@ func newFollower(ctx context.Context, timeout time.Duration) *follower {
 		sem: make(chan struct{}, followers)}
 }
 
-// follow starts polling the order a 202 answered; r is the 202.
+// follow starts polling the order or checkout a 202 answered; r is the 202.
 func (f *follower) follow(r *vegeta.Result) {
-	var o contract.Order
+	var o polled
 	u, err := url.Parse(r.URL)
 	q := Accepted{Accepted: r.End()}
-	if err != nil || json.Unmarshal(r.Body, &o) != nil || o.OrderID == "" {
+	if err != nil || json.Unmarshal(r.Body, &o) != nil || o.OrderID == "" && o.CheckoutID == "" {
 		// A 202 that names no order can never be seen to end: it counts as one that did not.
 		f.record(q)
 		return
 	}
-	q.OrderID, q.UserID = o.OrderID, o.UserID
-	poll := u.Scheme + "://" + u.Host + "/api/v1/orders/" + url.PathEscape(o.OrderID) + "?wait=" + pollWait.String()
+	q.OrderID, q.UserID, q.Lines = o.OrderID, o.UserID, o.Lines
+	path := "/api/v1/orders/"
+	if o.CheckoutID != "" {
+		q.OrderID, path = o.CheckoutID, "/api/v1/checkouts/"
+	}
+	poll := u.Scheme + "://" + u.Host + path + url.PathEscape(q.OrderID) + "?wait=" + pollWait.String()
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -99,9 +115,9 @@ func (f *follower) follow(r *vegeta.Result) {
 	}()
 }
 
-// get is one poll: the order, and whether it was answered 200.
-func (f *follower) get(poll string) (contract.Order, bool) {
-	var o contract.Order
+// get is one poll: the order or checkout, and whether it was answered 200.
+func (f *follower) get(poll string) (polled, bool) {
+	var o polled
 	req, err := http.NewRequestWithContext(f.ctx, http.MethodGet, poll, nil)
 	if err != nil {
 		return o, false
