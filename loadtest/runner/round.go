@@ -219,8 +219,11 @@ func (rr roundRunner) checkouts(ctx context.Context, strategy, name, suffix stri
 	r.Ceiling = report.NewCeiling(r.OrdersPerSecond, r.CPU.Selling, runtime.NumCPU())
 	if r.Outcomes[attack.Invalid] == r.Requests {
 		r.Skipped = "refused by the server: it does not place checkouts with this strategy"
-	} else if r.Verdict, err = rr.verifier.VerifyCheckouts(ctx, lines, s.Acked); err != nil {
-		return report.Row{}, attack.Sale{}, fmt.Errorf("verify %s: %w", row, err)
+	} else {
+		rr.verifier.Drained(ctx, lines, attack.EndWithin)
+		if r.Verdict, err = rr.verifier.VerifyCheckouts(ctx, lines, s.Acked); err != nil {
+			return report.Row{}, attack.Sale{}, fmt.Errorf("verify %s: %w", row, err)
+		}
 	}
 	r.Judge()
 	return r, s, nil

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	_ "github.com/glebarez/go-sqlite" // database/sql driver "sqlite", the service's own (pure Go)
 	_ "github.com/go-sql-driver/mysql"
@@ -321,6 +322,27 @@ func (s *Store) read(ctx context.Context, sku string) (contract.Audit, map[strin
 	}
 	a.Oversold, a.Consistent = max(0, a.OrderedQuantity-a.InitialStock), holds(a)
 	return a, present, rows.Err()
+}
+
+// Drained waits, within the given time, until the audit of every one of skus counts no order
+// queued. A follower may see a queued checkout's rows before its writer acked its message, which
+// the audit counts queued until then; a queue still holding orders when the time is up is left
+// for the verdict to report.
+func (vf Verifier) Drained(ctx context.Context, skus []string, within time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for _, sku := range skus {
+		for ctx.Err() == nil {
+			var a contract.Audit
+			if err := vf.Get(ctx, "/api/v1/products/"+sku+"/audit", &a); err == nil && (a.Queued == nil || *a.Queued == 0) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // VerifyCheckouts verifies a sale of checkouts of one unit of each of lines: each product as
