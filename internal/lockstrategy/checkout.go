@@ -21,19 +21,12 @@ import (
 // lock, one conditional update of each product, one insert (checkoutBatcher). A section takes
 // its products' turns in the instance (local), then their locks, each in SKU order.
 
-// A CheckoutPlacer places checkouts. req is valid (stock.CheckoutRequest.Validate: the service
-// checks it first; a product twice would take its turn twice). It returns a Strategy's errors;
-// a refusal of some lines is a *stock.CheckoutError naming them.
-type CheckoutPlacer interface {
-	PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
-}
-
-// PlaceCheckout implements CheckoutPlacer.
+// PlaceCheckout implements Strategy.
 func (l *Locked) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	return l.checkouts.place(ctx, req)
 }
 
-// PlaceCheckout implements CheckoutPlacer: no lock and no guard, as unsafe as an order.
+// PlaceCheckout implements Strategy: no lock and no guard, as unsafe as an order.
 func (n *Naive) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	return n.checkouts.place(ctx, req)
 }

@@ -104,7 +104,7 @@ func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []s
 // Close stops listening for lock releases.
 func (h *Hybrid) Close() error { return h.run.locker.Close() }
 
-// PlaceCheckout implements CheckoutPlacer: admission of every line or none
+// PlaceCheckout implements Strategy: admission of every line or none
 // (admission.Ledger.AdmitCheckout: one script on one Redis, line by line on a Cluster); then,
 // with the checkouts of the same products that queued meanwhile, the locks in SKU order and
 // one transaction writing every line under every product's version guard; then every line's

@@ -68,7 +68,7 @@ func (p *Pessimistic) section(ctx context.Context, sku string, take func() []sto
 	return placed
 }
 
-// PlaceCheckout implements CheckoutPlacer: checkouts of the same products ride together
+// PlaceCheckout implements Strategy: checkouts of the same products ride together
 // (checkoutBatcher), and one transaction takes every product's row in SKU order
 // (stock.Store.PlaceCheckoutsLocked), so crossed checkouts queue on their first common row
 // instead of each holding one the other wants.

@@ -15,9 +15,13 @@ import (
 // A Strategy places one order, serialising it against concurrent orders for the same product.
 // It returns stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrBusy, stock.ErrNotFound,
 // stock.ErrInvalid, stock.ErrDuplicateRequest, stock.ErrUnavailable, or a wrapped internal error.
+// It places checkouts too (checkout.go): req is valid (stock.CheckoutRequest.Validate: the
+// service checks it first; a product twice would take its turn twice), and a refusal of some
+// lines is a *stock.CheckoutError naming them.
 type Strategy interface {
 	Name() string
 	PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error)
+	PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
 }
 
 // Hooks reach into the one critical section of every strategy, and into the queued strategy's

@@ -12,7 +12,7 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// PlaceCheckout implements lockstrategy.CheckoutPlacer: the checkout it returns is queued, not
+// PlaceCheckout implements lockstrategy.Strategy: the checkout it returns is queued, not
 // placed. It takes an order's steps as one: admission of every line or none, each line's
 // reservation under the checkout's id (so that the first record of that id decides for every
 // line, as for an order), one message, one record, 202. Its writer places every line in one

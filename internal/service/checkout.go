@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -18,10 +17,6 @@ func (s *Service) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) 
 	st, err := s.lookup(req.Strategy)
 	if err != nil {
 		return stock.Checkout{}, false, err
-	}
-	placer, ok := st.(lockstrategy.CheckoutPlacer)
-	if !ok {
-		return stock.Checkout{}, false, &stock.InvalidError{Msg: fmt.Sprintf("strategy %s does not place checkouts yet", st.Name())}
 	}
 	defer func() {
 		outcome := stock.Code(err)
@@ -62,7 +57,7 @@ func (s *Service) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) 
 	}
 	start := time.Now()
 	for {
-		co, err = placer.PlaceCheckout(ctx, req)
+		co, err = st.PlaceCheckout(ctx, req)
 		var refusedLines *stock.CheckoutError
 		if flagged && errors.Is(err, stock.ErrSoldOut) && errors.As(err, &refusedLines) {
 			for _, sku := range refusedLines.SKUs {
