@@ -41,7 +41,9 @@ func TestBatchedAdmissionAnswersAsAlone(t *testing.T) {
 			_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1})
 			require.NoError(t, err)
 			reg := prometheus.NewRegistry()
-			ledger := admission.New(backendtest.Redis(t), store, "batch-test", 2*time.Second, slog.New(slog.DiscardHandler), reg,
+			client := backendtest.Redis(t)
+			backendtest.OpenConns(t, client, 64) // a call per buyer: up to the pool's 64 at once
+			ledger := admission.New(client, store, "batch-test", 2*time.Second, slog.New(slog.DiscardHandler), reg,
 				admission.Options{Batch: batch})
 			ledger.Beat(ctx)
 

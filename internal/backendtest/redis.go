@@ -66,6 +66,23 @@ func Redis(t testing.TB) *redis.Client {
 	return c
 }
 
+// OpenConns opens n of c's connections and leaves them idle in its pool, before a test's burst:
+// a burst that dials on a loaded machine may see a dial starved past its timeout (500 ms), a
+// fault of the machine that the burst is not about. A dial that fails is tried again, for up to
+// ten seconds.
+func OpenConns(t testing.TB, c *redis.Client, n int) {
+	t.Helper()
+	conns := make([]*redis.Conn, n)
+	for i := range conns {
+		conns[i] = c.Conn()
+		require.Eventually(t, func() bool { return conns[i].Ping(context.Background()).Err() == nil },
+			10*time.Second, 10*time.Millisecond, "a connection to Redis")
+	}
+	for _, cn := range conns {
+		_ = cn.Close() // back to the pool
+	}
+}
+
 // deleteRedisKeys removes sku's keys from the shared test Redis, if one was used.
 func deleteRedisKeys(sku string) {
 	if redisAddr == "" {
