@@ -143,7 +143,7 @@ func FuzzPlaceCheckout(f *testing.F) {
 			f.Fatalf("the fuzzed sale of %s is inconsistent: %+v %v", sku, audit, err)
 		}
 	}
-	if partial := backendtest.PartialCheckouts(f, backendtest.SQL(f), []string{a, b}, 0); len(partial) > 0 {
+	if partial := backendtest.PartialCheckouts(f, backendtest.SQL(f), []string{a, b}, nil); len(partial) > 0 {
 		f.Fatalf("half a checkout: %v", partial)
 	}
 }

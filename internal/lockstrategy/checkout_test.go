@@ -20,8 +20,8 @@ import (
 )
 
 // TestCrossedCheckoutsAcrossInstances is the lesson of checkouts: one lock is easy, two need an order. Across
-// three instances of every safe strategy that places checkouts, buyers cross — A+B against
-// B+A, C+A against A+B — while single orders buy the same products. Every strategy takes its
+// three instances of every safe strategy, buyers cross — A+B against B+A, C+A against A+B+C —
+// while single orders buy the same products. Every strategy takes its
 // locks (rows, admission) in SKU order, so no two checkouts ever hold what the other waits for:
 // no lock wait runs out (a crossed pair taken in request order deadlocks until it does: the
 // planted request-order bug, which a first pair, held at its first lock, meets every time), no
@@ -50,7 +50,7 @@ func TestCrossedCheckoutsAcrossInstances(t *testing.T) {
 
 const (
 	crossedStock      = 8 // of each product
-	crossedCheckouts  = 4 // of each of the three crossings: few, so that no lock wait runs out but in a deadlock
+	crossedCheckouts  = 4 // of each of the four crossings: few, so that no lock wait runs out but in a deadlock
 	crossedSingles    = 2 // of each product
 	crossedStallLimit = 3 * time.Second
 )
@@ -88,11 +88,16 @@ func sellCrossed(t *testing.T, cfg service.Config, accepts bool, w backendtest.W
 		done      atomic.Bool
 		partial   []string
 	)
+	crossings := [][]string{{a, b}, {b, a}, {c, a}, {a, b, c}}
+	lines := map[string]int{} // each buyer's checkout's
+	for i := range crossedCheckouts * len(crossings) {
+		lines[fmt.Sprintf("checkout-%03d", i)] = len(crossings[i%len(crossings)])
+	}
 	observed := make(chan struct{})
 	go func() { // the outside view: never half a checkout, at any moment
 		defer close(observed)
 		for !done.Load() {
-			if p := backendtest.PartialCheckouts(t, db, skus, 2); len(p) > 0 {
+			if p := backendtest.PartialCheckouts(t, db, skus, lines); len(p) > 0 {
 				partial = p
 				return
 			}
@@ -110,7 +115,6 @@ func sellCrossed(t *testing.T, cfg service.Config, accepts bool, w backendtest.W
 		return true
 	}
 	start := make(chan struct{})
-	crossings := [][]string{{a, b}, {b, a}, {c, a}}
 	for i := range crossedCheckouts * len(crossings) {
 		wg.Add(1)
 		go func() {
@@ -194,7 +198,7 @@ func sellCrossed(t *testing.T, cfg service.Config, accepts bool, w backendtest.W
 	for _, sku := range skus {
 		backendtest.RequireInvariant(t, store, sku, orders[sku])
 	}
-	backendtest.RequireWholeCheckouts(t, store, db, skus, 2, checkouts)
+	backendtest.RequireWholeCheckouts(t, store, db, skus, lines, checkouts)
 	for _, sku := range skus {
 		assert.Eventually(t, func() bool {
 			audit, err := insts[0].Audit(ctx, sku)

@@ -65,7 +65,7 @@ func TestQueuedCheckoutGivenUp(t *testing.T) {
 			co, err = inst.WaitCheckout(ctx, co.CheckoutID, 10*time.Second)
 			require.NoError(t, err)
 			assert.True(t, co.Status.Active(), "placed: %+v", co)
-			backendtest.RequireWholeCheckouts(t, backendtest.Store(t), backendtest.SQL(t), []string{a, b}, 2, []stock.Checkout{co})
+			backendtest.RequireWholeCheckouts(t, backendtest.Store(t), backendtest.SQL(t), []string{a, b}, map[string]int{"u-2": 2}, []stock.Checkout{co})
 		})
 	}
 }
