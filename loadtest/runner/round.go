@@ -140,6 +140,7 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report.Row, m
 					return nil, nil, fmt.Errorf("%s after the sale: %w", row, err)
 				}
 			}
+			rr.verifier.Drained(ctx, []string{sku}, attack.EndWithin)
 			if r.Verdict, err = rr.verifier.Verify(ctx, sku, s.Acked); err != nil {
 				return nil, nil, fmt.Errorf("verify %s: %w", row, err)
 			}

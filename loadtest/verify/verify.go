@@ -325,9 +325,9 @@ func (s *Store) read(ctx context.Context, sku string) (contract.Audit, map[strin
 }
 
 // Drained waits, within the given time, until the audit of every one of skus counts no order
-// queued. A follower may see a queued checkout's rows before its writer acked its message, which
-// the audit counts queued until then; a queue still holding orders when the time is up is left
-// for the verdict to report.
+// queued. A follower may see a queued order's row, or a checkout's, before its writer acked its
+// message, which the audit counts queued until then; a queue still holding orders when the time
+// is up is left for the verdict to report.
 func (vf Verifier) Drained(ctx context.Context, skus []string, within time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
