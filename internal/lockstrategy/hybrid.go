@@ -110,12 +110,7 @@ func (h *Hybrid) Close() error { return h.run.locker.Close() }
 // one transaction writing every line under every product's version guard; then every line's
 // reservation settled, or given back.
 func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	lines := stock.SKUOrder(req.Lines)
-	for i := range lines {
-		// The key rides on admission only: a repeat of a checkout in flight hears it is in
-		// flight (stock.ErrDuplicateRequest); the checkout's rows carry it on one line.
-		lines[i].UserID, lines[i].Strategy, lines[i].IdempotencyKey = req.UserID, req.Strategy, req.IdempotencyKey
-	}
+	lines := req.Admitted()
 	res, err := h.admission.AdmitCheckout(ctx, lines)
 	if errors.Is(err, admission.ErrRedisDown) {
 		h.admission.FellBack("admission")

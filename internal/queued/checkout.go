@@ -19,9 +19,8 @@ import (
 // transaction, or rejects the checkout whole.
 func (s *Queued) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	id := ulid.Make().String()
-	lines := stock.SKUOrder(req.Lines)
+	lines := req.Admitted()
 	for i := range lines {
-		lines[i].UserID, lines[i].Strategy, lines[i].IdempotencyKey = req.UserID, req.Strategy, req.IdempotencyKey
 		lines[i].OrderID, lines[i].Reservation = ulid.Make().String(), stock.Reservation{ID: id}
 	}
 	if _, err := s.admission.AdmitCheckoutWithin(ctx, lines, s.opts.MaxWaiting); err != nil {
@@ -61,8 +60,6 @@ func (s *Queued) checkout(ctx context.Context, rec orderqueue.Record, err error)
 		return stock.Checkout{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 	case len(rec.Lines) == 0 && rec.State != orderqueue.Rejected:
 		return stock.Checkout{}, fmt.Errorf("%s is an order, not a checkout: %w", rec.OrderID, stock.ErrNotFound)
-	}
-	switch {
 	case rec.State == orderqueue.Placed && rec.Row != nil:
 		// As its writer placed it, a moment ago (orderqueue.Queue.Wait).
 		co := queuedCheckout(rec.Order, stock.Status(rec.Row.Status))

@@ -188,7 +188,10 @@ func (s *Queued) ackPlaced(ctx context.Context, ts []taken) []taken {
 	}
 	ids := make([]string, len(ts))
 	for i, h := range ts {
-		ids[i] = requests(h.Order)[0].OrderID
+		ids[i] = h.Order.OrderID
+		if len(h.Order.Lines) > 0 {
+			ids[i] = h.Order.Lines[0].OrderID
+		}
 	}
 	written, err := s.store.Placed(ctx, ids)
 	if err != nil {

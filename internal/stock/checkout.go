@@ -82,6 +82,17 @@ func SKUOrder(lines []OrderRequest) []OrderRequest {
 	return out
 }
 
+// Admitted are the request's lines as admission judges them: in SKU order, each carrying the
+// checkout's buyer, strategy and Idempotency-Key (on admission only — the rows carry the key on
+// one line), so that a repeat of a checkout in flight hears it is in flight.
+func (r CheckoutRequest) Admitted() []OrderRequest {
+	lines := SKUOrder(r.Lines)
+	for i := range lines {
+		lines[i].UserID, lines[i].Strategy, lines[i].IdempotencyKey = r.UserID, r.Strategy, r.IdempotencyKey
+	}
+	return lines
+}
+
 // Fingerprint identifies what the checkout asks for, as OrderRequest.Fingerprint does an order's:
 // its lines' fingerprints in SKU order.
 func (r CheckoutRequest) Fingerprint() string {
