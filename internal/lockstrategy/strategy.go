@@ -45,6 +45,10 @@ type Hooks struct {
 	// Published runs in the queued strategy once an order's message is out and before its
 	// publisher records it queued: the moment a writer can take the order and decide it first.
 	Published func(ctx context.Context, orderID string)
+	// Taken runs in the queued strategy when a writer has taken an order's message and before
+	// it claims it: the moment a writer decides the order first, ahead of its publisher or a
+	// sweeper.
+	Taken func(ctx context.Context, orderID string)
 }
 
 // Locked is a strategy that is a lock and a guard and nothing around them: etcd and zookeeper

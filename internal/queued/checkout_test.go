@@ -29,8 +29,10 @@ func TestQueuedCheckoutGivenUp(t *testing.T) {
 			a, b := base+"-a", base+"-b"
 			sweeper := queued.Pending{Queue: backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())}
 			var first sync.Once
+			swept := make(chan struct{})
 			sweep := func(ctx context.Context, id string) {
 				first.Do(func() {
+					defer close(swept)
 					// What a sweeper asks about the orphaned reservation of one line, product b.
 					writable, err := sweeper.Pending(ctx, b, []admission.Held{{ID: id, User: "u-1", Units: 1}})
 					assert.NoError(t, err)
@@ -42,6 +44,14 @@ func TestQueuedCheckoutGivenUp(t *testing.T) {
 				cfg.Hooks.Admitted = sweep
 			} else {
 				cfg.Hooks.Published = sweep
+				// The sweeper first: a writer that took the message at once would claim it
+				// ahead of the sweeper, and the checkout would be accepted.
+				cfg.Hooks.Taken = func(ctx context.Context, _ string) {
+					select {
+					case <-swept:
+					case <-ctx.Done():
+					}
+				}
 			}
 			inst := newInstances(t, 1, cfg, backendtest.Wiring{})[0]
 			ctx := context.Background()

@@ -84,7 +84,8 @@ type Options struct {
 	MaxWaiting int
 	// LockWait is the section's wait for its lock; a writer's batch has twice that and 10 s.
 	LockWait time.Duration
-	// Hooks: Admitted and Published run at their moments of PlaceOrder, for tests.
+	// Hooks: Admitted and Published run at their moments of PlaceOrder, Taken at a writer's,
+	// for tests.
 	Hooks lockstrategy.Hooks
 }
 

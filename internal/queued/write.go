@@ -75,6 +75,9 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.C
 	}
 	kept := make([]bool, len(ts))
 	eachOrder(ts, func(i int, h taken) {
+		if hook := s.opts.Hooks.Taken; hook != nil {
+			hook(ctx, h.Order.OrderID)
+		}
 		c, err := s.queue.Claim(ctx, h.Order)
 		switch {
 		case err != nil:
