@@ -90,25 +90,6 @@ func (s *Queued) send(ctx context.Context, o orderqueue.Order) error {
 	return nil
 }
 
-// keyUnused refuses an order whose Idempotency-Key a written order already carries, before it is
-// accepted: the writer's insert would refuse it only after the 202. The service then answers that
-// order (a replay) or idempotency_conflict (another buyer's key). Only admitted orders pay the
-// read, so the crowd that admission turns away costs none. A database that cannot answer does not
-// stop the sale: the writer's unique key still decides (refusal).
-func (s *Queued) keyUnused(ctx context.Context, key string) error {
-	if key == "" || planted.On(planted.UnreadKey) {
-		return nil
-	}
-	prior, err := s.store.OrderByIdempotencyKey(ctx, key)
-	if err != nil {
-		if !errors.Is(err, stock.ErrNotFound) {
-			s.log.Debug("idempotency key not checked before the 202; the writer's insert decides", "key", key, "err", err)
-		}
-		return nil
-	}
-	return fmt.Errorf("key %q already used by order %s: %w", key, prior.OrderID, stock.ErrDuplicateRequest)
-}
-
 // accepted hands the reservations of an order whose message is out over to the queue: the
 // order's 202 may go.
 func (s *Queued) accepted(ctx context.Context, o orderqueue.Order) {

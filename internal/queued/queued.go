@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/keyqueue"
 	"github.com/flashsale/seckill/internal/lockstrategy"
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/planted"
@@ -47,7 +48,7 @@ import (
 // writers reject the excess as sold_out — every order still ends, and the database never sells a
 // unit twice, but for that while queued and active orders may exceed the stock.
 //
-// The files follow an order: publish.go (1, 2), write.go (3, 4), resend.go, read.go (the buyer
+// The files follow an order: publish.go and keys.go (1, 2), write.go (3, 4), resend.go, read.go (the buyer
 // following it), pending.go (the sweeper's question).
 type Queued struct {
 	section   Section
@@ -55,6 +56,7 @@ type Queued struct {
 	admission *admission.Ledger
 	queue     *orderqueue.Queue
 	store     *stock.Store
+	keys      *keyqueue.Queue[*keyCheck]
 	opts      Options
 	log       *slog.Logger
 	stop      context.CancelFunc
@@ -99,6 +101,7 @@ func New(section Section, checkouts CheckoutSection, ledger *admission.Ledger, s
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Queued{section: section, checkouts: checkouts, admission: ledger, queue: queue, store: store, opts: opts, log: log, stop: stop}
+	s.keys = newKeyChecks(store, opts.Publish)
 	timeout := 2*opts.LockWait + 10*time.Second
 	for range opts.Writers {
 		s.writers.Go(func() { queue.Work(ctx, opts.Batch, opts.Idle, timeout, s.write) })

@@ -110,6 +110,25 @@ func (s *Store) Placed(ctx context.Context, ids []string) (map[string]bool, erro
 	return out, nil
 }
 
+// KeysUsed reads which of keys written orders carry: key to the order that holds it. One query
+// for many buyers' keys: the queued strategy asks it for every admitted order with a key.
+func (s *Store) KeysUsed(ctx context.Context, keys []string) (map[string]string, error) {
+	var rows []struct {
+		IdempotencyKey string `gorm:"column:idempotency_key"`
+		OrderID        string `gorm:"column:order_id"`
+	}
+	err := classify(s.db.WithContext(ctx).Model(&orderRow{}).Select("idempotency_key", "order_id").
+		Where("idempotency_key IN ?", keys).Scan(&rows).Error)
+	if err != nil {
+		return nil, fmt.Errorf("orders of idempotency keys: %w", err)
+	}
+	out := make(map[string]string, len(rows))
+	for _, r := range rows {
+		out[r.IdempotencyKey] = r.OrderID
+	}
+	return out, nil
+}
+
 // Order reads one order by its id, as of now.
 func (s *Store) Order(ctx context.Context, orderID string) (Order, error) {
 	return s.orderWhere(ctx, "order_id = ?", orderID)

@@ -223,6 +223,9 @@ func TestIdempotencyKeyIsUnique(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, placed, found)
 	assert.Equal(t, req.Fingerprint(), found.RequestHash)
+	used, err := s.KeysUsed(ctx, []string{key, "unused-" + sku})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{key: placed.OrderID}, used, "the written order's key, and no other")
 	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed})
 }
 
