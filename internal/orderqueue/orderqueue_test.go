@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -486,19 +485,15 @@ func TestWaitEndsOnFinish(t *testing.T) {
 // TestHeardKeepsEnds: the watch keeps the first end heard of an order, and at most two
 // generations of heardKept.
 func TestHeardKeepsEnds(t *testing.T) {
-	w := &watch{recent: [2]map[string][]byte{{}, {}}}
-	end := func(id string, s State) []byte {
-		b, err := json.Marshal(Record{Order: order("a", id), State: s})
-		require.NoError(t, err)
-		return b
-	}
-	assert.True(t, w.keep("1", end("1", Placed)))
-	assert.False(t, w.keep("1", end("1", Rejected)), "an end said again")
+	w := &watch{recent: [2]map[string]Record{{}, {}}}
+	end := func(id string, s State) Record { return Record{Order: order("a", id), State: s} }
+	assert.True(t, w.keep(end("1", Placed)))
+	assert.False(t, w.keep(end("1", Rejected)), "an end said again")
 	r, ok := w.latest("1")
 	require.True(t, ok)
 	assert.Equal(t, Placed, r.State)
 	for i := range 3 * heardKept {
-		w.keep(strconv.Itoa(i+10), end(strconv.Itoa(i+10), Rejected))
+		w.keep(end(strconv.Itoa(i+10), Rejected))
 	}
 	assert.LessOrEqual(t, len(w.recent[0])+len(w.recent[1]), 2*heardKept)
 	_, ok = w.latest(strconv.Itoa(3*heardKept + 9))

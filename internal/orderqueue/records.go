@@ -124,8 +124,7 @@ func (q *Queue) Claim(ctx context.Context, o Order) (Claimed, error) {
 func (q *Queue) Finish(ctx context.Context, from Claimed, r Record) (Record, error) {
 	switch r.State {
 	case Placed:
-		q.say(r)
-		q.orders.WithLabelValues(string(r.State)).Inc()
+		q.Placed(r)
 		return r, nil
 	case Rejected:
 	default:
@@ -161,6 +160,16 @@ func (q *Queue) Finish(ctx context.Context, from Claimed, r Record) (Record, err
 		// Another writer or a sweeper wrote in between: read what stands now.
 		got, rev, err = q.get(ctx, r.OrderID)
 	}
+}
+
+// Placed ends orders that a writer placed, as Finish does one: their rows are their records, and
+// their ends are said to their followers together.
+func (q *Queue) Placed(rs ...Record) {
+	if len(rs) == 0 {
+		return
+	}
+	q.say(rs...)
+	q.orders.WithLabelValues(string(Placed)).Add(float64(len(rs)))
 }
 
 // Get reads the order's record; ErrNotFound when it has none.

@@ -101,7 +101,8 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.C
 	if len(todo) == 0 {
 		return
 	}
-	var refused []taken
+	var refused, written []taken
+	var ends []orderqueue.Record
 	refusals := map[string]error{}
 	for i, out := range place(ctx, todo) {
 		h := todo[i]
@@ -112,7 +113,8 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.C
 		}
 		switch {
 		case out.err == nil:
-			s.finish(ctx, h, orderqueue.Record{Order: h.Order, State: orderqueue.Placed, Row: out.row}, nil)
+			written = append(written, h)
+			ends = append(ends, orderqueue.Record{Order: h.Order, State: orderqueue.Placed, Row: out.row})
 		case refusal(out.err):
 			refused = append(refused, h)
 			refusals[h.Order.OrderID] = out.err
@@ -120,10 +122,11 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.C
 			s.retry(h.Delivery, out.err)
 		}
 	}
+	s.placed(written, ends)
 	// A refusal may be about the order itself: another writer placed it meanwhile (its
 	// AckWait passed while it committed), and this one found its buyer holding it.
 	eachOrder(s.ackPlaced(ctx, refused), func(_ int, h taken) {
-		s.finish(ctx, h, orderqueue.Record{Order: h.Order, State: orderqueue.Rejected}, refusals[h.Order.OrderID])
+		s.reject(ctx, h, refusals[h.Order.OrderID])
 	})
 }
 
@@ -203,44 +206,43 @@ func (s *Queued) ackPlaced(ctx context.Context, ts []taken) []taken {
 		}
 		return nil
 	}
-	var rest []taken
+	var rest, found []taken
+	var ends []orderqueue.Record
 	var settled []stock.OrderRequest
 	for i, h := range ts {
 		if !written[ids[i]] {
 			rest = append(rest, h)
 			continue
 		}
-		// Its row is read by its followers: this writer did not write it.
-		s.finish(ctx, h, orderqueue.Record{Order: h.Order, State: orderqueue.Placed}, nil)
+		found = append(found, h)
+		// Without its row, which its followers read: this writer did not write it.
+		ends = append(ends, orderqueue.Record{Order: h.Order, State: orderqueue.Placed})
 		settled = append(settled, requests(h.Order)...)
 	}
+	s.placed(found, ends)
 	s.settle(ctx, settled)
 	return rest
 }
 
-// finish ends the order as r (orderqueue.Queue.Finish), gives a rejected order's units back,
-// and acks it. A rejection that finds the order rejected already keeps that record, which is
-// what the buyer was told, and the reservation follows it.
-func (s *Queued) finish(ctx context.Context, h taken, r orderqueue.Record, why error) {
-	if why != nil {
-		r.Reason = stock.Code(why)
+// placed ends the orders the database has, ts, as ends: said to their followers in one message
+// (orderqueue.Queue.Placed), then acked.
+func (s *Queued) placed(ts []taken, ends []orderqueue.Record) {
+	s.queue.Placed(ends...)
+	for _, h := range ts {
+		_ = h.Ack()
 	}
-	state := r.State
-	rec, err := s.queue.Finish(ctx, h.claimed, r)
-	if err != nil {
+}
+
+// reject ends the order rejected for why (orderqueue.Queue.Finish), gives its units back, and
+// acks it. A rejection that finds the order rejected already keeps that record, which is what the
+// buyer was told, and the reservation follows it.
+func (s *Queued) reject(ctx context.Context, h taken, why error) {
+	r := orderqueue.Record{Order: h.Order, State: orderqueue.Rejected, Reason: stock.Code(why)}
+	if _, err := s.queue.Finish(ctx, h.claimed, r); err != nil {
 		s.retry(h.Delivery, err)
 		return
 	}
-	switch {
-	case state == orderqueue.Rejected && rec.State == orderqueue.Rejected:
-		s.admission.GiveBackCheckout(ctx, requests(h.Order), why)
-	case rec.State != state:
-		// Cannot happen while every writer records an order queued before it places it and
-		// reads the database before it rejects it; said loudly, since the buyer's answer and the
-		// database now disagree.
-		s.log.Error("queued order: its record and the database disagree", "order", h.Order.OrderID,
-			"record", rec.State, "database", state)
-	}
+	s.admission.GiveBackCheckout(ctx, requests(h.Order), why)
 	_ = h.Ack()
 }
 
