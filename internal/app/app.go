@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -223,6 +224,26 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
+	// HTTP/1.1 serves one request at a time on a connection: the busy ones are the requests
+	// taken and not yet answered, which the drain must answer.
+	var (
+		mu   sync.Mutex
+		busy = map[net.Conn]bool{}
+	)
+	srv.ConnState = func(c net.Conn, s http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s == http.StateActive {
+			busy[c] = true
+		} else {
+			delete(busy, c)
+		}
+	}
+	taken := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(busy)
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {
@@ -230,7 +251,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
+	a.log.Info("shutting down: draining in-flight requests", "requests", taken(), "timeout", a.cfg.ShutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
