@@ -749,7 +749,7 @@ func unwritten(t *testing.T, db *sql.DB, ids []string) int {
 // clients heard; when it wakes, the orders whose reservations were returned find the units sold
 // and are refused by the version guard (sold_out, never both an order and a refusal), and the
 // ledger is exact: nothing held back, no reservation left, admission's counter at the
-// database's stock. No buyer hears a 500. Five sales in a row, each try judged; a stop that
+// database's stock. No buyer hears a 500. Three sales in a row, each try judged; a stop that
 // caught no reservation of an order the database did not have (read while it is stopped: what
 // the stop caught, not what the sweepers did), or none of its buyers in flight when it woke
 // (counted whatever they then heard), did not exercise the case and is sold again, up to five
@@ -758,7 +758,7 @@ func TestProcessesFrozenAtSaleEnd(t *testing.T) {
 	procs := startThree(t)
 	others := []instance{procs[0], procs[2]}
 	returned := func() float64 { return scrape(t, others, `seckill_admission_swept_total{result="returned"}`) }
-	const units, pause, rounds, tries = 300, 8 * time.Second, 5, 5
+	const units, pause, rounds, tries = 300, 8 * time.Second, 3, 5
 	for round := 1; round <= rounds; round++ {
 		for try := 1; ; try++ {
 			before := returned()

@@ -164,7 +164,7 @@ func smoke(t *testing.T, args ...string) string {
 // strategy kept the invariant (in the audit, every order, and SQL) in every round and naive was
 // caught overselling; the report gives the medians with their min–max, and each row's ceiling.
 func TestSmokeCompare(t *testing.T) {
-	args := []string{"-compare", "-stock", "30", "-users", "120", "-concurrency", "16", "-retry-busy", "5", "-soldout", "1s", "-rounds", "2"}
+	args := []string{"-compare", "-stock", "30", "-users", "120", "-concurrency", "16", "-retry-busy", "5", "-soldout", "300ms", "-rounds", "2"}
 	o := options{}
 	if err := zkserver.Available(); err == nil || os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
 		args, o.zk = append(args, "-zk", zkStart), zkStart
