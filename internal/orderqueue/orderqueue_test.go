@@ -482,6 +482,21 @@ func TestWaitEndsOnFinish(t *testing.T) {
 	})
 }
 
+// TestWaitOnAnOrderRecordedHere: a wait on an order this instance recorded queued reads nothing
+// before its time passes — the order is queued until its end is said — and reads it once then.
+func TestWaitOnAnOrderRecordedHere(t *testing.T) {
+	backends(t, Config{}, func(t *testing.T, q *Queue) {
+		ctx := ctxT(t)
+		_, err := q.Record(ctx, Record{Order: order("a", "here"), State: Queued})
+		require.NoError(t, err)
+		before := q.nc.Stats().OutMsgs
+		r, err := q.Wait(ctx, "here", 200*time.Millisecond)
+		require.NoError(t, err)
+		assert.Equal(t, Queued, r.State)
+		assert.EqualValues(t, 1, q.nc.Stats().OutMsgs-before, "one read, once the wait passed")
+	})
+}
+
 // TestHeardKeepsEnds: the watch keeps the first end heard of an order, and at most two
 // generations of heardKept.
 func TestHeardKeepsEnds(t *testing.T) {

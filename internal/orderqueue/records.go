@@ -81,6 +81,8 @@ func (q *Queue) record(ctx context.Context, r Record) (Record, uint64, error) {
 	case err == nil:
 		if r.State.Final() {
 			q.say(r)
+		} else {
+			q.watch.Load().recorded(r.OrderID)
 		}
 		return r, rev, nil
 	case errors.Is(err, jetstream.ErrKeyExists):
@@ -209,7 +211,8 @@ func decode(e jetstream.KeyValueEntry) (Record, error) {
 // no record by then. It listens on the instance's one watch of the orders' ends (watch), so that
 // any instance's writer ends the wait at once. An end the watch heard before answers the first
 // look without a read; a placed one comes without its row then (Row nil), which may have moved on
-// since (paid, cancelled). A JetStream watch would create a consumer for every wait, whose cost
+// since (paid, cancelled). An order this instance recorded queued is not read first either: it
+// is queued until its end is said (a buyer follows its 202 where it was answered). A JetStream watch would create a consumer for every wait, whose cost
 // grows with the records the bucket holds.
 func (q *Queue) Wait(ctx context.Context, orderID string, wait time.Duration) (Record, error) {
 	return q.wait(ctx, orderID, wait, false)
@@ -228,12 +231,13 @@ func (q *Queue) wait(ctx context.Context, orderID string, wait time.Duration, re
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	w := q.watch.Load()
-	said, stop, r, heard := w.listen(orderID)
+	said, stop, r, heard, queued := w.listen(orderID)
 	defer stop()
 	var err error
-	if heard {
+	switch {
+	case heard:
 		r.Row = nil
-	} else {
+	case !queued:
 		r, err = q.Get(ctx, orderID)
 	}
 	switch {

@@ -24,6 +24,9 @@ type watch struct {
 	mu      sync.Mutex
 	waits   map[string]map[chan Record]struct{}
 	recent  [2]map[string]Record // the ends heard last, newest first
+	// The orders this instance recorded queued lately, newest first: a wait on one of them
+	// need not read its record first — it is queued until its end is said.
+	mine [2]map[string]struct{}
 }
 
 // heardKept bounds each of the two generations of ends the watch keeps: at a sale's rate, a few
@@ -36,7 +39,7 @@ func saidSubject(bucket string) string { return "seckill.said." + bucket }
 // watchRecords subscribes to the orders' ends.
 func (q *Queue) watchRecords() error {
 	w := &watch{subject: saidSubject(q.cfg.Bucket), waits: map[string]map[chan Record]struct{}{},
-		recent: [2]map[string]Record{{}, {}}}
+		recent: [2]map[string]Record{{}, {}}, mine: [2]map[string]struct{}{{}, {}}}
 	if _, err := q.nc.Subscribe(w.subject, w.said); err != nil {
 		return fmt.Errorf("watch order ends %s: %w", q.cfg.Bucket, classify(err))
 	}
@@ -102,6 +105,16 @@ func (w *watch) keep(r Record) bool {
 	return true
 }
 
+// recorded notes that this instance recorded the order queued.
+func (w *watch) recorded(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.mine[0]) >= heardKept {
+		w.mine[1], w.mine[0] = w.mine[0], make(map[string]struct{}, heardKept)
+	}
+	w.mine[0][id] = struct{}{}
+}
+
 // latest is the order's end as heard; false when none was heard lately.
 func (w *watch) latest(id string) (Record, bool) {
 	w.mu.Lock()
@@ -119,9 +132,10 @@ func (w *watch) heard(id string) (Record, bool) {
 }
 
 // listen tells ch of every end said of the order from now on, until the returned stop, and
-// returns the end heard before, if any. One look under the lock that said takes: an end is
-// either heard before (returned) or told to ch, never both, never neither.
-func (w *watch) listen(id string) (ch chan Record, stop func(), before Record, heard bool) {
+// returns the end heard before, if any, or whether this instance recorded it queued. One look
+// under the lock that said takes: an end is either heard before (returned) or told to ch, never
+// both, never neither.
+func (w *watch) listen(id string) (ch chan Record, stop func(), before Record, heard, queued bool) {
 	ch = make(chan Record, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -130,6 +144,10 @@ func (w *watch) listen(id string) (ch chan Record, stop func(), before Record, h
 	}
 	w.waits[id][ch] = struct{}{}
 	before, heard = w.heard(id)
+	_, queued = w.mine[0][id]
+	if _, older := w.mine[1][id]; older {
+		queued = true
+	}
 	return ch, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -137,5 +155,5 @@ func (w *watch) listen(id string) (ch chan Record, stop func(), before Record, h
 		if len(w.waits[id]) == 0 {
 			delete(w.waits, id)
 		}
-	}, before, heard
+	}, before, heard, queued
 }
