@@ -803,8 +803,9 @@ func TestProcessesFrozenAtSaleEnd(t *testing.T) {
 }
 
 // TestProcessesShutdownUnderLoad sends SIGTERM to one of three processes while it is taking
-// orders — until then every order goes to it, so that requests are in flight there when it is
-// told to stop — and it drains them: every request it had taken when it began to stop (it says
+// orders — until then every order goes to it, and the product's row is held by another
+// transaction from just before the signal until the process begins to drain, so that requests
+// are in flight there, waiting in its sections, when it is told to stop — and it drains them: every request it had taken when it began to stop (it says
 // how many, by its connections busy with one; none, and the drain was not exercised) is
 // answered, and it exits cleanly (checked at cleanup). A client cannot count the requests a
 // process took: a request sent as the process closes its idle connections, or still in its
@@ -816,21 +817,32 @@ func TestProcessesShutdownUnderLoad(t *testing.T) {
 	for try := 1; ; try++ {
 		procs := startThree(t)
 		sku := putOnSale(t, procs[0], units)
-		res := loadHTTP(t, procs, sku, "hybrid", userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
-			assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGTERM))
-		}})
+		db := backendtest.SQL(t)
 		var draining []map[string]any
-		require.Eventually(t, func() bool {
-			draining = procs[1].log.said("shutting down: draining in-flight requests")
-			return len(draining) > 0
-		}, 10*time.Second, 10*time.Millisecond, "the process never said it was draining")
+		res := loadHTTP(t, procs, sku, "hybrid", userRange{0, buyers}, clients, httpFault{at: units / 4, only: &procs[1], inject: func() {
+			// The product's row held, as another writer's transaction would hold it, until the
+			// process has begun to drain: every order it holds then waits in its section (or
+			// behind it), and none is answered between the signal and the drain.
+			ctx := context.Background()
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback() }()
+			_, err = tx.ExecContext(ctx, "SELECT stock FROM products WHERE sku = ? FOR UPDATE", sku)
+			require.NoError(t, err)
+			assert.NoError(t, syscall.Kill(procs[1].pid, syscall.SIGTERM))
+			assert.Eventually(t, func() bool {
+				draining = procs[1].log.said("shutting down: draining in-flight requests")
+				return len(draining) > 0
+			}, 10*time.Second, time.Millisecond, "the process never said it was draining")
+		}})
+		require.NotEmpty(t, draining, "the process never said it was draining")
 		taken, _ := draining[0]["requests"].(float64)
 		began, err := time.Parse(time.RFC3339Nano, fmt.Sprint(draining[0]["time"]))
 		require.NoError(t, err)
 		// Heard after it began to drain, by the machine's one clock: its answers to the requests
-		// it held then, and perhaps a few it wrote just before — so a process that dropped them
-		// instead is caught only when those few are fewer than the dropped (two runs of three,
-		// planted by hand as http.Server.Close).
+		// it held then, and perhaps a few of the section that committed just before the row was
+		// taken — so a process that dropped what it held instead is caught when those few are
+		// fewer than the dropped (three runs of four, planted by hand as http.Server.Close).
 		answered := 0
 		for _, at := range res.answeredAfterFault {
 			if at.After(began) {
