@@ -217,7 +217,7 @@ func TestSmokeQueued(t *testing.T) {
 // alone — must be caught overselling, every guarded one must keep the invariant with the same
 // lock failing under it: the version check and the fencing tokens are what hold, not the lock.
 func TestSmokeLockLoss(t *testing.T) {
-	args := []string{"-fault", lockloss.Name, "-stock", "200", "-users", "800", "-concurrency", "32", "-retry-busy", "5", "-soldout", "0", "-rounds", "1"}
+	args := []string{"-fault", lockloss.Name, "-stock", "100", "-users", "400", "-concurrency", "32", "-retry-busy", "5", "-soldout", "0", "-rounds", "1"}
 	o := options{fault: lockloss.Name}
 	if err := zkserver.Available(); err == nil || os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" {
 		args, o.zk = append(args, "-zk", zkStart), zkStart
@@ -265,9 +265,10 @@ func TestSmokeLifecycle(t *testing.T) {
 
 // TestDefaultRun is the README's load test as a newcomer runs it: from the module root, with
 // nothing configured (no SECKILL_ variable), the tool builds cmd/api, starts one process of it on
-// the embedded default — SQLite, in-process Redis, embedded etcd — and compares every strategy.
-// It must exit 0: every safe strategy holds the invariant and naive is caught overselling, so
-// that on the default too the checks are seen to fail where they should. It runs one round with
+// the embedded default — SQLite, in-process Redis, embedded etcd — and compares every strategy,
+// each with its 2-line checkout row. It must exit 0: every safe strategy holds the invariant, in
+// its orders and its checkouts, and naive is caught overselling in both, so that on the default
+// too the checks are seen to fail where they should. It runs one round with
 // a 1 s sold-out phase (defaultRunArgs) where the bare command runs three with 5 s: the rounds
 // repeat the same sales, and TestDefaultRunArgs holds that nothing else differs.
 func TestDefaultRun(t *testing.T) {
@@ -319,6 +320,8 @@ func TestDefaultRun(t *testing.T) {
 		}
 		assert.Regexp(t, "^"+want+"$", verdicts[s], "%s's verdict", s)
 		assert.Regexp(t, "(?m)^\\| `"+s+"` \\|.*\\| "+want+" \\|$", stdout.String(), "%s's row", s)
+		assert.Regexp(t, "(?m)^\\| `"+s+", 2-line checkout` \\| 2 \\|.*\\| "+want+" \\|$", stdout.String(),
+			"%s's checkouts, verified per product and whole", s)
 	}
 	assert.Contains(t, stdout.String(), "the tool reads products and orders in the SQLite file of the processes it starts (read-only)")
 	assert.Regexp(t, `(?m)^loadtest: verifying every sale in the SQLite file \S+/seckill\.db, read-only`, stderr.String(),
