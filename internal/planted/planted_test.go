@@ -23,7 +23,7 @@ import (
 // scripts/test.sh runs in its serial lane, with cmd/api: their promises are timed on a machine the
 // rest of the suite does not load.
 func TestChecksCatchPlantedBugs(t *testing.T) {
-	catches(t, []row{
+	catches(t, inProcessAtOnce, []row{
 		{planted.BlindWrite, "internal/lockstrategy", "TestPausedHolderLosesItsLock/hybrid", nil, "the paused writer's version check failed"},
 		{planted.BlindWrite, "cmd/lab", "", []string{"-small", "-out", "lab-report", "ttl"}, "the fix did not hold"},
 		{planted.NoFence, "internal/lockstrategy", "TestPausedHolderLosesItsLock/etcd", nil, "the old holder's write was fenced out"},
@@ -52,7 +52,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 // TestProcessChecksCatchPlantedBugs is TestChecksCatchPlantedBugs for the checks that run service
 // processes (cmd/api).
 func TestProcessChecksCatchPlantedBugs(t *testing.T) {
-	catches(t, []row{
+	catches(t, 1, []row{
 		{planted.NoSweep, "cmd/api", "TestProcessesHybridKill", nil, "units held back by dead reservations never came back"},
 		{planted.LongHeartbeat, "cmd/api", "TestProcessesFrozenAtSaleEnd", nil, "reservations were still its own when it woke: no sweeper returned them"},
 		{planted.LongHeartbeat, "cmd/api", "TestProcessesQueuedFrozen", nil, "the stopped process still held reservations when it woke"},
@@ -69,46 +69,57 @@ type row struct {
 	says  string   // what it says when it does
 }
 
-// catches plants each row's bug and runs its check, which must fail in its own words.
-func catches(t *testing.T, rows []row) {
+// inProcessAtOnce is how many in-process checks run at once. Most of a check's time is a wait
+// (a lease or a session running out, a sweep's turn): run one after another they took 90 s on an
+// idle machine with less than half a core busy.
+const inProcessAtOnce = 3
+
+// catches plants each row's bug and runs its check, which must fail in its own words; atOnce
+// checks run at a time. Every binary is built first, one at a time.
+func catches(t *testing.T, atOnce int, rows []row) {
 	if testing.Short() {
 		t.Skip("builds test binaries with the plantedbugs tag and runs checks against planted bugs; skipped with -short")
 	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
 	dir := t.TempDir()
-	built := map[string]string{}
-	// binary builds pkg with the plantedbugs tag, once: its test binary, or the command itself.
-	binary := func(t *testing.T, pkg string, test bool) string {
-		t.Helper()
+	// binary builds pkg with the plantedbugs tag: its test binary, or the command itself.
+	binary := func(pkg string, test bool) string {
 		bin := filepath.Join(dir, strings.ReplaceAll(pkg, "/", "_"))
 		args := []string{"build", "-tags", "plantedbugs", "-o", bin}
 		if test {
 			bin += ".test"
 			args = []string{"test", "-c", "-tags", "plantedbugs", "-o", bin}
 		}
-		if _, ok := built[bin]; ok {
+		if _, err := os.Stat(bin); err == nil {
 			return bin
 		}
 		cmd := exec.Command("go", append(args, "./"+pkg)...)
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "build %s: %s", pkg, out)
-		built[bin] = bin
 		return bin
 	}
-	for _, tc := range rows {
+	bins := make([]string, len(rows))
+	for i, tc := range rows {
+		bins[i] = binary(tc.pkg, tc.check != "")
+	}
+	turns := make(chan struct{}, atOnce)
+	for i, tc := range rows {
 		name := tc.check
 		if name == "" {
 			name = tc.pkg + " " + strings.Join(tc.args, " ")
 		}
 		t.Run(string(tc.bug)+"/"+name, func(t *testing.T) {
+			t.Parallel()
+			turns <- struct{}{}
+			defer func() { <-turns }()
 			var cmd *exec.Cmd
 			if tc.check != "" {
-				cmd = exec.Command(binary(t, tc.pkg, true), "-test.run", "^"+tc.check+"$", "-test.count=1", "-test.v")
+				cmd = exec.Command(bins[i], "-test.run", "^"+tc.check+"$", "-test.count=1", "-test.v")
 				cmd.Dir = filepath.Join(root, tc.pkg) // where go test runs it
 			} else {
-				cmd = exec.Command(binary(t, tc.pkg, false), tc.args...)
+				cmd = exec.Command(bins[i], tc.args...)
 				cmd.Dir = t.TempDir()
 			}
 			cmd.Env = append(os.Environ(), "SECKILL_PLANTED_BUG="+string(tc.bug))
