@@ -182,10 +182,10 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 			s.soldOut.learn(req.SKU)
 		}
 		// A replay is looked up only when the order failed as a repeat may (mayRepeat) — not
-		// before every order, which would be a database read per request on the hottest path. One case is answered without it: a key reused with
-		// another body for a product that the sold-out flag answers hears sold_out rather than
-		// idempotency_conflict (both 409): telling them apart would cost the read the flag exists
-		// to save.
+		// before every order, which would be a database read per request on the hottest path.
+		// One case is answered without it: a key reused with another body for a product that
+		// the sold-out flag answers hears sold_out rather than idempotency_conflict (both 409):
+		// telling them apart would cost the read the flag exists to save.
 		if req.IdempotencyKey != "" && mayRepeat(err) {
 			if order, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
 				return order, rerr == nil, rerr
