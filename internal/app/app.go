@@ -254,7 +254,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	a.log.Info("shutting down: draining in-flight requests", "requests", taken(), "timeout", a.cfg.ShutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	stop := srv.Shutdown
+	if planted.On(planted.NoDrain) {
+		stop = func(context.Context) error { return srv.Close() }
+	}
+	if err := stop(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {

@@ -79,4 +79,7 @@ const (
 	// BeatsWithoutDatabase: an instance beats whether or not its database serves, so one cut
 	// off from its database (its cluster node died) keeps its reservations' units off sale.
 	BeatsWithoutDatabase Bug = "beats-without-database"
+	// NoDrain: an instance told to stop closes its connections at once (http.Server.Close)
+	// instead of draining them (Shutdown), so the requests it holds lose their answers.
+	NoDrain Bug = "no-drain"
 )

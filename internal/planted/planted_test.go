@@ -57,6 +57,7 @@ func TestProcessChecksCatchPlantedBugs(t *testing.T) {
 		{planted.LongHeartbeat, "cmd/api", "TestProcessesFrozenAtSaleEnd", nil, "reservations were still its own when it woke: no sweeper returned them"},
 		{planted.LongHeartbeat, "cmd/api", "TestProcessesQueuedFrozen", nil, "the stopped process still held reservations when it woke"},
 		{planted.LongAckWait, "cmd/api", "TestProcessesQueuedFrozen", nil, "the orders the stopped process held ended after its wake"},
+		{planted.NoDrain, "cmd/api", "TestProcessesShutdownUnderLoad", nil, "requests the process had taken lost their answers"},
 	})
 }
 
