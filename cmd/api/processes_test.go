@@ -924,12 +924,11 @@ type httpSale struct {
 	end                time.Time
 }
 
-// heardAfterFault is one answer of the faulted process heard once the fault began: when, its
-// status, and its order's id (a 201's).
+// heardAfterFault is one answer of the faulted process heard once the fault began: when, and
+// its order's id (a 201's).
 type heardAfterFault struct {
-	at     time.Time
-	status int
-	order  string
+	at    time.Time
+	order string
 }
 
 // percentile returns the p-th percentile of the request latencies.
@@ -1000,7 +999,7 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 						res.transportErrors++
 						return
 					case toFaulted && faulting.Load():
-						res.answeredAfterFault = append(res.answeredAfterFault, heardAfterFault{at: time.Now(), status: a.status, order: a.order.OrderID})
+						res.answeredAfterFault = append(res.answeredAfterFault, heardAfterFault{at: time.Now(), order: a.order.OrderID})
 					case a.status == http.StatusTooManyRequests:
 						res.busy++
 					case a.status == http.StatusServiceUnavailable:
