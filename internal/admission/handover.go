@@ -73,3 +73,26 @@ func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) 
 	}
 	return nil
 }
+
+// HandedOver reports which of reqs' reservations the order queue holds (HandOver), by
+// reservation id, in one read: a reservation is handed over only once its order's message went
+// out and its record said queued, and from then on no sweeper returns it.
+func (a *Ledger) HandedOver(ctx context.Context, sku string, reqs []stock.OrderRequest) (map[string]bool, error) {
+	users := make([]string, len(reqs))
+	for i, r := range reqs {
+		users[i] = r.UserID
+	}
+	held, err := a.client.HMGet(ctx, KeysOf(sku).Queued, users...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reservations of %s handed over: %w: %w", sku, ErrRedisDown, err)
+	}
+	out := make(map[string]bool, len(reqs))
+	for i, v := range held {
+		if s, ok := v.(string); ok {
+			if h, ok := parseHeld(users[i], s); ok && h.ID == reqs[i].Reservation.ID {
+				out[h.ID] = true
+			}
+		}
+	}
+	return out, nil
+}

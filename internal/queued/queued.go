@@ -29,8 +29,10 @@ import (
 //     whichever writer takes the message resolves the reservation; before it, a sweeper that
 //     finds the reservation orphaned records the order rejected and returns the units — the
 //     first record decides, so the order is placed or returned, never both (internal/orderqueue).
-//  3. A writer records the order queued if nobody has (the publisher may have died before it),
-//     drops it if a sweeper rejected it first, acks it at once if the database has it already (a
+//  3. A writer takes an order handed over to the queue as queued on its first delivery, without
+//     reading its record; any other it claims: records it queued if nobody has (the publisher may
+//     have died before it), drops it if a sweeper rejected it first. It acks an order at once if
+//     the database has it already (a
 //     writer committed it and died before its ack), and places the rest with hybrid's section,
 //     which settles the reservations of the orders written.
 //  4. Each order ends placed — its row is its record from then on — or rejected in its record

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -200,4 +203,49 @@ func TestQueuedBoundsTheWaiting(t *testing.T) {
 	require.NoError(t, err, "accepted once the three were written")
 	more, _ := backendtest.Ended(t, insts, []stock.Order{o}, 10*time.Second)
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, append(placed, more...))
+}
+
+// TestWriterReadsNoRecordItNeedNot: an order handed over to the queue by its publisher — its
+// record stood queued — is written on its first delivery without its writer reading that record:
+// here the record is deleted as the writer takes the order, and the writer does not write it
+// again, as a claim would (orderqueue.Queue.Claim).
+func TestWriterReadsNoRecordItNeedNot(t *testing.T) {
+	cfg := backendtest.Wiring{}.Config(t, config("queued"))
+	cfg.Queue = backendtest.QueueConfig(t)
+	nc, err := nats.Connect(cfg.Queue.URLs[0])
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	var (
+		records  jetstream.KeyValue // once the instance declared it
+		taken    atomic.Int32
+		accepted = make(chan struct{}) // the 202: the record stood, the reservation handed over
+	)
+	cfg.Service.Hooks.Taken = func(ctx context.Context, orderID string) {
+		taken.Add(1)
+		select {
+		case <-accepted:
+		case <-time.After(10 * time.Second):
+			t.Error("the order was never accepted")
+		}
+		assert.NoError(t, records.Delete(ctx, orderID))
+	}
+	inst := backendtest.Open(t, cfg, nil)
+	ctx := context.Background()
+	records, err = js.KeyValue(ctx, cfg.Queue.Bucket)
+	require.NoError(t, err)
+	sku := backendtest.SKU(t)
+	_, err = inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 1, MaxPerOrder: 1})
+	require.NoError(t, err)
+	o, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: "queued"})
+	require.NoError(t, err)
+	close(accepted)
+	placed, rejected := backendtest.Ended(t, []backendtest.Instance{inst}, []stock.Order{o}, 10*time.Second)
+	require.Len(t, placed, 1, "rejected: %v", rejected)
+	assert.Equal(t, int32(1), taken.Load(), "one delivery")
+	_, err = records.Get(ctx, o.OrderID)
+	assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the writer read the order's record, found none and wrote it")
+	backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
+	settled(t, inst, sku)
 }

@@ -73,10 +73,15 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.C
 	if len(ts) == 0 {
 		return
 	}
+	if hook := s.opts.Hooks.Taken; hook != nil {
+		eachOrder(ts, func(_ int, h taken) { hook(ctx, h.Order.OrderID) })
+	}
 	kept := make([]bool, len(ts))
+	unclaimed := s.unclaimed(ctx, ts)
 	eachOrder(ts, func(i int, h taken) {
-		if hook := s.opts.Hooks.Taken; hook != nil {
-			hook(ctx, h.Order.OrderID)
+		if unclaimed[h.Order.Reservation] {
+			ts[i].claimed, kept[i] = orderqueue.Claimed{Record: orderqueue.Record{Order: h.Order, State: orderqueue.Queued}}, true
+			return
 		}
 		c, err := s.queue.Claim(ctx, h.Order)
 		switch {
@@ -128,6 +133,29 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.C
 	eachOrder(s.ackPlaced(ctx, refused), func(_ int, h taken) {
 		s.reject(ctx, h, refusals[h.Order.OrderID])
 	})
+}
+
+// unclaimed are the orders of ts whose records their writer need not read: on their first
+// delivery, with their reservations in the queue's hands (admission.Ledger.HandedOver). A
+// reservation is handed over only once its order's record stood queued, so no sweeper gave the
+// order up, and no writer before this one can have rejected it. Any other order is claimed
+// (orderqueue.Queue.Claim): a redelivery, a checkout, or all of them when Redis cannot say.
+func (s *Queued) unclaimed(ctx context.Context, ts []taken) map[string]bool {
+	var first []stock.OrderRequest
+	for _, h := range ts {
+		if len(h.Order.Lines) == 0 && h.Deliveries == 1 {
+			first = append(first, request(h.Order))
+		}
+	}
+	if len(first) == 0 {
+		return nil
+	}
+	handed, err := s.admission.HandedOver(ctx, first[0].SKU, first)
+	if err != nil {
+		s.log.Debug("reservations handed over not read; every order is claimed", "sku", first[0].SKU, "err", err)
+		return nil
+	}
+	return handed
 }
 
 // placeOrders writes a batch of one product's orders in hybrid's section, which settles the
