@@ -32,9 +32,8 @@ import (
 //  3. A writer takes an order handed over to the queue as queued on its first delivery, without
 //     reading its record; any other it claims: records it queued if nobody has (the publisher may
 //     have died before it), drops it if a sweeper rejected it first. It acks an order at once if
-//     the database has it already (a
-//     writer committed it and died before its ack), and places the rest with hybrid's section,
-//     which settles the reservations of the orders written.
+//     the database has it already (a writer committed it and died before its ack), and places
+//     the rest with hybrid's section, which settles the reservations of the orders written.
 //  4. Each order ends placed — its row is its record from then on — or rejected in its record
 //     with the database's reason and its reservation given back; its end is said to its
 //     followers, then its message is acked. A failure that decided nothing (the
