@@ -873,10 +873,11 @@ func TestProcessesShutdownUnderLoad(t *testing.T) {
 		began, err := time.Parse(time.RFC3339Nano, fmt.Sprint(draining[0]["time"]))
 		require.NoError(t, err)
 		// Heard after it began to drain, by the machine's one clock: its answers to the requests
-		// it held then. An order committed before the row was taken is not one of them.
+		// it held then (those of the orders committed before the row was taken were heard before
+		// the signal).
 		answered := 0
-		for _, h := range res.answeredAfterFault {
-			if h.at.After(began) && !placedFirst[h.order] {
+		for _, at := range res.answeredAfterFault {
+			if at.After(began) {
 				answered++
 			}
 		}
@@ -933,19 +934,12 @@ type httpSale struct {
 	busy               int                   // 429s, retried
 	unavailable        int                   // 503s, retried
 	transportErrors    int                   // requests whose answer was lost, retried elsewhere
-	answeredAfterFault []heardAfterFault     // the faulted process's answers heard once the fault began
+	answeredAfterFault []time.Time           // when the faulted process's answers were heard, once the fault began
 	inFlightAtFault    int                   // requests sent to the faulted process and not yet answered when the fault came
 	latencies          []time.Duration       // of every request answered
 	history            []porcupine.Operation // one per buyer: from its first attempt to its final answer
 	start, lastSale    time.Time
 	end                time.Time
-}
-
-// heardAfterFault is one answer of the faulted process heard once the fault began: when, and
-// its order's id (a 201's).
-type heardAfterFault struct {
-	at    time.Time
-	order string
 }
 
 // percentile returns the p-th percentile of the request latencies.
@@ -1016,7 +1010,7 @@ func loadHTTP(t *testing.T, procs []instance, sku, strategy string, who userRang
 						res.transportErrors++
 						return
 					case toFaulted && faulting.Load():
-						res.answeredAfterFault = append(res.answeredAfterFault, heardAfterFault{at: time.Now(), order: a.order.OrderID})
+						res.answeredAfterFault = append(res.answeredAfterFault, time.Now())
 					case a.status == http.StatusTooManyRequests:
 						res.busy++
 					case a.status == http.StatusServiceUnavailable:
