@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/backendtest"
+	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/queued"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -78,4 +79,43 @@ func TestQueuedCheckoutGivenUp(t *testing.T) {
 			backendtest.RequireWholeCheckouts(t, backendtest.Store(t), backendtest.SQL(t), []string{a, b}, map[string]int{"u-2": 2}, []stock.Checkout{co})
 		})
 	}
+}
+
+// TestQueuedRedeliveredPlacedCheckout is TestQueuedRedeliveredPlacedOrder for a checkout: its
+// writer committed every line and stopped before its ack, so its message comes again. The writer
+// that takes it finds the checkout in the database and acks it: no second line, no second unit,
+// and the checkout stays placed — never rejected behind its buyer's rows.
+func TestQueuedRedeliveredPlacedCheckout(t *testing.T) {
+	base := backendtest.SKU(t)
+	a, b := base+"-a", base+"-b"
+	inst := newInstances(t, 1, config("queued"), backendtest.Wiring{})[0]
+	ctx := context.Background()
+	for _, sku := range []string{a, b} {
+		_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 3, MaxPerOrder: 1})
+		require.NoError(t, err)
+	}
+	req := stock.CheckoutRequest{UserID: "u-1", Strategy: "queued",
+		Lines: []stock.OrderRequest{{SKU: b, Quantity: 1}, {SKU: a, Quantity: 1}}}
+	co, _, err := inst.PlaceCheckout(ctx, req)
+	require.NoError(t, err)
+	co, err = inst.WaitCheckout(ctx, co.CheckoutID, 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, co.Status.Active(), "placed: %+v", co)
+
+	again := orderqueue.Order{OrderID: co.CheckoutID, SKU: co.Lines[0].SKU, UserID: co.UserID, Strategy: "queued",
+		Reservation: co.CheckoutID, AcceptedAt: co.CreatedAt}
+	for _, l := range co.Lines {
+		again.Lines = append(again.Lines, orderqueue.Line{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
+	}
+	republish(t, again, "redelivery-"+co.CheckoutID)
+	for _, sku := range []string{a, b} {
+		settled(t, inst, sku)
+		p, err := inst.Product(ctx, sku)
+		require.NoError(t, err)
+		assert.EqualValues(t, 2, p.Stock, "%s: one unit sold, once", sku)
+	}
+	got, err := inst.Checkout(ctx, co.CheckoutID)
+	require.NoError(t, err)
+	assert.Equal(t, co.Status, got.Status, "the redelivered checkout stays placed")
+	backendtest.RequireWholeCheckouts(t, backendtest.Store(t), backendtest.SQL(t), []string{a, b}, map[string]int{"u-1": 2}, []stock.Checkout{co})
 }

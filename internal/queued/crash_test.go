@@ -194,26 +194,31 @@ func TestQueuedCrashAfterPublish(t *testing.T) {
 func TestQueuedRedeliveredPlacedOrder(t *testing.T) {
 	inst, sku, live := onQueuedSale(t, 3)
 	ctx := context.Background()
-	q := backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())
 	again := orderqueue.Order{OrderID: live.OrderID, SKU: sku, UserID: live.UserID, Quantity: 1, Strategy: "queued",
 		Reservation: live.OrderID, AcceptedAt: live.CreatedAt}
-	// The same order once more, past the de-duplication (which a real redelivery never meets):
-	// another message id, the same order.
-	nc, err := nats.Connect(backendtest.NATSURL(t))
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	data, err := json.Marshal(again)
-	require.NoError(t, err)
-	_, err = js.Publish(ctx, q.Subject(sku), data, jetstream.WithMsgID("redelivery-"+live.OrderID))
-	require.NoError(t, err)
+	republish(t, again, "redelivery-"+live.OrderID)
 	settled(t, inst, sku)
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live})
 	assert.EqualValues(t, 2, a.Stock, "one unit sold, once")
 	o, err := inst.Order(ctx, live.OrderID)
 	require.NoError(t, err)
 	assert.True(t, o.Status.Active())
+}
+
+// republish sends o's message once more, past the de-duplication (which a real redelivery never
+// meets): another message id, the same order.
+func republish(t *testing.T, o orderqueue.Order, msgID string) {
+	t.Helper()
+	q := backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())
+	nc, err := nats.Connect(backendtest.NATSURL(t))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	data, err := json.Marshal(o)
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), q.Subject(o.SKU), data, jetstream.WithMsgID(msgID))
+	require.NoError(t, err)
 }
 
 // TestQueuedSweeperLeavesQueuedOrders is the trap of the queued design: once an order's

@@ -214,18 +214,15 @@ func (s *Queued) settle(ctx context.Context, lines []stock.OrderRequest) {
 
 // ackPlaced finishes and acks the deliveries whose orders the database has (placed by a writer
 // that stopped before its ack, or by another one) and returns the others; all of them are
-// handed back when the database cannot say. A checkout is in the database with its first line:
-// its lines are written in one transaction.
+// handed back when the database cannot say. The database finds them by reservation, which is
+// an order's id, or a checkout's for every one of its lines (written in one transaction).
 func (s *Queued) ackPlaced(ctx context.Context, ts []taken) []taken {
 	if len(ts) == 0 {
 		return nil
 	}
 	ids := make([]string, len(ts))
 	for i, h := range ts {
-		ids[i] = h.Order.OrderID
-		if len(h.Order.Lines) > 0 {
-			ids[i] = h.Order.Lines[0].OrderID
-		}
+		ids[i] = h.Order.Reservation
 	}
 	written, err := s.store.Placed(ctx, ids)
 	if err != nil {
