@@ -1111,7 +1111,6 @@ func placed(o contract.Order) bool { return o.Status == "pending" || o.Status ==
 // queued, admission met the original in flight (seckill_admission_total{result="in_flight"}).
 func TestProcessesRetriesInFlight(t *testing.T) {
 	procs := startThree(t)
-	client := &http.Client{Timeout: 30 * time.Second}
 	for _, strategy := range safeStrategies {
 		t.Run(strategy, func(t *testing.T) {
 			offered(t, strategy)
@@ -1120,7 +1119,7 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 			// repeats behind it. On a starved machine the original can be written before any
 			// repeat reaches admission: the round is then sold again, each round judged whole.
 			for round := 1; ; round++ {
-				inFlight := retriesRound(t, procs, client, strategy)
+				inFlight := retriesRound(t, procs, strategy)
 				if (strategy != "hybrid" && strategy != "queued") || inFlight > 0 {
 					return
 				}
@@ -1132,9 +1131,7 @@ func TestProcessesRetriesInFlight(t *testing.T) {
 
 // retriesRound is one round of TestProcessesRetriesInFlight on a product of its own; it returns
 // how many times admission met the original in flight.
-func retriesRound(t *testing.T, procs []instance, client *http.Client, strategy string) float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+func retriesRound(t *testing.T, procs []instance, strategy string) float64 {
 	sku := putOnSale(t, procs[0], 5)
 	outcomes := func() map[string]float64 {
 		counts := map[string]float64{}
@@ -1147,11 +1144,7 @@ func retriesRound(t *testing.T, procs []instance, client *http.Client, strategy 
 	before := outcomes()
 	const repeats = 20
 	r := repeatAtOnce(t, procs, sku, strategy, repeats)
-	// A 202 is queued's answer with the original while it waits: the order a 201 names once placed.
-	queued := r.statuses[http.StatusAccepted]
-	statuses := maps.Clone(r.statuses)
-	statuses[http.StatusCreated] += queued
-	delete(statuses, http.StatusAccepted)
+	queued, statuses := r.statuses[http.StatusAccepted], r.placed()
 	after := outcomes()
 	counted := map[string]float64{}
 	for o := range after {
@@ -1164,16 +1157,36 @@ func retriesRound(t *testing.T, procs []instance, client *http.Client, strategy 
 	assert.Equal(t, float64(repeats-1), counted["replayed"], "every repeat was answered with the original, replayed")
 	assert.Equal(t, float64(r.busy), counted["busy"], "every 429 a client heard is a busy answer of a process")
 	assert.Zero(t, counted["already_purchased"], "a repeat heard already_purchased")
-	require.Len(t, r.orders, 1, "one order_id for all of them")
+	r.heldOnce(t, procs[0], backendtest.Store(t), sku, strategy)
+	return counted["in_flight"]
+}
+
+// placed is the repeats' final answers with queued's 202s — the original, answered while it
+// waits — counted as the 201s they become once it is placed.
+func (r repeated) placed() map[int]int {
+	statuses := maps.Clone(r.statuses)
+	if n := statuses[http.StatusAccepted]; n > 0 {
+		statuses[http.StatusCreated] += n
+		delete(statuses, http.StatusAccepted)
+	}
+	return statuses
+}
+
+// heldOnce requires that the repeats named one order, user u-1's, and that store holds it with
+// the invariant; under queued the order is followed on proc until it ends, and must end placed.
+func (r repeated) heldOnce(t *testing.T, proc instance, store *stock.Store, sku, strategy string) {
+	t.Helper()
+	require.Len(t, r.orders, 1, "one order_id for all of them: %v", r.orders)
 	for id := range r.orders {
 		if strategy == "queued" {
-			o, err := followQueued(ctx, client, procs[0].url, id)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			o, err := followQueued(ctx, &http.Client{Timeout: 30 * time.Second}, proc.url, id)
 			require.NoError(t, err)
 			require.True(t, placed(o), "the queued order ended %s (%s)", o.Status, o.Reason)
 		}
-		backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{{OrderID: id, UserID: "u-1"}})
+		backendtest.RequireInvariant(t, store, sku, []stock.Order{{OrderID: id, UserID: "u-1"}})
 	}
-	return counted["in_flight"]
 }
 
 // TestProcessesHybridKill SIGKILLs one of three hybrid processes in the middle of a sale, while
