@@ -96,3 +96,19 @@ func (a *Ledger) HandedOver(ctx context.Context, sku string, reqs []stock.OrderR
 	}
 	return out, nil
 }
+
+// InQueue lists the reservations of sku that the order queue holds (HandOver), by id: each an
+// order or a checkout line accepted and not yet settled, given back or swept.
+func (a *Ledger) InQueue(ctx context.Context, sku string) ([]string, error) {
+	held, err := a.client.HGetAll(ctx, KeysOf(sku).Queued).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reservations of %s in the queue: %w: %w", sku, ErrRedisDown, err)
+	}
+	ids := make([]string, 0, len(held))
+	for user, v := range held {
+		if h, ok := parseHeld(user, v); ok {
+			ids = append(ids, h.ID)
+		}
+	}
+	return ids, nil
+}

@@ -98,6 +98,9 @@ func (r *runner) section(ctx context.Context, sku string, take func() []stock.Or
 	}
 	cancelUnlock()
 	if r.settle != nil {
+		if h := r.opts.Hooks.Written; h != nil {
+			h(ctx, reqs)
+		}
 		r.settle(ctx, sku, reqs, placed)
 	}
 	abandoned(section, key, placed)

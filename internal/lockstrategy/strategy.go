@@ -35,6 +35,10 @@ type Hooks struct {
 	// (TestHookMoment). It runs in the section runner (runner.inSection), called by each guard's
 	// write.
 	InSection func(ctx context.Context, orders []stock.OrderRequest)
+	// Written runs in a section that settles reservations (hybrid's, which queued's writers
+	// run too) once its orders are committed and its lock released, before their reservations
+	// are settled: the moment a written order still holds its reservation.
+	Written func(ctx context.Context, orders []stock.OrderRequest)
 	// Locking runs in a checkout's section before each of its products' locks is taken: skus in
 	// the order they are taken, held of them held already. Tests cross two checkouts with it at
 	// the moment the lock order decides: each holding its first product's lock.

@@ -387,10 +387,13 @@ func ended(t *testing.T, v variant, insts []backendtest.Instance, sku string, an
 	}
 	placed, rejected := backendtest.Ended(t, insts, answered, 10*time.Second)
 	assert.Empty(t, rejected)
+	audit, err := insts[0].Audit(context.Background(), sku)
+	require.NoError(t, err)
+	require.NotNil(t, audit.Queued)
+	assert.Zero(t, *audit.Queued, "nothing queued: every ended order's reservation settled or given back")
 	// An order's end is said before its message is acked: the queue empties right after.
 	assert.Eventually(t, func() bool {
-		audit, err := insts[0].Audit(context.Background(), sku)
-		return err == nil && audit.Queued != nil && *audit.Queued == 0
+		return backendtest.Gauges(t, "seckill_queue_depth", map[string]string{"sku": sku}, insts...) == 0
 	}, 5*time.Second, 10*time.Millisecond, "nothing left in the queue: the message of every ended order acked")
 	writers := 0
 	for _, inst := range insts {

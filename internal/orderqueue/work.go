@@ -110,7 +110,7 @@ func (q *Queue) register(reg prometheus.Registerer) {
 	reg.MustRegister(q.orders, &metrics{
 		q: q,
 		depth: prometheus.NewDesc("seckill_queue_depth",
-			"Orders accepted and not yet written (queued, or with a writer), by product.", []string{"sku"}, nil),
+			"Messages in the queue, by product: orders accepted and not yet acked by a writer, which acks each right after it is written or rejected.", []string{"sku"}, nil),
 		oldest: prometheus.NewDesc("seckill_queue_oldest_age_seconds",
 			"Age of the oldest order waiting in the queue, by product: how far the writers are behind.", []string{"sku"}, nil),
 	})

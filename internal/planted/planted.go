@@ -82,4 +82,7 @@ const (
 	// NoDrain: an instance told to stop closes its connections at once (http.Server.Close)
 	// instead of draining them (Shutdown), so the requests it holds lose their answers.
 	NoDrain Bug = "no-drain"
+	// AuditCountsWritten: the audit counts every reservation the order queue holds as queued,
+	// written or not, so an order written and not yet settled counts as an order and as queued.
+	AuditCountsWritten Bug = "audit-counts-written"
 )

@@ -71,7 +71,7 @@ func (f frozen) admit(t *testing.T, sku, user string) orderqueue.Order {
 }
 
 // settled waits until admission holds no reservation of sku and its counter is the database's
-// stock: every unit either sold or back on sale.
+// stock — every unit either sold or back on sale — and the queue holds no message of sku.
 func settled(t *testing.T, inst backendtest.Instance, sku string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -82,7 +82,8 @@ func settled(t *testing.T, inst backendtest.Instance, sku string) {
 		assert.Zero(c, a.Redis.Reservations, "reservations left")
 		assert.Equal(c, a.Stock, *a.Redis.Stock, "admission's counter and the database")
 		require.NotNil(c, a.Queued)
-		assert.Zero(c, *a.Queued, "orders left in the queue")
+		assert.Zero(c, *a.Queued, "orders left queued")
+		assert.Zero(c, backendtest.Gauges(t, "seckill_queue_depth", map[string]string{"sku": sku}, inst), "messages left in the queue")
 	}, 10*time.Second, 50*time.Millisecond)
 }
 

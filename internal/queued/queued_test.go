@@ -249,3 +249,87 @@ func TestWriterReadsNoRecordItNeedNot(t *testing.T) {
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
 	settled(t, inst, sku)
 }
+
+// TestQueuedAuditCountsOrdersOnce: the audit's queued counts an accepted order until it is
+// written, and never beside its row. Held in its writer's section, the order is queued and not
+// one of the product's orders; held after its commit, its reservation not yet settled and its
+// message not yet acked (the queue's depth still counts it), it is one of the orders and not
+// queued. A queued checkout counts under each of its products.
+func TestQueuedAuditCountsOrdersOnce(t *testing.T) {
+	ctx := context.Background()
+	audit := func(t *testing.T, inst backendtest.Instance, sku string) (orders, queued int64) {
+		t.Helper()
+		a, err := inst.Audit(ctx, sku)
+		require.NoError(t, err)
+		require.NotNil(t, a.Queued, "the audit counts what is queued")
+		return a.Orders, *a.Queued
+	}
+	t.Run("an order", func(t *testing.T) {
+		sku := backendtest.SKU(t)
+		cfg := config("queued")
+		hooks, inside, release := backendtest.HoldSection("u-1")
+		defer release()
+		cfg.Hooks = hooks
+		written, settled := make(chan struct{}), make(chan struct{})
+		settle := sync.OnceFunc(func() { close(settled) })
+		defer settle()
+		var once sync.Once
+		cfg.Hooks.Written = func(ctx context.Context, _ []stock.OrderRequest) {
+			once.Do(func() {
+				close(written)
+				select {
+				case <-settled:
+				case <-ctx.Done():
+				}
+			})
+		}
+		inst := newInstances(t, 1, cfg, backendtest.Wiring{})[0]
+		_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 1, MaxPerOrder: 1})
+		require.NoError(t, err)
+		o, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: "queued"})
+		require.NoError(t, err)
+		<-inside
+		orders, queued := audit(t, inst, sku)
+		assert.Equal(t, [2]int64{0, 1}, [2]int64{orders, queued}, "in its writer's section: queued, not yet an order")
+		release()
+		<-written
+		orders, queued = audit(t, inst, sku)
+		assert.Equal(t, [2]int64{1, 0}, [2]int64{orders, queued}, "written and not yet settled: one of the product's orders, not queued")
+		assert.Equal(t, 1.0, backendtest.Gauges(t, "seckill_queue_depth", map[string]string{"sku": sku}, inst),
+			"its message not yet acked: still in the stream, which the queue's depth counts")
+		settle()
+		placed, _ := backendtest.Ended(t, []backendtest.Instance{inst}, []stock.Order{o}, 10*time.Second)
+		require.Len(t, placed, 1)
+		orders, queued = audit(t, inst, sku)
+		assert.Equal(t, [2]int64{1, 0}, [2]int64{orders, queued}, "placed")
+	})
+	t.Run("a checkout", func(t *testing.T) {
+		base := backendtest.SKU(t)
+		a, b := base+"-a", base+"-b"
+		cfg := config("queued")
+		hooks, inside, release := backendtest.HoldSection("u-1")
+		defer release()
+		cfg.Hooks = hooks
+		inst := newInstances(t, 1, cfg, backendtest.Wiring{})[0]
+		for _, sku := range []string{a, b} {
+			_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 1, MaxPerOrder: 1})
+			require.NoError(t, err)
+		}
+		co, _, err := inst.PlaceCheckout(ctx, stock.CheckoutRequest{UserID: "u-1", Strategy: "queued",
+			Lines: []stock.OrderRequest{{SKU: b, Quantity: 1}, {SKU: a, Quantity: 1}}})
+		require.NoError(t, err)
+		<-inside
+		for _, sku := range []string{a, b} {
+			orders, queued := audit(t, inst, sku)
+			assert.Equal(t, [2]int64{0, 1}, [2]int64{orders, queued}, "%s: the checkout queued under each of its products", sku)
+		}
+		release()
+		co, err = inst.WaitCheckout(ctx, co.CheckoutID, 10*time.Second)
+		require.NoError(t, err)
+		require.True(t, co.Status.Active(), "placed: %+v", co)
+		for _, sku := range []string{a, b} {
+			orders, queued := audit(t, inst, sku)
+			assert.Equal(t, [2]int64{1, 0}, [2]int64{orders, queued}, "%s: placed", sku)
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -105,8 +106,20 @@ func (s *Queued) Replay(ctx context.Context, req stock.OrderRequest) (stock.Orde
 	return o, err
 }
 
-// Backlog is how many of sku's orders are queued: accepted, not yet written.
+// Backlog is how many of sku's orders are queued: accepted, not yet written — the reservations
+// the queue holds (admission.Ledger.InQueue) less those the database has an order of. A written
+// order keeps its reservation until its settle, and its message until its ack: counted from
+// either alone it would be counted twice, queued and in the product's rows, for that moment. The
+// audit reads the rows first, so an order written between the reads is counted in neither: never
+// in both. A checkout counts once under each of its products.
 func (s *Queued) Backlog(ctx context.Context, sku string) (int64, error) {
-	b, err := s.queue.BacklogOf(ctx, sku)
-	return int64(b.Depth), err
+	ids, err := s.admission.InQueue(ctx, sku)
+	if err != nil || len(ids) == 0 || planted.On(planted.AuditCountsWritten) {
+		return int64(len(ids)), err
+	}
+	written, err := s.store.Placed(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(ids) - len(written)), nil
 }
