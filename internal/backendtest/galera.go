@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashsale/seckill/devserver/mariadbserver"
 	"github.com/flashsale/seckill/internal/app"
+	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -106,12 +107,20 @@ func (g *Galera) Store(t testing.TB, i int) *stock.Store {
 }
 
 // Instances builds one instance of cfg on each node, in node order, on the backends w names
-// beside the database (w.Store is not used).
+// beside the database (w.Store is not used), with an order queue of their own on the test NATS
+// server (QueueOfItsOwn).
 func (g *Galera) Instances(t testing.TB, cfg service.Config, w Wiring) []Instance {
 	t.Helper()
 	var insts []Instance
+	var queue orderqueue.Config
 	for i := range g.Nodes {
 		c := w.Config(t, cfg)
+		if len(c.Queue.URLs) > 0 {
+			if queue.Stream == "" {
+				queue = QueueOfItsOwn(t, "galera")
+			}
+			c.Queue = queue
+		}
 		c.MySQLDSN = g.DSN(i)
 		insts = append(insts, Open(t, c, nil))
 	}

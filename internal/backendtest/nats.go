@@ -26,7 +26,8 @@ import (
 // nats-server of the test process's own, at the version the service embeds (natsserver), started
 // on first use and stopped by Main. Each test process has a queue of its own on it — its stream,
 // records, consumer and subjects named for the process — shared by the process's instances, as a
-// deployment's instances share one, and removed by Main.
+// deployment's instances share one, and removed by Main (QueueOfItsOwn: another, for instances on
+// another database).
 var (
 	natsOnce  sync.Once
 	natsQueue orderqueue.Config
@@ -81,15 +82,36 @@ func QueueOn(urls ...string) orderqueue.Config {
 }
 
 func processQueue(url string) orderqueue.Config {
-	natsOnce.Do(func() {
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		id := fmt.Sprintf("T%d_%s", os.Getpid(), strings.ToUpper(hex.EncodeToString(b)))
-		natsQueue = QueueOn(url)
-		natsQueue.Stream, natsQueue.Bucket, natsQueue.Consumer, natsQueue.Subjects = "ORDERS_"+id, "RECORDS_"+id, "writers_"+id, "test."+id+".orders"
-		natsQueue.MaxBytes = 16 << 20
-	})
+	natsOnce.Do(func() { natsQueue = namedQueue(url, "") })
 	return natsQueue
+}
+
+// namedQueue is a queue on the NATS server at url named for the test process, and for suffix.
+func namedQueue(url, suffix string) orderqueue.Config {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := fmt.Sprintf("T%d_%s%s", os.Getpid(), strings.ToUpper(hex.EncodeToString(b)), suffix)
+	c := QueueOn(url)
+	c.Stream, c.Bucket, c.Consumer, c.Subjects = "ORDERS_"+id, "RECORDS_"+id, "writers_"+id, "test."+id+".orders"
+	c.MaxBytes = 16 << 20
+	queuesMu.Lock()
+	queues = append(queues, c)
+	queuesMu.Unlock()
+	return c
+}
+
+// The queues of the test process, which Main removes.
+var (
+	queuesMu sync.Mutex
+	queues   []orderqueue.Config
+)
+
+// QueueOfItsOwn is a queue on the test NATS server for the instances of a database of their own
+// (a Galera cluster): the test process's queue is every instance's in the process, and another
+// database's writers would take its orders and find no such product.
+func QueueOfItsOwn(t testing.TB, name string) orderqueue.Config {
+	t.Helper()
+	return namedQueue(NATSURL(t), "_"+name)
 }
 
 // OpenQueue opens cfg's order queue for one instance, with a connection of its own and its
@@ -104,12 +126,17 @@ func OpenQueue(t testing.TB, cfg orderqueue.Config, reg prometheus.Registerer) *
 	return q
 }
 
-// dropQueue removes the test process's queue from the server.
+// dropQueue removes the test process's queues from the server.
 func dropQueue() {
-	if natsQueue.Stream == "" {
-		return
+	queuesMu.Lock()
+	defer queuesMu.Unlock()
+	for _, q := range queues {
+		drop(q)
 	}
-	nc, err := nats.Connect(natsQueue.URLs[0], nats.Timeout(2*time.Second), nats.NoReconnect())
+}
+
+func drop(q orderqueue.Config) {
+	nc, err := nats.Connect(q.URLs[0], nats.Timeout(2*time.Second), nats.NoReconnect())
 	if err != nil {
 		return
 	}
@@ -120,8 +147,8 @@ func dropQueue() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = js.DeleteStream(ctx, natsQueue.Stream)
-	_ = js.DeleteKeyValue(ctx, natsQueue.Bucket)
+	_ = js.DeleteStream(ctx, q.Stream)
+	_ = js.DeleteKeyValue(ctx, q.Bucket)
 }
 
 // The test process's own NATS server. A service process (Env) names the contract's stream and

@@ -21,23 +21,8 @@ import (
 func BenchmarkAcceptSynced(b *testing.B) {
 	for _, synced := range []bool{true, false} {
 		b.Run(fmt.Sprintf("sync_always=%t", synced), func(b *testing.B) {
-			ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: b.TempDir(), SyncAlways: synced,
-				Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			go ns.Start()
-			if !ns.ReadyForConnections(10 * time.Second) {
-				b.Fatal("nats server not ready")
-			}
-			defer ns.Shutdown()
-			cfg := testConfig(Config{URLs: []string{ns.ClientURL()}, MaxBytes: 1 << 30, MaxMsgs: 1 << 30})
+			q := benchQueue(b, synced)
 			ctx := context.Background()
-			q, err := Open(ctx, cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer q.Close()
 			var n atomic.Int64
 			b.SetParallelism(32) // 64 publishers on 2 cores
 			b.ResetTimer()
@@ -67,24 +52,9 @@ func BenchmarkAcceptSynced(b *testing.B) {
 func BenchmarkQueueRound(b *testing.B) {
 	for _, c := range []struct{ synced, record bool }{{true, false}, {true, true}, {false, false}, {false, true}} {
 		b.Run(fmt.Sprintf("sync_always=%t/record=%t", c.synced, c.record), func(b *testing.B) {
-			ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: b.TempDir(), SyncAlways: c.synced,
-				Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			go ns.Start()
-			if !ns.ReadyForConnections(10 * time.Second) {
-				b.Fatal("nats server not ready")
-			}
-			defer ns.Shutdown()
-			cfg := testConfig(Config{URLs: []string{ns.ClientURL()}, MaxBytes: 1 << 30, MaxMsgs: 1 << 30})
+			q := benchQueue(b, c.synced)
 			ctx, stop := context.WithCancel(context.Background())
 			defer stop()
-			q, err := Open(ctx, cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer q.Close()
 			var acked atomic.Int64
 			all := make(chan struct{})
 			go q.Work(ctx, 64, 50*time.Millisecond, 10*time.Second, func(_ context.Context, batch Batch) {
@@ -131,4 +101,26 @@ func cpu() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchQueue opens a queue of its own on an embedded JetStream server that syncs every write
+// before it acknowledges it, or not; both are closed when the benchmark ends.
+func benchQueue(b *testing.B, synced bool) *Queue {
+	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: b.TempDir(), SyncAlways: synced,
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		b.Fatal("nats server not ready")
+	}
+	b.Cleanup(ns.Shutdown)
+	cfg := testConfig(Config{URLs: []string{ns.ClientURL()}, MaxBytes: 1 << 30, MaxMsgs: 1 << 30})
+	q, err := Open(context.Background(), cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(q.Close)
+	return q
 }
