@@ -264,3 +264,22 @@ func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 	a2 := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live, o})
 	assert.Zero(t, a2.Stock)
 }
+
+// TestQueuedRejectedUnitsReturn: a writer recorded an order rejected and its give-back did not
+// reach Redis (it acks the message all the same), so the reservation stays in the queue's hands,
+// which no sweeper lists. The order's unit comes back on sale anyway, and the next buyer gets it.
+func TestQueuedRejectedUnitsReturn(t *testing.T) {
+	inst, sku, _ := onQueuedSale(t, 2)
+	ctx := context.Background()
+	f := newFrozen(t)
+	o := f.admit(t, sku, "u-1")
+	req := stock.OrderRequest{SKU: sku, UserID: o.UserID, Quantity: 1, OrderID: o.OrderID, Reservation: stock.Reservation{ID: o.Reservation}}
+	require.NoError(t, f.ledger.HandOver(ctx, sku, []stock.OrderRequest{req}))
+	_, err := f.queue.Record(ctx, orderqueue.Record{Order: o, State: orderqueue.Rejected, Reason: "sold_out"})
+	require.NoError(t, err)
+	settled(t, inst, sku)
+	next, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "u-2", Quantity: 1, Strategy: "queued"})
+	require.NoError(t, err, "the rejected order's unit is on sale again")
+	placed, _ := backendtest.Ended(t, []backendtest.Instance{inst}, []stock.Order{next}, 10*time.Second)
+	require.Len(t, placed, 1)
+}

@@ -2,6 +2,7 @@ package queued
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -14,7 +15,8 @@ import (
 // that hold a reservation and are still recorded queued two AckWaits after their 202 while the
 // queue holds no message of their product old enough to be theirs: their message was lost — a
 // stream leader killed as it took the message (TestQueuedClusterLosesANode saw one), a server
-// that lost its last writes. Each order is sent again at most once per two AckWaits.
+// that lost its last writes. Each order is sent again at most once per two AckWaits. The same
+// look gives back the reservations of orders recorded rejected (TestQueuedRejectedUnitsReturn).
 func (s *Queued) resend(ctx context.Context) {
 	every := s.queue.AckWait()
 	tick := time.NewTicker(every)
@@ -67,6 +69,13 @@ func (s *Queued) resendLost(ctx context.Context, sku string, after time.Duration
 			continue
 		}
 		rec, err := s.queue.Get(ctx, h.ID)
+		if err == nil && rec.State == orderqueue.Rejected {
+			// Rejected, its reservation still held: the give-back of its writer (or of its
+			// publisher in doubt) did not reach Redis, and no sweeper lists the queue's
+			// reservations. A second give-back returns nothing.
+			s.admission.GiveBackCheckout(ctx, requests(rec.Order), fmt.Errorf("order %s rejected: %w", h.ID, admission.ErrNotPlaced))
+			continue
+		}
 		if err != nil || rec.State != orderqueue.Queued {
 			continue
 		}
