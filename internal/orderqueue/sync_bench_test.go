@@ -21,24 +21,7 @@ import (
 func BenchmarkAcceptSynced(b *testing.B) {
 	for _, synced := range []bool{true, false} {
 		b.Run(fmt.Sprintf("sync_always=%t", synced), func(b *testing.B) {
-			q := benchQueue(b, synced)
-			ctx := context.Background()
-			var n atomic.Int64
-			b.SetParallelism(32) // 64 publishers on 2 cores
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					o := order("bench", fmt.Sprintf("o-%d", n.Add(1)))
-					if _, err := q.Publish(ctx, o); err != nil {
-						b.Error(err)
-						return
-					}
-					if _, err := q.Record(ctx, Record{Order: o, State: Queued}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			publish(b, benchQueue(b, synced), true)
 		})
 	}
 }
@@ -65,26 +48,8 @@ func BenchmarkQueueRound(b *testing.B) {
 					}
 				}
 			})
-			var n atomic.Int64
 			before := cpu()
-			b.SetParallelism(32) // 64 publishers on 2 cores
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					o := order("bench", fmt.Sprintf("o-%d", n.Add(1)))
-					if _, err := q.Publish(ctx, o); err != nil {
-						b.Error(err)
-						return
-					}
-					if !c.record {
-						continue
-					}
-					if _, err := q.Record(ctx, Record{Order: o, State: Queued}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			publish(b, q, c.record)
 			select {
 			case <-all:
 			case <-time.After(time.Minute):
@@ -123,4 +88,29 @@ func benchQueue(b *testing.B, synced bool) *Queue {
 	}
 	b.Cleanup(q.Close)
 	return q
+}
+
+// publish runs b.N orders through q, 64 publishers at once: each order published, and recorded
+// queued after it when record.
+func publish(b *testing.B, q *Queue, record bool) {
+	ctx := context.Background()
+	var n atomic.Int64
+	b.SetParallelism(32) // 64 publishers on 2 cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			o := order("bench", fmt.Sprintf("o-%d", n.Add(1)))
+			if _, err := q.Publish(ctx, o); err != nil {
+				b.Error(err)
+				return
+			}
+			if !record {
+				continue
+			}
+			if _, err := q.Record(ctx, Record{Order: o, State: Queued}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
