@@ -85,4 +85,11 @@ const (
 	// AuditCountsWritten: the audit counts every reservation the order queue holds as queued,
 	// written or not, so an order written and not yet settled counts as an order and as queued.
 	AuditCountsWritten Bug = "audit-counts-written"
+	// CheckoutFoundByLine: a queued writer looks for a redelivered checkout in the database by
+	// its first line's order id, where the rows bear the checkout's reservation, so a placed
+	// checkout that comes again is rejected behind its buyer's rows.
+	CheckoutFoundByLine Bug = "checkout-found-by-line"
+	// RejectedUnitsHeld: nothing gives back the reservation of an order recorded rejected whose
+	// writer's give-back missed Redis, so its units stay in the queue's hands for ever.
+	RejectedUnitsHeld Bug = "rejected-units-held"
 )

@@ -47,6 +47,8 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.RequestOrder, "internal/lockstrategy", "TestCrossedCheckoutsAcrossInstances/etcd", nil, "a lock wait ran out"},
 		{planted.BeatsWithoutDatabase, "internal/service", "TestCutOffFromItsDatabase", nil, "the cut-off instance's reservation never came back"},
 		{planted.AuditCountsWritten, "internal/queued", "TestQueuedAuditCountsOrdersOnce", nil, "written and not yet settled: one of the product's orders, not queued"},
+		{planted.CheckoutFoundByLine, "internal/queued", "TestQueuedRedeliveredPlacedCheckout", nil, "the redelivered checkout stays placed"},
+		{planted.RejectedUnitsHeld, "internal/queued", "TestQueuedRejectedUnitsReturn", nil, "reservations left"},
 	})
 }
 

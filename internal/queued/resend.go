@@ -9,6 +9,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/planted"
 )
 
 // resend puts back on the queue, every AckWait, the orders of this instance's recent products
@@ -69,7 +70,7 @@ func (s *Queued) resendLost(ctx context.Context, sku string, after time.Duration
 			continue
 		}
 		rec, err := s.queue.Get(ctx, h.ID)
-		if err == nil && rec.State == orderqueue.Rejected {
+		if err == nil && rec.State == orderqueue.Rejected && !planted.On(planted.RejectedUnitsHeld) {
 			// Rejected, its reservation still held: the give-back of its writer (or of its
 			// publisher in doubt) did not reach Redis, and no sweeper lists the queue's
 			// reservations. A second give-back returns nothing.

@@ -223,6 +223,9 @@ func (s *Queued) ackPlaced(ctx context.Context, ts []taken) []taken {
 	ids := make([]string, len(ts))
 	for i, h := range ts {
 		ids[i] = h.Order.Reservation
+		if planted.On(planted.CheckoutFoundByLine) && len(h.Order.Lines) > 0 {
+			ids[i] = h.Order.Lines[0].OrderID
+		}
 	}
 	written, err := s.store.Placed(ctx, ids)
 	if err != nil {
