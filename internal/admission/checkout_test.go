@@ -97,3 +97,35 @@ func TestAdmitCheckout(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckoutSoldOutBeforeBusy: a checkout one of whose lines is sold out is refused sold out
+// even when another line — first in SKU order — finds its last unit held by an order in its
+// section. Busy would send the buyer back for an answer already known: whatever becomes of
+// the held unit, the sold-out line refuses the checkout.
+func TestCheckoutSoldOutBeforeBusy(t *testing.T) {
+	ctx := context.Background()
+	store := backendtest.Store(t)
+	base := backendtest.SKU(t)
+	a, b := base+"-a", base+"-b"
+	for _, sku := range []string{a, b} {
+		_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 1, MaxPerOrder: 1})
+		require.NoError(t, err)
+	}
+	l := admission.New(backendtest.Redis(t), store, "checkouts", time.Minute, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+		admission.Options{WaitHeld: time.Second})
+	l.Beat(ctx)
+	_, err := l.Admit(ctx, stock.OrderRequest{SKU: a, UserID: "in-section", Quantity: 1}) // held, not yet written
+	require.NoError(t, err)
+	sold := stock.OrderRequest{SKU: b, UserID: "sold", Quantity: 1}
+	res, err := l.Admit(ctx, sold)
+	require.NoError(t, err)
+	sold.Reservation = res
+	l.Settle(ctx, b, []stock.OrderRequest{sold}, []stock.Placed{{}})
+	l.Done(res)
+
+	_, err = l.AdmitCheckout(ctx, []stock.OrderRequest{{SKU: a, UserID: "u", Quantity: 1}, {SKU: b, UserID: "u", Quantity: 1}})
+	var refused *stock.CheckoutError
+	require.ErrorAs(t, err, &refused)
+	require.ErrorIs(t, err, stock.ErrSoldOut, "not busy: the sold-out line refuses the checkout whatever the held unit becomes")
+	assert.Equal(t, []string{b}, refused.SKUs)
+}

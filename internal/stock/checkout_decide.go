@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -156,9 +157,14 @@ func (b checkoutBatch) settle(err error) ([]CheckoutPlaced, error) {
 }
 
 // Refusal is the answer of a checkout whose lines were refused as refused says (nil: placed):
-// the first refusal, naming every line refused with the same code.
+// the first refusal for good, or else the first busy one, naming every line refused with the
+// same code. A line refused for good refuses the checkout whatever becomes of a busy line's
+// units: busy would send its buyer back for an answer already known.
 func Refusal(lines []OrderRequest, refused []error) error {
-	first := slices.IndexFunc(refused, func(err error) bool { return err != nil })
+	first := slices.IndexFunc(refused, func(err error) bool { return err != nil && !errors.Is(err, ErrBusy) })
+	if first < 0 {
+		first = slices.IndexFunc(refused, func(err error) bool { return err != nil })
+	}
 	if first < 0 {
 		return nil
 	}
