@@ -92,4 +92,7 @@ const (
 	// RejectedUnitsHeld: nothing gives back the reservation of an order recorded rejected whose
 	// writer's give-back missed Redis, so its units stay in the queue's hands for ever.
 	RejectedUnitsHeld Bug = "rejected-units-held"
+	// BusyFirst: a checkout is answered its first refused line's answer in SKU order, so a busy
+	// line (its last unit held) hides another line sold out, and its buyer retries for nothing.
+	BusyFirst Bug = "busy-first"
 )

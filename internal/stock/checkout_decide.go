@@ -9,6 +9,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"gorm.io/gorm"
+
+	"github.com/flashsale/seckill/internal/planted"
 )
 
 // checkoutBatch is a batch of checkouts of the same products, decided against one read of each:
@@ -162,7 +164,7 @@ func (b checkoutBatch) settle(err error) ([]CheckoutPlaced, error) {
 // units: busy would send its buyer back for an answer already known.
 func Refusal(lines []OrderRequest, refused []error) error {
 	first := slices.IndexFunc(refused, func(err error) bool { return err != nil && !errors.Is(err, ErrBusy) })
-	if first < 0 {
+	if first < 0 || planted.On(planted.BusyFirst) {
 		first = slices.IndexFunc(refused, func(err error) bool { return err != nil })
 	}
 	if first < 0 {

@@ -35,6 +35,10 @@ func (s *Store) PlaceOneForUpdate(ctx context.Context, req OrderRequest, wait Ro
 		}
 		return []OrderRequest{req}
 	})
+	if err != nil && ctx.Err() != nil {
+		// The request gave up: the driver may report the query it cancelled as a bad connection.
+		return Order{}, fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
 	if err != nil {
 		return Order{}, err
 	}
