@@ -48,15 +48,18 @@ func (a *Ledger) Reservations(ctx context.Context, sku string) ([]Held, error) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("reservations of %s: %w: %w", sku, stock.ErrUnavailable, err)
 	}
-	var out []Held
-	for _, hash := range []map[string]string{reserved.Val(), queued.Val()} {
-		for user, held := range hash {
-			if h, ok := parseHeld(user, held); ok {
-				out = append(out, h)
-			}
+	return append(parseHash(reserved.Val()), parseHash(queued.Val())...), nil
+}
+
+// parseHash reads the reservations of a hash of them, user to reservation (parseHeld).
+func parseHash(hash map[string]string) []Held {
+	out := make([]Held, 0, len(hash))
+	for user, held := range hash {
+		if h, ok := parseHeld(user, held); ok {
+			out = append(out, h)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // parseHeld reads user's reservation as admit.lua stores it: id, units, instance, key.

@@ -104,11 +104,9 @@ func (a *Ledger) InQueue(ctx context.Context, sku string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reservations of %s in the queue: %w: %w", sku, ErrRedisDown, err)
 	}
-	ids := make([]string, 0, len(held))
-	for user, v := range held {
-		if h, ok := parseHeld(user, v); ok {
-			ids = append(ids, h.ID)
-		}
+	var ids []string
+	for _, h := range parseHash(held) {
+		ids = append(ids, h.ID)
 	}
 	return ids, nil
 }
