@@ -53,10 +53,11 @@ func buildService(t *testing.T) string {
 			return
 		}
 		bin := filepath.Join(service.dir, "seckill")
-		args := []string{"build", "-o", bin}
+		tags := "freezepoints" // the service freezes itself where SECKILL_FREEZE_AT says (freezepoint)
 		if planted.Built {
-			args = append(args, "-tags", "plantedbugs")
+			tags += ",plantedbugs"
 		}
+		args := []string{"build", "-tags", tags, "-o", bin}
 		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
 			service.err = fmt.Errorf("go build: %w: %s", err, out)
 			return
@@ -615,7 +616,7 @@ func TestProcessesFrozenInstance(t *testing.T) {
 			// What a refused late write of the frozen process leaves on its /metrics.
 			refused := func() float64 {
 				if strategy == "pessimistic" {
-					return scrape(t, victim, fmt.Sprintf(`seckill_orders_total{outcome="unavailable",strategy=%q}`, strategy))
+					return scrape(t, victim, fmt.Sprintf(`seckill_busy_total{cause="tx_ended",strategy=%q}`, strategy))
 				}
 				return scrape(t, victim, fmt.Sprintf(`seckill_lock_lost_total{strategy=%q}`, strategy)) +
 					scrape(t, victim, fmt.Sprintf(`seckill_fenced_out_total{strategy=%q}`, strategy))

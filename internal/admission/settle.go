@@ -58,9 +58,13 @@ func (a *Ledger) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr err
 }
 
 // definite reports whether a failed order was certainly not written: the database or the lock
-// refused it, or the strategy says so (ErrNotPlaced). Anything else — a lost connection, a
+// refused it, or the strategy says so (ErrNotPlaced) — unless it may have come after a COMMIT
+// the database executed (stock.ErrOutcomeUnknown, a busy answer among them). Anything else — a lost connection, a
 // deadline, an internal error — may have come after a COMMIT the database executed.
 func definite(err error) bool {
+	if errors.Is(err, stock.ErrOutcomeUnknown) {
+		return false
+	}
 	for _, e := range []error{stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest, stock.ErrBusy,
 		stock.ErrInvalid, stock.ErrNotFound, ErrNotPlaced} {
 		if errors.Is(err, e) {

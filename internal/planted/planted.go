@@ -92,6 +92,10 @@ const (
 	// RejectedUnitsHeld: nothing gives back the reservation of an order recorded rejected whose
 	// writer's give-back missed Redis, so its units stay in the queue's hands for ever.
 	RejectedUnitsHeld Bug = "rejected-units-held"
+	// EndedAsUnavailable: a transaction the database ended — idle past its bound while its
+	// instance was paused — is answered 503 unavailable, as if the database were down, though it
+	// serves: buyers and operators hear of an outage that is not there.
+	EndedAsUnavailable Bug = "ended-as-unavailable"
 	// BusyFirst: a checkout is answered its first refused line's answer in SKU order, so a busy
 	// line (its last unit held) hides another line sold out, and its buyer retries for nothing.
 	BusyFirst Bug = "busy-first"

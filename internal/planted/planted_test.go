@@ -49,6 +49,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.AuditCountsWritten, "internal/queued", "TestQueuedAuditCountsOrdersOnce", nil, "written and not yet settled: one of the product's orders, not queued"},
 		{planted.CheckoutFoundByLine, "internal/queued", "TestQueuedRedeliveredPlacedCheckout", nil, "the redelivered checkout stays placed"},
 		{planted.RejectedUnitsHeld, "internal/queued", "TestQueuedRejectedUnitsReturn", nil, "reservations left"},
+		{planted.EndedAsUnavailable, "internal/stock", "TestIdleTransactionReleasesRow", nil, "a transaction the database ended is busy, not unavailable"},
 		{planted.BusyFirst, "internal/admission", "TestCheckoutSoldOutBeforeBusy", nil, "not busy: the sold-out line refuses the checkout"},
 	})
 }

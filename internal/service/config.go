@@ -129,7 +129,7 @@ func New(cfg Config, p Parts, log *slog.Logger, reg prometheus.Registerer) (*Ser
 	}, []string{"transition", "outcome"})
 	s.busy = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "seckill_busy_total",
-		Help: "Busy answers (429) by strategy (empty for pay and cancel) and cause: lock_wait and in_flight, a wait budget run out; lock_lost, fenced_out, version_conflicts, row_locked, deadlock, held, waiting, queue_full, no_admission (docs/operations.md).",
+		Help: "Busy answers (429) by strategy (empty for pay and cancel) and cause: lock_wait and in_flight, a wait budget run out; lock_lost, fenced_out, version_conflicts, row_locked, deadlock, tx_ended, held, waiting, queue_full, no_admission (docs/operations.md).",
 	}, []string{"strategy", "cause"})
 	s.restocked = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "seckill_restocked_units_total",

@@ -27,6 +27,10 @@ const (
 	// BusyDeadlock: the database chose this transaction as a deadlock's victim (or, on a
 	// multi-primary cluster, failed its certification).
 	BusyDeadlock BusyCause = "deadlock"
+	// BusyTxEnded: the database ended the section's transaction — it waited past the
+	// idle-transaction bound while this instance was paused, or its session was killed — and
+	// still serves.
+	BusyTxEnded BusyCause = "tx_ended"
 	// BusyHeld: admission has too few units left, but orders in their sections hold some and
 	// may give them back: sold out is not final yet.
 	BusyHeld BusyCause = "held"

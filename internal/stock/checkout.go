@@ -166,7 +166,7 @@ func (s *Store) PlaceCheckoutsLocked(ctx context.Context, reqs []CheckoutRequest
 		return nil, nil
 	}
 	var b checkoutBatch
-	err := withTx(ctx, s.lockPool(wait), func(tx *gorm.DB) error {
+	err := s.withTx(ctx, s.lockPool(wait), func(tx *gorm.DB) error {
 		lines := reqs[0].lines()
 		reads := make([]Product, len(lines))
 		for i, l := range lines {
@@ -222,7 +222,7 @@ func (s *Store) writeCheckouts(ctx context.Context, b checkoutBatch, sell func(t
 	if planted.On(planted.PartialCheckout) {
 		for _, row := range b.rows {
 			j := slices.IndexFunc(b.reads, func(p Product) bool { return p.SKU == row.SKU })
-			err := withTx(ctx, s.db, func(tx *gorm.DB) error {
+			err := s.withTx(ctx, s.db, func(tx *gorm.DB) error {
 				if err := sell(tx, j, int64(row.Quantity)); err != nil {
 					return err
 				}
@@ -234,7 +234,7 @@ func (s *Store) writeCheckouts(ctx context.Context, b checkoutBatch, sell func(t
 		}
 		return nil
 	}
-	return settleCheckout(withTx(ctx, s.db, func(tx *gorm.DB) error {
+	return settleCheckout(s.withTx(ctx, s.db, func(tx *gorm.DB) error {
 		for j, units := range b.units {
 			if err := sell(tx, j, units); err != nil {
 				return err

@@ -68,7 +68,7 @@ func (s *Store) LockRow(ctx context.Context, sku string) error {
 	if s.dialect != MySQL {
 		return errors.New("LockRow measures MySQL/MariaDB row locks; this store is " + string(s.dialect))
 	}
-	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
+	err := s.withTx(ctx, s.db, func(tx *gorm.DB) error {
 		var row productRow
 		return tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).Where("sku = ?", sku).Take(&row).Error
 	})

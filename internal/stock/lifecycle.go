@@ -129,7 +129,7 @@ func (s *Store) transitionRows(ctx context.Context, cond, arg, userID string,
 		now     time.Time
 		verdict error
 	)
-	err := withTx(ctx, s.waiting(), func(tx *gorm.DB) error {
+	err := s.withTx(ctx, s.waiting(), func(tx *gorm.DB) error {
 		var head orderRow
 		if err := tx.Select("order_id", "user_id", "checkout_id").Where(cond, arg).Take(&head).Error; err != nil {
 			return err
@@ -271,7 +271,7 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) ([]Order, error) {
 	}
 	for _, sku := range skus {
 		var due []orderRow
-		err := withTx(ctx, s.waiting(), func(tx *gorm.DB) error {
+		err := s.withTx(ctx, s.waiting(), func(tx *gorm.DB) error {
 			if err := s.lockProduct(tx, sku); err != nil {
 				return err
 			}

@@ -74,7 +74,7 @@ func column(t time.Time) *time.Time {
 // can always be recovered by a reset.
 func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, error) {
 	var out productRow
-	err := withTx(ctx, s.db, func(tx *gorm.DB) error {
+	err := s.withTx(ctx, s.db, func(tx *gorm.DB) error {
 		row := productRow{SKU: spec.SKU, Name: spec.Name, InitialStock: spec.Stock, Stock: spec.Stock, Version: 1, MaxPerOrder: spec.MaxPerOrder,
 			StartsAt: column(spec.Window.Starts), EndsAt: column(spec.Window.Ends), PaymentTimeoutS: int(spec.PaymentTimeout / time.Second)}
 		// One upsert, not an update and then an insert: an update of a row that does not exist
@@ -118,7 +118,7 @@ func (s *Store) Product(ctx context.Context, sku string) (Product, error) {
 
 // DeleteProduct removes a product and its orders. Tests use it to clean up after themselves.
 func (s *Store) DeleteProduct(ctx context.Context, sku string) error {
-	return withTx(ctx, s.db, func(tx *gorm.DB) error {
+	return s.withTx(ctx, s.db, func(tx *gorm.DB) error {
 		if err := tx.Where("sku = ?", sku).Delete(&orderRow{}).Error; err != nil {
 			return err
 		}

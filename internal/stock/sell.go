@@ -57,7 +57,7 @@ func (s *Store) placeAt(ctx context.Context, reqs []OrderRequest, read Product, 
 	if err != nil || len(a.rows) == 0 {
 		return a.out, err
 	}
-	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
+	err = s.withTx(ctx, s.db, func(tx *gorm.DB) error {
 		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, a.total)
 		update := sale(a.total, Token{})
 		if planted.On(planted.BlindWrite) {
@@ -91,7 +91,7 @@ func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, token Toke
 	if err := beforeWrite(ctx); err != nil {
 		return nil, err
 	}
-	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
+	err = s.withTx(ctx, s.db, func(tx *gorm.DB) error {
 		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", read.SKU, read.Version, token.Value)
 		if planted.On(planted.NoFence) {
 			q = tx.Model(&productRow{}).Where("sku = ? AND version = ?", read.SKU, read.Version)
@@ -223,7 +223,7 @@ func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Lockin
 		a    allocation
 		read Product
 	)
-	err := withTx(ctx, db, func(tx *gorm.DB) error {
+	err := s.withTx(ctx, db, func(tx *gorm.DB) error {
 		q := tx.Where("sku = ?", sku)
 		if s.dialect == MySQL {
 			// On SQLite the transaction already holds the database's write lock (BEGIN IMMEDIATE).
@@ -266,7 +266,7 @@ func (s *Store) PlaceUnguarded(ctx context.Context, reqs []OrderRequest, beforeW
 	if err := beforeWrite(ctx); err != nil {
 		return nil, err
 	}
-	err = withTx(ctx, s.db, func(tx *gorm.DB) error {
+	err = s.withTx(ctx, s.db, func(tx *gorm.DB) error {
 		err := tx.Model(&productRow{}).Where("sku = ?", read.SKU).Updates(map[string]any{
 			"stock":      read.Stock - a.total,
 			"version":    gorm.Expr("version + 1"),

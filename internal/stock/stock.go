@@ -43,6 +43,10 @@ var (
 	// ErrVersionConflict means a conditional update matched no row because another writer changed
 	// the product first. Optimistic strategies retry on it; nothing was written.
 	ErrVersionConflict = errors.New("product changed concurrently")
+	// ErrOutcomeUnknown marks a failed write that may have been committed all the same: its
+	// COMMIT was sent and its answer lost. Whatever else the error says, only the database can
+	// tell later whether the orders exist.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrFencedOut means a write carried a fencing token older than the last one written: its
 	// lock had passed to another holder. Nothing was written.
 	ErrFencedOut = errors.New("fenced out by a newer lock holder")

@@ -24,6 +24,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/migrations"
 )
 
@@ -291,9 +292,32 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
 	return nil
 }
 
-// withTx runs fn in one transaction on db and classifies what comes out of it.
-func withTx(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
-	return classify(db.WithContext(ctx).Transaction(fn))
+// withTx runs fn in one transaction on db and classifies what comes out of it. A transaction
+// whose session the server ended — it left the transaction idle past its bound
+// (boundIdleTransactions) while this instance was paused, or killed the session — is busy, not
+// unavailable, when the database still serves: no backend is down, and the order may be tried
+// again at once. Ended in fn, nothing of it was written; ended at its COMMIT, its outcome is open
+// (ErrOutcomeUnknown), as for any COMMIT whose answer was lost.
+func (s *Store) withTx(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
+	inBody := false
+	err := classify(db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err := fn(tx)
+		inBody = err != nil
+		return err
+	}))
+	if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil || planted.On(planted.EndedAsUnavailable) {
+		return err
+	}
+	readyCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if s.Ready(readyCtx) != nil {
+		return err // the database does not serve: unavailable indeed
+	}
+	ended := fmt.Errorf("the database ended the transaction: %v", err) // %v: no longer ErrUnavailable
+	if !inBody {
+		ended = fmt.Errorf("%w at its COMMIT: %w", ErrOutcomeUnknown, ended)
+	}
+	return Busy(BusyTxEnded, ended)
 }
 
 // CreateDatabase creates the database that dsn names on its server, if it does not exist, with

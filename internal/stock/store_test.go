@@ -232,7 +232,7 @@ func TestIdempotencyKeyIsUnique(t *testing.T) {
 // TestIdleTransactionReleasesRow stops a holder in the middle of its transaction, with the
 // product row locked, as a frozen process would (its take blocks): the server ends the idle
 // transaction after the store's bound, another store's write goes through, and the frozen
-// holder's write never lands.
+// holder's write never lands — answered busy (tx_ended), not unavailable: the database serves.
 func TestIdleTransactionReleasesRow(t *testing.T) {
 	backendtest.NeedMySQL(t, "the embedded store has no idle-transaction bound (one process, one writer)")
 	ctx := context.Background()
@@ -256,7 +256,11 @@ func TestIdleTransactionReleasesRow(t *testing.T) {
 	t.Logf("the row held by a frozen transaction was free after %s", waited.Round(10*time.Millisecond))
 	assert.Less(t, waited, 4*time.Second, "within the bound (2s) and a margin")
 	close(wake)
-	assert.ErrorIs(t, <-done, stock.ErrUnavailable, "the frozen holder's transaction was ended: its write fails")
+	err = <-done
+	assert.ErrorIs(t, err, stock.ErrBusy, "the frozen holder's transaction was ended: its write fails, busy")
+	assert.NotErrorIs(t, err, stock.ErrUnavailable, "a transaction the database ended is busy, not unavailable: the database serves")
+	assert.Equal(t, stock.BusyTxEnded, stock.CauseOfBusy(err))
+	assert.NotErrorIs(t, err, stock.ErrOutcomeUnknown, "ended before its COMMIT: certainly not written")
 	backendtest.RequireInvariant(t, holder, sku, []stock.Order{o})
 }
 
