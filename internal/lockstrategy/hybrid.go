@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/freezepoint"
 	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -67,6 +68,7 @@ func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.
 		return stock.Order{}, err
 	}
 	req.Reservation = res
+	freezepoint.At(freezepoint.Admitted)
 	order, err := h.batch.place(ctx, req)
 	if err != nil {
 		h.admission.GiveBack(ctx, req, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flashsale/seckill/internal/freezepoint"
 	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -90,6 +91,7 @@ func (r *runner) section(ctx context.Context, sku string, take func() []stock.Or
 	section, stop := untilLost(ctx, l)
 	reqs := take()
 	placed, left := r.write(section, l, key, reqs)
+	freezepoint.At(freezepoint.Committed)
 	stop()
 	r.metrics.held(r.name, key, time.Since(locked))
 	unlockCtx, cancelUnlock := context.WithTimeout(context.WithoutCancel(ctx), lock.UnlockTimeout)
@@ -110,6 +112,7 @@ func (r *runner) section(ctx context.Context, sku string, take func() []stock.Or
 // inSection runs the fault hook at its one moment in every strategy: the lock held, the product
 // read, right before the write (TestHookMoment).
 func (r *runner) inSection(ctx context.Context, reqs []stock.OrderRequest) {
+	freezepoint.At(freezepoint.Locked)
 	if r.opts.Hooks.InSection != nil {
 		r.opts.Hooks.InSection(ctx, reqs)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flashsale/seckill/internal/admission"
+	"github.com/flashsale/seckill/internal/freezepoint"
 	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -43,6 +44,7 @@ func (d *database) beat(ctx context.Context) {
 		if d.refused.Swap(false) {
 			d.log.Info("the database serves again: heartbeats and orders resume")
 		}
+		freezepoint.At(freezepoint.Beat)
 		d.admission.Beat(ctx)
 	case errors.Is(err, stock.ErrUnavailable):
 		if !d.refused.Swap(true) {

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/flashsale/seckill/internal/freezepoint"
 	"github.com/flashsale/seckill/internal/planted"
 )
 
@@ -68,6 +69,7 @@ func (s *Store) placeAt(ctx context.Context, reqs []OrderRequest, read Product, 
 		if res.Error != nil {
 			return res.Error
 		}
+		freezepoint.At(freezepoint.Updated)
 		if res.RowsAffected != 1 {
 			return fmt.Errorf("product %s at version %d: %w", read.SKU, read.Version, ErrVersionConflict)
 		}
@@ -100,6 +102,7 @@ func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, token Toke
 		if res.Error != nil {
 			return res.Error
 		}
+		freezepoint.At(freezepoint.Updated)
 		if res.RowsAffected != 1 && planted.On(planted.NoFence) {
 			return fmt.Errorf("product %s changed under the batch: %w", read.SKU, ErrVersionConflict)
 		}
@@ -242,6 +245,7 @@ func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Lockin
 		if res.Error != nil {
 			return res.Error
 		}
+		freezepoint.At(freezepoint.Updated)
 		if res.RowsAffected != 1 {
 			return fmt.Errorf("product %s changed under its row lock: %w", read.SKU, ErrVersionConflict)
 		}
