@@ -36,6 +36,7 @@ type Pessimistic struct {
 // can change the row while it is held.
 func NewPessimistic(store *stock.Store, rowLock stock.RowWait, opts Options, metrics *LockMetrics) *Pessimistic {
 	p := &Pessimistic{rowLock: rowLock, run: newRunner("pessimistic", store, nil, Version, opts, metrics)}
+	p.run.readFirst = true
 	p.batch = p.run.batcher(p.section)
 	p.checkouts = p.run.checkoutBatcher(p.checkoutSection)
 	return p
@@ -52,6 +53,9 @@ func (p *Pessimistic) PlaceOrder(ctx context.Context, req stock.OrderRequest) (s
 // section is the critical section: the orders are taken once the row is held, inside the
 // transaction, so the orders that arrived while it tried for the row come too.
 func (p *Pessimistic) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+	if placed, ok := p.run.soldOut(ctx, sku, take); ok {
+		return placed // sold out: no row lock taken, no NOWAIT refused
+	}
 	held := func() []stock.OrderRequest {
 		reqs := take()
 		p.run.inSection(ctx, reqs) // the row is locked: a pause here holds it

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flashsale/seckill/internal/freezepoint"
 	"github.com/flashsale/seckill/internal/lock"
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -47,6 +48,9 @@ type runner struct {
 	// (lock.ErrUnreachable); nil: they answer unavailable, as a strategy with no safe way without
 	// its lock must.
 	fallback func(ctx context.Context, reqs []stock.OrderRequest, err error) []stock.Placed
+	// readFirst has a section read its product before it takes the lock, and answer a sold-out
+	// one without it (soldOut): the strategies with no admission in front of their lock.
+	readFirst bool
 	// settle runs after the release, outside the lock, with what the section wrote (hybrid:
 	// the reservations of written orders end).
 	settle func(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed)
@@ -66,6 +70,9 @@ func (r *runner) batcher(s section) *batcher {
 func (r *runner) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
 	if r.locker == nil {
 		placed, _ := r.write(ctx, nil, sku, take())
+		return placed
+	}
+	if placed, ok := r.soldOut(ctx, sku, take); ok {
 		return placed
 	}
 	key := r.locker.Key(sku)
@@ -107,6 +114,17 @@ func (r *runner) section(ctx context.Context, sku string, take func() []stock.Or
 	}
 	abandoned(section, key, placed)
 	return placed
+}
+
+// soldOut answers a batch of a product the database shows at zero stock, before any lock
+// (stock.Store.SoldOut), when r reads first: a sold-out answer needs no lock. A failed read
+// leaves the batch to the section, which meets the failure itself.
+func (r *runner) soldOut(ctx context.Context, sku string, take func() []stock.OrderRequest) ([]stock.Placed, bool) {
+	if !r.readFirst || planted.On(planted.SoldOutUnderLock) {
+		return nil, false
+	}
+	placed, ok, err := r.store.SoldOut(ctx, sku, take)
+	return placed, ok && err == nil
 }
 
 // inSection runs the fault hook at its one moment in every strategy: the lock held, the product

@@ -68,6 +68,7 @@ type Locked struct {
 // service that cannot be reached answers unavailable: without its lock it has no safe way.
 func New(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
 	l := &Locked{run: newRunner(name, store, locker, guard, opts, metrics)}
+	l.run.readFirst = guard != NoGuard // the unguarded twins keep the incident's recipe whole
 	l.batch = l.run.batcher(l.run.section)
 	l.checkouts = l.run.checkoutBatcher(l.run.checkoutSection)
 	return l

@@ -96,6 +96,10 @@ const (
 	// instance was paused — is answered 503 unavailable, as if the database were down, though it
 	// serves: buyers and operators hear of an outage that is not there.
 	EndedAsUnavailable Bug = "ended-as-unavailable"
+	// SoldOutUnderLock: the strategies with no admission in front of their lock take it for a
+	// sold-out product too, so its late buyers queue for the lock (on Galera: conflict at COMMIT,
+	// busy) to hear an answer one read of the row gives.
+	SoldOutUnderLock Bug = "sold-out-under-lock"
 	// BusyFirst: a checkout is answered its first refused line's answer in SKU order, so a busy
 	// line (its last unit held) hides another line sold out, and its buyer retries for nothing.
 	BusyFirst Bug = "busy-first"

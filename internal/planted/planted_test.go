@@ -50,6 +50,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.CheckoutFoundByLine, "internal/queued", "TestQueuedRedeliveredPlacedCheckout", nil, "the redelivered checkout stays placed"},
 		{planted.RejectedUnitsHeld, "internal/queued", "TestQueuedRejectedUnitsReturn", nil, "reservations left"},
 		{planted.EndedAsUnavailable, "internal/stock", "TestIdleTransactionReleasesRow", nil, "a transaction the database ended is busy, not unavailable"},
+		{planted.SoldOutUnderLock, "internal/lockstrategy", "TestSoldOutTakesNoLock", nil, "the sold-out answer took no lock"},
 		{planted.BusyFirst, "internal/admission", "TestCheckoutSoldOutBeforeBusy", nil, "not busy: the sold-out line refuses the checkout"},
 	})
 }
