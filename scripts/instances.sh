@@ -72,8 +72,8 @@ done
 
 for u in "${urls[@]}"; do
 	for i in $(seq 120); do
-		curl -sf -o /dev/null "$u/readyz" && break
-		[ "$i" -lt 120 ] || { echo "instances: $u/readyz: $(curl -s "$u/readyz")" >&2; exit 1; }
+		curl -sf -m 5 -o /dev/null "$u/readyz" && break
+		[ "$i" -lt 120 ] || { echo "instances: $u/readyz: $(curl -s -m 5 "$u/readyz")" >&2; exit 1; }
 		sleep 0.25
 	done
 done
