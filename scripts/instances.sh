@@ -78,10 +78,16 @@ for u in "${urls[@]}"; do
 	done
 done
 echo "instances: ready: ${urls[*]} (admin token $SECKILL_ADMIN_TOKEN; Ctrl-C stops them)"
-# Wait for a signal, or for an instance to die.
+# Wait for a signal, or for an instance to end. Ctrl-C reaches every instance too: one that ended
+# cleanly was told to stop, and the others are stopping as well.
 while :; do
 	for pid in "${pids[@]}"; do
-		kill -0 "$pid" 2>/dev/null || { echo "instances: an instance stopped; stopping the others" >&2; exit 1; }
+		kill -0 "$pid" 2>/dev/null && continue
+		status=0
+		wait "$pid" || status=$?
+		[ "$status" -eq 0 ] && exit 0
+		echo "instances: an instance exited with status $status; stopping the others" >&2
+		exit 1
 	done
 	sleep 1 &
 	wait $! || true
