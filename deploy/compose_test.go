@@ -56,13 +56,15 @@ func readYAML(t *testing.T, file string, out any) {
 // compose"): it is a valid Compose file; it has the services the README lists, publishes only
 // lb's port and the monitoring UIs' on loopback, health-checks every service that can be; every
 // SECKILL_ variable its replicas set is a setting of cmd/api, and every backend a replica
-// is pointed at is one it waits for, healthy; Prometheus scrapes each replica at its container
-// port with the rules mounted, and Grafana reads that Prometheus and the dashboards mounted.
+// is pointed at is one it waits for, healthy — the order queue too: one NATS server for every
+// replica, at the version the service embeds, with JetStream syncing every write to a volume;
+// Prometheus scrapes each replica at its container port with the rules mounted, and Grafana reads
+// that Prometheus and the dashboards mounted.
 func TestComposeFile(t *testing.T) {
 	project, err := loadCompose(t, "../docker-compose.yml")
 	require.NoError(t, err)
 	replicas := []string{"api1", "api2", "api3"}
-	assert.ElementsMatch(t, []string{"mysql", "redis", "etcd", "zookeeper", "api1", "api2", "api3", "lb", "loadtest", "prometheus", "grafana"},
+	assert.ElementsMatch(t, []string{"mariadb", "redis", "etcd", "zookeeper", "nats", "api1", "api2", "api3", "lb", "loadtest", "prometheus", "grafana"},
 		project.ServiceNames())
 
 	published := map[string][]string{}
@@ -73,7 +75,7 @@ func TestComposeFile(t *testing.T) {
 	}
 	assert.Equal(t, map[string][]string{"lb": {":8080->80"}, "prometheus": {"127.0.0.1:9090->9090"}, "grafana": {"127.0.0.1:3000->3000"}},
 		published)
-	for _, name := range []string{"mysql", "redis", "etcd", "zookeeper", "lb", "prometheus", "grafana"} {
+	for _, name := range []string{"mariadb", "redis", "etcd", "zookeeper", "nats", "lb", "prometheus", "grafana"} {
 		hc := project.Services[name].HealthCheck
 		if assert.NotNil(t, hc, "%s has no healthcheck", name) {
 			assert.False(t, hc.Disable, name)
@@ -82,8 +84,8 @@ func TestComposeFile(t *testing.T) {
 	}
 
 	settings := apiSettings(t)
-	backends := map[string]string{"SECKILL_MYSQL_DSN": "mysql", "SECKILL_REDIS_ADDRS": "redis",
-		"SECKILL_ETCD_ENDPOINTS": "etcd", "SECKILL_ZK_SERVERS": "zookeeper"}
+	backends := map[string]string{"SECKILL_MYSQL_DSN": "mariadb", "SECKILL_REDIS_ADDRS": "redis",
+		"SECKILL_ETCD_ENDPOINTS": "etcd", "SECKILL_ZK_SERVERS": "zookeeper", "SECKILL_NATS_URLS": "nats"}
 	var targets []string
 	for _, name := range replicas {
 		api := project.Services[name]
@@ -104,6 +106,25 @@ func TestComposeFile(t *testing.T) {
 		assert.Contains(t, api.Expose, port, "%s does not expose the port it listens on", name)
 		targets = append(targets, api.Hostname+":"+port)
 	}
+
+	// One queue for every replica, at the version the service embeds, with JetStream on a volume
+	// and syncing every write, as the embedded server does.
+	nats := project.Services["nats"]
+	assert.Equal(t, "nats:"+strings.TrimPrefix(moduleVersion(t, "github.com/nats-io/nats-server/v2"), "v")+"-alpine", nats.Image,
+		"the queue's server is not the version the service embeds (go.mod)")
+	assert.Contains(t, nats.Command, "-js")
+	natsConf := bindMount(t, nats, "/etc/nats/seckill.conf")
+	assert.Equal(t, absPath(t, "nats.conf"), natsConf)
+	assert.Contains(t, []string(nats.Command), "/etc/nats/seckill.conf", "nats runs without its config")
+	raw, err := os.ReadFile(natsConf)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^\s*sync_interval:\s*always\s*$`, string(raw), "a single server must sync every write before it acknowledges it")
+	assert.Regexp(t, `(?m)^\s*store_dir:\s*/data\s*$`, string(raw))
+	storeVolume := false
+	for _, v := range nats.Volumes {
+		storeVolume = storeVolume || (v.Type == types.VolumeTypeVolume && v.Target == "/data")
+	}
+	assert.True(t, storeVolume, "the queue's store is not on a volume: queued orders would not survive a restart")
 
 	prom := project.Services["prometheus"]
 	promDir := bindMount(t, prom, "/etc/prometheus")
@@ -162,6 +183,20 @@ func TestComposeFile(t *testing.T) {
 		*grafana.Environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"], "the home dashboard is the one provisioned")
 }
 
+// moduleVersion is the version go.mod requires of module.
+func moduleVersion(t *testing.T, module string) string {
+	t.Helper()
+	raw, err := os.ReadFile("../go.mod")
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == module {
+			return f[1]
+		}
+	}
+	require.Failf(t, "no such module", "go.mod does not require %s", module)
+	return ""
+}
+
 func absPath(t *testing.T, rel string) string {
 	t.Helper()
 	abs, err := filepath.Abs(rel)
@@ -176,7 +211,7 @@ func TestComposeFileRejected(t *testing.T) {
 	raw, err := os.ReadFile("../docker-compose.yml")
 	require.NoError(t, err)
 	for _, tc := range []struct{ name, old, new, want string }{
-		{"misspelt condition", "condition: service_healthy", "condition: service_healty", "depends_on.mysql.condition value must be one of"},
+		{"misspelt condition", "condition: service_healthy", "condition: service_healty", "depends_on.mariadb.condition value must be one of"},
 		{"unknown key", "stop_grace_period: 20s", "stop_grace_periods: 20s", "stop_grace_periods"},
 		{"dependency on no service", "      api3:\n        condition: service_started", "      api4:\n        condition: service_started", "api4"},
 	} {

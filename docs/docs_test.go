@@ -374,6 +374,127 @@ func unprovenTables(pages map[string]string) []string {
 	return problems
 }
 
+// maxLines is the length past which a page is no longer read to the end.
+const maxLines = 400
+
+// longPages are the pages of maxLines lines or more.
+func longPages(pages map[string]string) []string {
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(pages)) {
+		if n := strings.Count(strings.TrimSuffix(pages[name], "\n"), "\n") + 1; n >= maxLines {
+			problems = append(problems, fmt.Sprintf("%s: %d lines: a page is read to the end, keep it under %d (history goes in git)", name, n, maxLines))
+		}
+	}
+	return problems
+}
+
+var (
+	// issueWord and issueHash are a tracker's number cited as "issue 36", "issues 24/35" or "#36":
+	// a reader of the repository cannot open it. A public repository's "tidb#69720" names where it
+	// is.
+	issueWord = regexp.MustCompile(`(?i)\bissues?\s+#?\d+`)
+	issueHash = regexp.MustCompile(`(?:^|[\s(\[,;])(#\d+)\b`)
+)
+
+// issueCitations are the places where a page cites an issue number.
+func issueCitations(pages map[string]string) []string {
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(pages)) {
+		for i, l := range strings.Split(pages[name], "\n") {
+			cites := issueWord.FindAllString(l, -1)
+			for _, m := range issueHash.FindAllStringSubmatch(codeSpan.ReplaceAllString(l, ""), -1) {
+				cites = append(cites, m[1])
+			}
+			for _, c := range cites {
+				problems = append(problems, fmt.Sprintf("%s:%d: %q cites an issue number, which a reader of the repository cannot open: say what it was", name, i+1, strings.TrimSpace(c)))
+			}
+		}
+	}
+	return problems
+}
+
+var (
+	// productKey is a key of one product's Redis state as a page gives it: seckill:{sku}:name,
+	// the name up to its first colon (swept:<reservation> is swept).
+	productKey = regexp.MustCompile(`seckill:\{[^}\s` + "`" + `]*\}:([a-z_]+)`)
+	// keySuffix is the short form a page may use beside a full key: ` + "`:reserved`" + `.
+	keySuffix = regexp.MustCompile("^`:([a-z_]+)(?::<[a-z ]+>)?`$")
+)
+
+// redisKeys are the names of a product's Redis keys in the code: admission's (KeysOf and the
+// markers beside them, internal/admission/scripts.go) and the Redis lock's
+// (internal/lock/redislock), read from their source.
+func redisKeys(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	add := func(s string) {
+		s = strings.TrimPrefix(s, "}:")
+		if name, _, _ := strings.Cut(s, ":"); name != "" {
+			names[name] = true
+		}
+	}
+	file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, "internal", "admission", "scripts.go"), nil, 0)
+	require.NoError(t, err)
+	ast.Inspect(file, func(n ast.Node) bool {
+		// p + "stock", prefix(sku) + "swept:": a name after the product's prefix.
+		bin, ok := n.(*ast.BinaryExpr)
+		if !ok || bin.Op != token.ADD {
+			return true
+		}
+		lit, ok := bin.Y.(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING {
+			return true
+		}
+		isPrefix := false
+		switch x := bin.X.(type) {
+		case *ast.Ident:
+			isPrefix = x.Name == "p"
+		case *ast.CallExpr:
+			f, ok := x.Fun.(*ast.Ident)
+			isPrefix = ok && f.Name == "prefix"
+		}
+		if s, err := strconv.Unquote(lit.Value); err == nil && isPrefix {
+			add(s)
+		}
+		return true
+	})
+	require.Subset(t, slices.Collect(maps.Keys(names)), []string{"stock", "buyers", "reserved", "queued"},
+		"admission's keys not found in scripts.go: has KeysOf changed?")
+	lock, err := os.ReadFile(filepath.Join(root, "internal", "lock", "redislock", "redislock.go"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`"\}:([a-z_]+)"`).FindSubmatch(lock)
+	require.NotNil(t, m, "the Redis lock's key not found in redislock.go: has Key changed?")
+	add(string(m[1]))
+	return names
+}
+
+// unknownRedisKeys are the keys of a product's Redis state that the pages name and the code
+// does not have.
+func unknownRedisKeys(pages map[string]string, keys map[string]bool) []string {
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(pages)) {
+		seen := map[string]bool{}
+		md := pages[name]
+		var found []string
+		for _, m := range productKey.FindAllStringSubmatch(md, -1) {
+			found = append(found, m[1])
+		}
+		for _, span := range codeSpan.FindAllString(md, -1) {
+			if m := keySuffix.FindStringSubmatch(span); m != nil {
+				found = append(found, m[1])
+			}
+		}
+		for _, k := range found {
+			if !keys[k] && !seen[k] {
+				seen[k] = true
+				problems = append(problems, fmt.Sprintf("%s: Redis key seckill:{sku}:%s does not exist (the keys: %s)", name, k,
+					strings.Join(slices.Sorted(maps.Keys(keys)), ", ")))
+			}
+		}
+	}
+	return problems
+}
+
 func existsInRepo(p string) bool {
 	_, err := os.Stat(filepath.Join(root, filepath.FromSlash(p)))
 	return err == nil
@@ -396,10 +517,25 @@ func TestProvenance(t *testing.T) {
 	assert.Empty(t, unprovenTables(pages(t)))
 }
 
+// TestPageLength: every page is under maxLines lines.
+func TestPageLength(t *testing.T) {
+	assert.Empty(t, longPages(pages(t)))
+}
+
+// TestNoIssueNumbers: no page cites an issue number.
+func TestNoIssueNumbers(t *testing.T) {
+	assert.Empty(t, issueCitations(pages(t)))
+}
+
+// TestRedisKeys: every key of a product's Redis state that a page names is one the code has.
+func TestRedisKeys(t *testing.T) {
+	assert.Empty(t, unknownRedisKeys(pages(t), redisKeys(t)))
+}
+
 // TestChecksCatchBreaks plants one break of each kind in a copy of the real pages: each must be
 // reported, and only it.
 func TestChecksCatchBreaks(t *testing.T) {
-	real, ix := pages(t), readIndex(t)
+	real, ix, keys := pages(t), readIndex(t), redisKeys(t)
 	plant := func(extra string) map[string]string {
 		p := maps.Clone(real)
 		p["docs/planted.md"] = "# Planted\n\n## A heading\n\n" + extra + "\n"
@@ -420,6 +556,11 @@ func TestChecksCatchBreaks(t *testing.T) {
 		{"a flag in a code span", "Add `-fault lock-gone`, or `-fautl`.", "flag -fautl does not exist", func(p map[string]string) []string { return unknownNames(p, ix) }},
 		{"a measured table without provenance", "| strategy | orders/s |\n| --- | --- |\n| `hybrid` | 1005 orders/s |", "docs/planted.md:5: a table of measured figures (1005 orders/s)", unprovenTables},
 		{"a provenance line without the machine", "Measured by `go run ./cmd/lab all` at commit 1d1dcfa.\n\n| form | p99 |\n| --- | --- |\n| a | 12.5 ms |", "a table of measured figures (12.5 ms)", unprovenTables},
+		{"a page too long", strings.Repeat("A line.\n", maxLines), "docs/planted.md: 405 lines", longPages},
+		{"an issue number", "As issue 36 asked, it is faster.", `"issue 36" cites an issue number`, issueCitations},
+		{"an issue number as a hash", "Faster since (#36).", `:5: "#36" cites an issue number`, issueCitations},
+		{"a Redis key admission lacks", "Reservations are in `seckill:{sku}:reservations`.", "Redis key seckill:{sku}:reservations does not exist", func(p map[string]string) []string { return unknownRedisKeys(p, keys) }},
+		{"a Redis key in short", "Its keys: `seckill:{sku}:stock`, `:buyers`, `:reservations`.", "Redis key seckill:{sku}:reservations does not exist", func(p map[string]string) []string { return unknownRedisKeys(p, keys) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
