@@ -45,7 +45,7 @@ embedded in each replica, an admin token left unset made up by each. */}}
 {{- if not $v.backends.etcd.endpoints }}{{ $missing = append $missing "backends.etcd.endpoints" }}{{ end -}}
 {{- if not $v.backends.nats.urls }}{{ $missing = append $missing "backends.nats.urls" }}{{ end -}}
 {{- if $missing -}}
-{{- fail (printf "set %s: every replica must share one database, Redis, etcd and NATS, and a backend left unset would be embedded in each replica, its own (a replica set cannot share an embedded store)" (join ", " $missing)) -}}
+{{- fail (printf "set %s: a backend left unset is embedded in each replica, one of its own, and replicas cannot share an embedded store" (join ", " $missing)) -}}
 {{- end -}}
 {{- if not (or $v.secret.adminToken $v.secret.existingSecret) -}}
 {{- fail "set secret.adminToken (or secret.existingSecret): left unset, each replica would make up a token of its own, and an admin call would work on one replica in N" -}}
@@ -55,7 +55,7 @@ embedded in each replica, an admin token left unset made up by each. */}}
 {{- end -}}
 {{- range $name := list "SECKILL_ADDR" "SECKILL_DATA_DIR" "SECKILL_SHUTDOWN_TIMEOUT" "SECKILL_MYSQL_DSN" "SECKILL_REDIS_ADDRS" "SECKILL_REDIS_MODE" "SECKILL_REDIS_MASTER" "SECKILL_ETCD_ENDPOINTS" "SECKILL_NATS_URLS" "SECKILL_ZK_SERVERS" "SECKILL_ADMIN_TOKEN" -}}
 {{- if hasKey $v.env $name -}}
-{{- fail (printf "env.%s: the chart sets it from its own values (backends, secret, drain); set it there" $name) -}}
+{{- fail (printf "env.%s: the chart sets it itself (the listen address and the data dir are fixed; the backends, the admin token and the drain have values of their own)" $name) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
