@@ -131,6 +131,11 @@ func (p *Pessimistic) untilHeld(ctx context.Context, what string, try func() err
 // rowTaken reports an attempt that wrote nothing because another transaction had the row: its
 // lock (ErrBusy), or — under the row lock nobody else can change the row, so a conditional update
 // that matched nothing means the row changed between statements (a reset) — ErrVersionConflict.
+// A transaction the database ended (tx_ended) is not one: it may have committed, and its buyer
+// hears busy and asks again, with its Idempotency-Key if it has one.
 func rowTaken(err error) bool {
+	if stock.CauseOfBusy(err) == stock.BusyTxEnded {
+		return false
+	}
 	return errors.Is(err, stock.ErrBusy) || errors.Is(err, stock.ErrVersionConflict)
 }
