@@ -242,7 +242,7 @@ func sellThroughNodeLoss(t *testing.T, procs []instance, sales map[string]string
 // the test's time. While it is down, its process answers 503 — never 500, never 404 for a product
 // on sale — and its clients go on elsewhere with the same Idempotency-Key; the other processes
 // sell every product again within 3 s of the kill (the cluster drops the node after the
-// failure-detection timeouts of mariadbserver.FailureDetection, which docs/operations.md
+// failure-detection timeouts of mariadbserver.FailureDetection, which docs/databases.md
 // recommends), measured between the orders' own created_at; under hybrid, the reservations the
 // cut-off process held come back to the sale within the same 3 s, while its node is still down —
 // it stops beating without its database, and the others' sweepers return them — and the ledger

@@ -35,7 +35,7 @@ func GaleraAvailable() error {
 	return nil
 }
 
-// FailureDetection is the group communication's timing docs/operations.md recommends and the
+// FailureDetection is the group communication's timing docs/databases.md recommends and the
 // tests run: a node that stops answering is suspected after a second and dropped about a third of
 // a second later, so the others commit again within 1.5 s of its death. Galera's defaults
 // (keep-alive 1 s, suspect 5 s, join retransmission 1 s) stall every commit of the cluster for
