@@ -699,6 +699,48 @@ func TestChartValueSets(t *testing.T) {
 	assert.ElementsMatch(t, names, slices.Collect(maps.Keys(sets)), "every values set has its row here")
 }
 
+// TestChartRefusesUnknownValues: values.schema.json names every key the chart reads, so a
+// misspelt or misplaced one is refused when the chart renders, not silently ignored — a Redis
+// mode that never reaches the replicas would run them on the wrong Redis topology.
+func TestChartRefusesUnknownValues(t *testing.T) {
+	raw, err := yaml.Marshal(chartValues(t, chartDir)["minimal"])
+	require.NoError(t, err)
+	for _, tc := range []struct{ name, path, want string }{
+		{"a misspelt key", "backends.redis.mdoe", "mdoe"},
+		{"a key at the wrong level", "backends.mode", "mode"},
+		{"a setting outside env", "SECKILL_STRATEGY", "SECKILL_STRATEGY"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vals, err := common.ReadValues(raw) // a copy of the minimal set
+			require.NoError(t, err)
+			set(vals, tc.path, "cluster")
+			_, err = renderChart(chartDir, vals)
+			require.Error(t, err, "the chart rendered with %s set", tc.path)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	vals, err := common.ReadValues(raw)
+	require.NoError(t, err)
+	set(vals, "backends.redis.mode", "clustre")
+	_, err = renderChart(chartDir, vals)
+	assert.ErrorContains(t, err, "/backends/redis/mode", "a Redis mode the service does not know is refused")
+}
+
+// set sets the value at path (dot-separated keys) in vals, making the maps on the way.
+func set(vals common.Values, path string, v any) {
+	keys := strings.Split(path, ".")
+	m := map[string]any(vals)
+	for _, k := range keys[:len(keys)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[keys[len(keys)-1]] = v
+}
+
 // copyChart copies the chart into a new directory, the files its links name included.
 func copyChart(t *testing.T) string {
 	t.Helper()
