@@ -607,17 +607,32 @@ func refusalProblems(dir string, full common.Values) []string {
 	return problems
 }
 
+// unset deletes the value at path (dot-separated keys) in vals.
 func unset(vals common.Values, path string) {
+	m, key := holder(vals, path)
+	delete(m, key)
+}
+
+// set sets the value at path in vals.
+func set(vals common.Values, path string, v any) {
+	m, key := holder(vals, path)
+	m[key] = v
+}
+
+// holder returns the map of vals that holds path's last key, and that key; the maps on the way
+// are made where missing.
+func holder(vals common.Values, path string) (map[string]any, string) {
 	keys := strings.Split(path, ".")
 	m := map[string]any(vals)
 	for _, k := range keys[:len(keys)-1] {
 		next, ok := m[k].(map[string]any)
 		if !ok {
-			return
+			next = map[string]any{}
+			m[k] = next
 		}
 		m = next
 	}
-	delete(m, keys[len(keys)-1])
+	return m, keys[len(keys)-1]
 }
 
 // chartProblems lints and renders the chart in dir with each of its values sets and checks every
@@ -724,21 +739,6 @@ func TestChartRefusesUnknownValues(t *testing.T) {
 	set(vals, "backends.redis.mode", "clustre")
 	_, err = renderChart(chartDir, vals)
 	assert.ErrorContains(t, err, "/backends/redis/mode", "a Redis mode the service does not know is refused")
-}
-
-// set sets the value at path (dot-separated keys) in vals, making the maps on the way.
-func set(vals common.Values, path string, v any) {
-	keys := strings.Split(path, ".")
-	m := map[string]any(vals)
-	for _, k := range keys[:len(keys)-1] {
-		next, ok := m[k].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			m[k] = next
-		}
-		m = next
-	}
-	m[keys[len(keys)-1]] = v
 }
 
 // copyChart copies the chart into a new directory, the files its links name included.
