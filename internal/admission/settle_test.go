@@ -53,7 +53,7 @@ func TestSettleAfterSweep(t *testing.T) {
 
 	p, err := store.Product(ctx, sku)
 	require.NoError(t, err)
-	placed, err := store.PlaceAt(ctx, []stock.OrderRequest{req}, p)
+	placed, err := store.PlaceAt(ctx, []stock.CheckoutRequest{stock.OrderOf(req)}, []stock.Product{p})
 	require.NoError(t, err)
 	require.NoError(t, placed[0].Err, "the database still had the unit")
 	frozen.Settle(ctx, sku, []stock.OrderRequest{req}, placed)
@@ -66,5 +66,5 @@ func TestSettleAfterSweep(t *testing.T) {
 	assert.Zero(t, st.Reservations)
 	_, err = live.Admit(ctx, req)
 	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased, "the settle took the buyer again")
-	backendtest.RequireInvariant(t, store, sku, []stock.Order{placed[0].Order})
+	backendtest.RequireInvariant(t, store, sku, []stock.Order{placed[0].Checkout.Lines[0]})
 }

@@ -58,7 +58,7 @@ func build(cfg service.Config, writers queued.Options, b opened, log *slog.Logge
 	}
 	if b.queue != nil {
 		writers.Batch, writers.MaxWaiting, writers.LockWait, writers.Hooks = max(1, cfg.GroupCommit), cfg.QueuedMaxWaiting, cfg.LockWait, cfg.Hooks
-		q, err := queued.New(built.Hybrid.Section, built.Hybrid.CheckoutSection, ledger, b.store, b.queue, writers, log)
+		q, err := queued.New(built.Hybrid.Section, ledger, b.store, b.queue, writers, log)
 		if err != nil {
 			return nil, err
 		}

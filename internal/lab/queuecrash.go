@@ -178,17 +178,19 @@ func drain(ctx context.Context, env *Env, queue string) error {
 	if err != nil || len(msgs) == 0 {
 		return err
 	}
-	reqs := make([]stock.OrderRequest, len(msgs))
+	reqs := make([]stock.CheckoutRequest, len(msgs))
 	for i, m := range msgs {
-		if err := json.Unmarshal([]byte(m), &reqs[i]); err != nil {
+		var req stock.OrderRequest
+		if err := json.Unmarshal([]byte(m), &req); err != nil {
 			return err
 		}
+		reqs[i] = stock.OrderOf(req)
 	}
-	read, err := env.Store.Product(ctx, reqs[0].SKU)
+	reads, err := env.Store.Reads(ctx, []string{reqs[0].Lines[0].SKU})
 	if err != nil {
 		return err
 	}
-	placed, err := env.Store.PlaceAt(ctx, reqs, read)
+	placed, err := env.Store.PlaceAt(ctx, reqs, reads)
 	if err != nil {
 		return err
 	}

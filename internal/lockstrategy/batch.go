@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/flashsale/seckill/internal/admission"
@@ -11,43 +12,48 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// batcher is how every strategy places orders: orders for a SKU that arrive while a critical
-// section runs wait in a queue, and the next section takes the queue (up to a batch's most) —
-// one lock acquisition, one conditional stock update, one insert for all of them (group commit).
-// A section is a function of "the orders to place", so one order per section (most 1) and many
-// share one path: the strategy's only one. The batcher also runs at most one section per SKU in
-// an instance, so an instance's orders take turns in memory, where waiting is free, and only one
-// of them at a time waits for the distributed lock — unless its sections overlap (naive's).
+// batcher is how every strategy places requests: requests for the same products that arrive
+// while a critical section of theirs runs wait in a queue, and the next section takes the queue
+// (up to a batch's most) — one acquisition of each lock, one conditional stock update per
+// product, one insert for all of them (group commit). A request's key is its set of products in
+// SKU order: an order's is its one SKU, so a product's orders ride together, and so do checkouts
+// of the same products; requests of other products, or of the same ones in part, never ride
+// together — their sections take other locks. A section is a function of "the requests to
+// place", so one request per section (most 1) and many share one path: the strategy's only one.
+// The batcher also runs at most one section per key in an instance, so an instance's requests
+// take turns in memory, where waiting is free, and only one of them at a time waits for the
+// distributed locks — unless its sections overlap (naive's).
 type batcher struct {
 	strategy string
 	metrics  *LockMetrics
 	section  section
 	timeout  time.Duration // bounds one section: its lock wait, then the write and its retries
-	// overlap lets a SKU's sections run at once in an instance: every order starts a drainer
+	// overlap lets a key's sections run at once in an instance: every request starts a drainer
 	// of its own, which takes what has queued, as a request with no lock in front of it would.
-	// Only naive sets it: one section per SKU at a time is itself a lock, held in memory, and
-	// with it naive could not race within one instance — on the embedded default, the only one.
+	// Only naive sets it: one section per product at a time is itself a lock, held in memory,
+	// and with it naive could not race within one instance — on the embedded default, the only
+	// one.
 	overlap bool
-	queue   *keyqueue.Queue[*waiter] // by SKU: the orders waiting for the next section
+	queue   *keyqueue.Queue[*waiter] // by key: the requests waiting for the next section
 }
 
-// A section is one critical section over sku. It calls take as soon as it holds the lock (or
-// has failed to get it), and answers each order take returned, in order; take returns the same
-// orders if called again (a section that retries its write), and may return none (the requests
-// gave up while the section waited for its lock). Taking the
-// queue at the grant rather than before the wait lets the orders that arrived while the section
-// waited for the lock — while other instances held it — ride along in the same batch: under
-// contention that is most of them.
-type section func(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed
+// A section is one critical section over the products skus (in SKU order). It calls take as
+// soon as it holds their locks (or has failed to get them), and answers each request take
+// returned, in order; take returns the same requests if called again (a section that retries its
+// write), and may return none (the requests gave up while the section waited for its locks).
+// Taking the queue at the grant rather than before the wait lets the requests that arrived while
+// the section waited — while other instances held the locks — ride along in the same batch:
+// under contention that is most of them.
+type section func(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed
 
 type waiter struct {
-	req    stock.OrderRequest
+	req    stock.CheckoutRequest
 	placed stock.Placed
 	done   chan struct{}
 }
 
-// newBatcher returns strategy's batcher of up to most orders per section (at least one);
-// lockWait is the section's budget for its lock, and the section may take twice that plus time
+// newBatcher returns strategy's batcher of up to most requests per section (at least one);
+// lockWait is the section's budget for its locks, and the section may take twice that plus time
 // to write.
 func newBatcher(strategy string, most int, lockWait time.Duration, metrics *LockMetrics, s section) *batcher {
 	b := &batcher{strategy: strategy, metrics: metrics, section: s, timeout: 2*lockWait + 5*time.Second}
@@ -55,16 +61,16 @@ func newBatcher(strategy string, most int, lockWait time.Duration, metrics *Lock
 	return b
 }
 
-// place queues req and waits for its answer. The first order of an idle SKU starts that SKU's
-// drainer (with overlap, every order starts one), which runs sections until the queue is empty;
-// no request waits for another's answer beyond the section that places it. A request that gives
-// up (ctx) before a section took it is taken out of the queue and never placed; once taken, it
-// waits for the section's answer, so that what it returns is what happened.
-func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+// place queues req and waits for its answer. The first request of an idle key starts that key's
+// drainer (with overlap, every request starts one), which runs sections until the queue is
+// empty; no request waits for another's answer beyond the section that places it. A request that
+// gives up (ctx) before a section took it is taken out of the queue and never placed; once
+// taken, it waits for the section's answer, so that what it returns is what happened.
+func (b *batcher) place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	if err := ctx.Err(); err != nil {
 		// Gone before it queued: never placed. Queued, a section fast enough to answer before
 		// the wait below would race the cancellation for it.
-		return stock.Order{}, fmt.Errorf("%w: %w", errAbandoned, err)
+		return stock.Checkout{}, fmt.Errorf("%w: %w", errAbandoned, err)
 	}
 	w := &waiter{req: req, done: make(chan struct{})}
 	await := b.queue.Await
@@ -72,22 +78,22 @@ func (b *batcher) place(ctx context.Context, req stock.OrderRequest) (stock.Orde
 		await = b.queue.AwaitOverlapping
 	}
 	b.metrics.enqueued(b.strategy, 1)
-	if err := await(ctx, req.SKU, w, w.done); err != nil {
+	if err := await(ctx, strings.Join(req.SKUs(), "\x00"), w, w.done); err != nil {
 		b.metrics.enqueued(b.strategy, -1)
-		return stock.Order{}, fmt.Errorf("%w: %w", errAbandoned, err)
+		return stock.Checkout{}, fmt.Errorf("%w: %w", errAbandoned, err)
 	}
-	return w.placed.Order, w.placed.Err
+	return w.placed.Checkout, w.placed.Err
 }
 
-// round runs one section over sku's queue. Sections run on their own context: the request that
-// happened to start the drainer must not cancel everyone else's orders.
-func (b *batcher) round(sku string, take func() []*waiter) {
+// round runs one section over key's queue. Sections run on their own context: the request that
+// happened to start the drainer must not cancel everyone else's.
+func (b *batcher) round(key string, take func() []*waiter) {
 	var (
 		batch []*waiter
-		reqs  []stock.OrderRequest
+		reqs  []stock.CheckoutRequest
 	)
 	ctx, cancel := context.WithTimeoutCause(context.Background(), b.timeout, errSectionTimeout)
-	results := b.section(ctx, sku, func() []stock.OrderRequest {
+	results := b.section(ctx, strings.Split(key, "\x00"), func() []stock.CheckoutRequest {
 		if reqs != nil {
 			return reqs
 		}
@@ -95,7 +101,7 @@ func (b *batcher) round(sku string, take func() []*waiter) {
 		// section took them.
 		batch = take()
 		b.metrics.enqueued(b.strategy, -len(batch))
-		reqs = make([]stock.OrderRequest, len(batch))
+		reqs = make([]stock.CheckoutRequest, len(batch))
 		for i, w := range batch {
 			reqs[i] = w.req
 		}

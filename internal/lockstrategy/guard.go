@@ -35,54 +35,61 @@ const (
 	NoGuard
 )
 
-// write places reqs under r's guard, with l held (nil: no lock). It returns the answers and, for
-// the version guard, the product as the section left it (nil when it cannot say).
-func (r *runner) write(ctx context.Context, l lock.Lock, key string, reqs []stock.OrderRequest) ([]stock.Placed, *stock.Product) {
+// write places reqs under r's guard, with the locks of h held (nil: no lock). It returns the
+// answers and, for the version guard, the products as the section left them (nil when it cannot
+// say).
+func (r *runner) write(ctx context.Context, h *holds, reqs []stock.CheckoutRequest) ([]stock.Placed, map[string]*stock.Product) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
 	switch r.guard {
 	case Version:
-		var known *stock.Product
-		if l != nil {
-			known = l.Known()
+		known := map[string]*stock.Product{}
+		if h != nil {
+			for i, l := range h.locks {
+				known[h.skus[i]] = l.Known()
+			}
 		}
 		return r.versioned(ctx, reqs, known)
 	case Fence:
-		return r.fenced(ctx, l, key, reqs), nil
+		return r.fenced(ctx, h, reqs), nil
 	}
 	return r.unguarded(ctx, reqs), nil
 }
 
-// versioned is the version-guarded write: read the product, then place every order at that
-// version in one transaction (stock.Store.PlaceAt), retrying the whole batch with a fresh read
-// when another writer got there first — up to attempts times, then busy. It never writes blind:
-// each attempt either matches the version it read or writes nothing. A batch whose buyers
-// admission vouched for skips the lookup of stored buyers on its first try
+// versioned is the version-guarded write: read the products, then place every request at
+// those versions in one transaction (stock.Store.PlaceAt), retrying the whole batch with fresh
+// reads when another writer got there first — up to attempts times, then busy. It never writes
+// blind: each attempt either matches the versions it read or writes nothing. A batch whose
+// buyers admission vouched for skips the lookup of stored buyers on its first try
 // (stock.Store.PlaceAdmitted).
 //
-// known, when not nil, is the product as the last writer left it (hybrid: handed over with the
-// lock, Lock.Known), taken instead of the first read when every order of the batch fits in its
-// stock: one query fewer inside the lock. It is only a hint — a stale one fails the version check
-// like any stale read, and the batch reads again at no cost to its attempts — and it is never
-// trusted to refuse an order on its own: a cancel gives units back without moving the version, so
-// a batch that does not fit reads the row, and a batch that would write nothing (every order
-// refused: a new round's limits, a window) checks no version, so it reads the row and decides
-// again. It returns the answers and the product as this section left it (nil when it failed).
-func (r *runner) versioned(ctx context.Context, reqs []stock.OrderRequest, known *stock.Product) ([]stock.Placed, *stock.Product) {
-	var asked int64
-	for _, req := range reqs {
-		asked += int64(req.Quantity)
+// known holds, by SKU, the product as the last writer left it (hybrid: handed over with the
+// lock, Lock.Known), taken instead of the first reads when every product is known and the batch
+// fits in its stock: one query fewer per product inside the locks. It is only a hint — a stale
+// one fails the version check like any stale read, and the batch reads again at no cost to its
+// attempts — and it is never trusted to refuse a request on its own: a cancel gives units back
+// without moving the version, so a batch that does not fit reads the rows, and a batch that
+// would write nothing (every request refused: a new round's limits, a window) checks no version,
+// so it reads the rows and decides again. It returns the answers and the products as this
+// section left them (nil when it failed).
+func (r *runner) versioned(ctx context.Context, reqs []stock.CheckoutRequest, known map[string]*stock.Product) ([]stock.Placed, map[string]*stock.Product) {
+	skus := reqs[0].SKUs()
+	asked := map[string]int64{}
+	for _, line := range linesOf(reqs) {
+		asked[line.SKU] += int64(line.Quantity)
 	}
 	for i := 1; ; {
 		var (
-			read     stock.Product
+			reads    []stock.Product
 			err      error
-			snapshot = known != nil && known.Stock >= asked
+			snapshot = fits(skus, known, asked)
 		)
 		if snapshot {
-			read = *known
-		} else if read, err = r.store.Product(ctx, reqs[0].SKU); err != nil {
+			for _, sku := range skus {
+				reads = append(reads, *known[sku])
+			}
+		} else if reads, err = r.store.Reads(ctx, skus); err != nil {
 			return failAll(len(reqs), err), nil
 		}
 		known = nil
@@ -91,11 +98,11 @@ func (r *runner) versioned(ctx context.Context, reqs []stock.OrderRequest, known
 		if i == 1 && admitted(reqs) {
 			place = r.store.PlaceAdmitted
 		}
-		placed, err := place(ctx, reqs, read)
+		placed, err := place(ctx, reqs, reads)
 		if err == nil {
-			left := after(read, placed)
-			if snapshot && left.Version == read.Version {
-				continue // every order refused on the snapshot's word alone, no version checked: ask the row
+			left, sold := after(reads, placed)
+			if snapshot && !sold {
+				continue // every request refused on the snapshot's word alone, no version checked: ask the rows
 			}
 			return placed, left
 		}
@@ -103,54 +110,70 @@ func (r *runner) versioned(ctx context.Context, reqs []stock.OrderRequest, known
 			return failAll(len(reqs), err), nil
 		}
 		if snapshot {
-			continue // older than the row: read it, as without one
+			continue // older than the rows: read them, as without one
 		}
 		if i >= attempts {
-			return failAll(len(reqs), stock.Busy(stock.BusyConflicts, fmt.Errorf("%d version conflicts on products/%s", i, reqs[0].SKU))), nil
+			return failAll(len(reqs), stock.Busy(stock.BusyConflicts, fmt.Errorf("%d version conflicts on the batch's products: %w", i, err))), nil
 		}
 		r.metrics.retried(r.name)
 		i++
 	}
 }
 
-// after is the product as a batch placed at read left it: a new version and fewer units when it
-// sold any, else as read.
-func after(read stock.Product, placed []stock.Placed) *stock.Product {
-	var sold int64
-	for _, p := range placed {
-		if p.Err == nil {
-			sold += int64(p.Order.Quantity)
-		}
-	}
-	if sold > 0 {
-		read.Version++
-		read.Stock -= sold
-	}
-	return &read
-}
-
-// admitted says whether admission vouched for every buyer of reqs: each holds a reservation.
-func admitted(reqs []stock.OrderRequest) bool {
-	for _, r := range reqs {
-		if r.Reservation.ID == "" {
+// fits reports whether every product of skus is known and holds the units asked of it.
+func fits(skus []string, known map[string]*stock.Product, asked map[string]int64) bool {
+	for _, sku := range skus {
+		if p := known[sku]; p == nil || p.Stock < asked[sku] {
 			return false
 		}
 	}
 	return true
 }
 
-// fenced is the fenced write: the orders, under the holder's fencing token
+// after is the products as a batch placed at reads left them — a new version and fewer units
+// for each it sold of, else as read — and whether it sold anything.
+func after(reads []stock.Product, placed []stock.Placed) (map[string]*stock.Product, bool) {
+	sold := map[string]int64{}
+	for _, p := range placed {
+		for _, line := range p.Checkout.Lines {
+			if p.Err == nil {
+				sold[line.SKU] += int64(line.Quantity)
+			}
+		}
+	}
+	left := make(map[string]*stock.Product, len(reads))
+	for _, read := range reads {
+		if n := sold[read.SKU]; n > 0 {
+			read.Version++
+			read.Stock -= n
+		}
+		left[read.SKU] = &read
+	}
+	return left, len(sold) > 0
+}
+
+// admitted says whether admission vouched for every buyer of reqs: each line holds a
+// reservation.
+func admitted(reqs []stock.CheckoutRequest) bool {
+	for _, line := range linesOf(reqs) {
+		if line.Reservation.ID == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// fenced is the fenced write: the requests, under the holder's fencing tokens
 // (stock.Store.PlaceFenced, fencedWrite).
-func (r *runner) fenced(ctx context.Context, l lock.Lock, key string, reqs []stock.OrderRequest) []stock.Placed {
+func (r *runner) fenced(ctx context.Context, h *holds, reqs []stock.CheckoutRequest) []stock.Placed {
 	var placed []stock.Placed
-	sku := reqs[0].SKU
-	err := r.fencedWrite(ctx, func(string) lock.Lock { return l }, func(tokens map[string]stock.Token) (err error) {
-		placed, err = r.store.PlaceFenced(ctx, reqs, tokens[sku], func(ctx context.Context) error {
+	err := r.fencedWrite(ctx, h.lockOf, func(tokens map[string]stock.Token) (err error) {
+		placed, err = r.store.PlaceFenced(ctx, reqs, tokens, func(ctx context.Context) error {
 			r.inSection(ctx, reqs)
 			return nil
 		})
 		return err
-	}, sku)
+	}, reqs[0].SKUs()...)
 	if err != nil {
 		return failAll(len(reqs), err)
 	}
@@ -200,11 +223,11 @@ func (r *runner) fencedWrite(ctx context.Context, lockOf func(sku string) lock.L
 	}
 }
 
-// unguarded reads the product, decides the orders against that read, runs naive's pause and the
-// fault hook, and writes the stock it computed, with no condition on the row
+// unguarded reads the products, decides the requests against those reads, runs naive's pause
+// and the fault hook, and writes the stock it computed, with no condition on the rows
 // (stock.Store.PlaceUnguarded). Only a buyer or key taken between the read and the insert stops
-// it: then nothing was written, and the orders answer busy.
-func (r *runner) unguarded(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
+// it: then nothing was written, and the requests answer busy.
+func (r *runner) unguarded(ctx context.Context, reqs []stock.CheckoutRequest) []stock.Placed {
 	placed, err := r.store.PlaceUnguarded(ctx, reqs, func(ctx context.Context) error {
 		if r.pause > 0 {
 			select {

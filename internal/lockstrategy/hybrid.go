@@ -34,7 +34,6 @@ type Hybrid struct {
 	admission *admission.Ledger
 	run       *runner
 	batch     *batcher
-	checkouts *checkoutBatcher
 }
 
 // NewHybrid returns the hybrid strategy: admission through ledger, locks by locker (the Redis
@@ -42,9 +41,8 @@ type Hybrid struct {
 func NewHybrid(store *stock.Store, ledger *admission.Ledger, locker lock.Locker, opts Options, metrics *LockMetrics) *Hybrid {
 	h := &Hybrid{admission: ledger, run: newRunner("hybrid", store, locker, Version, opts, metrics)}
 	h.run.fallback = h.fallback
-	h.run.settle = ledger.Settle
+	h.run.settle = h.settle
 	h.batch = h.run.batcher(h.Section)
-	h.checkouts = h.run.checkoutBatcher(h.CheckoutSection)
 	return h
 }
 
@@ -57,66 +55,16 @@ func (h *Hybrid) LockKey(sku string) string { return h.run.locker.Key(sku) }
 // LockBackend names its lock service: redis.
 func (h *Hybrid) LockBackend() string { return h.run.locker.Backend() }
 
-// PlaceOrder implements Strategy.
-func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	res, err := h.admission.Admit(ctx, req)
-	if errors.Is(err, admission.ErrRedisDown) {
-		h.admission.FellBack("admission")
-		return h.batch.place(ctx, req)
-	}
-	if err != nil {
-		return stock.Order{}, err
-	}
-	req.Reservation = res
-	freezepoint.At(freezepoint.Admitted)
-	order, err := h.batch.place(ctx, req)
-	if err != nil {
-		h.admission.GiveBack(ctx, req, err)
-	} else {
-		h.admission.Done(res)
-	}
-	return order, err
-}
-
-// Section places the batch take returns — hybrid's orders, or a queued writer's (package
-// queued) — in the runner's section, unless Redis is known to be down: then no lock can be had,
-// and the database decides on its own. Reservations of admitted orders in such a batch are
-// settled by the sweeper.
-func (h *Hybrid) Section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
-	if !h.admission.Available() {
-		return h.withoutLock(ctx, take())
-	}
-	return h.run.section(ctx, sku, take)
-}
-
-// fallback places orders whose lock could not be had because Redis failed between admission and
-// lock: they are admitted, and the database can still decide them safely on its own.
-func (h *Hybrid) fallback(ctx context.Context, reqs []stock.OrderRequest, err error) []stock.Placed {
-	h.admission.Down("lock", err)
-	return h.withoutLock(ctx, reqs)
-}
-
-// withoutLock places orders that no lock can be had for: the version check decides them alone.
-func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []stock.Placed {
-	h.admission.FellBack("lock")
-	placed, _ := h.run.write(ctx, nil, "", reqs)
-	return placed
-}
-
-// Close stops listening for lock releases.
-func (h *Hybrid) Close() error { return h.run.locker.Close() }
-
-// PlaceCheckout implements Strategy: admission of every line or none
-// (admission.Ledger.AdmitCheckout: one script on one Redis, line by line on a Cluster); then,
-// with the checkouts of the same products that queued meanwhile, the locks in SKU order and
-// one transaction writing every line under every product's version guard; then every line's
-// reservation settled, or given back.
-func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+// Place implements Strategy: admission of every line or none (one script on one Redis, line by
+// line on a Cluster); then, with the requests for the same products that queued meanwhile, the
+// locks in SKU order and one transaction writing every line under every product's version
+// guard; then every line's reservation settled, or given back.
+func (h *Hybrid) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	lines := req.Admitted()
 	res, err := h.admission.AdmitCheckout(ctx, lines)
 	if errors.Is(err, admission.ErrRedisDown) {
 		h.admission.FellBack("admission")
-		return h.checkouts.place(ctx, req)
+		return h.batch.place(ctx, req)
 	}
 	if err != nil {
 		return stock.Checkout{}, err
@@ -125,38 +73,51 @@ func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (
 		lines[i].Reservation = res[i]
 	}
 	req.Lines = lines
-	co, err := h.checkouts.place(ctx, req)
+	freezepoint.At(freezepoint.Admitted)
+	co, err := h.batch.place(ctx, req)
 	if err != nil {
 		h.admission.GiveBackCheckout(ctx, lines, err)
 		return co, err
 	}
-	for _, line := range lines {
-		h.admission.Settle(ctx, line.SKU, []stock.OrderRequest{line}, []stock.Placed{{}})
-		h.admission.Done(line.Reservation)
+	for _, r := range res {
+		h.admission.Done(r)
 	}
 	return co, nil
 }
 
-// CheckoutSection places the batch of checkouts of skus take returns — hybrid's, or a queued
-// writer's — in the runner's section, unless Redis is known to be down or turns out unreachable
-// at the lock: then the version checks decide alone, as for orders. It settles no reservation:
-// its caller does, line by line.
-func (h *Hybrid) CheckoutSection(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.CheckoutPlaced {
-	if h.admission.Available() {
-		placed := h.run.checkoutSection(ctx, skus, take)
-		if len(placed) == 0 || !errors.Is(placed[0].Err, lock.ErrUnreachable) {
-			return placed
-		}
-		h.admission.Down("lock", placed[0].Err)
+// Section places the batch take returns — hybrid's requests, or a queued writer's (package
+// queued) — in the runner's section, unless Redis is known to be down: then no lock can be had,
+// and the database decides on its own. Reservations of admitted requests in such a batch are
+// settled by the sweeper.
+func (h *Hybrid) Section(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed {
+	if !h.admission.Available() {
+		return h.withoutLock(ctx, take())
 	}
-	return h.checkoutsWithoutLock(ctx, take())
+	return h.run.section(ctx, skus, take)
 }
 
-// checkoutsWithoutLock places checkouts no lock can be had for: the version checks decide them.
-func (h *Hybrid) checkoutsWithoutLock(ctx context.Context, reqs []stock.CheckoutRequest) []stock.CheckoutPlaced {
-	h.admission.FellBack("lock")
-	if len(reqs) == 0 {
-		return nil
+// settle ends the reservations of the lines the section wrote: their units stay sold.
+func (h *Hybrid) settle(ctx context.Context, reqs []stock.CheckoutRequest, placed []stock.Placed) {
+	for i, req := range reqs {
+		for _, line := range req.Admitted() {
+			h.admission.Settle(ctx, line.SKU, []stock.OrderRequest{line}, []stock.Placed{{Err: placed[i].Err}})
+		}
 	}
-	return h.run.versionedCheckouts(ctx, reqs)
 }
+
+// fallback places requests whose locks could not be had because Redis failed between admission
+// and lock: they are admitted, and the database can still decide them safely on its own.
+func (h *Hybrid) fallback(ctx context.Context, reqs []stock.CheckoutRequest, err error) []stock.Placed {
+	h.admission.Down("lock", err)
+	return h.withoutLock(ctx, reqs)
+}
+
+// withoutLock places requests that no lock can be had for: the version checks decide them alone.
+func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.CheckoutRequest) []stock.Placed {
+	h.admission.FellBack("lock")
+	placed, _ := h.run.write(ctx, nil, reqs)
+	return placed
+}
+
+// Close stops listening for lock releases.
+func (h *Hybrid) Close() error { return h.run.locker.Close() }

@@ -20,21 +20,20 @@ func NewNaive(store *stock.Store, pause time.Duration, opts Options, metrics *Lo
 	opts.Wait = pause
 	r := newRunner("naive", store, nil, NoGuard, opts, metrics)
 	r.pause = pause
-	n := &Naive{batch: r.batcher(r.section), checkouts: r.checkoutBatcher(r.checkoutSection)}
-	n.batch.overlap, n.checkouts.overlap = true, true
+	n := &Naive{batch: r.batcher(r.section)}
+	n.batch.overlap = true
 	return n
 }
 
 // Naive is the runner with no lock and no guard (NewNaive).
 type Naive struct {
-	batch     *batcher
-	checkouts *checkoutBatcher
+	batch *batcher
 }
 
 // Name implements Strategy.
 func (*Naive) Name() string { return "naive" }
 
-// PlaceOrder implements Strategy.
-func (n *Naive) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+// Place implements Strategy.
+func (n *Naive) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	return n.batch.place(ctx, req)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
@@ -19,10 +20,9 @@ import (
 // one section per product and instance (the batcher), for at most the lock wait, on a small pool
 // of its own.
 type Pessimistic struct {
-	rowLock   stock.RowWait
-	run       *runner // its store, name, options, metrics and hook; the row lock is not a Locker
-	batch     *batcher
-	checkouts *checkoutBatcher
+	rowLock stock.RowWait
+	run     *runner // its store, name, options, metrics and hook; the row lock is not a Locker
+	batch   *batcher
 }
 
 // NewPessimistic returns the pessimistic strategy over store. rowLock is what a section does
@@ -38,65 +38,36 @@ func NewPessimistic(store *stock.Store, rowLock stock.RowWait, opts Options, met
 	p := &Pessimistic{rowLock: rowLock, run: newRunner("pessimistic", store, nil, Version, opts, metrics)}
 	p.run.readFirst = true
 	p.batch = p.run.batcher(p.section)
-	p.checkouts = p.run.checkoutBatcher(p.checkoutSection)
 	return p
 }
 
 // Name implements Strategy.
 func (*Pessimistic) Name() string { return "pessimistic" }
 
-// PlaceOrder implements Strategy.
-func (p *Pessimistic) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+// Place implements Strategy.
+func (p *Pessimistic) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	return p.batch.place(ctx, req)
 }
 
-// section is the critical section: the orders are taken once the row is held, inside the
-// transaction, so the orders that arrived while it tried for the row come too.
-func (p *Pessimistic) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
-	if placed, ok := p.run.soldOut(ctx, sku, take); ok {
+// section is the critical section: one transaction takes the rows of skus in SKU order
+// (stock.Store.PlaceLocked); the requests are taken once the rows are held, inside the
+// transaction, so the requests that arrived while it tried for the rows come too.
+func (p *Pessimistic) section(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed {
+	if placed, ok := p.run.soldOut(ctx, skus, take); ok {
 		return placed // sold out: no row lock taken, no NOWAIT refused
 	}
-	held := func() []stock.OrderRequest {
+	held := func() []stock.CheckoutRequest {
 		reqs := take()
-		p.run.inSection(ctx, reqs) // the row is locked: a pause here holds it
+		p.run.inSection(ctx, reqs) // the rows are locked: a pause here holds them
 		return reqs
 	}
 	var placed []stock.Placed
-	err := p.untilHeld(ctx, "row products/"+sku, func() (err error) {
-		placed, err = p.run.store.PlaceLocked(ctx, sku, p.rowLock, held)
+	err := p.untilHeld(ctx, "the rows of products "+strings.Join(skus, ", "), func() (err error) {
+		placed, err = p.run.store.PlaceLocked(ctx, skus, p.rowLock, held)
 		return err
 	})
 	if err != nil {
 		return failAll(len(take()), err)
-	}
-	return placed
-}
-
-// PlaceCheckout implements Strategy: checkouts of the same products ride together
-// (checkoutBatcher), and one transaction takes every product's row in SKU order
-// (stock.Store.PlaceCheckoutsLocked), so crossed checkouts queue on their first common row
-// instead of each holding one the other wants.
-func (p *Pessimistic) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	return p.checkouts.place(ctx, req)
-}
-
-// checkoutSection is the critical section of a batch of checkouts: their products' rows.
-func (p *Pessimistic) checkoutSection(ctx context.Context, _ []string, take func() []stock.CheckoutRequest) []stock.CheckoutPlaced {
-	reqs := take()
-	if len(reqs) == 0 {
-		return nil
-	}
-	lines := stock.SKUOrder(reqs[0].Lines)
-	var placed []stock.CheckoutPlaced
-	err := p.untilHeld(ctx, "the rows of the checkout's products", func() (err error) {
-		placed, err = p.run.store.PlaceCheckoutsLocked(ctx, reqs, p.rowLock, func(ctx context.Context) error {
-			p.run.inSection(ctx, lines) // the rows are locked: a pause here holds them
-			return nil
-		})
-		return err
-	})
-	if err != nil {
-		return failCheckouts(len(reqs), err)
 	}
 	return placed
 }

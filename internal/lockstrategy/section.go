@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/flashsale/seckill/internal/freezepoint"
@@ -40,20 +41,21 @@ type runner struct {
 	guard   Guard
 	opts    Options
 	metrics *LockMetrics
-	local   localLocks // the instance's turns on its products: its sections' and its checkouts'
+	local   localLocks // the instance's turns on its products
 	// pause is slept between the read and the write of an unguarded section: naive's stand-in
 	// for the latency that opens the race window in production.
 	pause time.Duration
-	// fallback places the orders when the lock service cannot be reached at all
+	// fallback places the requests when the lock service cannot be reached at all
 	// (lock.ErrUnreachable); nil: they answer unavailable, as a strategy with no safe way without
 	// its lock must.
-	fallback func(ctx context.Context, reqs []stock.OrderRequest, err error) []stock.Placed
-	// readFirst has a section read its product before it takes the lock, and answer a sold-out
-	// one without it (soldOut): the strategies with no admission in front of their lock.
+	fallback func(ctx context.Context, reqs []stock.CheckoutRequest, err error) []stock.Placed
+	// readFirst has a section read its products before it takes the locks, and answer a batch
+	// with a sold-out product without them (soldOut): the strategies with no admission in front
+	// of their locks.
 	readFirst bool
-	// settle runs after the release, outside the lock, with what the section wrote (hybrid:
-	// the reservations of written orders end).
-	settle func(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed)
+	// settle runs after the release, outside the locks, with what the section wrote (hybrid:
+	// the reservations of written requests end).
+	settle func(ctx context.Context, reqs []stock.CheckoutRequest, placed []stock.Placed)
 }
 
 func newRunner(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *runner {
@@ -66,73 +68,183 @@ func (r *runner) batcher(s section) *batcher {
 	return newBatcher(r.name, r.opts.Batch, r.opts.Wait, r.metrics, s)
 }
 
-// section is the critical section over sku (see section in batch.go).
-func (r *runner) section(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed {
+// section is the critical section over skus (see section in batch.go): the turn and the lock of
+// every product, taken in SKU order — the one global order that keeps two crossed checkouts
+// (A+B against B+A) from each holding what the other waits for — then the batch written under
+// r's guard, the locks released in reverse order.
+func (r *runner) section(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed {
 	if r.locker == nil {
-		placed, _ := r.write(ctx, nil, sku, take())
+		placed, _ := r.write(ctx, nil, take())
 		return placed
 	}
-	if placed, ok := r.soldOut(ctx, sku, take); ok {
+	if placed, ok := r.soldOut(ctx, skus, take); ok {
 		return placed
 	}
-	key := r.locker.Key(sku)
-	start := time.Now()
-	waitCtx, cancel := context.WithTimeout(ctx, r.opts.Wait)
-	release, err := r.local.take(waitCtx, sku)
-	if err != nil {
-		cancel()
-		return failAll(len(take()), waitFailed(ctx, key, r.opts.Wait, err))
-	}
-	defer release()
-	l, err := r.locker.Lock(waitCtx, key)
-	outwaited := waitCtx.Err() != nil
-	cancel()
+	h, err := r.lockAll(ctx, skus)
 	if err != nil {
 		if errors.Is(err, lock.ErrUnreachable) && r.fallback != nil {
 			return r.fallback(ctx, take(), err)
 		}
-		return failAll(len(take()), r.lockErr(ctx, key, outwaited, err))
+		return failAll(len(take()), err)
 	}
 	locked := time.Now()
-	r.metrics.waited(r.name, locked.Sub(start))
-	section, stop := untilLost(ctx, l)
+	section, stops := ctx, make([]func(), len(h.locks))
+	for i, l := range h.locks {
+		section, stops[i] = untilLost(section, l)
+	}
 	reqs := take()
-	placed, left := r.write(section, l, key, reqs)
+	placed, left := r.write(section, h, reqs)
 	freezepoint.At(freezepoint.Committed)
-	stop()
-	r.metrics.held(r.name, key, time.Since(locked))
-	unlockCtx, cancelUnlock := context.WithTimeout(context.WithoutCancel(ctx), lock.UnlockTimeout)
-	if !l.Unlock(unlockCtx, left) {
-		r.metrics.lostAt(r.name, key)
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
 	}
-	cancelUnlock()
+	r.metrics.held(r.name, r.locker.Key(skus[0]), time.Since(locked))
+	r.release(ctx, h, left)
 	if r.settle != nil {
-		if h := r.opts.Hooks.Written; h != nil {
-			h(ctx, reqs)
+		if hook := r.opts.Hooks.Written; hook != nil {
+			hook(ctx, linesOf(reqs))
 		}
-		r.settle(ctx, sku, reqs, placed)
+		r.settle(ctx, reqs, placed)
 	}
-	abandoned(section, key, placed)
+	abandoned(section, placed)
 	return placed
 }
 
-// soldOut answers a batch of a product the database shows at zero stock, before any lock
+// soldOut answers a batch with a product the database shows at zero stock, before any lock
 // (stock.Store.SoldOut), when r reads first: a sold-out answer needs no lock. A failed read
 // leaves the batch to the section, which meets the failure itself.
-func (r *runner) soldOut(ctx context.Context, sku string, take func() []stock.OrderRequest) ([]stock.Placed, bool) {
+func (r *runner) soldOut(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) ([]stock.Placed, bool) {
 	if !r.readFirst || planted.On(planted.SoldOutUnderLock) {
 		return nil, false
 	}
-	placed, ok, err := r.store.SoldOut(ctx, sku, take)
+	placed, ok, err := r.store.SoldOut(ctx, skus, take)
 	return placed, ok && err == nil
 }
 
-// inSection runs the fault hook at its one moment in every strategy: the lock held, the product
-// read, right before the write (TestHookMoment).
-func (r *runner) inSection(ctx context.Context, reqs []stock.OrderRequest) {
+// inSection runs the fault hook at its one moment in every strategy: the locks held, the
+// products read, right before the write (TestHookMoment).
+func (r *runner) inSection(ctx context.Context, reqs []stock.CheckoutRequest) {
 	freezepoint.At(freezepoint.Locked)
 	if r.opts.Hooks.InSection != nil {
-		r.opts.Hooks.InSection(ctx, reqs)
+		r.opts.Hooks.InSection(ctx, linesOf(reqs))
+	}
+}
+
+// linesOf are the lines of every request of a batch.
+func linesOf(reqs []stock.CheckoutRequest) []stock.OrderRequest {
+	var lines []stock.OrderRequest
+	for _, r := range reqs {
+		lines = append(lines, r.Admitted()...)
+	}
+	return lines
+}
+
+// localLocks are one instance's turns on its products: a section takes each product's turn
+// before its lock. Sections of one key take turns in the batcher, but a product's orders and the
+// checkouts that buy it have keys of their own — and two acquisitions of one etcd session's
+// mutex do not exclude each other.
+type localLocks struct {
+	mu   sync.Mutex
+	keys map[string]*localLock
+}
+
+type localLock struct {
+	held  chan struct{} // full while a section has the product's turn
+	users int           // holders and waiters; the entry goes with the last
+}
+
+// take waits for sku's turn until ctx ends, and returns its release.
+func (l *localLocks) take(ctx context.Context, sku string) (release func(), err error) {
+	l.mu.Lock()
+	if l.keys == nil {
+		l.keys = map[string]*localLock{}
+	}
+	k := l.keys[sku]
+	if k == nil {
+		k = &localLock{held: make(chan struct{}, 1)}
+		l.keys[sku] = k
+	}
+	k.users++
+	l.mu.Unlock()
+	leave := func() {
+		l.mu.Lock()
+		if k.users--; k.users == 0 {
+			delete(l.keys, sku)
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case k.held <- struct{}{}:
+		return func() { <-k.held; leave() }, nil
+	case <-ctx.Done():
+		leave()
+		return nil, ctx.Err()
+	}
+}
+
+// holds are the locks of a section's products, in SKU order.
+type holds struct {
+	skus     []string
+	locks    []lock.Lock
+	releases []func()
+}
+
+// lockOf is sku's lock, nil when the section holds none for it.
+func (h *holds) lockOf(sku string) lock.Lock {
+	if h == nil {
+		return nil
+	}
+	for i, s := range h.skus {
+		if s == sku {
+			return h.locks[i]
+		}
+	}
+	return nil
+}
+
+// lockAll takes the turn and the lock of every product of skus in their order (SKU order),
+// within the section's wait. On failure it releases what it took, and answers as a section
+// would.
+func (r *runner) lockAll(ctx context.Context, skus []string) (*holds, error) {
+	h := &holds{}
+	start := time.Now()
+	waitCtx, cancel := context.WithTimeout(ctx, r.opts.Wait)
+	defer cancel()
+	for _, sku := range skus {
+		key := r.locker.Key(sku)
+		if r.opts.Hooks.Locking != nil {
+			r.opts.Hooks.Locking(waitCtx, skus, len(h.locks))
+		}
+		release, err := r.local.take(waitCtx, sku)
+		if err != nil {
+			r.release(ctx, h, nil)
+			return nil, waitFailed(ctx, key, r.opts.Wait, err)
+		}
+		l, err := r.locker.Lock(waitCtx, key)
+		if err != nil {
+			release()
+			r.release(ctx, h, nil)
+			if errors.Is(err, lock.ErrUnreachable) && r.fallback != nil {
+				return nil, err
+			}
+			return nil, r.lockErr(ctx, key, waitCtx.Err() != nil, err)
+		}
+		h.skus, h.locks, h.releases = append(h.skus, sku), append(h.locks, l), append(h.releases, release)
+	}
+	r.metrics.waited(r.name, time.Since(start))
+	return h, nil
+}
+
+// release lets go of every lock and turn of h, in reverse order, handing each lock the product
+// as the section left it when it knows (left, by SKU).
+func (r *runner) release(ctx context.Context, h *holds, left map[string]*stock.Product) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lock.UnlockTimeout)
+	defer cancel()
+	for i := len(h.locks) - 1; i >= 0; i-- {
+		if !h.locks[i].Unlock(ctx, left[h.skus[i]]) {
+			r.metrics.lostAt(r.name, r.locker.Key(h.skus[i]))
+		}
+		h.releases[i]()
 	}
 }
 
@@ -160,14 +272,15 @@ func untilLost(ctx context.Context, l lock.Lock) (section context.Context, stop 
 }
 
 // abandoned turns the failures of a section whose lock was lost mid-way into busy: nothing of
-// them was written, and the client may retry. Orders it did write, and sold-out answers, stand.
-func abandoned(section context.Context, key string, placed []stock.Placed) {
+// them was written, and the client may retry. Requests it did write, and sold-out answers,
+// stand.
+func abandoned(section context.Context, placed []stock.Placed) {
 	if !errors.Is(context.Cause(section), lock.ErrLost) {
 		return
 	}
 	for i := range placed {
 		if placed[i].Err != nil && !errors.Is(placed[i].Err, stock.ErrSoldOut) {
-			placed[i].Err = stock.Busy(stock.BusyLockLost, fmt.Errorf("lock %s lost mid-section, section abandoned", key))
+			placed[i].Err = stock.Busy(stock.BusyLockLost, fmt.Errorf("a lock of the section was lost mid-way, section abandoned: %w", placed[i].Err))
 		}
 	}
 }
@@ -185,7 +298,7 @@ func (r *runner) lockErr(ctx context.Context, key string, outwaited bool, err er
 	return waitFailed(ctx, key, r.opts.Wait, err)
 }
 
-// failAll answers every order of a batch with err.
+// failAll answers every request of a batch with err.
 func failAll(n int, err error) []stock.Placed {
 	out := make([]stock.Placed, n)
 	for i := range out {

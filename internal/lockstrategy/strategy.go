@@ -12,16 +12,22 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// A Strategy places one order, serialising it against concurrent orders for the same product.
-// It returns stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrBusy, stock.ErrNotFound,
-// stock.ErrInvalid, stock.ErrDuplicateRequest, stock.ErrUnavailable, or a wrapped internal error.
-// It places checkouts too (checkout.go): req is valid (stock.CheckoutRequest.Validate: the
-// service checks it first; a product twice would take its turn twice), and a refusal of some
-// lines is a *stock.CheckoutError naming them.
+// A Strategy places a request — an order is a request of one line, a checkout one of several —
+// serialising it against concurrent requests for the same products. It returns
+// stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrBusy, stock.ErrNotFound,
+// stock.ErrInvalid, stock.ErrDuplicateRequest, stock.ErrUnavailable, or a wrapped internal error;
+// a refusal of some lines is a *stock.CheckoutError naming them. req is valid
+// (stock.CheckoutRequest.Validate: the service checks it first; a product twice would take its
+// turn twice).
 type Strategy interface {
 	Name() string
-	PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error)
-	PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
+	Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
+}
+
+// PlaceOrder places one order with s: the request of one line, answered as an order.
+func PlaceOrder(ctx context.Context, s Strategy, req stock.OrderRequest) (stock.Order, error) {
+	co, err := s.Place(ctx, stock.OrderOf(req))
+	return stock.Placed{Checkout: co, Err: err}.Order()
 }
 
 // Hooks reach into the one critical section of every strategy, and into the queued strategy's
@@ -29,9 +35,9 @@ type Strategy interface {
 // SIGSTOP) or act at its most delicate moment. The zero value, which production uses, does
 // nothing.
 type Hooks struct {
-	// InSection runs inside the critical section of every strategy at one moment: the lock held
-	// (the row locked, for pessimistic; naive has no lock) and the product read, right before the
-	// orders are written — the window between a read and its write that every guard is for
+	// InSection runs inside the critical section of every strategy at one moment: the locks held
+	// (the rows locked, for pessimistic; naive has no lock) and the products read, right before
+	// the batch is written — the window between a read and its write that every guard is for
 	// (TestHookMoment). It runs in the section runner (runner.inSection), called by each guard's
 	// write.
 	InSection func(ctx context.Context, orders []stock.OrderRequest)
@@ -39,8 +45,8 @@ type Hooks struct {
 	// run too) once its orders are committed and its lock released, before their reservations
 	// are settled: the moment a written order still holds its reservation.
 	Written func(ctx context.Context, orders []stock.OrderRequest)
-	// Locking runs in a checkout's section before each of its products' locks is taken: skus in
-	// the order they are taken, held of them held already. Tests cross two checkouts with it at
+	// Locking runs in a section before each of its products' locks is taken: skus in the order
+	// they are taken, held of them held already. Tests cross two checkouts with it at
 	// the moment the lock order decides: each holding its first product's lock.
 	Locking func(ctx context.Context, skus []string, held int)
 	// Admitted runs in the queued strategy once an order is admitted and before its message is
@@ -59,9 +65,8 @@ type Hooks struct {
 // (their lock, Fence), dblock (the lock table, Version), and the unguarded twins
 // (unguarded-redis, unguarded-etcd, unguarded-zookeeper: their guarded strategy's lock, NoGuard).
 type Locked struct {
-	run       *runner
-	batch     *batcher
-	checkouts *checkoutBatcher
+	run   *runner
+	batch *batcher
 }
 
 // New returns the strategy name: sections under locker's lock, written under guard. A lock
@@ -70,7 +75,6 @@ func New(name string, store *stock.Store, locker lock.Locker, guard Guard, opts 
 	l := &Locked{run: newRunner(name, store, locker, guard, opts, metrics)}
 	l.run.readFirst = guard != NoGuard // the unguarded twins keep the incident's recipe whole
 	l.batch = l.run.batcher(l.run.section)
-	l.checkouts = l.run.checkoutBatcher(l.run.checkoutSection)
 	return l
 }
 
@@ -83,8 +87,8 @@ func (l *Locked) LockKey(sku string) string { return l.run.locker.Key(sku) }
 // LockBackend names its lock service: redis, etcd, zookeeper or database.
 func (l *Locked) LockBackend() string { return l.run.locker.Backend() }
 
-// PlaceOrder implements Strategy.
-func (l *Locked) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+// Place implements Strategy.
+func (l *Locked) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	return l.batch.place(ctx, req)
 }
 

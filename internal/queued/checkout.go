@@ -6,36 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/stock"
 )
-
-// PlaceCheckout implements lockstrategy.Strategy: the checkout it returns is queued, not
-// placed. It takes an order's steps as one: admission of every line or none, each line's
-// reservation under the checkout's id (so that the first record of that id decides for every
-// line, as for an order), one message, one record, 202. Its writer places every line in one
-// transaction, or rejects the checkout whole.
-func (s *Queued) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	id := ulid.Make().String()
-	lines := req.Admitted()
-	for i := range lines {
-		lines[i].OrderID, lines[i].Reservation = ulid.Make().String(), stock.Reservation{ID: id}
-	}
-	if _, err := s.admission.AdmitCheckoutWithin(ctx, lines, s.opts.MaxWaiting); err != nil {
-		return stock.Checkout{}, admissionFailed("checkout", err)
-	}
-	o := orderqueue.Order{OrderID: id, SKU: lines[0].SKU, UserID: req.UserID, Strategy: req.Strategy,
-		IdempotencyKey: req.IdempotencyKey, Reservation: id, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
-	for _, l := range lines {
-		o.Lines = append(o.Lines, orderqueue.Line{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
-	}
-	if err := s.send(ctx, o); err != nil {
-		return stock.Checkout{}, err
-	}
-	return queuedCheckout(o, stock.Queued), nil
-}
 
 // Checkout reads the record of a checkout: queued, rejected with its reason, or — placed — its
 // rows. stock.ErrNotFound when the queue has no record of it (or it is an order's),
@@ -104,7 +77,7 @@ func (s *Queued) ReplayCheckout(ctx context.Context, req stock.CheckoutRequest) 
 		return s.checkout(ctx, rec, err)
 	case rec.State == orderqueue.Rejected:
 		return stock.Checkout{}, fmt.Errorf("key %q: checkout %s rejected: %w", req.IdempotencyKey, held.ID, stock.ErrNotFound)
-	case len(rec.Lines) == 0 || checkoutRequest(rec.Order).Fingerprint() != req.Fingerprint():
+	case len(rec.Lines) == 0 || requestOf(rec.Order).Fingerprint() != req.Fingerprint():
 		return stock.Checkout{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
 	}
 	return s.checkout(ctx, rec, nil)

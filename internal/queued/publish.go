@@ -14,28 +14,42 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// PlaceOrder implements Strategy: the order it returns is queued (stock.Queued), not placed.
-func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	req.OrderID = ulid.Make().String()
-	req.Reservation = stock.Reservation{ID: req.OrderID}
-	if _, err := s.admission.AdmitWithin(ctx, req, s.opts.MaxWaiting); err != nil {
-		return stock.Order{}, admissionFailed(req.SKU, err)
+// Place implements Strategy: the request it returns is queued (stock.Queued), not placed. An
+// order and a checkout take the same steps: admission of every line or none, each line's
+// reservation under the request's id (so that the first record of that id decides for every
+// line), one message, one record, 202. Its writer places every line in one transaction, or
+// rejects the request whole.
+func (s *Queued) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+	id := ulid.Make().String()
+	lines := req.Admitted()
+	for i := range lines {
+		lines[i].OrderID, lines[i].Reservation = ulid.Make().String(), stock.Reservation{ID: id}
 	}
-	o := orderqueue.Order{OrderID: req.OrderID, SKU: req.SKU, UserID: req.UserID, Quantity: req.Quantity, Strategy: req.Strategy,
-		IdempotencyKey: req.IdempotencyKey, Reservation: req.OrderID, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	o := orderqueue.Order{OrderID: id, SKU: lines[0].SKU, UserID: req.UserID, Strategy: req.Strategy,
+		IdempotencyKey: req.IdempotencyKey, Reservation: id, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if req.Order {
+		lines[0].OrderID, o.Quantity = id, lines[0].Quantity
+	} else {
+		for _, l := range lines {
+			o.Lines = append(o.Lines, orderqueue.Line{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
+		}
+	}
+	if _, err := s.admission.AdmitCheckoutWithin(ctx, lines, s.opts.MaxWaiting); err != nil {
+		return stock.Checkout{}, admissionFailed(err)
+	}
 	if err := s.send(ctx, o); err != nil {
-		return stock.Order{}, err
+		return stock.Checkout{}, err
 	}
-	return queuedOrder(o), nil
+	return queuedCheckout(o, stock.Queued), nil
 }
 
-// admissionFailed is the answer to an order or a checkout that admission did not take.
-func admissionFailed(what string, err error) error {
+// admissionFailed is the answer to a request that admission did not take.
+func admissionFailed(err error) error {
 	if errors.Is(err, admission.ErrRedisDown) {
 		// No 202 can be promised without admission, and the database path is no fallback here:
 		// it would sell units that admission holds for orders already answered 202, which the
 		// writers would then reject. The buyer retries shortly, with its key.
-		return stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued %s: admission cannot be asked, retry: %w", what, err))
+		return stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued: admission cannot be asked, retry: %w", err))
 	}
 	return err
 }

@@ -53,7 +53,6 @@ import (
 // following it), pending.go (the sweeper's question).
 type Queued struct {
 	section   Section
-	checkouts CheckoutSection
 	admission *admission.Ledger
 	queue     *orderqueue.Queue
 	store     *stock.Store
@@ -64,14 +63,10 @@ type Queued struct {
 	writers   sync.WaitGroup
 }
 
-// Section places a batch of one product's orders under its lock and the version guard, and
-// settles the reservations of those written: hybrid's (lockstrategy.Hybrid.Section).
-type Section func(ctx context.Context, sku string, take func() []stock.OrderRequest) []stock.Placed
-
-// CheckoutSection places a batch of checkouts of the same products under their locks, taken in
-// SKU order, and their version guards, in one transaction: hybrid's
-// (lockstrategy.Hybrid.CheckoutSection). It settles no reservation.
-type CheckoutSection func(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.CheckoutPlaced
+// Section places a batch of requests for the same products under their locks, taken in SKU
+// order, and their version guards, in one transaction, and settles the reservations of those
+// written: hybrid's (lockstrategy.Hybrid.Section).
+type Section func(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed
 
 // Options tune the queued strategy; app.Defaults has the service's. Every duration and count but
 // MaxWaiting is required.
@@ -93,15 +88,15 @@ type Options struct {
 }
 
 // New returns the queued strategy: admission by ledger, orders and checkouts written by section
-// and checkouts (hybrid's) to store, and starts its writers on queue. Close stops them. The
+// (hybrid's) to store, and starts its writers on queue. Close stops them. The
 // ledger's sweeper asks the queue about orphaned reservations through Pending, given to it at its
 // construction.
-func New(section Section, checkouts CheckoutSection, ledger *admission.Ledger, store *stock.Store, queue *orderqueue.Queue, opts Options, log *slog.Logger) (*Queued, error) {
+func New(section Section, ledger *admission.Ledger, store *stock.Store, queue *orderqueue.Queue, opts Options, log *slog.Logger) (*Queued, error) {
 	if opts.Writers <= 0 || opts.Batch <= 0 || opts.Idle <= 0 || opts.Retry <= 0 || opts.Publish <= 0 || opts.LockWait <= 0 {
 		return nil, fmt.Errorf("queued options %+v: writers, batch, idle, retry, publish and lock wait are required", opts)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	s := &Queued{section: section, checkouts: checkouts, admission: ledger, queue: queue, store: store, opts: opts, log: log, stop: stop}
+	s := &Queued{section: section, admission: ledger, queue: queue, store: store, opts: opts, log: log, stop: stop}
 	s.keys = newKeyChecks(store, opts.Publish)
 	timeout := 2*opts.LockWait + 10*time.Second
 	for range opts.Writers {
@@ -170,24 +165,26 @@ func requests(o orderqueue.Order) []stock.OrderRequest {
 	return out
 }
 
-// checkoutRequest is the checkout a message carries.
-func checkoutRequest(o orderqueue.Order) stock.CheckoutRequest {
+// requestOf is the request a message carries: an order's, or a checkout's.
+func requestOf(o orderqueue.Order) stock.CheckoutRequest {
+	if len(o.Lines) == 0 {
+		return stock.OrderOf(request(o))
+	}
 	return stock.CheckoutRequest{CheckoutID: o.OrderID, UserID: o.UserID, Strategy: o.Strategy,
 		IdempotencyKey: o.IdempotencyKey, Lines: requests(o)}
 }
 
-// products are the SKUs of a checkout's lines, in SKU order.
-func products(o orderqueue.Order) []string {
-	skus := make([]string, len(o.Lines))
-	for i, l := range o.Lines {
-		skus[i] = l.SKU
-	}
-	return skus
-}
-
-// queuedCheckout is the checkout a queued record stands for, its lines in status.
+// queuedCheckout is the request a queued record stands for, its lines in status: an order's
+// one line, or a checkout's.
 func queuedCheckout(o orderqueue.Order, status stock.Status) stock.Checkout {
-	co := stock.Checkout{CheckoutID: o.OrderID, UserID: o.UserID, Strategy: o.Strategy, Status: status, CreatedAt: o.AcceptedAt}
+	co := stock.Checkout{UserID: o.UserID, Strategy: o.Strategy, Status: status, CreatedAt: o.AcceptedAt}
+	if len(o.Lines) == 0 {
+		line := queuedOrder(o)
+		line.Status = status
+		co.Lines = []stock.Order{line}
+		return co
+	}
+	co.CheckoutID = o.OrderID
 	for _, l := range o.Lines {
 		co.Lines = append(co.Lines, stock.Order{OrderID: l.OrderID, CheckoutID: o.OrderID, SKU: l.SKU, UserID: o.UserID,
 			Quantity: l.Quantity, Strategy: o.Strategy, CreatedAt: o.AcceptedAt, Status: status})

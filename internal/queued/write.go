@@ -38,26 +38,21 @@ func eachOrder(ts []taken, f func(i int, h taken)) {
 	_ = g.Wait()
 }
 
-// write is one writer's batch of one product (steps 3 and 4): its orders, then the checkouts
-// that travel on its subject, those of the same products together.
+// write is one writer's batch of one subject (steps 3 and 4): its requests, those for the same
+// products together — a product's orders, the checkouts of one set of products — each set in
+// one section, in the order the queue took its first request.
 func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
-	var orders []taken
-	checkouts := map[string][]taken{}
-	var sets []string // in the order the queue took their first checkout
+	sets := map[string][]taken{}
+	var keys []string
 	for _, d := range b.Deliveries {
-		if len(d.Order.Lines) == 0 {
-			orders = append(orders, taken{Delivery: d})
-			continue
+		key := strings.Join(requestOf(d.Order).SKUs(), "\x00")
+		if _, ok := sets[key]; !ok {
+			keys = append(keys, key)
 		}
-		set := strings.Join(products(d.Order), "\x00")
-		if _, ok := checkouts[set]; !ok {
-			sets = append(sets, set)
-		}
-		checkouts[set] = append(checkouts[set], taken{Delivery: d})
+		sets[key] = append(sets[key], taken{Delivery: d})
 	}
-	s.writeSome(ctx, orders, s.placeOrders)
-	for _, set := range sets {
-		s.writeSome(ctx, checkouts[set], s.placeCheckouts)
+	for _, key := range keys {
+		s.writeSome(ctx, sets[key])
 	}
 }
 
@@ -67,9 +62,9 @@ type outcome struct {
 	err error
 }
 
-// writeSome claims ts, finishes those decided already, has place write the others in one
-// section, and ends each as it came out.
-func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.Context, []taken) []outcome) {
+// writeSome claims ts, finishes those decided already, writes the others in one section
+// (place), and ends each as it came out.
+func (s *Queued) writeSome(ctx context.Context, ts []taken) {
 	if len(ts) == 0 {
 		return
 	}
@@ -109,7 +104,7 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.C
 	var refused, written []taken
 	var ends []orderqueue.Record
 	refusals := map[string]error{}
-	for i, out := range place(ctx, todo) {
+	for i, out := range s.place(ctx, todo) {
 		h := todo[i]
 		if errors.Is(out.err, stock.ErrDuplicateRequest) {
 			// Another order holds its key (both were accepted while neither was written): a
@@ -158,42 +153,21 @@ func (s *Queued) unclaimed(ctx context.Context, ts []taken) map[string]bool {
 	return handed
 }
 
-// placeOrders writes a batch of one product's orders in hybrid's section, which settles the
-// reservations of those written.
-func (s *Queued) placeOrders(ctx context.Context, ts []taken) []outcome {
-	reqs := make([]stock.OrderRequest, len(ts))
-	for i, h := range ts {
-		reqs[i] = request(h.Order)
-	}
-	placed := s.section(ctx, ts[0].Order.SKU, func() []stock.OrderRequest { return reqs })
-	out := make([]outcome, len(placed))
-	for i, p := range placed {
-		out[i].err = p.Err
-		if p.Err == nil {
-			out[i].row = &orderqueue.Row{Status: string(p.Order.Status), ExpiresAt: p.Order.ExpiresAt, CreatedAt: p.Order.CreatedAt}
-		}
-	}
-	return out
-}
-
-// placeCheckouts writes a batch of checkouts of the same products in hybrid's checkout section
-// — every line of each, or none — and settles the reservations of those written.
-func (s *Queued) placeCheckouts(ctx context.Context, ts []taken) []outcome {
+// place writes a batch of requests for the same products in hybrid's section — every line of
+// each, or none — which settles the reservations of those written.
+func (s *Queued) place(ctx context.Context, ts []taken) []outcome {
 	reqs := make([]stock.CheckoutRequest, len(ts))
 	for i, h := range ts {
-		reqs[i] = checkoutRequest(h.Order)
+		reqs[i] = requestOf(h.Order)
 	}
-	placed := s.checkouts(ctx, products(ts[0].Order), func() []stock.CheckoutRequest { return reqs })
+	placed := s.section(ctx, reqs[0].SKUs(), func() []stock.CheckoutRequest { return reqs })
 	out := make([]outcome, len(placed))
-	var written []stock.OrderRequest
 	for i, p := range placed {
 		out[i].err = p.Err
 		if p.Err == nil {
 			out[i].row = &orderqueue.Row{Status: string(p.Checkout.Status), ExpiresAt: p.Checkout.ExpiresAt, CreatedAt: p.Checkout.CreatedAt}
-			written = append(written, reqs[i].Lines...)
 		}
 	}
-	s.settle(ctx, written)
 	return out
 }
 

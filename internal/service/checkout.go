@@ -57,7 +57,7 @@ func (s *Service) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) 
 	}
 	start := time.Now()
 	for {
-		co, err = st.PlaceCheckout(ctx, req)
+		co, err = st.Place(ctx, req)
 		var refusedLines *stock.CheckoutError
 		if flagged && errors.Is(err, stock.ErrSoldOut) && errors.As(err, &refusedLines) {
 			for _, sku := range refusedLines.SKUs {

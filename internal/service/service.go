@@ -177,7 +177,7 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 		return stock.Order{}, false, err
 	}
 	for {
-		order, err = st.PlaceOrder(ctx, req)
+		order, err = lockstrategy.PlaceOrder(ctx, st, req)
 		if flagged && errors.Is(err, stock.ErrSoldOut) {
 			s.soldOut.learn(req.SKU)
 		}

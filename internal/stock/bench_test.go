@@ -41,17 +41,17 @@ func benchSections(b *testing.B, stores []*stock.Store) {
 	ctx := context.Background()
 	sections := map[string]section{
 		"rowlock": func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-			return s.PlaceLocked(ctx, reqs[0].SKU, stock.WaitForRow, func() []stock.OrderRequest { return reqs })
+			return s.PlaceLocked(ctx, []string{reqs[0].SKU}, stock.WaitForRow, func() []stock.CheckoutRequest { return orders(reqs...) })
 		},
 		"version": func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-			p, err := s.Product(ctx, reqs[0].SKU)
+			reads, err := s.Reads(ctx, []string{reqs[0].SKU})
 			if err != nil {
 				return nil, err
 			}
-			return s.PlaceAt(ctx, reqs, p)
+			return s.PlaceAt(ctx, orders(reqs...), reads)
 		},
 		"fenced": func(s *stock.Store, reqs []stock.OrderRequest) ([]stock.Placed, error) {
-			return s.PlaceFenced(ctx, reqs, stock.Token{Fence: stock.EtcdFence, Value: 1}, noPause)
+			return s.PlaceFenced(ctx, orders(reqs...), map[string]stock.Token{reqs[0].SKU: {Fence: stock.EtcdFence, Value: 1}}, noPause)
 		},
 	}
 	for _, name := range []string{"rowlock", "version", "fenced"} {
@@ -86,7 +86,7 @@ func benchSection(b *testing.B, stores []*stock.Store, place section, name strin
 				failed.Add(1) // busy or a version conflict under contention: a lost attempt
 				continue
 			}
-			placed = append(placed, res[i].Order)
+			placed = append(placed, res[i].Checkout.Lines[0])
 		}
 	}
 	next := func() stock.OrderRequest {

@@ -16,7 +16,7 @@ import (
 )
 
 // onlyCheckout is the answer of a batch of one checkout.
-func onlyCheckout(out []stock.CheckoutPlaced, err error) (stock.Checkout, error) {
+func onlyCheckout(out []stock.Placed, err error) (stock.Checkout, error) {
 	if err != nil {
 		return stock.Checkout{}, err
 	}
@@ -36,22 +36,27 @@ func checkoutSections() map[string]checkoutSection {
 					reads = append(reads, p) // one it cannot read, the section names
 				}
 			}
-			return onlyCheckout(s.PlaceCheckoutsAt(context.Background(), []stock.CheckoutRequest{req}, reads))
+			return onlyCheckout(s.PlaceAt(context.Background(), []stock.CheckoutRequest{req}, reads))
 		},
 		"fenced": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
 			tokens := map[string]stock.Token{}
 			for _, l := range req.Lines {
 				tokens[l.SKU] = stock.Token{Fence: stock.EtcdFence, Value: 1}
 			}
-			return onlyCheckout(s.PlaceCheckoutsFenced(context.Background(), []stock.CheckoutRequest{req}, tokens, noPause))
+			return onlyCheckout(s.PlaceFenced(context.Background(), []stock.CheckoutRequest{req}, tokens, noPause))
 		},
 		"locked": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
-			return onlyCheckout(s.PlaceCheckoutsLocked(context.Background(), []stock.CheckoutRequest{req}, stock.NoWait, noPause))
+			return onlyCheckout(locked(s, []stock.CheckoutRequest{req}, stock.NoWait))
 		},
 		"unguarded": func(s *stock.Store, req stock.CheckoutRequest) (stock.Checkout, error) {
-			return onlyCheckout(s.PlaceCheckoutsUnguarded(context.Background(), []stock.CheckoutRequest{req}, noPause))
+			return onlyCheckout(s.PlaceUnguarded(context.Background(), []stock.CheckoutRequest{req}, noPause))
 		},
 	}
+}
+
+// locked places reqs under their products' row locks, as the pessimistic strategy does.
+func locked(s *stock.Store, reqs []stock.CheckoutRequest, wait stock.RowWait) ([]stock.Placed, error) {
+	return s.PlaceLocked(context.Background(), reqs[0].SKUs(), wait, func() []stock.CheckoutRequest { return reqs })
 }
 
 func checkout(user string, skus ...string) stock.CheckoutRequest {
@@ -128,7 +133,7 @@ func TestCheckoutStaleLineWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	_, err = placeAt(t, s, order(last, "other"))
 	require.NoError(t, err)
-	_, err = onlyCheckout(s.PlaceCheckoutsAt(ctx, []stock.CheckoutRequest{checkout("u1", a, b)}, []stock.Product{pa, pb}))
+	_, err = onlyCheckout(s.PlaceAt(ctx, []stock.CheckoutRequest{checkout("u1", a, b)}, []stock.Product{pa, pb}))
 	require.ErrorIs(t, err, stock.ErrVersionConflict)
 	assert.Equal(t, int64(5), stockOf(t, s, first), "a stale line wrote no line of its checkout")
 	audit, err := s.Audit(ctx, first)
@@ -144,14 +149,14 @@ func TestCheckoutKey(t *testing.T) {
 	a, b := newProduct(t, s, 5, 1), newProduct(t, s, 5, 1)
 	req := checkout("u1", a, b)
 	req.IdempotencyKey = backendtest.SKU(t) + "-key"
-	c, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{req}, stock.NoWait, noPause))
+	c, err := onlyCheckout(locked(s, []stock.CheckoutRequest{req}, stock.NoWait))
 	require.NoError(t, err)
 	o, err := s.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
 	require.NoError(t, err)
 	assert.Equal(t, c.CheckoutID, o.CheckoutID, "the key finds the checkout")
 	again := checkout("u2", a, b)
 	again.IdempotencyKey = req.IdempotencyKey
-	_, err = onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{again}, stock.NoWait, noPause))
+	_, err = onlyCheckout(locked(s, []stock.CheckoutRequest{again}, stock.NoWait))
 	require.ErrorIs(t, err, stock.ErrDuplicateRequest)
 	_, err = placeAt(t, s, stock.OrderRequest{SKU: a, UserID: "u3", Quantity: 1, Strategy: "test", IdempotencyKey: req.IdempotencyKey})
 	require.ErrorIs(t, err, stock.ErrDuplicateRequest)
@@ -179,7 +184,7 @@ func TestCrossedCheckouts(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				skus := orders[(w+i)%len(orders)]
-				c, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout(fmt.Sprintf("w%d-%d", w, i), skus...)}, stock.WaitForRow, noPause))
+				c, err := onlyCheckout(locked(s, []stock.CheckoutRequest{checkout(fmt.Sprintf("w%d-%d", w, i), skus...)}, stock.WaitForRow))
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -229,7 +234,7 @@ func TestCheckoutTakesRowsInSKUOrder(t *testing.T) {
 
 	placed := make(chan error, 1)
 	go func() {
-		_, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout("u1", second, first)}, stock.WaitForRow, noPause))
+		_, err := onlyCheckout(locked(s, []stock.CheckoutRequest{checkout("u1", second, first)}, stock.WaitForRow))
 		placed <- err
 	}()
 	// The checkout is waiting once its locking read runs: the other connection is idle, holding
@@ -264,7 +269,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 		return out
 	}
 
-	paid, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout("payer", a, b)}, stock.NoWait, noPause))
+	paid, err := onlyCheckout(locked(s, []stock.CheckoutRequest{checkout("payer", a, b)}, stock.NoWait))
 	require.NoError(t, err)
 	assert.Equal(t, stock.Pending, paid.Status)
 	assert.WithinDuration(t, paid.CreatedAt.Add(time.Minute), paid.ExpiresAt, time.Millisecond, "the shortest payment timeout of its products")
@@ -275,7 +280,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []stock.Status{stock.Confirmed, stock.Confirmed}, status(got), "a line's pay pays its checkout")
 
-	cancelled, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout("canceller", a, b)}, stock.NoWait, noPause))
+	cancelled, err := onlyCheckout(locked(s, []stock.CheckoutRequest{checkout("canceller", a, b)}, stock.NoWait))
 	require.NoError(t, err)
 	_, err = s.CancelCheckout(ctx, cancelled.CheckoutID, "someone else")
 	require.ErrorIs(t, err, stock.ErrNotFound)
@@ -286,7 +291,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 	require.NoError(t, err, "cancelled again: answered as it is")
 	assert.Equal(t, []int64{4, 4, 5}, units(), "the cancelled checkout's units back, once per line")
 
-	lapsing, err := onlyCheckout(s.PlaceCheckoutsLocked(ctx, []stock.CheckoutRequest{checkout("late", a, c)}, stock.NoWait, noPause))
+	lapsing, err := onlyCheckout(locked(s, []stock.CheckoutRequest{checkout("late", a, c)}, stock.NoWait))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		_, err := s.ExpireDue(ctx, 100)
@@ -308,25 +313,25 @@ func TestCheckoutLifecycle(t *testing.T) {
 func TestCheckoutBatch(t *testing.T) {
 	ctx := context.Background()
 	s := backendtest.Store(t)
-	for name, place := range map[string]func(reqs []stock.CheckoutRequest) ([]stock.CheckoutPlaced, error){
-		"at": func(reqs []stock.CheckoutRequest) ([]stock.CheckoutPlaced, error) {
+	for name, place := range map[string]func(reqs []stock.CheckoutRequest) ([]stock.Placed, error){
+		"at": func(reqs []stock.CheckoutRequest) ([]stock.Placed, error) {
 			var reads []stock.Product
 			for _, l := range reqs[0].Lines {
 				p, err := s.Product(ctx, l.SKU)
 				require.NoError(t, err)
 				reads = append(reads, p)
 			}
-			return s.PlaceCheckoutsAt(ctx, reqs, reads)
+			return s.PlaceAt(ctx, reqs, reads)
 		},
-		"fenced": func(reqs []stock.CheckoutRequest) ([]stock.CheckoutPlaced, error) {
+		"fenced": func(reqs []stock.CheckoutRequest) ([]stock.Placed, error) {
 			tokens := map[string]stock.Token{}
 			for _, l := range reqs[0].Lines {
 				tokens[l.SKU] = stock.Token{Fence: stock.EtcdFence, Value: 1}
 			}
-			return s.PlaceCheckoutsFenced(ctx, reqs, tokens, noPause)
+			return s.PlaceFenced(ctx, reqs, tokens, noPause)
 		},
-		"locked": func(reqs []stock.CheckoutRequest) ([]stock.CheckoutPlaced, error) {
-			return s.PlaceCheckoutsLocked(ctx, reqs, stock.NoWait, noPause)
+		"locked": func(reqs []stock.CheckoutRequest) ([]stock.Placed, error) {
+			return locked(s, reqs, stock.NoWait)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -345,7 +350,7 @@ func TestCheckoutBatch(t *testing.T) {
 			require.ErrorAs(t, placed[4].Err, &soldOut, "the stock of a ran out part way")
 			assert.Equal(t, []string{a}, soldOut.SKUs)
 			assert.NotEqual(t, placed[0].Checkout.CheckoutID, placed[3].Checkout.CheckoutID)
-			for _, p := range []stock.CheckoutPlaced{placed[0], placed[3]} {
+			for _, p := range []stock.Placed{placed[0], placed[3]} {
 				require.Len(t, p.Checkout.Lines, 2)
 				got, err := s.Checkout(ctx, p.Checkout.CheckoutID)
 				require.NoError(t, err)

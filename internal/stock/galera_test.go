@@ -36,7 +36,7 @@ func TestGaleraNodeRefuses(t *testing.T) {
 	require.ErrorAs(t, err, &refused)
 	assert.EqualValues(t, 1047, refused.Number, "the node's own answer")
 	assert.Equal(t, "unavailable", stock.Code(err), "%v", err)
-	_, err = s.PlaceAt(ctx, []stock.OrderRequest{{SKU: sku, UserID: "u1", Quantity: 1}}, read)
+	_, err = s.PlaceAt(ctx, orders(stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 1}), []stock.Product{read})
 	assert.Equal(t, "unavailable", stock.Code(err), "%v", err)
 	err = s.Ready(ctx)
 	assert.ErrorIs(t, err, stock.ErrUnavailable)

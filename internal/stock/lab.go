@@ -28,12 +28,12 @@ func (s *Store) PlaceOneForUpdate(ctx context.Context, req OrderRequest, wait Ro
 	if s.dialect != MySQL {
 		return Order{}, errors.New("PlaceOneForUpdate measures MySQL/MariaDB row locks; this store is " + string(s.dialect))
 	}
-	placed, err := s.placeLocked(ctx, s.db, rowLock(wait), req.SKU, func() []OrderRequest {
+	placed, err := s.placeLocked(ctx, s.db, rowLock(wait), []string{req.SKU}, func() []CheckoutRequest {
 		select { // the row is locked now: the handler's work holds it
 		case <-time.After(hold):
 		case <-ctx.Done():
 		}
-		return []OrderRequest{req}
+		return []CheckoutRequest{OrderOf(req)}
 	})
 	if err != nil && ctx.Err() != nil {
 		// The request gave up: the driver may report the query it cancelled as a bad connection.
@@ -42,7 +42,7 @@ func (s *Store) PlaceOneForUpdate(ctx context.Context, req OrderRequest, wait Ro
 	if err != nil {
 		return Order{}, err
 	}
-	return placed[0].Order, placed[0].Err
+	return placed[0].Order()
 }
 
 // PoolStats are the statistics of the store's main connection pool — the one PlaceOneForUpdate

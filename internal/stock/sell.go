@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -13,105 +15,91 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// The critical sections of the strategies. Each places "the orders to place" — the orders of one
-// product that queued while the last section ran; an order alone is a batch of one — in one
-// transaction: one conditional stock UPDATE for all of them, whose RowsAffected is checked, and
-// one multi-row insert. They differ only in what guards the UPDATE: the version read (PlaceAt),
-// a fencing token (PlaceFenced), the row lock (PlaceLocked) — or nothing (PlaceUnguarded: the
-// naive strategy's lost update, and the unguarded strategies' trust in their lock alone, kept so
-// that the checks can be seen to catch them).
+// The critical sections of the strategies. Each places "the requests to place" — the requests
+// for one set of products that queued while the last section ran; a request alone is a batch of
+// one, and an order is a request of one line — in one transaction: one conditional UPDATE per
+// product for all of them, whose RowsAffected is checked, and one multi-row insert. Products are
+// taken, checked and written in SKU order: the one global order that keeps two crossed checkouts
+// (A+B against B+A) from each holding a row the other waits for. The sections differ only in
+// what guards each UPDATE: the version read (PlaceAt), a fencing token (PlaceFenced), the row
+// lock (PlaceLocked) — or nothing (PlaceUnguarded: the naive strategy's lost update, and the
+// unguarded strategies' trust in their lock alone, kept so that the checks can be seen to catch
+// them).
 //
-// Every order gets its own answer: one over the product's limit, a repeat buyer, a reused
-// Idempotency-Key or one that finds the stock spent fails alone, not the batch (allocate). An
-// empty batch places nothing.
+// Every request gets its own answer: one over a product's limit, a repeat buyer, a reused
+// Idempotency-Key or one that finds the stock spent fails alone, not the batch (decide); a
+// request fails whole, never by half. An empty batch places nothing.
 
-// Placed is the answer to one order of a batch: its order, or why it was not placed.
+// Placed is the answer to one request of a batch: its checkout (an order's: its one line), or
+// why it was not placed.
 type Placed struct {
-	Order Order
-	Err   error
+	Checkout Checkout
+	Err      error
 }
 
-// PlaceAt is the optimistic critical section (hybrid, dblock): it places the orders only if the
-// product is still at the version read (UPDATE ... WHERE version = ? AND stock >= total). It
-// takes no lock of its own, so it stays correct when a lock in front of it was lost: a stale
-// writer matches no row and gets ErrVersionConflict, having written nothing — read again and
-// retry. The read may come from any earlier moment; only the version matters.
-func (s *Store) PlaceAt(ctx context.Context, reqs []OrderRequest, read Product) ([]Placed, error) {
-	return s.placeAt(ctx, reqs, read, true)
+// PlaceAt is the optimistic critical section (hybrid, dblock): it places the requests only if
+// every product is still at the version read (UPDATE ... WHERE version = ? AND stock >= total;
+// reads: one per product, any order). It takes no lock of its own, so it stays correct when a
+// lock in front of it was lost: a stale writer matches no row and gets ErrVersionConflict,
+// having written nothing — read again and retry. The reads may come from any earlier moment;
+// only the versions matter.
+func (s *Store) PlaceAt(ctx context.Context, reqs []CheckoutRequest, reads []Product) ([]Placed, error) {
+	return s.placeAt(ctx, reqs, reads, true)
 }
 
-// PlaceAdmitted is PlaceAt for orders whose buyers admission has vouched for — none of them held
-// an active order when it admitted them (hybrid's Redis buyer set) — so the batch skips the
+// PlaceAdmitted is PlaceAt for requests whose buyers admission has vouched for — none of them
+// held an active order when it admitted them (hybrid's Redis buyer set) — so the batch skips the
 // lookup of stored buyers and keys: one query fewer inside the lock. The unique keys on orders
 // still decide: a conflict admission missed (a buyer set rebuilt late, a reused key) fails the
-// insert, writes nothing, and comes back as ErrVersionConflict, so the caller's retry runs PlaceAt,
-// which looks.
-func (s *Store) PlaceAdmitted(ctx context.Context, reqs []OrderRequest, read Product) ([]Placed, error) {
-	return s.placeAt(ctx, reqs, read, false)
+// insert, writes nothing, and comes back as ErrVersionConflict, so the caller's retry runs
+// PlaceAt, which looks.
+func (s *Store) PlaceAdmitted(ctx context.Context, reqs []CheckoutRequest, reads []Product) ([]Placed, error) {
+	return s.placeAt(ctx, reqs, reads, false)
 }
 
-func (s *Store) placeAt(ctx context.Context, reqs []OrderRequest, read Product, lookup bool) ([]Placed, error) {
-	if len(reqs) == 0 {
-		return nil, nil
+func (s *Store) placeAt(ctx context.Context, reqs []CheckoutRequest, reads []Product, lookup bool) ([]Placed, error) {
+	b, err := s.decide(s.db.WithContext(ctx), reqs, reads, lookup)
+	if err != nil || len(b.rows) == 0 {
+		return b.out, err
 	}
-	a, err := s.allocate(s.db.WithContext(ctx), reqs, read, lookup)
-	if err != nil || len(a.rows) == 0 {
-		return a.out, err
-	}
-	err = s.withTx(ctx, s.db, func(tx *gorm.DB) error {
-		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, a.total)
-		update := sale(a.total, Token{})
+	err = s.write(ctx, b, func(tx *gorm.DB, read Product, units int64) error {
+		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, units)
+		update := sale(units, Token{})
 		if planted.On(planted.BlindWrite) {
 			q = tx.Model(&productRow{}).Where("sku = ?", read.SKU)
-			update["stock"] = read.Stock - a.total
+			update["stock"] = read.Stock - units
 		}
-		res := q.Updates(update)
-		if res.Error != nil {
-			return res.Error
-		}
-		freezepoint.At(freezepoint.Updated)
-		if res.RowsAffected != 1 {
-			return fmt.Errorf("product %s at version %d: %w", read.SKU, read.Version, ErrVersionConflict)
-		}
-		return tx.Create(&a.rows).Error
+		return changedOne(q.Updates(update), "products/"+read.SKU)
 	})
-	return a.settle(read, err)
+	return b.settle(err)
 }
 
-// PlaceFenced is the critical section of the lock services (etcd, ZooKeeper): the orders are
-// placed only if no later lock holder has written (the fence of the token's kind <= token, and
-// the version read), and the token becomes that fence. A holder whose lease or session expired
-// while it was paused carries an older token than its successor and gets a *FenceError, having
-// written nothing; a product that moved under the batch some other way answers
-// ErrVersionConflict: read again and retry. beforeWrite runs between the read and the write (the
-// strategies' fault hooks); an error from it writes nothing.
-func (s *Store) PlaceFenced(ctx context.Context, reqs []OrderRequest, token Token, beforeWrite func(context.Context) error) ([]Placed, error) {
-	read, a, write, err := s.readAndAllocate(ctx, reqs)
-	if !write {
-		return a.out, err
+// PlaceFenced is the critical section of the lock services (etcd, ZooKeeper): the requests are
+// placed only if no later lock holder has written any of their products (the fence of the
+// token's kind <= the product's token, and the version read), and each token becomes its
+// product's fence. A holder whose lease or session expired while it was paused carries an older
+// token than its successor and gets a *FenceError, having written nothing; a product that moved
+// under the batch some other way answers ErrVersionConflict: read again and retry. beforeWrite
+// runs between the reads and the write (the strategies' fault hooks); an error from it writes
+// nothing.
+func (s *Store) PlaceFenced(ctx context.Context, reqs []CheckoutRequest, tokens map[string]Token, beforeWrite func(context.Context) error) ([]Placed, error) {
+	b, err := s.readAndDecide(ctx, reqs, beforeWrite)
+	if err != nil || len(b.rows) == 0 {
+		return b.out, err
 	}
-	if err := beforeWrite(ctx); err != nil {
-		return nil, err
-	}
-	err = s.withTx(ctx, s.db, func(tx *gorm.DB) error {
+	err = s.write(ctx, b, func(tx *gorm.DB, read Product, units int64) error {
+		token := tokens[read.SKU]
 		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", read.SKU, read.Version, token.Value)
 		if planted.On(planted.NoFence) {
 			q = tx.Model(&productRow{}).Where("sku = ? AND version = ?", read.SKU, read.Version)
 		}
-		res := q.Updates(sale(a.total, token))
-		if res.Error != nil {
-			return res.Error
-		}
-		freezepoint.At(freezepoint.Updated)
-		if res.RowsAffected != 1 && planted.On(planted.NoFence) {
-			return fmt.Errorf("product %s changed under the batch: %w", read.SKU, ErrVersionConflict)
-		}
-		if res.RowsAffected != 1 {
+		res := q.Updates(sale(units, token))
+		if res.Error == nil && res.RowsAffected != 1 && !planted.On(planted.NoFence) {
 			return fencedMiss(tx, read.SKU, token)
 		}
-		return tx.Create(&a.rows).Error
+		return changedOne(res, "products/"+read.SKU)
 	})
-	return a.settle(read, err)
+	return b.settle(err)
 }
 
 // fencedMiss is the answer of a fenced write of sku that matched no row: *FenceError when a later
@@ -170,12 +158,14 @@ func (w RowWait) String() string {
 	return "nowait"
 }
 
-// PlaceLocked is the pessimistic critical section: one transaction takes the product row
-// (SELECT ... FOR UPDATE, NOWAIT unless wait is WaitForRow), decides every order against it,
-// decrements once and inserts all the rows; under the row lock nobody else can sell, so the
-// buyers read here stay true until the commit (the unique keys back that up).
+// PlaceLocked is the pessimistic critical section: one transaction takes the rows of skus in
+// SKU order (SELECT ... FOR UPDATE, NOWAIT unless wait is WaitForRow), decides every request
+// against them, decrements each product once and inserts all the rows; under the row locks
+// nobody else can sell, so the buyers read here stay true until the commit (the unique keys
+// back that up). Crossed checkouts queue on their first common row instead of each holding one
+// the other wants.
 //
-// NoWait answers ErrBusy at once when another transaction has the row, having written nothing
+// NoWait answers ErrBusy at once when another transaction has a row, having written nothing
 // and holding no connection: the answer of «Locks in practice» (docs/sources.md) to hundreds of buyers parking connections
 // behind one row until the pool runs dry, and the caller's to retry. It runs on the store's main
 // pool, like every transaction that never waits for a lock. WaitForRow waits in the row's lock
@@ -189,12 +179,12 @@ func (w RowWait) String() string {
 // lock without waiting (BEGIN IMMEDIATE, busy_timeout 0), so wait makes no difference there:
 // the caller decides whether to try again.
 //
-// The orders come from take, called once the row is held, so that the orders that arrived while
-// the section waited are placed by it too; the answers are for take's orders, in order. take is
-// not called when the row could not be had, and may be called again on a retry (it must return
-// the same orders then).
-func (s *Store) PlaceLocked(ctx context.Context, sku string, wait RowWait, take func() []OrderRequest) ([]Placed, error) {
-	return s.placeLocked(ctx, s.lockPool(wait), rowLock(wait), sku, take)
+// The requests come from take, called once the rows are held, so that the requests that
+// arrived while the section waited are placed by it too; the answers are for take's requests,
+// in order. take is not called when a row could not be had, and may be called again on a retry
+// (it must return the same requests then).
+func (s *Store) PlaceLocked(ctx context.Context, skus []string, wait RowWait, take func() []CheckoutRequest) ([]Placed, error) {
+	return s.placeLocked(ctx, s.lockPool(wait), rowLock(wait), skus, take)
 }
 
 // lockPool is the pool a transaction that takes product rows with wait runs on: NOWAIT on MySQL
@@ -218,99 +208,106 @@ func rowLock(wait RowWait) clause.Locking {
 	return lock
 }
 
-// placeLocked is PlaceLocked's section on pool db, the row taken with lock (FOR UPDATE, or FOR
+// placeLocked is PlaceLocked's section on pool db, the rows taken with lock (FOR UPDATE, or FOR
 // UPDATE NOWAIT). The lab runs it on the main pool whichever the lock, as the sources do
 // (PlaceOneForUpdate).
-func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Locking, sku string, take func() []OrderRequest) ([]Placed, error) {
-	var (
-		a    allocation
-		read Product
-	)
+func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Locking, skus []string, take func() []CheckoutRequest) ([]Placed, error) {
+	var b batch
 	err := s.withTx(ctx, db, func(tx *gorm.DB) error {
-		q := tx.Where("sku = ?", sku)
-		if s.dialect == MySQL {
-			// On SQLite the transaction already holds the database's write lock (BEGIN IMMEDIATE).
-			q = q.Clauses(lock)
+		reads := make([]Product, len(skus))
+		for i, sku := range skus {
+			q := tx.Where("sku = ?", sku)
+			if s.dialect == MySQL {
+				// On SQLite the transaction already holds the database's write lock (BEGIN IMMEDIATE).
+				q = q.Clauses(lock)
+			}
+			var row productRow
+			if err := classify(q.Take(&row).Error); err != nil {
+				return lineError(sku, err)
+			}
+			reads[i] = row.product()
 		}
-		var row productRow
-		if err := q.Take(&row).Error; err != nil {
-			return err
-		}
-		read = row.product()
 		var err error
-		if a, err = s.allocate(tx, take(), read, true); err != nil || len(a.rows) == 0 {
+		if b, err = s.decide(tx, take(), reads, true); err != nil || len(b.rows) == 0 {
 			return err
 		}
-		res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", read.SKU, a.total).Updates(sale(a.total, Token{}))
-		if res.Error != nil {
-			return res.Error
-		}
-		freezepoint.At(freezepoint.Updated)
-		if res.RowsAffected != 1 {
-			return fmt.Errorf("product %s changed under its row lock: %w", read.SKU, ErrVersionConflict)
-		}
-		return tx.Create(&a.rows).Error
+		return b.insert(tx, func(tx *gorm.DB, read Product, units int64) error {
+			res := tx.Model(&productRow{}).Where("sku = ? AND stock >= ?", read.SKU, units).Updates(sale(units, Token{}))
+			return changedOne(res, "products/"+read.SKU)
+		})
 	})
-	return a.settle(read, err)
+	return b.settle(err)
 }
 
 // PlaceUnguarded is deliberately wrong, for the unsafe strategies only: it reads the stock,
-// decides the orders against it, runs beforeWrite (naive: a pause, as network and application
+// decides the requests against it, runs beforeWrite (naive: a pause, as network and application
 // latency would; the unguarded strategies: their lock is held, and nothing is checked), then
 // writes the stock it computed from its read. Concurrent sections — no lock, or a lock that two
 // holders believe they hold — all read the same stock, all sell it, and each write overwrites
 // the others' decrements: the lost update that oversells a flash sale. It is the one stock write
 // in the project that is not conditional, and it exists so that the tests, the lab and the load
 // tool can show that their checks catch it. An error from beforeWrite writes nothing.
-func (s *Store) PlaceUnguarded(ctx context.Context, reqs []OrderRequest, beforeWrite func(context.Context) error) ([]Placed, error) {
-	read, a, write, err := s.readAndAllocate(ctx, reqs)
-	if !write {
-		return a.out, err
+func (s *Store) PlaceUnguarded(ctx context.Context, reqs []CheckoutRequest, beforeWrite func(context.Context) error) ([]Placed, error) {
+	b, err := s.readAndDecide(ctx, reqs, beforeWrite)
+	if err != nil || len(b.rows) == 0 {
+		return b.out, err
 	}
-	if err := beforeWrite(ctx); err != nil {
-		return nil, err
-	}
-	err = s.withTx(ctx, s.db, func(tx *gorm.DB) error {
-		err := tx.Model(&productRow{}).Where("sku = ?", read.SKU).Updates(map[string]any{
-			"stock":      read.Stock - a.total,
+	err = s.write(ctx, b, func(tx *gorm.DB, read Product, units int64) error {
+		return tx.Model(&productRow{}).Where("sku = ?", read.SKU).Updates(map[string]any{
+			"stock":      read.Stock - units,
 			"version":    gorm.Expr("version + 1"),
 			"updated_at": time.Now().UTC(),
 		}).Error
-		if err != nil {
-			return err
-		}
-		return tx.Create(&a.rows).Error
 	})
-	return a.settle(read, err)
+	return b.settle(err)
 }
 
-// SoldOut answers the orders take returns, without a lock, when sku's stock is at zero: as a
-// section would (allocate: the product's rules, repeat buyers and keys, then sold out), from a
-// plain read of the row. While units are left ok is false and take is not called: the section
-// decides. The buyers who come after the last unit — most of a flash sale's requests — then
-// never queue for a lock or a row, which on a Galera cluster would be certification conflicts
-// answered busy.
-func (s *Store) SoldOut(ctx context.Context, sku string, take func() []OrderRequest) (answers []Placed, ok bool, err error) {
-	read, err := s.Product(ctx, sku)
-	if err != nil || read.Stock > 0 {
+// SoldOut answers the requests take returns, without a lock, when a product of skus is at zero
+// stock: as a section would (decide: the products' rules, repeat buyers and keys, then sold
+// out), from plain reads of the rows. While every product has units left ok is false and take is
+// not called: the section decides. The buyers who come after the last unit — most of a flash
+// sale's requests — then never queue for a lock or a row, which on a Galera cluster would be
+// certification conflicts answered busy.
+func (s *Store) SoldOut(ctx context.Context, skus []string, take func() []CheckoutRequest) (answers []Placed, ok bool, err error) {
+	reads, err := s.reads(ctx, skus)
+	if err != nil || !slices.ContainsFunc(reads, func(p Product) bool { return p.Stock <= 0 }) {
 		return nil, false, err
 	}
-	a, err := s.allocate(s.db.WithContext(ctx), take(), read, true)
-	return a.out, err == nil, err
+	b, err := s.decide(s.db.WithContext(ctx), take(), reads, true)
+	return b.out, err == nil, err
 }
 
-// readAndAllocate reads the product of reqs and decides the batch against it (allocate). write
-// is false when there is nothing to write — no orders, none that fits, or an error — and the
-// answers are then a.out and err.
-func (s *Store) readAndAllocate(ctx context.Context, reqs []OrderRequest) (read Product, a allocation, write bool, err error) {
+// Reads reads the products of skus, in their order: the reads a section decides against. A
+// product that does not exist answers a *CheckoutError naming it.
+func (s *Store) Reads(ctx context.Context, skus []string) ([]Product, error) { return s.reads(ctx, skus) }
+
+func (s *Store) reads(ctx context.Context, skus []string) ([]Product, error) {
+	reads := make([]Product, len(skus))
+	for i, sku := range skus {
+		p, err := s.Product(ctx, sku)
+		if err != nil {
+			return nil, lineError(sku, err)
+		}
+		reads[i] = p
+	}
+	return reads, nil
+}
+
+// readAndDecide reads every product of the batch, decides its requests against those reads and
+// runs beforeWrite when there is something to write.
+func (s *Store) readAndDecide(ctx context.Context, reqs []CheckoutRequest, beforeWrite func(context.Context) error) (batch, error) {
 	if len(reqs) == 0 {
-		return read, a, false, nil
+		return batch{}, nil
 	}
-	if read, err = s.Product(ctx, reqs[0].SKU); err != nil {
-		return read, a, false, err
+	reads, err := s.reads(ctx, reqs[0].SKUs())
+	if err != nil {
+		return batch{}, err
 	}
-	a, err = s.allocate(s.db.WithContext(ctx), reqs, read, true)
-	return read, a, err == nil && len(a.rows) > 0, err
+	b, err := s.decide(s.db.WithContext(ctx), reqs, reads, true)
+	if err != nil || len(b.rows) == 0 {
+		return b, err
+	}
+	return b, beforeWrite(ctx)
 }
 
 // sale is what selling units writes to the product row: fewer units, a new version (so that any
@@ -328,41 +325,126 @@ func sale(units int64, token Token) map[string]any {
 	return update
 }
 
-// allocation is a batch decided against one read of the product: the answers of the orders that
-// fail alone, and the rows of those to insert.
-type allocation struct {
-	out   []Placed
-	rows  []orderRow
-	at    []int // out index of each row
-	total int64
-	now   time.Time // of the decision
+// batch is a batch of requests for the same products, decided against one read of each: the
+// rows to insert, each product's units sold, and every request's answer.
+type batch struct {
+	reads  []Product // the batch's products, in SKU order
+	units  []int64   // the units the batch sells of each product (by reads' index)
+	rows   []orderRow
+	placed [][]int // by request: the indices of its rows, none when it was refused
+	out    []Placed
+	now    time.Time
 }
 
-// allocate decides each order of a batch against read, in arrival order — the product's rules,
-// in one place: outside the sale window, over the product's limit, a buyer who holds an active
-// order (in the database or earlier in the batch), an Idempotency-Key already used (in the
-// database or earlier in the batch), or not enough stock left fail alone; the rest take their
-// units, pending until a payment deadline when the product has one. One query finds the active
-// buyers and the keys already stored, so that no known conflict reaches the insert, where it
-// would fail the whole batch — unless lookup is false (PlaceAdmitted). A product with a window or a payment timeout is decided by the
-// database's clock (one more query), which also decides expiries. db is the store's pool or the
-// transaction the batch runs in.
-func (s *Store) allocate(db *gorm.DB, reqs []OrderRequest, read Product, lookup bool) (allocation, error) {
-	a := allocation{out: make([]Placed, len(reqs)), now: time.Now().UTC().Truncate(time.Microsecond)}
-	if read.Window != (Window{}) || read.PaymentTimeout > 0 {
-		var err error
-		if a.now, err = s.clock(db); err != nil {
-			return a, err
+// decide decides each request of reqs — all for the same products — against reads (one per
+// product, any order), in arrival order — the products' rules, in one place. A refused line
+// refuses its whole request (the first refused line, in SKU order, gives the answer, naming
+// every line refused for the same reason): outside the sale window, over the product's limit, a
+// buyer who holds an active order of the product (in the database or earlier in the batch), an
+// Idempotency-Key already used (in the database or earlier in the batch), or not enough stock
+// left. The others take their units, every line pending until one deadline — the shortest
+// payment timeout of its products — or confirmed at once when none has one. One query finds the
+// active buyers and the keys already stored, so that no known conflict reaches the insert, where
+// it would fail the whole batch — unless lookup is false (PlaceAdmitted). A product with a
+// window or a payment timeout is decided by the database's clock (one more query), which also
+// decides expiries. db is the store's pool or the transaction the batch runs in.
+func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, lookup bool) (batch, error) {
+	b := batch{out: make([]Placed, len(reqs)), placed: make([][]int, len(reqs)), now: time.Now().UTC().Truncate(time.Microsecond)}
+	if len(reqs) == 0 {
+		return b, nil
+	}
+	skus := reqs[0].SKUs()
+	var err error
+	if b.reads, err = readsOf(skus, reads); err != nil {
+		return b, err
+	}
+	b.units = make([]int64, len(skus))
+	var timeout time.Duration
+	clock := false
+	for _, p := range b.reads {
+		clock = clock || p.Window != (Window{}) || p.PaymentTimeout > 0
+		if p.PaymentTimeout > 0 && (timeout == 0 || p.PaymentTimeout < timeout) {
+			timeout = p.PaymentTimeout
 		}
 	}
-	if err := read.Window.Check(read.SKU, a.now); err != nil {
-		for i := range a.out {
-			a.out[i].Err = err
+	if clock {
+		if b.now, err = s.clock(db); err != nil {
+			return b, err
 		}
-		return a, nil
 	}
-	users := make([]string, len(reqs))
-	keyList := []string{}
+	bought, keys, err := stored(db, reqs, skus, lookup)
+	if err != nil {
+		return b, err
+	}
+	left := make([]int64, len(b.reads))
+	for j, p := range b.reads {
+		left[j] = p.Stock
+	}
+	for i, req := range reqs {
+		lines := req.lines()
+		if !slices.Equal(req.SKUs(), skus) {
+			return b, fmt.Errorf("request %d of a batch buys other products than the first", i)
+		}
+		if req.IdempotencyKey != "" && keys[req.IdempotencyKey] {
+			b.out[i].Err = fmt.Errorf("key %q already used: %w", req.IdempotencyKey, ErrDuplicateRequest)
+			continue
+		}
+		refused := make([]error, len(lines))
+		for j, l := range lines {
+			p := b.reads[j]
+			switch err := p.Window.Check(p.SKU, b.now); {
+			case err != nil:
+				refused[j] = err
+			case l.Quantity < 1 || l.Quantity > p.MaxPerOrder:
+				refused[j] = &InvalidError{Msg: fmt.Sprintf("quantity %d of product %s: want 1 to max_per_order %d", l.Quantity, p.SKU, p.MaxPerOrder)}
+			case bought[[2]string{req.UserID, p.SKU}]:
+				refused[j] = fmt.Errorf("user %s, product %s: %w", req.UserID, p.SKU, ErrAlreadyPurchased)
+			case int64(l.Quantity) > left[j]:
+				refused[j] = &SoldOutError{SKU: p.SKU, Left: left[j], Asked: l.Quantity}
+			}
+		}
+		if b.out[i].Err = Refusal(lines, refused); b.out[i].Err != nil {
+			continue
+		}
+		var id *string
+		if !req.Order {
+			id = &req.CheckoutID
+			if *id == "" {
+				*id = ulid.Make().String()
+			}
+		}
+		for j, l := range lines {
+			left[j] -= int64(l.Quantity)
+			b.units[j] += int64(l.Quantity)
+			bought[[2]string{req.UserID, l.SKU}] = true
+			row := newOrderRow(l, b.now, timeout)
+			row.CheckoutID = id
+			if j == 0 && req.IdempotencyKey != "" {
+				// The key goes on the first line only: the unique index on idempotency_key takes
+				// one row per key, and a replay finds the request through that line.
+				row.IdempotencyKey = &req.IdempotencyKey
+			}
+			if j == 0 {
+				row.RequestHash = req.Fingerprint()
+			}
+			b.placed[i] = append(b.placed[i], len(b.rows))
+			b.rows = append(b.rows, row)
+		}
+		if req.IdempotencyKey != "" {
+			keys[req.IdempotencyKey] = true
+		}
+	}
+	return b, nil
+}
+
+// stored finds, in one query, the buyers of reqs holding an active order of a product of skus
+// (buyer and SKU), and the keys of reqs already used — none when lookup is false.
+func stored(db *gorm.DB, reqs []CheckoutRequest, skus []string, lookup bool) (bought map[[2]string]bool, keys map[string]bool, err error) {
+	bought, keys = map[[2]string]bool{}, map[string]bool{}
+	if !lookup {
+		return bought, keys, nil
+	}
+	users, keyList := make([]string, len(reqs)), []string{}
 	for i, r := range reqs {
 		users[i] = r.UserID
 		if r.IdempotencyKey != "" {
@@ -370,63 +452,113 @@ func (s *Store) allocate(db *gorm.DB, reqs []OrderRequest, read Product, lookup 
 		}
 	}
 	var existing []orderRow
-	if lookup {
-		q := db.Model(&orderRow{}).Where("sku = ? AND user_id IN ? AND "+active, read.SKU, users)
-		if len(keyList) > 0 {
-			q = q.Or("idempotency_key IN ?", keyList)
-		}
-		if err := classify(q.Select("sku", "user_id", "idempotency_key", "status").Find(&existing).Error); err != nil {
-			return a, fmt.Errorf("batch buyers of %s: %w", read.SKU, err)
-		}
+	q := db.Model(&orderRow{}).Where("user_id IN ? AND sku IN ? AND "+active, users, skus)
+	if len(keyList) > 0 {
+		q = q.Or("idempotency_key IN ?", keyList)
 	}
-	bought := map[string]bool{}
-	keys := map[string]bool{}
+	if err := classify(q.Select("sku", "user_id", "idempotency_key", "status").Find(&existing).Error); err != nil {
+		return nil, nil, fmt.Errorf("batch buyers: %w", err)
+	}
 	for _, o := range existing {
-		if o.SKU == read.SKU && o.Status.Active() {
-			bought[o.UserID] = true
+		if o.Status.Active() && slices.Contains(skus, o.SKU) {
+			bought[[2]string{o.UserID, o.SKU}] = true
 		}
 		if o.IdempotencyKey != nil {
 			keys[*o.IdempotencyKey] = true
 		}
 	}
-	left := read.Stock
-	for i, r := range reqs {
-		switch {
-		case r.Quantity > read.MaxPerOrder:
-			a.out[i].Err = &InvalidError{Msg: fmt.Sprintf("quantity %d exceeds max_per_order %d of product %s", r.Quantity, read.MaxPerOrder, read.SKU)}
-		case bought[r.UserID]:
-			a.out[i].Err = fmt.Errorf("user %s, product %s: %w", r.UserID, r.SKU, ErrAlreadyPurchased)
-		case r.IdempotencyKey != "" && keys[r.IdempotencyKey]:
-			a.out[i].Err = fmt.Errorf("key %q already used: %w", r.IdempotencyKey, ErrDuplicateRequest)
-		case int64(r.Quantity) > left:
-			a.out[i].Err = &SoldOutError{SKU: read.SKU, Left: left, Asked: r.Quantity}
-		default:
-			bought[r.UserID] = true
-			if r.IdempotencyKey != "" {
-				keys[r.IdempotencyKey] = true
-			}
-			left -= int64(r.Quantity)
-			a.total += int64(r.Quantity)
-			a.rows = append(a.rows, newOrderRow(r, a.now, read.PaymentTimeout))
-			a.at = append(a.at, i)
-		}
-	}
-	return a, nil
+	return bought, keys, nil
 }
 
-// settle turns the batch transaction's outcome into the answers.
-func (a allocation) settle(read Product, err error) ([]Placed, error) {
+// readsOf puts reads in the order of skus.
+func readsOf(skus []string, reads []Product) ([]Product, error) {
+	out := make([]Product, len(skus))
+	for i, sku := range skus {
+		j := slices.IndexFunc(reads, func(p Product) bool { return p.SKU == sku })
+		if j < 0 {
+			return nil, &CheckoutError{SKUs: []string{sku}, Err: fmt.Errorf("product %s not read: %w", sku, ErrNotFound)}
+		}
+		out[i] = reads[j]
+	}
+	return out, nil
+}
+
+// write runs sell for every product of the batch (its decrement by the batch's units), then
+// inserts every row, in one transaction.
+func (s *Store) write(ctx context.Context, b batch, sell func(tx *gorm.DB, read Product, units int64) error) error {
+	if planted.On(planted.PartialCheckout) {
+		for _, row := range b.rows {
+			j := slices.IndexFunc(b.reads, func(p Product) bool { return p.SKU == row.SKU })
+			err := s.withTx(ctx, s.db, func(tx *gorm.DB) error {
+				if err := sell(tx, b.reads[j], int64(row.Quantity)); err != nil {
+					return err
+				}
+				return tx.Create(&row).Error
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return s.withTx(ctx, s.db, func(tx *gorm.DB) error { return b.insert(tx, sell) })
+}
+
+// insert runs sell for every product of the batch in tx, then inserts every row.
+func (b batch) insert(tx *gorm.DB, sell func(tx *gorm.DB, read Product, units int64) error) error {
+	for j, units := range b.units {
+		if units == 0 {
+			continue
+		}
+		if err := sell(tx, b.reads[j], units); err != nil {
+			return err
+		}
+	}
+	freezepoint.At(freezepoint.Updated)
+	return tx.Create(&b.rows).Error
+}
+
+// settle is the batch's answers once its write ended with err: every request's, or err for all
+// of them. A key or buyer of the batch taken by a writer outside it between the decision and the
+// insert wrote nothing: read again and retry.
+func (b batch) settle(err error) ([]Placed, error) {
 	if err != nil {
 		var dup *errDuplicate
 		if errors.As(err, &dup) {
-			// A key or buyer of this batch was taken by a writer outside it between the check and
-			// the insert: nothing was written; read again and retry.
-			return nil, fmt.Errorf("batch of %d on %s: %w", len(a.rows), read.SKU, ErrVersionConflict)
+			err = fmt.Errorf("batch of %d rows: %w", len(b.rows), ErrVersionConflict)
 		}
-		return nil, fmt.Errorf("batch of %d on %s: %w", len(a.rows), read.SKU, err)
+		return nil, err
 	}
-	for j, i := range a.at {
-		a.out[i].Order = a.rows[j].order(a.now)
+	for i, at := range b.placed {
+		if len(at) == 0 {
+			continue
+		}
+		rows := make([]orderRow, len(at))
+		for k, r := range at {
+			rows[k] = b.rows[r]
+		}
+		b.out[i].Checkout = checkoutOf(rows, b.now)
 	}
-	return a.out, nil
+	return b.out, nil
+}
+
+// lineError names the line an error is about, when it is the product's own (not found).
+func lineError(sku string, err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return &CheckoutError{SKUs: []string{sku}, Err: err}
+	}
+	return err
+}
+
+// Order is the answer to a request of one line (OrderOf): its order, or why not — the line's
+// own error, not a checkout's naming it.
+func (p Placed) Order() (Order, error) {
+	var refused *CheckoutError
+	if errors.As(p.Err, &refused) {
+		return Order{}, refused.Err
+	}
+	if p.Err != nil {
+		return Order{}, p.Err
+	}
+	return p.Checkout.Lines[0], nil
 }

@@ -35,7 +35,16 @@ func one(placed []stock.Placed, err error) (stock.Order, error) {
 	if err != nil {
 		return stock.Order{}, err
 	}
-	return placed[0].Order, placed[0].Err
+	return placed[0].Order()
+}
+
+// orders are reqs as requests of one line each: a batch of orders.
+func orders(reqs ...stock.OrderRequest) []stock.CheckoutRequest {
+	out := make([]stock.CheckoutRequest, len(reqs))
+	for i, r := range reqs {
+		out[i] = stock.OrderOf(r)
+	}
+	return out
 }
 
 // placeAt places req at the product's current version, as an optimistic strategy does.
@@ -45,17 +54,17 @@ func placeAt(t *testing.T, s *stock.Store, req stock.OrderRequest) (stock.Order,
 	if err != nil {
 		return stock.Order{}, err
 	}
-	return one(s.PlaceAt(context.Background(), []stock.OrderRequest{req}, p))
+	return one(s.PlaceAt(context.Background(), orders(req), []stock.Product{p}))
 }
 
 // placeLocked places req under the product's row lock, as the pessimistic strategy does.
 func placeLocked(s *stock.Store, req stock.OrderRequest) (stock.Order, error) {
-	return one(s.PlaceLocked(context.Background(), req.SKU, stock.NoWait, func() []stock.OrderRequest { return []stock.OrderRequest{req} }))
+	return one(s.PlaceLocked(context.Background(), []string{req.SKU}, stock.NoWait, func() []stock.CheckoutRequest { return orders(req) }))
 }
 
 // placeFenced places req with an etcd fencing token, as the etcd strategy does.
 func placeFenced(s *stock.Store, req stock.OrderRequest, fence int64) (stock.Order, error) {
-	return one(s.PlaceFenced(context.Background(), []stock.OrderRequest{req}, stock.Token{Fence: stock.EtcdFence, Value: fence}, noPause))
+	return one(s.PlaceFenced(context.Background(), orders(req), map[string]stock.Token{req.SKU: {Fence: stock.EtcdFence, Value: fence}}, noPause))
 }
 
 func order(sku, user string) stock.OrderRequest {
@@ -127,7 +136,7 @@ func TestStaleVersionWritesNothing(t *testing.T) {
 	stale, err := s.Product(ctx, sku)
 	require.NoError(t, err)
 	at := func(req stock.OrderRequest) (stock.Order, error) {
-		return one(s.PlaceAt(ctx, []stock.OrderRequest{req}, stale))
+		return one(s.PlaceAt(ctx, orders(req), []stock.Product{stale}))
 	}
 	first, err := at(order(sku, "u1"))
 	require.NoError(t, err)
@@ -189,7 +198,7 @@ func TestFencesOfTwoServices(t *testing.T) {
 	s := backendtest.Store(t)
 	sku := newProduct(t, s, 4, 1)
 	zk := func(user string, zxid int64) (stock.Order, error) {
-		return one(s.PlaceFenced(ctx, []stock.OrderRequest{order(sku, user)}, stock.Token{Fence: stock.ZooKeeperFence, Value: zxid}, noPause))
+		return one(s.PlaceFenced(ctx, orders(order(sku, user)), map[string]stock.Token{sku: {Fence: stock.ZooKeeperFence, Value: zxid}}, noPause))
 	}
 	a, err := placeFenced(s, order(sku, "a"), 1_000_000) // a long-lived etcd cluster: large revisions
 	require.NoError(t, err)
@@ -241,10 +250,10 @@ func TestIdleTransactionReleasesRow(t *testing.T) {
 	frozen, wake := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := holder.PlaceLocked(ctx, sku, stock.NoWait, func() []stock.OrderRequest {
+		_, err := holder.PlaceLocked(ctx, []string{sku}, stock.NoWait, func() []stock.CheckoutRequest {
 			close(frozen)
 			<-wake
-			return []stock.OrderRequest{order(sku, "frozen")}
+			return orders(order(sku, "frozen"))
 		})
 		done <- err
 	}()
@@ -287,9 +296,9 @@ func TestRowLockWaitBounded(t *testing.T) {
 	for _, wait := range []stock.RowWait{stock.NoWait, stock.WaitForRow} {
 		start := time.Now()
 		taken := false
-		_, err = s.PlaceLocked(ctx, sku, wait, func() []stock.OrderRequest {
+		_, err = s.PlaceLocked(ctx, []string{sku}, wait, func() []stock.CheckoutRequest {
 			taken = true
-			return []stock.OrderRequest{order(sku, "u1"), order(sku, "u2")}
+			return orders(order(sku, "u1"), order(sku, "u2"))
 		})
 		took := time.Since(start)
 		assert.ErrorIs(t, err, stock.ErrBusy, "%s: busy while the row is held", wait)
@@ -307,14 +316,14 @@ func TestRowLockWaitBounded(t *testing.T) {
 	require.NoError(t, err)
 	placed, err := placeLocked(s, order(sku, "u1"))
 	require.NoError(t, err)
-	batch, err := s.PlaceLocked(ctx, sku, stock.WaitForRow, func() []stock.OrderRequest {
-		return []stock.OrderRequest{order(sku, "u1"), order(sku, "u2"), order(sku, "u3")}
+	batch, err := s.PlaceLocked(ctx, []string{sku}, stock.WaitForRow, func() []stock.CheckoutRequest {
+		return orders(order(sku, "u1"), order(sku, "u2"), order(sku, "u3"))
 	})
 	require.NoError(t, err)
 	assert.ErrorIs(t, batch[0].Err, stock.ErrAlreadyPurchased)
 	require.NoError(t, batch[1].Err)
 	require.NoError(t, batch[2].Err)
-	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed, batch[1].Order, batch[2].Order})
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{placed, batch[1].Checkout.Lines[0], batch[2].Checkout.Lines[0]})
 }
 
 func TestLockTable(t *testing.T) {
@@ -470,7 +479,7 @@ func TestPlaceAt(t *testing.T) {
 		reused,  // its key is already stored, for another product
 		two,     // one unit left
 	}
-	res, err := s.PlaceAt(ctx, batch, read)
+	res, err := s.PlaceAt(ctx, orders(batch...), []stock.Product{read})
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
 	assert.ErrorIs(t, res[1].Err, stock.ErrAlreadyPurchased)
@@ -486,9 +495,9 @@ func TestPlaceAt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, read.Version+1, after.Version, "one update for the whole batch")
 
-	_, err = s.PlaceAt(ctx, []stock.OrderRequest{order(sku, "late")}, read)
+	_, err = s.PlaceAt(ctx, orders(order(sku, "late")), []stock.Product{read})
 	assert.ErrorIs(t, err, stock.ErrVersionConflict, "a stale read writes nothing")
-	backendtest.RequireInvariant(t, s, sku, []stock.Order{prior, res[0].Order, res[4].Order})
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{prior, res[0].Checkout.Lines[0], res[4].Checkout.Lines[0]})
 }
 
 // TestPlaceAdmitted: a batch placed without the lookup of stored buyers and keys (orders
@@ -504,7 +513,7 @@ func TestPlaceAdmitted(t *testing.T) {
 	read, err := s.Product(ctx, sku)
 	require.NoError(t, err)
 
-	ok, err := s.PlaceAdmitted(ctx, []stock.OrderRequest{order(sku, "a"), order(sku, "b")}, read)
+	ok, err := s.PlaceAdmitted(ctx, orders(order(sku, "a"), order(sku, "b")), []stock.Product{read})
 	require.NoError(t, err)
 	require.NoError(t, ok[0].Err)
 	require.NoError(t, ok[1].Err)
@@ -512,16 +521,16 @@ func TestPlaceAdmitted(t *testing.T) {
 	require.NoError(t, err)
 
 	missed := []stock.OrderRequest{order(sku, "c"), order(sku, "before")}
-	_, err = s.PlaceAdmitted(ctx, missed, read)
+	_, err = s.PlaceAdmitted(ctx, orders(missed...), []stock.Product{read})
 	require.ErrorIs(t, err, stock.ErrVersionConflict)
 	unchanged, err := s.Product(ctx, sku)
 	require.NoError(t, err)
 	assert.Equal(t, read, unchanged, "nothing of the batch was written")
-	res, err := s.PlaceAt(ctx, missed, read)
+	res, err := s.PlaceAt(ctx, orders(missed...), []stock.Product{read})
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
 	assert.ErrorIs(t, res[1].Err, stock.ErrAlreadyPurchased)
-	backendtest.RequireInvariant(t, s, sku, []stock.Order{prior, ok[0].Order, ok[1].Order, res[0].Order})
+	backendtest.RequireInvariant(t, s, sku, []stock.Order{prior, ok[0].Checkout.Lines[0], ok[1].Checkout.Lines[0], res[0].Checkout.Lines[0]})
 }
 
 // onSaleFor puts a product on sale whose orders wait timeout for payment.
