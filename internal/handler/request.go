@@ -331,7 +331,7 @@ func checkoutReply(co stock.Checkout) (string, stock.Status, any) {
 	return co.CheckoutID, co.Status, out
 }
 
-// maxWait bounds GET /orders/{id}?wait=: a held request holds a connection.
+// maxWait bounds ?wait= on reading an order or a checkout: a held request holds a connection.
 const maxWait = 30 * time.Second
 
 // waitParam reads ?wait= (a Go duration, "5s"), capped at maxWait; absent, 0. A malformed or
