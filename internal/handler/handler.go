@@ -111,14 +111,15 @@ func New(cfg Config) (http.Handler, error) {
 	v1.GET("/products/:sku/audit", admin, h.audit)
 	v1.POST("/products/:sku/reconcile", admin, h.reconcile)
 	v1.GET("/products/:sku/locks", admin, h.locks)
-	v1.POST("/products/:sku/orders", h.placeOrder)
-	v1.GET("/orders/:order_id", h.getOrder)
-	v1.POST("/orders/:order_id/pay", h.payOrder)
-	v1.POST("/orders/:order_id/cancel", h.cancelOrder)
-	v1.POST("/checkouts", h.placeCheckout)
-	v1.GET("/checkouts/:checkout_id", h.getCheckout)
-	v1.POST("/checkouts/:checkout_id/pay", h.payCheckout)
-	v1.POST("/checkouts/:checkout_id/cancel", h.cancelCheckout)
+	orders, checkouts := h.orders(), h.checkouts()
+	v1.POST("/products/:sku/orders", orders.place)
+	v1.GET("/orders/:order_id", orders.get)
+	v1.POST("/orders/:order_id/pay", orders.pay)
+	v1.POST("/orders/:order_id/cancel", orders.cancel)
+	v1.POST("/checkouts", checkouts.place)
+	v1.GET("/checkouts/:checkout_id", checkouts.get)
+	v1.POST("/checkouts/:checkout_id/pay", checkouts.pay)
+	v1.POST("/checkouts/:checkout_id/cancel", checkouts.cancel)
 
 	r.NoRoute(func(c *gin.Context) { fail(c, stock.ErrNotFound, "route "+c.Request.URL.Path) })
 	r.NoMethod(func(c *gin.Context) { fail(c, errMethodNotAllowed, c.Request.Method+" "+c.Request.URL.Path) })
@@ -221,43 +222,87 @@ func (h *handler) locks(c *gin.Context) {
 	c.JSON(http.StatusOK, locksJSON(sku, h.Sales.Locks(sku)))
 }
 
-func (h *handler) placeOrder(c *gin.Context) {
-	sku, ok := skuParam(c)
+// A kind is what a buyer places, reads, pays and cancels — orders or checkouts, T placed from
+// an R — as the one handler of each verb, for both, needs to know it.
+type kind[T, R any] struct {
+	*handler
+	name  string // what answers call one: "order"
+	param string // the path parameter of its id: "order_id"
+	path  string // its Location, but for the id
+	// placing reads the path of a POST that places one: what its errors are about, and the body
+	// to decode. On a malformed path it answers, and returns false.
+	placing func(c *gin.Context) (body placeBody[R], subject string, ok bool)
+	reply   func(T) (id string, status stock.Status, json any)
+	calls   calls[T, R]
+}
+
+// calls are the service's calls for one kind, as method expressions of Sales (Sales.PayOrder):
+// bound at each request, so that a handler built without a service still serves /openapi.yaml.
+type calls[T, R any] struct {
+	place       func(Sales, context.Context, R) (T, bool, error)
+	read        func(Sales, context.Context, string) (T, error)
+	wait        func(Sales, context.Context, string, time.Duration) (T, error)
+	pay, cancel func(s Sales, ctx context.Context, id, user string) (T, error)
+}
+
+// orders are placed per product (POST /products/{sku}/orders) and answer contract.Order.
+func (h *handler) orders() kind[stock.Order, stock.OrderRequest] {
+	return kind[stock.Order, stock.OrderRequest]{handler: h, name: "order", param: "order_id", path: "/api/v1/orders/",
+		placing: func(c *gin.Context) (placeBody[stock.OrderRequest], string, bool) {
+			sku, ok := skuParam(c)
+			return &orderBody{sku: sku}, "product " + sku, ok
+		},
+		reply: orderReply,
+		calls: calls[stock.Order, stock.OrderRequest]{place: Sales.PlaceOrder, read: Sales.Order, wait: Sales.WaitOrder,
+			pay: Sales.PayOrder, cancel: Sales.CancelOrder},
+	}
+}
+
+// checkouts are placed with their lines in the body and answer contract.Checkout.
+func (h *handler) checkouts() kind[stock.Checkout, stock.CheckoutRequest] {
+	return kind[stock.Checkout, stock.CheckoutRequest]{handler: h, name: "checkout", param: "checkout_id", path: "/api/v1/checkouts/",
+		placing: func(*gin.Context) (placeBody[stock.CheckoutRequest], string, bool) {
+			return &checkoutBody{}, "checkout", true
+		},
+		reply: checkoutReply,
+		calls: calls[stock.Checkout, stock.CheckoutRequest]{place: Sales.PlaceCheckout, read: Sales.Checkout, wait: Sales.WaitCheckout,
+			pay: Sales.PayCheckout, cancel: Sales.CancelCheckout},
+	}
+}
+
+// place places one: 201 with it, or 202 and its Location while it is queued.
+func (k kind[T, R]) place(c *gin.Context) {
+	body, subject, ok := k.placing(c)
 	if !ok {
 		return
 	}
 	key, ok := idempotencyKey(c)
-	if !ok {
+	if !ok || !decode(c, body) {
 		return
 	}
-	var body orderBody
-	if !decode(c, &body) {
-		return
-	}
-	req, err := body.request(sku, key)
-	if err == nil {
-		req.Strategy, err = h.Sales.Resolve(body.Strategy)
-	}
+	req, err := body.request(key, k.Sales.Resolve)
 	if err != nil {
 		fail(c, err, "")
 		return
 	}
-	order, _, err := h.Sales.PlaceOrder(c.Request.Context(), req)
+	placed, _, err := k.calls.place(k.Sales, c.Request.Context(), req)
 	if err != nil {
-		fail(c, err, "product "+sku)
+		fail(c, err, subject)
 		return
 	}
-	if order.Status == stock.Queued {
+	id, status, json := k.reply(placed)
+	if status == stock.Queued {
 		// Accepted, not yet written: the buyer follows it at its Location.
-		c.Header("Location", "/api/v1/orders/"+order.OrderID)
-		c.JSON(http.StatusAccepted, orderJSON(order))
+		c.Header("Location", k.path+id)
+		c.JSON(http.StatusAccepted, json)
 		return
 	}
-	c.JSON(http.StatusCreated, orderJSON(order))
+	c.JSON(http.StatusCreated, json)
 }
 
-func (h *handler) getOrder(c *gin.Context) {
-	id, ok := orderIDParam(c)
+// get reads one; with ?wait= it holds the answer while one is queued.
+func (k kind[T, R]) get(c *gin.Context) {
+	id, ok := k.id(c)
 	if !ok {
 		return
 	}
@@ -266,172 +311,66 @@ func (h *handler) getOrder(c *gin.Context) {
 		fail(c, err, "")
 		return
 	}
-	var o stock.Order
+	var one T
 	if wait > 0 {
-		o, err = h.Sales.WaitOrder(c.Request.Context(), id, wait)
+		one, err = k.calls.wait(k.Sales, c.Request.Context(), id, wait)
 	} else {
-		o, err = h.Sales.Order(c.Request.Context(), id)
+		one, err = k.calls.read(k.Sales, c.Request.Context(), id)
 	}
-	if err != nil {
-		fail(c, err, "order "+id)
-		return
-	}
-	c.JSON(http.StatusOK, orderJSON(o))
+	k.answer(c, id, one, err)
 }
 
-// payOrder is the payment provider's callback: the buyer's pending order is confirmed.
-func (h *handler) payOrder(c *gin.Context) {
-	id, ok := orderIDParam(c)
+// pay is the payment provider's callback: the buyer's pending order or checkout (every line at
+// once) is confirmed.
+func (k kind[T, R]) pay(c *gin.Context) {
+	id, ok := k.id(c)
 	if !ok {
 		return
 	}
-	var body buyerBody
-	if !decode(c, &body) {
+	user, ok := buyer(c, false)
+	if !ok {
 		return
 	}
-	user, err := body.user(true)
+	one, err := k.calls.pay(k.Sales, c.Request.Context(), id, user)
+	k.answer(c, id, one, err)
+}
+
+// cancel cancels the buyer's order or checkout (every line at once), or — with the admin token —
+// anyone's.
+func (k kind[T, R]) cancel(c *gin.Context) {
+	id, ok := k.id(c)
+	if !ok {
+		return
+	}
+	admin, err := k.isAdmin(c)
 	if err != nil {
 		fail(c, err, "")
 		return
 	}
-	o, err := h.Sales.PayOrder(c.Request.Context(), id, user)
-	if err != nil {
-		fail(c, err, "order "+id)
-		return
-	}
-	c.JSON(http.StatusOK, orderJSON(o))
-}
-
-// cancelOrder cancels the buyer's order, or — with the admin token — any order.
-func (h *handler) cancelOrder(c *gin.Context) {
-	id, ok := orderIDParam(c)
+	user, ok := buyer(c, admin)
 	if !ok {
 		return
 	}
-	user, ok := h.canceller(c)
-	if !ok {
-		return
-	}
-	o, err := h.Sales.CancelOrder(c.Request.Context(), id, user)
-	if err != nil {
-		fail(c, err, "order "+id)
-		return
-	}
-	c.JSON(http.StatusOK, orderJSON(o))
+	one, err := k.calls.cancel(k.Sales, c.Request.Context(), id, user)
+	k.answer(c, id, one, err)
 }
 
-// canceller reads who cancels: the buyer the body names, or the admin (the bearer token, no
-// body needed: user ""). On failure it answers, and returns false.
-func (h *handler) canceller(c *gin.Context) (string, bool) {
-	admin, err := h.isAdmin(c)
-	if err != nil {
-		fail(c, err, "")
+// id validates the path's id: anything but a ULID is an unknown one.
+func (k kind[T, R]) id(c *gin.Context) (string, bool) {
+	id := c.Param(k.param)
+	if !orderIDPattern.MatchString(id) {
+		fail(c, stock.ErrNotFound, k.name)
 		return "", false
 	}
-	var body buyerBody
-	if !decodeBody(c, &body, admin) {
-		return "", false
-	}
-	user, err := body.user(!admin)
-	if err != nil {
-		fail(c, err, "")
-		return "", false
-	}
-	return user, true
+	return id, true
 }
 
-// placeCheckout places several products in one order, every line or none.
-func (h *handler) placeCheckout(c *gin.Context) {
-	key, ok := idempotencyKey(c)
-	if !ok {
-		return
-	}
-	var body checkoutBody
-	if !decode(c, &body) {
-		return
-	}
-	req, err := body.request(key)
-	if err == nil {
-		req.Strategy, err = h.Sales.Resolve(body.Strategy)
-	}
+// answer answers one read, paid or cancelled, or the error that came instead.
+func (k kind[T, R]) answer(c *gin.Context, id string, one T, err error) {
 	if err != nil {
-		fail(c, err, "")
+		fail(c, err, k.name+" "+id)
 		return
 	}
-	co, _, err := h.Sales.PlaceCheckout(c.Request.Context(), req)
-	if err != nil {
-		fail(c, err, "checkout")
-		return
-	}
-	if co.Status == stock.Queued {
-		// Accepted, not yet written: the buyer follows it at its Location.
-		c.Header("Location", "/api/v1/checkouts/"+co.CheckoutID)
-		c.JSON(http.StatusAccepted, checkoutJSON(co))
-		return
-	}
-	c.JSON(http.StatusCreated, checkoutJSON(co))
-}
-
-func (h *handler) getCheckout(c *gin.Context) {
-	id, ok := checkoutIDParam(c)
-	if !ok {
-		return
-	}
-	wait, err := waitParam(c)
-	if err != nil {
-		fail(c, err, "")
-		return
-	}
-	var co stock.Checkout
-	if wait > 0 {
-		co, err = h.Sales.WaitCheckout(c.Request.Context(), id, wait)
-	} else {
-		co, err = h.Sales.Checkout(c.Request.Context(), id)
-	}
-	if err != nil {
-		fail(c, err, "checkout "+id)
-		return
-	}
-	c.JSON(http.StatusOK, checkoutJSON(co))
-}
-
-// payCheckout is the payment provider's callback for a checkout: every line confirmed at once.
-func (h *handler) payCheckout(c *gin.Context) {
-	id, ok := checkoutIDParam(c)
-	if !ok {
-		return
-	}
-	var body buyerBody
-	if !decode(c, &body) {
-		return
-	}
-	user, err := body.user(true)
-	if err != nil {
-		fail(c, err, "")
-		return
-	}
-	co, err := h.Sales.PayCheckout(c.Request.Context(), id, user)
-	if err != nil {
-		fail(c, err, "checkout "+id)
-		return
-	}
-	c.JSON(http.StatusOK, checkoutJSON(co))
-}
-
-// cancelCheckout cancels every line of the buyer's checkout, or — with the admin token — of any.
-func (h *handler) cancelCheckout(c *gin.Context) {
-	id, ok := checkoutIDParam(c)
-	if !ok {
-		return
-	}
-	user, ok := h.canceller(c)
-	if !ok {
-		return
-	}
-	co, err := h.Sales.CancelCheckout(c.Request.Context(), id, user)
-	if err != nil {
-		fail(c, err, "checkout "+id)
-		return
-	}
-	c.JSON(http.StatusOK, checkoutJSON(co))
+	_, _, json := k.reply(one)
+	c.JSON(http.StatusOK, json)
 }

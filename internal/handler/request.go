@@ -56,21 +56,6 @@ func idempotencyKey(c *gin.Context) (string, bool) {
 	return key, true
 }
 
-// orderIDParam validates the {order_id} path segment: anything but a ULID is an unknown order.
-func orderIDParam(c *gin.Context) (string, bool) { return idParam(c, "order_id", "order") }
-
-// checkoutIDParam validates the {checkout_id} path segment, as orderIDParam {order_id}.
-func checkoutIDParam(c *gin.Context) (string, bool) { return idParam(c, "checkout_id", "checkout") }
-
-func idParam(c *gin.Context, name, what string) (string, bool) {
-	id := c.Param(name)
-	if !orderIDPattern.MatchString(id) {
-		fail(c, stock.ErrNotFound, what)
-		return "", false
-	}
-	return id, true
-}
-
 // decode reads exactly one JSON object into dst, refusing unknown fields, trailing data and
 // bodies over the limit; on failure it answers 400 and returns false.
 func decode(c *gin.Context, dst any) bool { return decodeBody(c, dst, false) }
@@ -153,15 +138,23 @@ func plainText(s string) bool {
 	return true
 }
 
+// A placeBody is the JSON body of a POST that places an R: an order or a checkout.
+type placeBody[R any] interface {
+	// request validates the body into R, its strategy named by resolve, or returns a
+	// *stock.InvalidError.
+	request(key string, resolve func(requested string) (string, error)) (R, error)
+}
+
 type orderBody struct {
+	sku      string  // from the path
 	UserID   *string `json:"user_id"`
 	Quantity *int    `json:"quantity"`
 	Strategy string  `json:"strategy"`
 }
 
 // request validates the body into an order request. Quantity defaults to 1.
-func (b orderBody) request(sku, key string) (stock.OrderRequest, error) {
-	req := stock.OrderRequest{SKU: sku, IdempotencyKey: key, Quantity: 1}
+func (b orderBody) request(key string, resolve func(string) (string, error)) (stock.OrderRequest, error) {
+	req := stock.OrderRequest{SKU: b.sku, IdempotencyKey: key, Quantity: 1}
 	user, err := validUser(b.UserID, true)
 	if err != nil {
 		return req, err
@@ -173,7 +166,8 @@ func (b orderBody) request(sku, key string) (stock.OrderRequest, error) {
 	if req.Quantity < 1 || req.Quantity > maxPerOrderLimit {
 		return req, &stock.InvalidError{Msg: "quantity must be at least 1 and at most the product's max_per_order"}
 	}
-	return req, nil
+	req.Strategy, err = resolve(b.Strategy)
+	return req, err
 }
 
 // validUser checks a user_id: required unless not required (then absent is "").
@@ -191,13 +185,22 @@ func validUser(id *string, required bool) (string, error) {
 	return *id, nil
 }
 
-// buyerBody is the body of a payment or a cancellation: whose order it is.
-type buyerBody struct {
-	UserID *string `json:"user_id"`
+// buyer reads whose order or checkout a payment or a cancellation is for. The admin (the bearer
+// token on a cancellation) needs no body: user "". On failure it answers, and returns false.
+func buyer(c *gin.Context, admin bool) (string, bool) {
+	var body struct {
+		UserID *string `json:"user_id"`
+	}
+	if !decodeBody(c, &body, admin) {
+		return "", false
+	}
+	user, err := validUser(body.UserID, !admin)
+	if err != nil {
+		fail(c, err, "")
+		return "", false
+	}
+	return user, true
 }
-
-// user validates the body's user_id; without required (the admin) it may be absent.
-func (b buyerBody) user(required bool) (string, error) { return validUser(b.UserID, required) }
 
 type productBody struct {
 	Name            *string    `json:"name"`
@@ -275,8 +278,9 @@ func optionalTime(t time.Time) *time.Time {
 	return &t
 }
 
-func orderJSON(o stock.Order) contract.Order {
-	return contract.Order{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
+// orderReply is an order's id, status and body as the contract writes it.
+func orderReply(o stock.Order) (string, stock.Status, any) {
+	return o.OrderID, o.Status, contract.Order{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
 		Status: string(o.Status), Reason: o.Reason, ExpiresAt: optionalTime(o.ExpiresAt), CreatedAt: o.CreatedAt, CheckoutID: o.CheckoutID}
 }
 
@@ -293,7 +297,7 @@ type checkoutLineBody struct {
 
 // request validates the body into a checkout request: each line a well-formed SKU, its quantity
 // defaulting to 1. How many lines, and distinct, the service checks (stock.CheckoutRequest.Validate).
-func (b checkoutBody) request(key string) (stock.CheckoutRequest, error) {
+func (b checkoutBody) request(key string, resolve func(string) (string, error)) (stock.CheckoutRequest, error) {
 	req := stock.CheckoutRequest{IdempotencyKey: key}
 	user, err := validUser(b.UserID, true)
 	if err != nil {
@@ -313,19 +317,21 @@ func (b checkoutBody) request(key string) (stock.CheckoutRequest, error) {
 		}
 		req.Lines = append(req.Lines, line)
 	}
-	return req, nil
+	req.Strategy, err = resolve(b.Strategy)
+	return req, err
 }
 
-func checkoutJSON(co stock.Checkout) contract.Checkout {
+// checkoutReply is a checkout's id, status and body as the contract writes it.
+func checkoutReply(co stock.Checkout) (string, stock.Status, any) {
 	out := contract.Checkout{CheckoutID: co.CheckoutID, UserID: co.UserID, Strategy: co.Strategy, Status: string(co.Status),
 		Reason: co.Reason, ExpiresAt: optionalTime(co.ExpiresAt), CreatedAt: co.CreatedAt, Lines: []contract.CheckoutLine{}}
 	for _, l := range co.Lines {
 		out.Lines = append(out.Lines, contract.CheckoutLine{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
 	}
-	return out
+	return co.CheckoutID, co.Status, out
 }
 
-// maxWait bounds GET /orders/{id}?wait=: a held request holds a connection.
+// maxWait bounds ?wait= on reading an order or a checkout: a held request holds a connection.
 const maxWait = 30 * time.Second
 
 // waitParam reads ?wait= (a Go duration, "5s"), capped at maxWait; absent, 0. A malformed or
