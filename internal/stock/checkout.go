@@ -209,6 +209,7 @@ func (s *Store) checkoutTransition(ctx context.Context, checkoutID, userID strin
 	}
 	return checkoutOf(rows, now), nil
 }
+
 // expireCheckouts expires up to limit checkouts past their deadline, each as one, and returns
 // their lines.
 func (s *Store) expireCheckouts(ctx context.Context, now time.Time, limit int) ([]Order, error) {

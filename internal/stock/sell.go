@@ -279,7 +279,9 @@ func (s *Store) SoldOut(ctx context.Context, skus []string, take func() []Checko
 
 // Reads reads the products of skus, in their order: the reads a section decides against. A
 // product that does not exist answers a *CheckoutError naming it.
-func (s *Store) Reads(ctx context.Context, skus []string) ([]Product, error) { return s.reads(ctx, skus) }
+func (s *Store) Reads(ctx context.Context, skus []string) ([]Product, error) {
+	return s.reads(ctx, skus)
+}
 
 func (s *Store) reads(ctx context.Context, skus []string) ([]Product, error) {
 	reads := make([]Product, len(skus))
