@@ -38,8 +38,8 @@ type Sales interface {
 	// order for an empty userID (the admin).
 	PayOrder(ctx context.Context, orderID, userID string) (stock.Order, error)
 	CancelOrder(ctx context.Context, orderID, userID string) (stock.Order, error)
-	// PlaceCheckout places a checkout, every line or none; replayed as for PlaceOrder.
-	PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (co stock.Checkout, replayed bool, err error)
+	// Place places a checkout, every line or none; replayed as for PlaceOrder.
+	Place(ctx context.Context, req stock.CheckoutRequest) (co stock.Checkout, replayed bool, err error)
 	// Checkout reads a checkout; PayCheckout and CancelCheckout move every line of it, as
 	// PayOrder and CancelOrder an order.
 	Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error)
@@ -265,7 +265,7 @@ func (h *handler) checkouts() kind[stock.Checkout, stock.CheckoutRequest] {
 			return &checkoutBody{}, "checkout", true
 		},
 		reply: checkoutReply,
-		calls: calls[stock.Checkout, stock.CheckoutRequest]{place: Sales.PlaceCheckout, read: Sales.Checkout, wait: Sales.WaitCheckout,
+		calls: calls[stock.Checkout, stock.CheckoutRequest]{place: Sales.Place, read: Sales.Checkout, wait: Sales.WaitCheckout,
 			pay: Sales.PayCheckout, cancel: Sales.CancelCheckout},
 	}
 }

@@ -42,7 +42,7 @@ var serviceErrors = map[string][]error{
 	"WaitOrder":   {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
 	"PayOrder":    {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrOrderCancelled, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"CancelOrder": {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
-	"PlaceCheckout": {&stock.InvalidError{Msg: "over max_per_order"},
+	"Place": {&stock.InvalidError{Msg: "over max_per_order"},
 		&stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrNotFound}, &stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrSoldOut},
 		stock.ErrIdempotencyConflict, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"Checkout":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
@@ -62,7 +62,7 @@ type probeSales struct {
 	Sales
 	fail   map[string]error
 	called map[string]bool
-	queued bool // PlaceOrder and PlaceCheckout succeed as the queued strategy does: accepted, not yet written
+	queued bool // PlaceOrder and Place succeed as the queued strategy does: accepted, not yet written
 }
 
 func (p *probeSales) err(method string) error {
@@ -95,11 +95,11 @@ func (p *probeSales) PayOrder(context.Context, string, string) (stock.Order, err
 func (p *probeSales) CancelOrder(context.Context, string, string) (stock.Order, error) {
 	return stock.Order{}, p.err("CancelOrder")
 }
-func (p *probeSales) PlaceCheckout(context.Context, stock.CheckoutRequest) (stock.Checkout, bool, error) {
+func (p *probeSales) Place(context.Context, stock.CheckoutRequest) (stock.Checkout, bool, error) {
 	if p.queued {
-		return stock.Checkout{Status: stock.Queued}, false, p.err("PlaceCheckout")
+		return stock.Checkout{Status: stock.Queued}, false, p.err("Place")
 	}
-	return stock.Checkout{}, false, p.err("PlaceCheckout")
+	return stock.Checkout{}, false, p.err("Place")
 }
 func (p *probeSales) Checkout(context.Context, string) (stock.Checkout, error) {
 	return stock.Checkout{}, p.err("Checkout")
@@ -319,7 +319,7 @@ func deriveStatuses(t *testing.T, ops map[string]operation) map[string][]int {
 			}
 			sales.fail = nil
 		}
-		if slices.Contains(called, "PlaceOrder") || slices.Contains(called, "PlaceCheckout") {
+		if slices.Contains(called, "PlaceOrder") || slices.Contains(called, "Place") {
 			sales.queued = true // the queued strategy's answer
 			seen[send(valid(nil), false)] = true
 			sales.queued = false

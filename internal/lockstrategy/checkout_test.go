@@ -128,7 +128,7 @@ func sellCrossed(t *testing.T, cfg service.Config, accepts bool, w backendtest.W
 			<-start
 			for ctx.Err() == nil {
 				began := time.Now()
-				co, _, err := inst.PlaceCheckout(ctx, req)
+				co, _, err := inst.Place(ctx, req)
 				if !answer("checkout", time.Since(began), err) {
 					continue
 				}
@@ -277,7 +277,7 @@ func crossPair(ctx context.Context, t *testing.T, insts []backendtest.Instance, 
 				req.Lines = append(req.Lines, stock.OrderRequest{SKU: sku, Quantity: 1})
 			}
 			for ctx.Err() == nil {
-				_, _, errs[i] = insts[i].PlaceCheckout(ctx, req)
+				_, _, errs[i] = insts[i].Place(ctx, req)
 				if stock.Code(errs[i]) != "busy" || stock.CauseOfBusy(errs[i]) == stock.BusyLockWait {
 					return
 				}
@@ -316,7 +316,7 @@ func TestNaiveCheckoutsOversell(t *testing.T) {
 			req := stock.CheckoutRequest{UserID: fmt.Sprintf("buyer-%02d", i), Strategy: "naive",
 				Lines: []stock.OrderRequest{{SKU: a, Quantity: 1}, {SKU: b, Quantity: 1}}}
 			<-start
-			co, _, err := inst.PlaceCheckout(ctx, req)
+			co, _, err := inst.Place(ctx, req)
 			if err == nil {
 				mu.Lock()
 				acked = append(acked, co.Lines[0])

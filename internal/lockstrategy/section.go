@@ -280,7 +280,7 @@ func abandoned(section context.Context, placed []stock.Placed) {
 	}
 	for i := range placed {
 		if placed[i].Err != nil && !errors.Is(placed[i].Err, stock.ErrSoldOut) {
-			placed[i].Err = stock.Busy(stock.BusyLockLost, fmt.Errorf("a lock of the section was lost mid-way, section abandoned: %w", placed[i].Err))
+			placed[i].Err = stock.Busy(stock.BusyLockLost, fmt.Errorf("a lock of the section was lost mid-way, section abandoned (%v)", placed[i].Err))
 		}
 	}
 }

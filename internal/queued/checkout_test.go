@@ -62,7 +62,7 @@ func TestQueuedCheckoutGivenUp(t *testing.T) {
 			}
 			req := stock.CheckoutRequest{UserID: "u-1", Strategy: "queued",
 				Lines: []stock.OrderRequest{{SKU: b, Quantity: 1}, {SKU: a, Quantity: 1}}}
-			_, _, err := inst.PlaceCheckout(ctx, req)
+			_, _, err := inst.Place(ctx, req)
 			require.ErrorIs(t, err, stock.ErrUnavailable, "given up before it was recorded queued: never accepted")
 			for _, sku := range []string{a, b} {
 				settled(t, inst, sku)
@@ -71,7 +71,7 @@ func TestQueuedCheckoutGivenUp(t *testing.T) {
 				assert.EqualValues(t, 1, p.Stock, "%s: no line written", sku)
 			}
 			req.UserID = "u-2"
-			co, _, err := inst.PlaceCheckout(ctx, req)
+			co, _, err := inst.Place(ctx, req)
 			require.NoError(t, err, "every line's unit is on sale again")
 			co, err = inst.WaitCheckout(ctx, co.CheckoutID, 10*time.Second)
 			require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestQueuedRedeliveredPlacedCheckout(t *testing.T) {
 	}
 	req := stock.CheckoutRequest{UserID: "u-1", Strategy: "queued",
 		Lines: []stock.OrderRequest{{SKU: b, Quantity: 1}, {SKU: a, Quantity: 1}}}
-	co, _, err := inst.PlaceCheckout(ctx, req)
+	co, _, err := inst.Place(ctx, req)
 	require.NoError(t, err)
 	co, err = inst.WaitCheckout(ctx, co.CheckoutID, 10*time.Second)
 	require.NoError(t, err)

@@ -177,14 +177,12 @@ func requestOf(o orderqueue.Order) stock.CheckoutRequest {
 // queuedCheckout is the request a queued record stands for, its lines in status: an order's
 // one line, or a checkout's.
 func queuedCheckout(o orderqueue.Order, status stock.Status) stock.Checkout {
-	co := stock.Checkout{UserID: o.UserID, Strategy: o.Strategy, Status: status, CreatedAt: o.AcceptedAt}
 	if len(o.Lines) == 0 {
 		line := queuedOrder(o)
 		line.Status = status
-		co.Lines = []stock.Order{line}
-		return co
+		return stock.Single(line)
 	}
-	co.CheckoutID = o.OrderID
+	co := stock.Checkout{CheckoutID: o.OrderID, UserID: o.UserID, Strategy: o.Strategy, Status: status, CreatedAt: o.AcceptedAt}
 	for _, l := range o.Lines {
 		co.Lines = append(co.Lines, stock.Order{OrderID: l.OrderID, CheckoutID: o.OrderID, SKU: l.SKU, UserID: o.UserID,
 			Quantity: l.Quantity, Strategy: o.Strategy, CreatedAt: o.AcceptedAt, Status: status})

@@ -315,7 +315,7 @@ func TestQueuedAuditCountsOrdersOnce(t *testing.T) {
 			_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 1, MaxPerOrder: 1})
 			require.NoError(t, err)
 		}
-		co, _, err := inst.PlaceCheckout(ctx, stock.CheckoutRequest{UserID: "u-1", Strategy: "queued",
+		co, _, err := inst.Place(ctx, stock.CheckoutRequest{UserID: "u-1", Strategy: "queued",
 			Lines: []stock.OrderRequest{{SKU: b, Quantity: 1}, {SKU: a, Quantity: 1}}})
 		require.NoError(t, err)
 		<-inside

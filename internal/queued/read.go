@@ -14,11 +14,11 @@ import (
 )
 
 // Order reads the record of an order: queued, rejected with its reason, or — placed — its row.
-// stock.ErrNotFound when the queue has no record of it, stock.ErrUnavailable when the queue does
-// not answer.
+// stock.ErrNotFound when the queue has no record of it (or it is a checkout's),
+// stock.ErrUnavailable when the queue does not answer.
 func (s *Queued) Order(ctx context.Context, orderID string) (stock.Order, error) {
 	rec, err := s.queue.Get(ctx, orderID)
-	return s.order(ctx, rec, err)
+	return line(s.read(ctx, rec, err, false))
 }
 
 // WaitOrder is Order once the order ended, or as it stands when wait passes.
@@ -27,7 +27,7 @@ func (s *Queued) WaitOrder(ctx context.Context, orderID string, wait time.Durati
 		return o, nil
 	}
 	rec, err := s.queue.Wait(ctx, orderID, wait)
-	return s.order(ctx, rec, err)
+	return line(s.read(ctx, rec, err, false))
 }
 
 // WaitRecorded is WaitOrder for an order the queue has a record of: stock.ErrNotFound at once
@@ -37,7 +37,28 @@ func (s *Queued) WaitRecorded(ctx context.Context, orderID string, wait time.Dur
 		return o, nil
 	}
 	rec, err := s.queue.WaitRecorded(ctx, orderID, wait)
-	return s.order(ctx, rec, err)
+	return line(s.read(ctx, rec, err, false))
+}
+
+// Checkout reads the record of a checkout, as Order an order's.
+func (s *Queued) Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error) {
+	rec, err := s.queue.Get(ctx, checkoutID)
+	return s.read(ctx, rec, err, true)
+}
+
+// WaitCheckout is Checkout once the checkout ended, or as it stands when wait passes;
+// stock.ErrNotFound at once when the queue has no record of it (another strategy's checkout).
+func (s *Queued) WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error) {
+	rec, err := s.queue.WaitRecorded(ctx, checkoutID, wait)
+	return s.read(ctx, rec, err, true)
+}
+
+// line is the order of a request of one line read as a checkout.
+func line(co stock.Checkout, err error) (stock.Order, error) {
+	if err != nil {
+		return stock.Order{}, err
+	}
+	return co.Lines[0], nil
 }
 
 // heardFor is how long after its 202 an order's end, if it came, is surely among those the
@@ -57,53 +78,79 @@ func (s *Queued) written(ctx context.Context, orderID string) (stock.Order, bool
 	return o, err == nil
 }
 
-func (s *Queued) order(ctx context.Context, rec orderqueue.Record, err error) (stock.Order, error) {
-	if errors.Is(err, orderqueue.ErrNotFound) {
-		return stock.Order{}, fmt.Errorf("%w: %w", stock.ErrNotFound, err)
-	}
-	if err != nil {
-		return stock.Order{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
-	}
+// read is the request a record stands for — an order's (checkout false) or a checkout's: queued,
+// rejected with its reason, or — placed — its rows.
+func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, checkout bool) (stock.Checkout, error) {
 	switch {
+	case errors.Is(err, orderqueue.ErrNotFound):
+		return stock.Checkout{}, fmt.Errorf("%w: %w", stock.ErrNotFound, err)
+	case err != nil:
+		return stock.Checkout{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
+	case checkout == (len(rec.Lines) == 0) && !(checkout && rec.State == orderqueue.Rejected):
+		// A sweeper's record of a checkout given up names no lines: the buyer's answer was 503.
+		return stock.Checkout{}, fmt.Errorf("%s is not a record of this kind: %w", rec.OrderID, stock.ErrNotFound)
 	case rec.State == orderqueue.Placed && rec.Row != nil:
 		// As its writer placed it, a moment ago (orderqueue.Queue.Wait).
-		o := queuedOrder(rec.Order)
-		o.Status, o.ExpiresAt, o.CreatedAt = stock.Status(rec.Row.Status), rec.Row.ExpiresAt, rec.Row.CreatedAt
-		return o, nil
+		co := queuedCheckout(rec.Order, stock.Status(rec.Row.Status))
+		co.ExpiresAt, co.CreatedAt = rec.Row.ExpiresAt, rec.Row.CreatedAt
+		for i := range co.Lines {
+			co.Lines[i].ExpiresAt, co.Lines[i].CreatedAt = co.ExpiresAt, co.CreatedAt
+		}
+		return co, nil
 	case rec.State == orderqueue.Placed:
-		return s.store.Order(ctx, rec.OrderID)
+		return s.stored(ctx, rec.Order)
 	case rec.State == orderqueue.Rejected:
-		o := queuedOrder(rec.Order)
-		o.Status, o.Reason = stock.Rejected, rec.Reason
-		return o, nil
+		co := queuedCheckout(rec.Order, stock.Rejected)
+		if checkout && len(rec.Lines) == 0 {
+			co = stock.Checkout{CheckoutID: rec.OrderID, UserID: rec.UserID, Strategy: rec.Strategy, Status: stock.Rejected, CreatedAt: rec.AcceptedAt}
+		}
+		co.Reason = rec.Reason
+		for i := range co.Lines {
+			co.Lines[i].Reason = rec.Reason
+		}
+		return co, nil
 	}
-	// Still queued, as the record stands: a placed order's record stays so, and then its row is
-	// the answer.
-	if o, err := s.store.Order(ctx, rec.OrderID); err == nil {
-		return o, nil
+	// Still queued, as the record stands: a placed request's record stays so, and then its rows
+	// are the answer.
+	if co, err := s.stored(ctx, rec.Order); err == nil {
+		return co, nil
 	}
-	return queuedOrder(rec.Order), nil
+	return queuedCheckout(rec.Order, stock.Queued), nil
 }
 
-// Replay finds the order of req's Idempotency-Key while it is queued: the buyer's reservation
-// names the key and the order (its id), and the order's record says where it is. A queued or
-// placed order is the answer; stock.ErrNotFound when the key holds no queued order.
-func (s *Queued) Replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	held, err := s.admission.Held(ctx, req.SKU, req.UserID)
+// stored reads the rows of the request a message carries.
+func (s *Queued) stored(ctx context.Context, o orderqueue.Order) (stock.Checkout, error) {
+	if len(o.Lines) > 0 {
+		return s.store.Checkout(ctx, o.OrderID)
+	}
+	order, err := s.store.Order(ctx, o.OrderID)
+	return stock.Single(order), err
+}
+
+// Replay finds the request of req's Idempotency-Key while it is queued: the buyer's reservation
+// of its first product names the key and the request (its id), and the request's record says
+// where it is. A queued or placed request is the answer; stock.ErrNotFound when the key holds
+// none, stock.ErrIdempotencyConflict when it holds another.
+func (s *Queued) Replay(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+	held, err := s.admission.Held(ctx, req.SKUs()[0], req.UserID)
 	if err != nil {
-		return stock.Order{}, err
+		return stock.Checkout{}, err
 	}
 	if held.IdempotencyKey != req.IdempotencyKey {
-		return stock.Order{}, fmt.Errorf("key %q: no queued order: %w", req.IdempotencyKey, stock.ErrNotFound)
+		return stock.Checkout{}, fmt.Errorf("key %q: nothing queued: %w", req.IdempotencyKey, stock.ErrNotFound)
 	}
-	o, err := s.Order(ctx, held.ID)
-	if err == nil && o.Status == stock.Rejected {
-		return stock.Order{}, fmt.Errorf("key %q: order %s rejected: %w", req.IdempotencyKey, held.ID, stock.ErrNotFound)
+	rec, err := s.queue.Get(ctx, held.ID)
+	if err != nil {
+		return s.read(ctx, rec, err, !req.Order)
 	}
-	if err == nil && o.RequestHash != req.Fingerprint() {
-		return stock.Order{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
+	prior := requestOf(rec.Order)
+	switch {
+	case rec.State == orderqueue.Rejected:
+		return stock.Checkout{}, fmt.Errorf("key %q: %s rejected: %w", req.IdempotencyKey, held.ID, stock.ErrNotFound)
+	case prior.Order != req.Order || prior.Fingerprint() != req.Fingerprint():
+		return stock.Checkout{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
 	}
-	return o, err
+	return s.read(ctx, rec, nil, !req.Order)
 }
 
 // Backlog is how many of sku's orders are queued: accepted, not yet written — the reservations

@@ -31,6 +31,21 @@ func (s *Service) CancelOrder(ctx context.Context, orderID, userID string) (stoc
 	return o, err
 }
 
+// PayCheckout confirms every line of the buyer's pending checkout, as PayOrder an order.
+func (s *Service) PayCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error) {
+	co, err := s.store.PayCheckout(ctx, checkoutID, userID)
+	s.transitioned(ctx, "pay", err)
+	return co, err
+}
+
+// CancelCheckout cancels every line of the buyer's checkout, or of any checkout for an empty
+// userID (the admin), as CancelOrder an order: every line's units back on sale before it returns.
+func (s *Service) CancelCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error) {
+	co, err := s.store.CancelCheckout(ctx, checkoutID, userID)
+	s.transitioned(ctx, "cancel", err)
+	return co, err
+}
+
 // transitioned follows a pay or a cancel (transition) that ended with err: units its order or
 // checkout gave back — cancelled, or expired on the way — are relayed to Redis admission at
 // once, and the answer is counted.

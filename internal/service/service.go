@@ -58,10 +58,9 @@ type orderQueue interface {
 	Order(ctx context.Context, orderID string) (stock.Order, error)
 	WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
 	WaitRecorded(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
-	Replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error)
+	Replay(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
 	Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error)
 	WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error)
-	ReplayCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
 	Backlog(ctx context.Context, sku string) (int64, error)
 }
 
@@ -135,67 +134,94 @@ func (s *Service) lookup(name string) (lockstrategy.Strategy, error) {
 	return st, nil
 }
 
-// PlaceOrder places req through the strategy named in req.Strategy (see Resolve). With an
-// Idempotency-Key it answers a replay with the original order (replayed is true), refuses a
-// different request under the same key with stock.ErrIdempotencyConflict, and, while the
-// original is still in flight, waits for it — within the lock wait, then busy.
+// PlaceOrder places one order: the request of one line (Place), answered as an order.
 func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error) {
+	co, replayed, err := s.Place(ctx, stock.OrderOf(req))
+	order, err = stock.Placed{Checkout: co, Err: err}.Order()
+	return order, replayed, err
+}
+
+// Place places req — an order (stock.OrderOf) or a checkout of several products, every line or
+// none — through the strategy named in req.Strategy (see Resolve), its lines answered from
+// memory where they can be (the sale window, the sold-out flags). With an Idempotency-Key it
+// answers a replay with the original (replayed is true), refuses a different request under the
+// same key with stock.ErrIdempotencyConflict, and, while the original is still in flight, waits
+// for it — within the lock wait, then busy.
+func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stock.Checkout, replayed bool, err error) {
 	st, err := s.lookup(req.Strategy)
 	if err != nil {
-		return stock.Order{}, false, err
+		return stock.Checkout{}, false, err
 	}
 	start := time.Now()
 	defer func() {
-		s.latency.WithLabelValues(st.Name()).Observe(time.Since(start).Seconds())
 		outcome := stock.Code(err)
 		if replayed {
 			outcome = "replayed"
 		}
-		s.outcomes.WithLabelValues(st.Name(), outcome).Inc()
+		if req.Order {
+			s.latency.WithLabelValues(st.Name()).Observe(time.Since(start).Seconds())
+			s.outcomes.WithLabelValues(st.Name(), outcome).Inc()
+		} else {
+			s.checkouts.WithLabelValues(st.Name(), outcome).Inc()
+		}
 		s.countBusy(ctx, st.Name(), err)
 	}()
-	// Outside its sale window an order is answered from memory (catalog) — but a retry of an
-	// order placed before the window closed still finds its order.
-	if err = s.catalog.check(ctx, req.SKU, time.Now()); err != nil {
+	if err = req.Validate(); err != nil {
+		return stock.Checkout{}, false, err
+	}
+	// Outside its sale window a line is answered from memory (catalog) — but a retry of a
+	// request placed before the window closed still finds it.
+	refused := make([]error, len(req.Lines))
+	for i, line := range req.Lines {
+		refused[i] = s.catalog.check(ctx, line.SKU, start)
+	}
+	if err = stock.Refusal(req.Lines, refused); err != nil {
 		if errors.Is(err, stock.ErrSaleEnded) && req.IdempotencyKey != "" {
-			if order, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
-				return order, rerr == nil, rerr
+			if co, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
+				return co, rerr == nil, rerr
 			}
 		}
-		return stock.Order{}, false, err
+		return stock.Checkout{}, false, err
 	}
 	// The unsafe strategy shows what no lock does; no shortcut may hide it.
 	flagged := s.soldOut != nil && !s.unsafe[st.Name()]
 	if flagged {
 		// A flag lets through every buyer who holds an order, so a replay still finds it.
-		if err = s.soldOut.rejects(req); err != nil {
-			return stock.Order{}, false, err
+		for i, line := range req.Lines {
+			line.UserID = req.UserID
+			refused[i] = s.soldOut.rejects(line)
+		}
+		if err = stock.Refusal(req.Lines, refused); err != nil {
+			return stock.Checkout{}, false, err
 		}
 	}
-	// No reservation for an order this instance cannot write (database.beat).
+	// No reservation for a request this instance cannot write (database.beat).
 	if err = s.database.refuses(); err != nil {
-		return stock.Order{}, false, err
+		return stock.Checkout{}, false, err
 	}
 	for {
-		order, err = lockstrategy.PlaceOrder(ctx, st, req)
-		if flagged && errors.Is(err, stock.ErrSoldOut) {
-			s.soldOut.learn(req.SKU)
+		co, err = st.Place(ctx, req)
+		var refusedLines *stock.CheckoutError
+		if flagged && errors.Is(err, stock.ErrSoldOut) && errors.As(err, &refusedLines) {
+			for _, sku := range refusedLines.SKUs {
+				s.soldOut.learn(sku)
+			}
 		}
-		// A replay is looked up only when the order failed as a repeat may (mayRepeat) — not
-		// before every order, which would be a database read per request on the hottest path.
+		// A replay is looked up only when the request failed as a repeat may (mayRepeat) — not
+		// before every request, which would be a database read per request on the hottest path.
 		// One case is answered without it: a key reused with another body for a product that
 		// the sold-out flag answers hears sold_out rather than idempotency_conflict (both 409):
 		// telling them apart would cost the read the flag exists to save.
 		if req.IdempotencyKey != "" && mayRepeat(err) {
-			if order, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
-				return order, rerr == nil, rerr
+			if co, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
+				return co, rerr == nil, rerr
 			}
 		}
 		if !errors.Is(err, stock.ErrDuplicateRequest) {
-			return order, false, err
+			return co, false, err
 		}
 		if err = s.awaitInFlight(ctx, start, err); err != nil {
-			return stock.Order{}, false, err
+			return stock.Checkout{}, false, err
 		}
 	}
 }
@@ -216,7 +242,8 @@ func mayRepeat(err error) bool {
 // busy and retries — never already_purchased, never a second order.
 func (s *Service) awaitInFlight(ctx context.Context, start time.Time, err error) error {
 	if time.Since(start) > s.inFlightWait {
-		return stock.Busy(stock.BusyInFlight, fmt.Errorf("waited %s for the request in flight: %w", s.inFlightWait, err))
+		// The request as a whole waits, not a line of it: the answer names none.
+		return stock.Busy(stock.BusyInFlight, fmt.Errorf("waited %s for the request in flight (%v): %w", s.inFlightWait, err, stock.ErrDuplicateRequest))
 	}
 	select {
 	case <-ctx.Done():
@@ -237,20 +264,24 @@ func (s *Service) countBusy(ctx context.Context, strategy string, err error) {
 	s.log.LogAttrs(ctx, slog.LevelDebug, "busy", slog.String("strategy", strategy), slog.String("cause", string(cause)), slog.Any("err", err))
 }
 
-// replay finds the order already placed under req's Idempotency-Key — or, for the queued
-// strategy, accepted and not yet written.
-func (s *Service) replay(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
+// replay finds the request already placed under req's Idempotency-Key — or, for the queued
+// strategy, accepted and not yet written. A key used by an order for a checkout, by a checkout
+// for an order, or by a request of other lines, is a conflict.
+func (s *Service) replay(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
 	if errors.Is(err, stock.ErrNotFound) && s.queued != nil && req.Strategy == s.queued.Name() {
 		return s.queued.Replay(ctx, req)
 	}
 	if err != nil {
-		return stock.Order{}, err
+		return stock.Checkout{}, err
 	}
-	if prior.RequestHash != req.Fingerprint() {
-		return stock.Order{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
+	if (prior.CheckoutID == "") != req.Order || prior.RequestHash != req.Fingerprint() {
+		return stock.Checkout{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
 	}
-	return prior, nil
+	if req.Order {
+		return stock.Single(prior), nil
+	}
+	return s.store.Checkout(ctx, prior.CheckoutID)
 }
 
 // Product reads one product from the database.
@@ -289,6 +320,26 @@ func (s *Service) WaitOrder(ctx context.Context, orderID string, wait time.Durat
 	// Neither has it yet: a queued order whose publisher's record did not land is recorded
 	// by the writer that takes its message.
 	return s.queued.WaitOrder(ctx, orderID, wait)
+}
+
+// Checkout reads a checkout: with the queued strategy offered, from the order queue's record
+// first, as Order an order.
+func (s *Service) Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error) {
+	if s.queued == nil {
+		return s.store.Checkout(ctx, checkoutID)
+	}
+	co, err := s.queued.Checkout(ctx, checkoutID)
+	return orStored(ctx, checkoutID, co, err, s.store.Checkout)
+}
+
+// WaitCheckout is Checkout, held while the checkout is queued — until a writer on any instance
+// places or rejects it, or wait passes.
+func (s *Service) WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error) {
+	if s.queued == nil {
+		return s.store.Checkout(ctx, checkoutID)
+	}
+	co, err := s.queued.WaitCheckout(ctx, checkoutID, wait)
+	return orStored(ctx, checkoutID, co, err, s.store.Checkout)
 }
 
 // orStored is the queue's answer about an order or a checkout, or the database's (read) when the

@@ -50,6 +50,12 @@ type Checkout struct {
 	Lines      []Order
 }
 
+// Single is the checkout of one order: its one line.
+func Single(o Order) Checkout {
+	return Checkout{UserID: o.UserID, Strategy: o.Strategy, Status: o.Status, Reason: o.Reason, ExpiresAt: o.ExpiresAt,
+		CreatedAt: o.CreatedAt, Lines: []Order{o}}
+}
+
 // CheckoutError refuses a whole request for some of its lines, which it names.
 type CheckoutError struct {
 	SKUs []string

@@ -269,7 +269,7 @@ func (s *Store) PlaceUnguarded(ctx context.Context, reqs []CheckoutRequest, befo
 // sale's requests — then never queue for a lock or a row, which on a Galera cluster would be
 // certification conflicts answered busy.
 func (s *Store) SoldOut(ctx context.Context, skus []string, take func() []CheckoutRequest) (answers []Placed, ok bool, err error) {
-	reads, err := s.reads(ctx, skus)
+	reads, err := s.Reads(ctx, skus)
 	if err != nil || !slices.ContainsFunc(reads, func(p Product) bool { return p.Stock <= 0 }) {
 		return nil, false, err
 	}
@@ -280,10 +280,6 @@ func (s *Store) SoldOut(ctx context.Context, skus []string, take func() []Checko
 // Reads reads the products of skus, in their order: the reads a section decides against. A
 // product that does not exist answers a *CheckoutError naming it.
 func (s *Store) Reads(ctx context.Context, skus []string) ([]Product, error) {
-	return s.reads(ctx, skus)
-}
-
-func (s *Store) reads(ctx context.Context, skus []string) ([]Product, error) {
 	reads := make([]Product, len(skus))
 	for i, sku := range skus {
 		p, err := s.Product(ctx, sku)
@@ -301,7 +297,7 @@ func (s *Store) readAndDecide(ctx context.Context, reqs []CheckoutRequest, befor
 	if len(reqs) == 0 {
 		return batch{}, nil
 	}
-	reads, err := s.reads(ctx, reqs[0].SKUs())
+	reads, err := s.Reads(ctx, reqs[0].SKUs())
 	if err != nil {
 		return batch{}, err
 	}
@@ -552,11 +548,11 @@ func lineError(sku string, err error) error {
 	return err
 }
 
-// Order is the answer to a request of one line (OrderOf): its order, or why not — the line's
-// own error, not a checkout's naming it.
+// Order is the answer to a request of one line (OrderOf): its order, or why not — a refusal is
+// the line's own, not a checkout's naming it. Only the refusal itself is unwrapped: a wrapper
+// around it (busy, waited for a request in flight) is the answer.
 func (p Placed) Order() (Order, error) {
-	var refused *CheckoutError
-	if errors.As(p.Err, &refused) {
+	if refused, ok := p.Err.(*CheckoutError); ok {
 		return Order{}, refused.Err
 	}
 	if p.Err != nil {
