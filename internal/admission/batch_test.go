@@ -64,7 +64,7 @@ func TestBatchedAdmissionAnswersAsAlone(t *testing.T) {
 					wg.Go(func() {
 						<-start
 						req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, IdempotencyKey: key}
-						_, err := ledger.Admit(ctx, req)
+						_, err := ledger.Admit(ctx, []stock.OrderRequest{req}, 0)
 						answers <- answer{user, err}
 					})
 				}
@@ -171,9 +171,9 @@ func TestBatchedHandOver(t *testing.T) {
 			reqs := make([]stock.OrderRequest, n)
 			for i := range reqs {
 				reqs[i] = stock.OrderRequest{SKU: sku, UserID: fmt.Sprintf("u%02d", i), Quantity: 1}
-				res, err := ledger.Admit(ctx, reqs[i])
+				res, err := ledger.Admit(ctx, reqs[i:i+1], 0)
 				require.NoError(t, err)
-				reqs[i].Reservation = res
+				reqs[i].Reservation = res[0]
 			}
 			counted := &countScripts{}
 			client.AddHook(counted)

@@ -60,7 +60,7 @@ func TestAdmitCheckout(t *testing.T) {
 			}
 
 			first := lines("u1")
-			res, err := l.AdmitCheckout(ctx, first)
+			res, err := l.Admit(ctx, first, 0)
 			require.NoError(t, err)
 			require.Len(t, res, 2)
 			assert.EqualValues(t, 0, *state(a).Stock)
@@ -68,12 +68,12 @@ func TestAdmitCheckout(t *testing.T) {
 			for i := range first {
 				first[i].Reservation = res[i]
 			}
-			for _, line := range first { // written: the units stay sold
-				l.Settle(ctx, line.SKU, []stock.OrderRequest{line}, []stock.Placed{{}})
+			l.Settle(ctx, first) // written: the units stay sold
+			for _, line := range first {
 				l.Done(line.Reservation)
 			}
 
-			_, err = l.AdmitCheckout(ctx, lines("u2"))
+			_, err = l.Admit(ctx, lines("u2"), 0)
 			var refused *stock.CheckoutError
 			require.ErrorAs(t, err, &refused)
 			require.ErrorIs(t, err, stock.ErrSoldOut)
@@ -81,15 +81,15 @@ func TestAdmitCheckout(t *testing.T) {
 			after := state(b)
 			assert.EqualValues(t, 4, *after.Stock, "the refused checkout holds nothing of the other product")
 			assert.Zero(t, after.Reservations)
-			_, err = l.Admit(ctx, stock.OrderRequest{SKU: b, UserID: "u2", Quantity: 1})
+			_, err = l.Admit(ctx, []stock.OrderRequest{{SKU: b, UserID: "u2", Quantity: 1}}, 0)
 			require.NoError(t, err, "nor its buyer: u2 may buy it alone")
 
-			_, err = l.AdmitCheckout(ctx, []stock.OrderRequest{{SKU: b, UserID: "u1", Quantity: 1}, {SKU: base + "-c", UserID: "u1", Quantity: 1}})
+			_, err = l.Admit(ctx, []stock.OrderRequest{{SKU: b, UserID: "u1", Quantity: 1}, {SKU: base + "-c", UserID: "u1", Quantity: 1}}, 0)
 			require.ErrorAs(t, err, &refused)
 			require.ErrorIs(t, err, stock.ErrAlreadyPurchased)
 			assert.Equal(t, []string{b}, refused.SKUs)
 
-			_, err = l.AdmitCheckout(ctx, []stock.OrderRequest{{SKU: b, UserID: "u3", Quantity: 1}, {SKU: base + "-unknown", UserID: "u3", Quantity: 1}})
+			_, err = l.Admit(ctx, []stock.OrderRequest{{SKU: b, UserID: "u3", Quantity: 1}, {SKU: base + "-unknown", UserID: "u3", Quantity: 1}}, 0)
 			require.ErrorAs(t, err, &refused)
 			require.ErrorIs(t, err, stock.ErrNotFound)
 			assert.Equal(t, []string{base + "-unknown"}, refused.SKUs)
@@ -114,16 +114,16 @@ func TestCheckoutSoldOutBeforeBusy(t *testing.T) {
 	l := admission.New(backendtest.Redis(t), store, "checkouts", time.Minute, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
 		admission.Options{WaitHeld: time.Second})
 	l.Beat(ctx)
-	_, err := l.Admit(ctx, stock.OrderRequest{SKU: a, UserID: "in-section", Quantity: 1}) // held, not yet written
+	_, err := l.Admit(ctx, []stock.OrderRequest{{SKU: a, UserID: "in-section", Quantity: 1}}, 0) // held, not yet written
 	require.NoError(t, err)
 	sold := stock.OrderRequest{SKU: b, UserID: "sold", Quantity: 1}
-	res, err := l.Admit(ctx, sold)
+	res, err := l.Admit(ctx, []stock.OrderRequest{sold}, 0)
 	require.NoError(t, err)
-	sold.Reservation = res
-	l.Settle(ctx, b, []stock.OrderRequest{sold}, []stock.Placed{{}})
-	l.Done(res)
+	sold.Reservation = res[0]
+	l.Settle(ctx, []stock.OrderRequest{sold})
+	l.Done(sold.Reservation)
 
-	_, err = l.AdmitCheckout(ctx, []stock.OrderRequest{{SKU: a, UserID: "u", Quantity: 1}, {SKU: b, UserID: "u", Quantity: 1}})
+	_, err = l.Admit(ctx, []stock.OrderRequest{{SKU: a, UserID: "u", Quantity: 1}, {SKU: b, UserID: "u", Quantity: 1}}, 0)
 	var refused *stock.CheckoutError
 	require.ErrorAs(t, err, &refused)
 	require.ErrorIs(t, err, stock.ErrSoldOut, "not busy: the sold-out line refuses the checkout whatever the held unit becomes")

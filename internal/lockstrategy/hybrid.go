@@ -42,7 +42,7 @@ type Hybrid struct {
 func NewHybrid(store *stock.Store, ledger *admission.Ledger, locker lock.Locker, opts Options, metrics *LockMetrics) *Hybrid {
 	h := &Hybrid{admission: ledger, run: newRunner("hybrid", store, locker, Version, opts, metrics)}
 	h.run.fallback = h.fallback
-	h.run.settle = ledger.Settle
+	h.run.settle = h.settle
 	h.batch = h.run.batcher(h.Section)
 	h.checkouts = h.run.checkoutBatcher(h.CheckoutSection)
 	return h
@@ -59,23 +59,38 @@ func (h *Hybrid) LockBackend() string { return h.run.locker.Backend() }
 
 // PlaceOrder implements Strategy.
 func (h *Hybrid) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
-	res, err := h.admission.Admit(ctx, req)
+	res, err := h.admission.Admit(ctx, []stock.OrderRequest{req}, 0)
 	if errors.Is(err, admission.ErrRedisDown) {
 		h.admission.FellBack("admission")
 		return h.batch.place(ctx, req)
 	}
 	if err != nil {
+		var refused *stock.CheckoutError
+		if errors.As(err, &refused) {
+			err = refused.Err // an order's answer names no lines, which the handler would add as skus
+		}
 		return stock.Order{}, err
 	}
-	req.Reservation = res
+	req.Reservation = res[0]
 	freezepoint.At(freezepoint.Admitted)
 	order, err := h.batch.place(ctx, req)
 	if err != nil {
-		h.admission.GiveBack(ctx, req, err)
+		h.admission.GiveBack(ctx, []stock.OrderRequest{req}, err)
 	} else {
-		h.admission.Done(res)
+		h.admission.Done(res[0])
 	}
 	return order, err
+}
+
+// settle ends the reservations of the orders a section wrote.
+func (h *Hybrid) settle(ctx context.Context, _ string, reqs []stock.OrderRequest, placed []stock.Placed) {
+	var written []stock.OrderRequest
+	for i, p := range placed {
+		if p.Err == nil {
+			written = append(written, reqs[i])
+		}
+	}
+	h.admission.Settle(ctx, written)
 }
 
 // Section places the batch take returns — hybrid's orders, or a queued writer's (package
@@ -107,13 +122,13 @@ func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.OrderRequest) []s
 func (h *Hybrid) Close() error { return h.run.locker.Close() }
 
 // PlaceCheckout implements Strategy: admission of every line or none
-// (admission.Ledger.AdmitCheckout: one script on one Redis, line by line on a Cluster); then,
+// (admission.Ledger.Admit: one script on one Redis, line by line on a Cluster); then,
 // with the checkouts of the same products that queued meanwhile, the locks in SKU order and
 // one transaction writing every line under every product's version guard; then every line's
 // reservation settled, or given back.
 func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	lines := req.Admitted()
-	res, err := h.admission.AdmitCheckout(ctx, lines)
+	res, err := h.admission.Admit(ctx, lines, 0)
 	if errors.Is(err, admission.ErrRedisDown) {
 		h.admission.FellBack("admission")
 		return h.checkouts.place(ctx, req)
@@ -127,11 +142,11 @@ func (h *Hybrid) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (
 	req.Lines = lines
 	co, err := h.checkouts.place(ctx, req)
 	if err != nil {
-		h.admission.GiveBackCheckout(ctx, lines, err)
+		h.admission.GiveBack(ctx, lines, err)
 		return co, err
 	}
+	h.admission.Settle(ctx, lines)
 	for _, line := range lines {
-		h.admission.Settle(ctx, line.SKU, []stock.OrderRequest{line}, []stock.Placed{{}})
 		h.admission.Done(line.Reservation)
 	}
 	return co, nil

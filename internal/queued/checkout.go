@@ -23,7 +23,7 @@ func (s *Queued) PlaceCheckout(ctx context.Context, req stock.CheckoutRequest) (
 	for i := range lines {
 		lines[i].OrderID, lines[i].Reservation = ulid.Make().String(), stock.Reservation{ID: id}
 	}
-	if _, err := s.admission.AdmitCheckoutWithin(ctx, lines, s.opts.MaxWaiting); err != nil {
+	if _, err := s.admission.Admit(ctx, lines, s.opts.MaxWaiting); err != nil {
 		return stock.Checkout{}, admissionFailed("checkout", err)
 	}
 	o := orderqueue.Order{OrderID: id, SKU: lines[0].SKU, UserID: req.UserID, Strategy: req.Strategy,

@@ -18,7 +18,11 @@ import (
 func (s *Queued) PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.Order, error) {
 	req.OrderID = ulid.Make().String()
 	req.Reservation = stock.Reservation{ID: req.OrderID}
-	if _, err := s.admission.AdmitWithin(ctx, req, s.opts.MaxWaiting); err != nil {
+	if _, err := s.admission.Admit(ctx, []stock.OrderRequest{req}, s.opts.MaxWaiting); err != nil {
+		var refused *stock.CheckoutError
+		if errors.As(err, &refused) {
+			err = refused.Err // an order's answer names no lines, which the handler would add as skus
+		}
 		return stock.Order{}, admissionFailed(req.SKU, err)
 	}
 	o := orderqueue.Order{OrderID: req.OrderID, SKU: req.SKU, UserID: req.UserID, Quantity: req.Quantity, Strategy: req.Strategy,
@@ -46,7 +50,7 @@ func admissionFailed(what string, err error) error {
 func (s *Queued) send(ctx context.Context, o orderqueue.Order) error {
 	lines := requests(o)
 	if err := s.keyUnused(ctx, o.IdempotencyKey); err != nil {
-		s.admission.GiveBackCheckout(ctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, err))
+		s.admission.GiveBack(ctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, err))
 		return err
 	}
 	if h := s.opts.Hooks.Admitted; h != nil {
@@ -59,7 +63,7 @@ func (s *Queued) send(ctx context.Context, o orderqueue.Order) error {
 	if _, err := s.queue.Publish(pctx, o); err != nil {
 		if errors.Is(err, orderqueue.ErrFull) {
 			err = stock.Busy(stock.BusyQueueFull, err)
-			s.admission.GiveBackCheckout(pctx, lines, err)
+			s.admission.GiveBack(pctx, lines, err)
 			return err
 		}
 		return s.inDoubt(ctx, o, err)
@@ -83,7 +87,7 @@ func (s *Queued) send(ctx context.Context, o orderqueue.Order) error {
 		// between admission and here) and returned its units — of the product it swept: the
 		// give-back of every line returns the others' (a second give-back returns nothing).
 		unavailable := fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
-		s.admission.GiveBackCheckout(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
+		s.admission.GiveBack(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
 		return unavailable
 	}
 	s.accepted(rctx, o)
@@ -116,10 +120,10 @@ func (s *Queued) inDoubt(ctx context.Context, o orderqueue.Order, published erro
 	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Rejected, Reason: givenUp})
 	switch {
 	case err != nil:
-		s.admission.GiveBackCheckout(rctx, lines, unavailable) // not definite: in doubt, for the sweeper
+		s.admission.GiveBack(rctx, lines, unavailable) // not definite: in doubt, for the sweeper
 		return unavailable
 	case neverAccepted(rec):
-		s.admission.GiveBackCheckout(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
+		s.admission.GiveBack(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
 		return unavailable
 	}
 	defer s.admission.Done(stock.Reservation{ID: o.Reservation})

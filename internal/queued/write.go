@@ -90,7 +90,7 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken, place func(context.C
 		case c.State == orderqueue.Rejected && !planted.On(planted.UncheckedWriter):
 			// A sweeper was first, or a writer rejected it and stopped before its ack: the
 			// give-back is by reservation id, so a second one returns nothing.
-			s.admission.GiveBackCheckout(ctx, requests(h.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))
+			s.admission.GiveBack(ctx, requests(h.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))
 			_ = h.Ack()
 		default:
 			ts[i].claimed, kept[i] = c, true
@@ -193,23 +193,8 @@ func (s *Queued) placeCheckouts(ctx context.Context, ts []taken) []outcome {
 			written = append(written, reqs[i].Lines...)
 		}
 	}
-	s.settle(ctx, written)
+	s.admission.Settle(ctx, written)
 	return out
-}
-
-// settle settles the reservations of lines written, one call per product.
-func (s *Queued) settle(ctx context.Context, lines []stock.OrderRequest) {
-	bySKU := map[string][]stock.OrderRequest{}
-	var skus []string
-	for _, l := range lines {
-		if _, ok := bySKU[l.SKU]; !ok {
-			skus = append(skus, l.SKU)
-		}
-		bySKU[l.SKU] = append(bySKU[l.SKU], l)
-	}
-	for _, sku := range skus {
-		s.admission.Settle(ctx, sku, bySKU[sku], make([]stock.Placed, len(bySKU[sku])))
-	}
 }
 
 // ackPlaced finishes and acks the deliveries whose orders the database has (placed by a writer
@@ -248,7 +233,7 @@ func (s *Queued) ackPlaced(ctx context.Context, ts []taken) []taken {
 		settled = append(settled, requests(h.Order)...)
 	}
 	s.placed(found, ends)
-	s.settle(ctx, settled)
+	s.admission.Settle(ctx, settled)
 	return rest
 }
 
@@ -270,7 +255,7 @@ func (s *Queued) reject(ctx context.Context, h taken, why error) {
 		s.retry(h.Delivery, err)
 		return
 	}
-	s.admission.GiveBackCheckout(ctx, requests(h.Order), why)
+	s.admission.GiveBack(ctx, requests(h.Order), why)
 	_ = h.Ack()
 }
 
