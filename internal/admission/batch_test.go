@@ -24,27 +24,39 @@ import (
 func TestMain(m *testing.M) { backendtest.Main(m) }
 
 // TestBatchedAdmissionAnswersAsAlone releases 300 requests together on one ledger: 150 buyers
-// asking twice each (half of them with one Idempotency-Key for both) for 50 units. Asked in
-// batches or one call per buyer, the answers are the same: 50 buyers admitted once each, the
-// second request of each answered in flight (same key) or already purchased, and every other
-// request busy — the units are held by reservations that could still come back. The counter
-// ends at zero with 50 reservations. A batch that read the counter once and not again per buyer
-// admits all 64 of its first call; one that forgot its own buyers admits a buyer twice; and the
-// batched case must have seen calls of more than one buyer, or it did not batch.
+// asking twice each (half of them with one Idempotency-Key for both) for 50 units — orders of
+// one product, or checkouts of a unit of each of two. Asked in batches or one call per request,
+// the answers are the same: 50 buyers admitted once each, the second request of each answered in
+// flight (same key) or already purchased, and every other request busy — the units are held by
+// reservations that could still come back. Each counter ends at zero with 50 reservations. A
+// batch that read the counter once and not again per request admits all 64 of its first call;
+// one that forgot its own requests admits a buyer twice; and the batched case must have seen
+// calls of more than one request, or it did not batch.
 func TestBatchedAdmissionAnswersAsAlone(t *testing.T) {
-	for _, batch := range []int{1, 64} {
-		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		products []string
+		batch    int
+	}{
+		{"orders, batch 1", []string{""}, 1},
+		{"orders, batch 64", []string{""}, 64},
+		{"checkouts, batch 1", []string{"-a", "-b"}, 1},
+		{"checkouts, batch 64", []string{"-a", "-b"}, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			const units, buyers = 50, 150
-			sku := backendtest.SKU(t)
+			base := backendtest.SKU(t)
 			store := backendtest.Store(t)
 			ctx := context.Background()
-			_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: sku, Stock: units, MaxPerOrder: 1})
-			require.NoError(t, err)
+			for _, p := range tc.products {
+				_, err := store.PutProduct(ctx, stock.ProductSpec{SKU: base + p, Name: base, Stock: units, MaxPerOrder: 1})
+				require.NoError(t, err)
+			}
 			reg := prometheus.NewRegistry()
 			client := backendtest.Redis(t)
 			backendtest.OpenConns(t, client, 64) // a call per buyer: up to the pool's 64 at once
 			ledger := admission.New(client, store, "batch-test", 2*time.Second, slog.New(slog.DiscardHandler), reg,
-				admission.Options{Batch: batch})
+				admission.Options{Batch: tc.batch})
 			ledger.Beat(ctx)
 
 			type answer struct {
@@ -63,8 +75,11 @@ func TestBatchedAdmissionAnswersAsAlone(t *testing.T) {
 				for range 2 {
 					wg.Go(func() {
 						<-start
-						req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, IdempotencyKey: key}
-						_, err := ledger.Admit(ctx, []stock.OrderRequest{req}, 0)
+						var lines []stock.OrderRequest
+						for _, p := range tc.products {
+							lines = append(lines, stock.OrderRequest{SKU: base + p, UserID: user, Quantity: 1, IdempotencyKey: key})
+						}
+						_, err := ledger.Admit(ctx, lines, 0)
 						answers <- answer{user, err}
 					})
 				}
@@ -101,18 +116,20 @@ func TestBatchedAdmissionAnswersAsAlone(t *testing.T) {
 			assert.Len(t, second, units, "only admitted buyers hear already purchased or in flight")
 			assert.Equal(t, 2*(buyers-units), busy, "every request of the others is busy: the units are held")
 
-			st, err := ledger.State(ctx, sku, nil)
-			require.NoError(t, err)
-			require.NotNil(t, st.Stock)
-			assert.Zero(t, *st.Stock, "the counter")
-			assert.EqualValues(t, units, st.Reservations, "reservations")
+			for _, p := range tc.products {
+				st, err := ledger.State(ctx, base+p, nil)
+				require.NoError(t, err)
+				require.NotNil(t, st.Stock)
+				assert.Zero(t, *st.Stock, "the counter of %s", base+p)
+				assert.EqualValues(t, units, st.Reservations, "reservations of %s", base+p)
+			}
 
 			calls, asked := callBuyers(t, reg)
-			assert.Equal(t, 2*buyers, asked, "buyers answered")
-			if batch > 1 {
-				assert.Less(t, calls, asked, "no call took more than one buyer")
+			assert.Equal(t, 2*buyers, asked, "requests answered")
+			if tc.batch > 1 {
+				assert.Less(t, calls, asked, "no call took more than one request")
 			} else {
-				assert.Equal(t, calls, asked, "a call of one per buyer")
+				assert.Equal(t, calls, asked, "a call of one per request")
 			}
 		})
 	}
