@@ -48,8 +48,8 @@ type Ledger struct {
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
 	pending Pending              // nil: no order is written by anyone but its admitting instance
 
-	batch   int                          // the most buyers or hand-overs one call takes (Options.Batch)
-	admits  *keyqueue.Queue[*call]       // by SKU: buyers waiting for the next admission call
+	batch   int                          // the most requests or hand-overs one call takes (Options.Batch)
+	admits  *keyqueue.Queue[*call]       // by set of SKUs: requests waiting for the next admission call
 	handing *keyqueue.Queue[*handedOver] // by SKU: hand-overs waiting for the next call (HandOver)
 
 	results   *prometheus.CounterVec
@@ -63,8 +63,9 @@ type Ledger struct {
 
 // Options are a ledger's settings beyond its backends; the zero value is the default.
 type Options struct {
-	// Batch is how many buyers of a product one admission call may take, those who pile up
-	// while its last call is out, and how many hand-overs one call may carry; <= 1: one call each.
+	// Batch is how many requests of the same products one admission call may take, those that
+	// pile up while their last call is out, and how many hand-overs one call may carry; <= 1:
+	// one call each.
 	Batch int
 	// WaitHeld is how long a buyer who finds the units left held by orders in their sections
 	// waits for them to be decided, asking again, before it is answered busy; 0: at once.

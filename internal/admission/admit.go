@@ -7,46 +7,52 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Admit asks Redis whether req may go on to the lock and the database, reserving its units
-// under req.Reservation.ID, or a random id when it has none (the queued strategy gives its order
-// id, which its message and its order record carry, so a sweeper can ask about the order). It
-// returns the reservation (the caller must Settle or GiveBack it), or stock.ErrSoldOut (final:
-// no unit left, and none held by an order that could give it back), stock.ErrBusy (too few
-// units left, but orders in their sections hold some: retry), stock.ErrAlreadyPurchased,
-// stock.ErrDuplicateRequest (a request with the same Idempotency-Key holds the buyer's
-// reservation: it is in flight), stock.ErrNotFound, or ErrRedisDown. With Options.Batch, the
-// buyers of a product that arrive while its last call is out go to Redis together (ask).
-func (a *Ledger) Admit(ctx context.Context, req stock.OrderRequest) (stock.Reservation, error) {
-	return a.AdmitWithin(ctx, req, 0)
-}
-
-// AdmitWithin is Admit for an order that waits behind every other of its product (the queued
-// strategy's): while the product holds bound reservations or more — orders admitted and not yet
-// written or given back, on any instance — it answers stock.ErrBusy, units left or not, so that
-// no order waits behind more than bound others. 0: no bound.
-func (a *Ledger) AdmitWithin(ctx context.Context, req stock.OrderRequest, bound int) (stock.Reservation, error) {
-	if !a.Available() {
-		return stock.Reservation{}, ErrRedisDown
-	}
+// Admit asks Redis whether lines — one for an order, a checkout's in SKU order, each with the
+// buyer and the request's Idempotency-Key — may go on to the lock and the database: every line,
+// or none. Each line reserves its units under its Reservation.ID, or a random id when it has
+// none (the queued strategy gives its order's id, which its message and its order record carry,
+// so a sweeper can ask about the order). It returns a reservation per line (the caller must
+// Settle or GiveBack each), ErrRedisDown, or the lines' refusal (stock.Refusal: a
+// *stock.CheckoutError naming them) wrapping stock.ErrSoldOut (final: no unit left, and none
+// held by an order that could give it back), stock.ErrBusy (too few units left, but orders in
+// their sections hold some: retry), stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest (a
+// request with the same Idempotency-Key holds the buyer's reservation: it is in flight) or
+// stock.ErrNotFound. bound > 0 is for a request that waits behind every other order of its
+// products (the queued strategy's): while a product holds bound reservations or more — orders
+// admitted and not yet written or given back, on any instance — its line is busy, units left or
+// not, so that no order waits behind more than bound others. With Options.Batch, requests for
+// the same products that arrive while their last call is out go to Redis together (ask).
+func (a *Ledger) Admit(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
 	if planted.On(planted.IgnoredWaitingBound) {
 		bound = 0
 	}
-	a.touch(req.SKU)
-	res := req.Reservation
-	if res.ID == "" {
-		res.ID = reservationID()
+	if _, cluster := a.client.(*redis.ClusterClient); cluster && len(lines) > 1 {
+		return a.lineByLine(ctx, lines, bound)
 	}
-	// Tracked before Redis has it, so that this instance's sweeper never takes a reservation of
-	// an order in flight here for one it lost track of.
-	a.track(res.ID, time.Time{})
-	b := buyer{req: req, id: res.ID, bound: bound}
-	code, err := a.ask(ctx, b)
+	if !a.Available() {
+		return nil, ErrRedisDown
+	}
+	r := request{lines: lines, res: make([]stock.Reservation, len(lines)), bound: bound}
+	for i, l := range lines {
+		a.touch(l.SKU)
+		if r.res[i] = l.Reservation; r.res[i].ID == "" {
+			r.res[i].ID = reservationID()
+		}
+		// Tracked before Redis has it, so that this instance's sweeper never takes a reservation
+		// of an order in flight here for one it lost track of.
+		a.track(r.res[i].ID, time.Time{})
+	}
+	codes, err := a.ask(ctx, r)
 	heldWait := a.heldWait
 	if planted.On(planted.HeldAtOnce) {
 		heldWait = 0
@@ -57,25 +63,59 @@ func (a *Ledger) AdmitWithin(ctx context.Context, req stock.OrderRequest, bound 
 	// busy only once the wait budget ran out. A buyer told busy at once comes back while
 	// nobody knows whether a unit is left.
 	start := time.Now()
-	for pause := time.Millisecond; code == 4 && err == nil && time.Since(start)+pause < heldWait; pause = min(2*pause, 16*time.Millisecond) {
+	for pause := time.Millisecond; err == nil && held(codes) && time.Since(start)+pause < heldWait; pause = min(2*pause, 16*time.Millisecond) {
 		select {
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-time.After(pause/2 + rand.N(pause)):
-			code, err = a.ask(ctx, b)
+			codes, err = a.ask(ctx, r)
 		}
 	}
-	if code != 0 || err != nil {
-		a.Done(res)
+	if err == nil {
+		refused := make([]error, len(lines))
+		for i, l := range lines {
+			refused[i] = a.answer(l, codes[i], heldWait, bound)
+		}
+		err = stock.Refusal(lines, refused)
 	}
 	if err != nil {
-		return stock.Reservation{}, err
+		for _, res := range r.res {
+			a.Done(res)
+		}
+		return nil, err
 	}
-	if err := a.answer(req, code, heldWait, bound); err != nil {
-		return stock.Reservation{}, err
+	return r.res, nil
+}
+
+// held reports whether a request's only refusals are of held units, which may come back.
+func held(codes []int64) bool {
+	return slices.Contains(codes, 4) && !slices.ContainsFunc(codes, func(c int64) bool { return c != 0 && c != 4 })
+}
+
+// lineByLine admits lines of several products one by one, in SKU order, giving back the ones
+// admitted at the first refusal: Admit on a Redis Cluster, which refuses a script whose keys
+// span slots (each product's keys sit in a slot of their own). A refused request holds its
+// earlier lines' units for a round trip, during which their other buyers hear busy (units
+// held), never sold out.
+func (a *Ledger) lineByLine(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
+	res := make([]stock.Reservation, 0, len(lines))
+	for i := range lines {
+		r, err := a.Admit(ctx, lines[i:i+1], bound)
+		if err != nil {
+			taken := slices.Clone(lines[:i])
+			for j := range taken {
+				taken[j].Reservation = res[j]
+			}
+			a.GiveBack(ctx, taken, errOtherLine)
+			return nil, err
+		}
+		res = append(res, r[0])
 	}
 	return res, nil
 }
+
+// errOtherLine is why a line admitted for a checkout was given back: another line was refused.
+var errOtherLine = fmt.Errorf("checkout refused for another of its lines: %w", ErrNotPlaced)
 
 // answer is what admission's code (lua/admit.lua) means for req, counted: nil when admitted.
 func (a *Ledger) answer(req stock.OrderRequest, code int64, heldWait time.Duration, bound int) error {
@@ -103,26 +143,33 @@ func (a *Ledger) answer(req stock.OrderRequest, code int64, heldWait time.Durati
 	return fmt.Errorf("admission %s: answer %d: %w", req.SKU, code, ErrRedisDown)
 }
 
-// buyer is one order asking admission: its request, the id of the reservation it takes, and
-// the most reservations its product may hold with it (AdmitWithin; 0: no bound).
-type buyer struct {
-	req   stock.OrderRequest
-	id    string
+// request is one Admit asking Redis: its lines, the reservations they take, and its bound.
+type request struct {
+	lines []stock.OrderRequest
+	res   []stock.Reservation
 	bound int
 }
 
-// admit runs lua/admit.lua once for buyers, all of sku, and returns their answers in order,
-// warming the counter from the database first if it is missing.
-func (a *Ledger) admit(ctx context.Context, sku string, buyers []buyer) ([]int64, error) {
-	args := make([]any, 0, 1+5*len(buyers))
+// admit runs lua/admit.lua once for reqs, all of one set of products, and returns their lines'
+// answers in order, warming first the counters of products that have none.
+func (a *Ledger) admit(ctx context.Context, reqs []request) ([]int64, error) {
+	products := reqs[0].lines
+	keys := make([]string, 0, 4*len(products))
+	for _, l := range products {
+		keys = append(keys, KeysOf(l.SKU).all()...)
+	}
+	args := make([]any, 0, 1+len(reqs)*(3+2*len(products)))
 	args = append(args, a.instance)
-	for _, b := range buyers {
-		args = append(args, b.req.UserID, b.req.Quantity, b.id, b.req.IdempotencyKey, b.bound)
+	for _, r := range reqs {
+		args = append(args, r.lines[0].UserID, r.lines[0].IdempotencyKey, r.bound)
+		for i, l := range r.lines {
+			args = append(args, l.Quantity, r.res[i].ID)
+		}
 	}
 	for warmed := false; ; warmed = true {
-		codes, err := admitScript.Run(ctx, a.client, KeysOf(sku).all(), args...).Int64Slice()
-		if err == nil && len(codes) != len(buyers) {
-			err = fmt.Errorf("%d answers for %d buyers", len(codes), len(buyers))
+		codes, err := admitScript.Run(ctx, a.client, keys, args...).Int64Slice()
+		if err == nil && len(codes) != len(reqs)*len(products) {
+			err = fmt.Errorf("%d answers for %d lines", len(codes), len(reqs)*len(products))
 		}
 		if err != nil {
 			if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errAdmitSlow) {
@@ -131,15 +178,24 @@ func (a *Ledger) admit(ctx context.Context, sku string, buyers []buyer) ([]int64
 			a.Down("admission", err)
 			return nil, fmt.Errorf("%w: %w", ErrRedisDown, err)
 		}
-		if codes[0] != -1 {
-			a.calls.Observe(float64(len(buyers)))
+		missing := false
+		for i, l := range products { // the first request's: every request has a line of each
+			if codes[i] != -1 {
+				continue
+			}
+			if warmed {
+				return nil, fmt.Errorf("admission %s: counter vanished right after warming: %w", l.SKU, ErrRedisDown)
+			}
+			if err := a.warm(ctx, l.SKU, "nx"); errors.Is(err, stock.ErrNotFound) {
+				return nil, &stock.CheckoutError{SKUs: []string{l.SKU}, Err: err}
+			} else if err != nil {
+				return nil, err
+			}
+			missing = true
+		}
+		if !missing {
+			a.calls.Observe(float64(len(reqs)))
 			return codes, nil
-		}
-		if warmed {
-			return nil, fmt.Errorf("admission %s: counter vanished right after warming: %w", sku, ErrRedisDown)
-		}
-		if err := a.warm(ctx, sku, "nx"); err != nil {
-			return nil, err
 		}
 	}
 }
@@ -191,9 +247,10 @@ func (a *Ledger) warm(ctx context.Context, sku, mode string) error {
 // Admission in batches. Every buyer of a hot product asks Redis the same question of the same
 // keys, and under load most of them arrive while an earlier call for it is out. With
 // Options.Batch n, those wait for it and then go together (keyqueue): one script call for up to
-// n buyers, each answered exactly as if it had asked alone, in order (lua/admit.lua). The ledger
-// is the same, and Redis runs one script where it ran n. A buyer who comes to an idle product
-// goes at once, alone, and none waits for more than the call before its own.
+// n requests of the same products (an order's are its one), each answered exactly as if it had
+// asked alone, in order (lua/admit.lua). The ledger is the same, and Redis runs one script where
+// it ran n. A request that comes to idle products goes at once, alone, and none waits for more
+// than the call before its own.
 
 // errAdmitSlow is the cause of a batch's end when Redis did not answer within admitTimeout: the
 // breaker's business, unlike a buyer who gave up.
@@ -208,50 +265,49 @@ func roundContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeoutCause(context.Background(), admitTimeout, errAdmitSlow)
 }
 
-// call is a buyer waiting for its batch's answer.
+// call is a request waiting for its batch's answer.
 type call struct {
-	buyer
-	code int64
-	err  error
-	done chan struct{}
+	request
+	codes []int64
+	err   error
+	done  chan struct{}
 }
 
-// ask returns b's answer from lua/admit.lua: asked on its own, or in its product's next batch.
-// A buyer that gives up (ctx) before its batch went is never asked; once asked, it waits for
+// ask returns r's answers from lua/admit.lua: asked on its own, or in its products' next batch.
+// A request that gives up (ctx) before its batch went is never asked; once asked, it waits for
 // the answer, so that a reservation it took is never left behind untracked.
-func (a *Ledger) ask(ctx context.Context, b buyer) (int64, error) {
+func (a *Ledger) ask(ctx context.Context, r request) ([]int64, error) {
 	if a.batch <= 1 {
-		codes, err := a.admit(ctx, b.req.SKU, []buyer{b})
-		if err != nil {
-			return 0, err
-		}
-		return codes[0], nil
+		return a.admit(ctx, []request{r})
 	}
-	c := &call{buyer: b, done: make(chan struct{})}
-	if err := a.admits.Await(ctx, b.req.SKU, c, c.done); err != nil {
-		return 0, err
+	skus := make([]string, len(r.lines))
+	for i, l := range r.lines {
+		skus[i] = l.SKU
 	}
-	return c.code, c.err
+	c := &call{request: r, done: make(chan struct{})}
+	if err := a.admits.Await(ctx, strings.Join(skus, "\x00"), c, c.done); err != nil {
+		return nil, err
+	}
+	return c.codes, c.err
 }
 
-// admitRound is one admission call for the buyers of sku waiting in the queue.
-func (a *Ledger) admitRound(sku string, take func() []*call) {
+// admitRound is one admission call for the requests of one set of products waiting in the queue.
+func (a *Ledger) admitRound(_ string, take func() []*call) {
 	calls := take()
 	if len(calls) == 0 {
 		return
 	}
 	ctx, cancel := roundContext()
 	defer cancel()
-	buyers := make([]buyer, len(calls))
+	reqs := make([]request, len(calls))
 	for i, c := range calls {
-		buyers[i] = c.buyer
+		reqs[i] = c.request
 	}
-	codes, err := a.admit(ctx, sku, buyers)
+	codes, err := a.admit(ctx, reqs)
+	n := len(reqs[0].lines)
 	for i, c := range calls {
-		if err != nil {
-			c.err = err
-		} else {
-			c.code = codes[i]
+		if c.err = err; err == nil {
+			c.codes = codes[i*n : (i+1)*n]
 		}
 		close(c.done)
 	}

@@ -54,17 +54,17 @@ func TestBreakerCooldown(t *testing.T) {
 
 	ledger.Down("test", errors.New("a Redis error"))
 	assert.False(t, ledger.Available())
-	_, err := ledger.Admit(ctx, req)
+	_, err := ledger.Admit(ctx, []stock.OrderRequest{req}, 0)
 	require.ErrorIs(t, err, admission.ErrRedisDown, "in the cooldown")
 	clock.advance(admission.Cooldown - time.Nanosecond)
-	_, err = ledger.Admit(ctx, req)
+	_, err = ledger.Admit(ctx, []stock.OrderRequest{req}, 0)
 	require.ErrorIs(t, err, admission.ErrRedisDown, "a nanosecond before the cooldown's end")
 
 	clock.advance(time.Nanosecond)
 	assert.True(t, ledger.Available(), "the cooldown has passed")
-	_, err = ledger.Admit(ctx, req)
+	_, err = ledger.Admit(ctx, []stock.OrderRequest{req}, 0)
 	require.NoError(t, err, "the first order after the cooldown asks Redis")
-	_, err = ledger.Admit(ctx, stock.OrderRequest{SKU: sku, UserID: "u2", Quantity: 1})
+	_, err = ledger.Admit(ctx, []stock.OrderRequest{{SKU: sku, UserID: "u2", Quantity: 1}}, 0)
 	assert.ErrorIs(t, err, stock.ErrBusy, "one unit, held by u1's reservation: the orders before took none")
 }
 
@@ -77,10 +77,10 @@ func TestDoubtSweptAfterGrace(t *testing.T) {
 	clock := newStopped()
 	ledger, sku := ledgerOn(t, clock, 1)
 	req := stock.OrderRequest{SKU: sku, UserID: "u1", Quantity: 1}
-	res, err := ledger.Admit(ctx, req)
+	res, err := ledger.Admit(ctx, []stock.OrderRequest{req}, 0)
 	require.NoError(t, err)
-	req.Reservation = res
-	ledger.GiveBack(ctx, req, fmt.Errorf("commit: %w", stock.ErrUnavailable))
+	req.Reservation = res[0]
+	ledger.GiveBack(ctx, []stock.OrderRequest{req}, fmt.Errorf("commit: %w", stock.ErrUnavailable))
 
 	sweep := func() int64 {
 		t.Helper()
@@ -101,6 +101,6 @@ func TestDoubtSweptAfterGrace(t *testing.T) {
 	assert.Zero(t, sweep(), "returned once")
 	_, err = ledger.Held(ctx, sku, "u1")
 	assert.ErrorIs(t, err, stock.ErrNotFound)
-	_, err = ledger.Admit(ctx, stock.OrderRequest{SKU: sku, UserID: "u2", Quantity: 1})
+	_, err = ledger.Admit(ctx, []stock.OrderRequest{{SKU: sku, UserID: "u2", Quantity: 1}}, 0)
 	assert.NoError(t, err, "the returned unit sells")
 }

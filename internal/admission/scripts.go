@@ -9,8 +9,6 @@ import (
 var (
 	//go:embed lua/admit.lua
 	admitLua string
-	//go:embed lua/admitcheckout.lua
-	admitCheckoutLua string
 	//go:embed lua/giveback.lua
 	giveBackLua string
 	//go:embed lua/settle.lua
@@ -32,18 +30,17 @@ var (
 	//go:embed lua/handover.lua
 	handOverLua string
 
-	admitScript         = redis.NewScript(admitLua)
-	admitCheckoutScript = redis.NewScript(admitCheckoutLua)
-	giveBackScript      = redis.NewScript(giveBackLua)
-	settleScript        = redis.NewScript(settleLua)
-	orphansScript       = redis.NewScript(orphansLua)
-	sweepScript         = redis.NewScript(sweepLua)
-	stateScript         = redis.NewScript(stateLua)
-	restockScript       = redis.NewScript(restockLua)
-	warmScript          = redis.NewScript(warmLua)
-	beatScript          = redis.NewScript(beatLua)
-	liveScript          = redis.NewScript(liveLua)
-	handOverScript      = redis.NewScript(handOverLua)
+	admitScript    = redis.NewScript(admitLua)
+	giveBackScript = redis.NewScript(giveBackLua)
+	settleScript   = redis.NewScript(settleLua)
+	orphansScript  = redis.NewScript(orphansLua)
+	sweepScript    = redis.NewScript(sweepLua)
+	stateScript    = redis.NewScript(stateLua)
+	restockScript  = redis.NewScript(restockLua)
+	warmScript     = redis.NewScript(warmLua)
+	beatScript     = redis.NewScript(beatLua)
+	liveScript     = redis.NewScript(liveLua)
+	handOverScript = redis.NewScript(handOverLua)
 )
 
 // Keys are the Redis keys of one product's admission (lua/admit.lua). They share the {sku} hash

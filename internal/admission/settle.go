@@ -24,14 +24,27 @@ func (a *Ledger) track(id string, until time.Time) {
 	a.tracked[id] = until
 }
 
-// GiveBack returns an admitted order's reservation after its database step failed — for
-// certain. It runs even when the request was cancelled. dbErr is the failure: when the database
-// said sold out, the counter is also capped at what the database holds. An error that leaves
-// the outcome open (a lost connection mid-commit, a deadline mid-write) gives nothing back: the
-// reservation is put in doubt instead, and this instance's sweeper asks the database about it
-// as soon as any commit in flight must have landed. A give-back that cannot reach Redis leaves
-// the reservation to the sweeper too.
-func (a *Ledger) GiveBack(ctx context.Context, req stock.OrderRequest, dbErr error) {
+// GiveBack returns the reservations of admitted lines (each with its Reservation) after their
+// database step failed — for certain. It runs even when the request was cancelled. err is the
+// failure: when the database said a line's product is sold out, its counter is also capped at
+// what the database holds; the other lines were refused for that line's sake, which says nothing
+// about their own stock. An error that leaves the outcome open (a lost connection mid-commit, a
+// deadline mid-write) gives nothing back: the reservations are put in doubt instead, and this
+// instance's sweeper asks the database about them as soon as any commit in flight must have
+// landed. A give-back that cannot reach Redis leaves the reservation to the sweeper too.
+func (a *Ledger) GiveBack(ctx context.Context, lines []stock.OrderRequest, err error) {
+	var soldOut *stock.SoldOutError
+	for _, l := range lines {
+		lineErr := err
+		if errors.As(err, &soldOut) && soldOut.SKU != l.SKU {
+			lineErr = errOtherLine
+		}
+		a.giveBack(ctx, l, lineErr)
+	}
+}
+
+// giveBack is GiveBack of one line.
+func (a *Ledger) giveBack(ctx context.Context, req stock.OrderRequest, dbErr error) {
 	if planted.On(planted.LostGiveBack) {
 		a.Done(req.Reservation)
 		return
@@ -74,21 +87,30 @@ func definite(err error) bool {
 	return false
 }
 
-// Settle ends the reservations of orders the database has written: their units stay sold. One
+// Settle ends the reservations of lines the database has written: their units stay sold. One
 // the sweeper returned meanwhile (this instance was frozen past its heartbeat) is taken again
 // (lua/settle.lua). A lost settle costs nothing but time: once the order is Done here, this
-// instance's sweeper finds it and settles the reservation.
-func (a *Ledger) Settle(ctx context.Context, sku string, reqs []stock.OrderRequest, placed []stock.Placed) {
-	var ids []string
-	args := make([]any, 0, 3*len(reqs))
-	for i, r := range reqs {
-		if r.Reservation.ID != "" && placed[i].Err == nil {
-			ids = append(ids, r.Reservation.ID)
-			args = append(args, r.UserID, r.Reservation.ID, r.Quantity)
+// instance's sweeper finds it and settles the reservation. One call per product: a script's
+// keys are of one product's slot.
+func (a *Ledger) Settle(ctx context.Context, lines []stock.OrderRequest) {
+	bySKU := map[string][]stock.OrderRequest{}
+	for _, l := range lines {
+		if l.Reservation.ID != "" {
+			bySKU[l.SKU] = append(bySKU[l.SKU], l)
 		}
 	}
-	if len(ids) == 0 {
-		return
+	for sku, reqs := range bySKU {
+		a.settle(ctx, sku, reqs)
+	}
+}
+
+// settle is Settle of reqs, all of sku.
+func (a *Ledger) settle(ctx context.Context, sku string, reqs []stock.OrderRequest) {
+	ids := make([]string, len(reqs))
+	args := make([]any, 0, 3*len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.Reservation.ID
+		args = append(args, r.UserID, r.Reservation.ID, r.Quantity)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()

@@ -36,8 +36,9 @@ func TestSettleAfterSweep(t *testing.T) {
 	live := ledger("live", time.Minute)
 
 	req := stock.OrderRequest{SKU: sku, UserID: "u", Quantity: 1, Strategy: "hybrid"}
-	req.Reservation, err = frozen.Admit(ctx, req)
+	res, err := frozen.Admit(ctx, []stock.OrderRequest{req}, 0)
 	require.NoError(t, err)
+	req.Reservation = res[0]
 	var alive []string
 	require.Eventually(t, func() bool {
 		alive, err = live.Live(ctx)
@@ -56,15 +57,15 @@ func TestSettleAfterSweep(t *testing.T) {
 	placed, err := store.PlaceAt(ctx, []stock.CheckoutRequest{stock.OrderOf(req)}, []stock.Product{p})
 	require.NoError(t, err)
 	require.NoError(t, placed[0].Err, "the database still had the unit")
-	frozen.Settle(ctx, sku, []stock.OrderRequest{req}, placed)
-	frozen.Settle(ctx, sku, []stock.OrderRequest{req}, placed) // a settle repeated takes nothing more
+	frozen.Settle(ctx, []stock.OrderRequest{req})
+	frozen.Settle(ctx, []stock.OrderRequest{req}) // a settle repeated takes nothing more
 
 	st, err = live.State(ctx, sku, alive)
 	require.NoError(t, err)
 	require.NotNil(t, st.Stock)
 	assert.EqualValues(t, 2, *st.Stock, "the settle took the swept unit again: the counter is the database's stock")
 	assert.Zero(t, st.Reservations)
-	_, err = live.Admit(ctx, req)
+	_, err = live.Admit(ctx, []stock.OrderRequest{req}, 0)
 	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased, "the settle took the buyer again")
 	backendtest.RequireInvariant(t, store, sku, []stock.Order{placed[0].Checkout.Lines[0]})
 }

@@ -35,7 +35,7 @@ func queueCrash() Experiment {
 		Seed: "the flash-sale queue pipeline (issue 24): pre-deduct in Redis, enqueue, write asynchronously",
 		Claim: "A process that dies between the Redis pre-deduction and the send strands the units it took, its buyers told yes and no order ever written; " +
 			"a reservation on the instance's heartbeat lease brings them back, and the message id and the order's first record keep every order placed once.",
-		Fix: `res, err := s.admission.Admit(ctx, req) // a reservation on this instance's lease; then Publish(..., jetstream.WithMsgID(o.OrderID)), then 202`,
+		Fix: `res, err := s.admission.Admit(ctx, []stock.OrderRequest{req}, s.opts.MaxWaiting) // a reservation on this instance's lease; then Publish(..., jetstream.WithMsgID(o.OrderID)), then 202`,
 		Run: runQueueCrash,
 	}
 }
@@ -264,7 +264,7 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 			if crashed(b) {
 				id := ulid.Make().String()
 				req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", OrderID: id, Reservation: stock.Reservation{ID: id}}
-				_, err := dead.Admit(ctx, req)
+				_, err := dead.Admit(ctx, []stock.OrderRequest{req}, 0)
 				mu.Lock()
 				defer mu.Unlock()
 				errs = append(errs, err)

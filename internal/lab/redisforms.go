@@ -54,18 +54,20 @@ func (l *redisLock) place(guarded bool) placer {
 	}
 	twin := l.via("unguarded-redis")
 	return func(ctx context.Context, req stock.OrderRequest) error {
-		res, err := l.admission.Admit(ctx, req)
+		res, err := l.admission.Admit(ctx, []stock.OrderRequest{req}, 0)
 		if err != nil && (ctx.Err() != nil || stock.Code(err) != "internal") {
 			return err
 		}
-		req.Reservation = res
+		if err == nil {
+			req.Reservation = res[0]
+		}
 		if err := twin(ctx, req); err != nil {
-			if res.ID != "" {
-				l.admission.GiveBack(ctx, req, err)
+			if req.Reservation.ID != "" {
+				l.admission.GiveBack(ctx, []stock.OrderRequest{req}, err)
 			}
 			return err
 		}
-		l.admission.Done(res)
+		l.admission.Done(req.Reservation)
 		return nil
 	}
 }

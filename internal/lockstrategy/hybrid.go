@@ -61,7 +61,7 @@ func (h *Hybrid) LockBackend() string { return h.run.locker.Backend() }
 // guard; then every line's reservation settled, or given back.
 func (h *Hybrid) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	lines := req.Admitted()
-	res, err := h.admission.AdmitCheckout(ctx, lines)
+	res, err := h.admission.Admit(ctx, lines, 0)
 	if errors.Is(err, admission.ErrRedisDown) {
 		h.admission.FellBack("admission")
 		return h.batch.place(ctx, req)
@@ -76,7 +76,7 @@ func (h *Hybrid) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Ch
 	freezepoint.At(freezepoint.Admitted)
 	co, err := h.batch.place(ctx, req)
 	if err != nil {
-		h.admission.GiveBackCheckout(ctx, lines, err)
+		h.admission.GiveBack(ctx, lines, err)
 		return co, err
 	}
 	for _, r := range res {
@@ -98,11 +98,13 @@ func (h *Hybrid) Section(ctx context.Context, skus []string, take func() []stock
 
 // settle ends the reservations of the lines the section wrote: their units stay sold.
 func (h *Hybrid) settle(ctx context.Context, reqs []stock.CheckoutRequest, placed []stock.Placed) {
+	var written []stock.OrderRequest
 	for i, req := range reqs {
-		for _, line := range req.Admitted() {
-			h.admission.Settle(ctx, line.SKU, []stock.OrderRequest{line}, []stock.Placed{{Err: placed[i].Err}})
+		if placed[i].Err == nil {
+			written = append(written, req.Admitted()...)
 		}
 	}
+	h.admission.Settle(ctx, written)
 }
 
 // fallback places requests whose locks could not be had because Redis failed between admission

@@ -65,7 +65,7 @@ func (f frozen) admit(t *testing.T, sku, user string) orderqueue.Order {
 	t.Helper()
 	id := ulid.Make().String()
 	req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", OrderID: id, Reservation: stock.Reservation{ID: id}}
-	_, err := f.ledger.Admit(context.Background(), req)
+	_, err := f.ledger.Admit(context.Background(), []stock.OrderRequest{req}, 0)
 	require.NoError(t, err)
 	return orderqueue.Order{OrderID: id, SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC()}
 }

@@ -34,7 +34,7 @@ func (s *Queued) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Ch
 			o.Lines = append(o.Lines, orderqueue.Line{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
 		}
 	}
-	if _, err := s.admission.AdmitCheckoutWithin(ctx, lines, s.opts.MaxWaiting); err != nil {
+	if _, err := s.admission.Admit(ctx, lines, s.opts.MaxWaiting); err != nil {
 		return stock.Checkout{}, admissionFailed(err)
 	}
 	if err := s.send(ctx, o); err != nil {
@@ -60,7 +60,7 @@ func admissionFailed(err error) error {
 func (s *Queued) send(ctx context.Context, o orderqueue.Order) error {
 	lines := requests(o)
 	if err := s.keyUnused(ctx, o.IdempotencyKey); err != nil {
-		s.admission.GiveBackCheckout(ctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, err))
+		s.admission.GiveBack(ctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, err))
 		return err
 	}
 	if h := s.opts.Hooks.Admitted; h != nil {
@@ -73,7 +73,7 @@ func (s *Queued) send(ctx context.Context, o orderqueue.Order) error {
 	if _, err := s.queue.Publish(pctx, o); err != nil {
 		if errors.Is(err, orderqueue.ErrFull) {
 			err = stock.Busy(stock.BusyQueueFull, err)
-			s.admission.GiveBackCheckout(pctx, lines, err)
+			s.admission.GiveBack(pctx, lines, err)
 			return err
 		}
 		return s.inDoubt(ctx, o, err)
@@ -97,7 +97,7 @@ func (s *Queued) send(ctx context.Context, o orderqueue.Order) error {
 		// between admission and here) and returned its units — of the product it swept: the
 		// give-back of every line returns the others' (a second give-back returns nothing).
 		unavailable := fmt.Errorf("order %s given up while this instance was frozen: %w", o.OrderID, stock.ErrUnavailable)
-		s.admission.GiveBackCheckout(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
+		s.admission.GiveBack(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
 		return unavailable
 	}
 	s.accepted(rctx, o)
@@ -130,10 +130,10 @@ func (s *Queued) inDoubt(ctx context.Context, o orderqueue.Order, published erro
 	rec, err := s.queue.Record(rctx, orderqueue.Record{Order: o, State: orderqueue.Rejected, Reason: givenUp})
 	switch {
 	case err != nil:
-		s.admission.GiveBackCheckout(rctx, lines, unavailable) // not definite: in doubt, for the sweeper
+		s.admission.GiveBack(rctx, lines, unavailable) // not definite: in doubt, for the sweeper
 		return unavailable
 	case neverAccepted(rec):
-		s.admission.GiveBackCheckout(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
+		s.admission.GiveBack(rctx, lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
 		return unavailable
 	}
 	defer s.admission.Done(stock.Reservation{ID: o.Reservation})

@@ -85,7 +85,7 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken) {
 		case c.State == orderqueue.Rejected && !planted.On(planted.UncheckedWriter):
 			// A sweeper was first, or a writer rejected it and stopped before its ack: the
 			// give-back is by reservation id, so a second one returns nothing.
-			s.admission.GiveBackCheckout(ctx, requests(h.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))
+			s.admission.GiveBack(ctx, requests(h.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))
 			_ = h.Ack()
 		default:
 			ts[i].claimed, kept[i] = c, true
@@ -171,21 +171,6 @@ func (s *Queued) place(ctx context.Context, ts []taken) []outcome {
 	return out
 }
 
-// settle settles the reservations of lines written, one call per product.
-func (s *Queued) settle(ctx context.Context, lines []stock.OrderRequest) {
-	bySKU := map[string][]stock.OrderRequest{}
-	var skus []string
-	for _, l := range lines {
-		if _, ok := bySKU[l.SKU]; !ok {
-			skus = append(skus, l.SKU)
-		}
-		bySKU[l.SKU] = append(bySKU[l.SKU], l)
-	}
-	for _, sku := range skus {
-		s.admission.Settle(ctx, sku, bySKU[sku], make([]stock.Placed, len(bySKU[sku])))
-	}
-}
-
 // ackPlaced finishes and acks the deliveries whose orders the database has (placed by a writer
 // that stopped before its ack, or by another one) and returns the others; all of them are
 // handed back when the database cannot say. The database finds them by reservation, which is
@@ -222,7 +207,7 @@ func (s *Queued) ackPlaced(ctx context.Context, ts []taken) []taken {
 		settled = append(settled, requests(h.Order)...)
 	}
 	s.placed(found, ends)
-	s.settle(ctx, settled)
+	s.admission.Settle(ctx, settled)
 	return rest
 }
 
@@ -244,7 +229,7 @@ func (s *Queued) reject(ctx context.Context, h taken, why error) {
 		s.retry(h.Delivery, err)
 		return
 	}
-	s.admission.GiveBackCheckout(ctx, requests(h.Order), why)
+	s.admission.GiveBack(ctx, requests(h.Order), why)
 	_ = h.Ack()
 }
 
