@@ -48,7 +48,7 @@ func RequireWholeCheckouts(t testing.TB, s *stock.Store, db *sql.DB, skus []stri
 	t.Helper()
 	require.Empty(t, PartialCheckouts(t, db, skus, lines), "half a checkout in the database")
 	for _, co := range acked {
-		got, err := s.Checkout(context.Background(), co.CheckoutID)
+		got, err := s.Read(context.Background(), stock.CheckoutRef(co.CheckoutID))
 		require.NoError(t, err, "acknowledged checkout %s", co.CheckoutID)
 		require.Len(t, got.Lines, len(co.Lines), "acknowledged checkout %s", co.CheckoutID)
 		require.True(t, got.Status.Active(), "acknowledged checkout %s is %s", co.CheckoutID, got.Status)

@@ -22,10 +22,10 @@ func Ended(t *testing.T, insts []Instance, accepted []stock.Order, limit time.Du
 	for i, o := range accepted {
 		// A follower asks again when the queue cannot answer (a cluster electing a leader for the
 		// records), as a buyer's client would on a 503, until the deadline.
-		got, err := insts[i%len(insts)].WaitOrder(context.Background(), o.OrderID, max(time.Millisecond, time.Until(deadline)))
+		got, err := insts[i%len(insts)].Wait(context.Background(), stock.OrderRef(o.OrderID), max(time.Millisecond, time.Until(deadline)))
 		for errors.Is(err, stock.ErrUnavailable) && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond) // the client's backoff before it asks again
-			got, err = insts[i%len(insts)].WaitOrder(context.Background(), o.OrderID, max(time.Millisecond, time.Until(deadline)))
+			got, err = insts[i%len(insts)].Wait(context.Background(), stock.OrderRef(o.OrderID), max(time.Millisecond, time.Until(deadline)))
 		}
 		require.NoError(t, err, "order %s", o.OrderID)
 		switch got.Status {
@@ -35,7 +35,7 @@ func Ended(t *testing.T, insts []Instance, accepted []stock.Order, limit time.Du
 			rejected[o.OrderID] = got.Reason
 		default:
 			assert.True(t, got.Status.Active(), "order %s: %s", o.OrderID, got.Status)
-			placed = append(placed, got)
+			placed = append(placed, got.Lines[0])
 		}
 	}
 	return placed, rejected

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -132,4 +133,47 @@ func CutFromRedisInSection(t testing.TB, cfg service.Config, user string) (Insta
 		}
 	}
 	return NewInstance(t, cfg, Wiring{RedisAddrs: []string{rp.Listen}}), rp
+}
+
+// Order, WaitOrder, Checkout and WaitCheckout are the instance's Read and Wait by an order's or
+// a checkout's id, and PayOrder, CancelOrder, PayCheckout and CancelCheckout its Pay and
+// Cancel: for tests that follow one by its id.
+func (i Instance) Order(ctx context.Context, id string) (stock.Order, error) {
+	return line(i.Read(ctx, stock.OrderRef(id)))
+}
+
+func (i Instance) WaitOrder(ctx context.Context, id string, wait time.Duration) (stock.Order, error) {
+	return line(i.Wait(ctx, stock.OrderRef(id), wait))
+}
+
+func (i Instance) Checkout(ctx context.Context, id string) (stock.Checkout, error) {
+	return i.Read(ctx, stock.CheckoutRef(id))
+}
+
+func (i Instance) WaitCheckout(ctx context.Context, id string, wait time.Duration) (stock.Checkout, error) {
+	return i.Wait(ctx, stock.CheckoutRef(id), wait)
+}
+
+func (i Instance) PayOrder(ctx context.Context, id, user string) (stock.Order, error) {
+	return line(i.Pay(ctx, stock.OrderRef(id), user))
+}
+
+func (i Instance) CancelOrder(ctx context.Context, id, user string) (stock.Order, error) {
+	return line(i.Cancel(ctx, stock.OrderRef(id), user))
+}
+
+func (i Instance) PayCheckout(ctx context.Context, id, user string) (stock.Checkout, error) {
+	return i.Pay(ctx, stock.CheckoutRef(id), user)
+}
+
+func (i Instance) CancelCheckout(ctx context.Context, id, user string) (stock.Checkout, error) {
+	return i.Cancel(ctx, stock.CheckoutRef(id), user)
+}
+
+// line is the order an answer of one line holds.
+func line(co stock.Checkout, err error) (stock.Order, error) {
+	if err != nil {
+		return stock.Order{}, err
+	}
+	return co.Lines[0], nil
 }

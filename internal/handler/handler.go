@@ -24,28 +24,22 @@ type Sales interface {
 	// Resolve names the strategy for a request that asked for requested ("" = default), or
 	// returns a *stock.InvalidError.
 	Resolve(requested string) (string, error)
-	// PlaceOrder places req; replayed is true when an Idempotency-Key found the original order.
-	PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error)
+	// Place places an order (a request of one line, stock.OrderOf) or a checkout, every line or
+	// none; replayed is true when an Idempotency-Key found the original.
+	Place(ctx context.Context, req stock.CheckoutRequest) (co stock.Checkout, replayed bool, err error)
 	// PutProduct starts a sale round, keeping state outside the database in step.
 	PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error)
-	// Product and Order read the database (and, for an order of the queued strategy with no row
-	// yet, the order queue's record).
+	// Product reads the database.
 	Product(ctx context.Context, sku string) (stock.Product, error)
-	Order(ctx context.Context, orderID string) (stock.Order, error)
-	// WaitOrder is Order, held while the order is queued, for at most wait.
-	WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
-	// PayOrder confirms the buyer's pending order; CancelOrder cancels the buyer's order, or any
-	// order for an empty userID (the admin).
-	PayOrder(ctx context.Context, orderID, userID string) (stock.Order, error)
-	CancelOrder(ctx context.Context, orderID, userID string) (stock.Order, error)
-	// Place places a checkout, every line or none; replayed as for PlaceOrder.
-	Place(ctx context.Context, req stock.CheckoutRequest) (co stock.Checkout, replayed bool, err error)
-	// Checkout reads a checkout; PayCheckout and CancelCheckout move every line of it, as
-	// PayOrder and CancelOrder an order.
-	Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error)
-	WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error)
-	PayCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error)
-	CancelCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error)
+	// Read reads an order or a checkout (an order's answer is its checkout of one line): the
+	// database, and for one of the queued strategy with no row yet, the order queue's record.
+	Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error)
+	// Wait is Read, held while it is queued, for at most wait.
+	Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error)
+	// Pay confirms the buyer's pending order or checkout (every line at once); Cancel cancels
+	// the buyer's, or anyone's for an empty userID (the admin).
+	Pay(ctx context.Context, ref stock.Ref, userID string) (stock.Checkout, error)
+	Cancel(ctx context.Context, ref stock.Ref, userID string) (stock.Checkout, error)
 	// Audit reports the product's consistency.
 	Audit(ctx context.Context, sku string) (service.Audit, error)
 	// Reconcile rebuilds state outside the database from it, then audits.
@@ -222,56 +216,44 @@ func (h *handler) locks(c *gin.Context) {
 	c.JSON(http.StatusOK, locksJSON(sku, h.Sales.Locks(sku)))
 }
 
-// A kind is what a buyer places, reads, pays and cancels — orders or checkouts, T placed from
-// an R — as the one handler of each verb, for both, needs to know it.
-type kind[T, R any] struct {
+// A kind is what a buyer places, reads, pays and cancels — orders or checkouts — as the one
+// handler of each verb, for both, needs to know it. Below the handler both are one request with
+// lines: an order is a checkout of one line.
+type kind struct {
 	*handler
-	name  string // what answers call one: "order"
-	param string // the path parameter of its id: "order_id"
-	path  string // its Location, but for the id
+	name     string // what answers call one: "order"
+	param    string // the path parameter of its id: "order_id"
+	path     string // its Location, but for the id
+	checkout bool   // whether its ids are checkouts' (stock.Ref)
 	// placing reads the path of a POST that places one: what its errors are about, and the body
 	// to decode. On a malformed path it answers, and returns false.
-	placing func(c *gin.Context) (body placeBody[R], subject string, ok bool)
-	reply   func(T) (id string, status stock.Status, json any)
-	calls   calls[T, R]
-}
-
-// calls are the service's calls for one kind, as method expressions of Sales (Sales.PayOrder):
-// bound at each request, so that a handler built without a service still serves /openapi.yaml.
-type calls[T, R any] struct {
-	place       func(Sales, context.Context, R) (T, bool, error)
-	read        func(Sales, context.Context, string) (T, error)
-	wait        func(Sales, context.Context, string, time.Duration) (T, error)
-	pay, cancel func(s Sales, ctx context.Context, id, user string) (T, error)
+	placing func(c *gin.Context) (body placeBody, subject string, ok bool)
+	reply   func(stock.Checkout) (id string, status stock.Status, json any)
 }
 
 // orders are placed per product (POST /products/{sku}/orders) and answer contract.Order.
-func (h *handler) orders() kind[stock.Order, stock.OrderRequest] {
-	return kind[stock.Order, stock.OrderRequest]{handler: h, name: "order", param: "order_id", path: "/api/v1/orders/",
-		placing: func(c *gin.Context) (placeBody[stock.OrderRequest], string, bool) {
+func (h *handler) orders() kind {
+	return kind{handler: h, name: "order", param: "order_id", path: "/api/v1/orders/",
+		placing: func(c *gin.Context) (placeBody, string, bool) {
 			sku, ok := skuParam(c)
 			return &orderBody{sku: sku}, "product " + sku, ok
 		},
 		reply: orderReply,
-		calls: calls[stock.Order, stock.OrderRequest]{place: Sales.PlaceOrder, read: Sales.Order, wait: Sales.WaitOrder,
-			pay: Sales.PayOrder, cancel: Sales.CancelOrder},
 	}
 }
 
 // checkouts are placed with their lines in the body and answer contract.Checkout.
-func (h *handler) checkouts() kind[stock.Checkout, stock.CheckoutRequest] {
-	return kind[stock.Checkout, stock.CheckoutRequest]{handler: h, name: "checkout", param: "checkout_id", path: "/api/v1/checkouts/",
-		placing: func(*gin.Context) (placeBody[stock.CheckoutRequest], string, bool) {
+func (h *handler) checkouts() kind {
+	return kind{handler: h, name: "checkout", param: "checkout_id", path: "/api/v1/checkouts/", checkout: true,
+		placing: func(*gin.Context) (placeBody, string, bool) {
 			return &checkoutBody{}, "checkout", true
 		},
 		reply: checkoutReply,
-		calls: calls[stock.Checkout, stock.CheckoutRequest]{place: Sales.Place, read: Sales.Checkout, wait: Sales.WaitCheckout,
-			pay: Sales.PayCheckout, cancel: Sales.CancelCheckout},
 	}
 }
 
 // place places one: 201 with it, or 202 and its Location while it is queued.
-func (k kind[T, R]) place(c *gin.Context) {
+func (k kind) place(c *gin.Context) {
 	body, subject, ok := k.placing(c)
 	if !ok {
 		return
@@ -285,7 +267,7 @@ func (k kind[T, R]) place(c *gin.Context) {
 		fail(c, err, "")
 		return
 	}
-	placed, _, err := k.calls.place(k.Sales, c.Request.Context(), req)
+	placed, _, err := k.Sales.Place(c.Request.Context(), req)
 	if err != nil {
 		fail(c, err, subject)
 		return
@@ -301,7 +283,7 @@ func (k kind[T, R]) place(c *gin.Context) {
 }
 
 // get reads one; with ?wait= it holds the answer while one is queued.
-func (k kind[T, R]) get(c *gin.Context) {
+func (k kind) get(c *gin.Context) {
 	id, ok := k.id(c)
 	if !ok {
 		return
@@ -311,18 +293,18 @@ func (k kind[T, R]) get(c *gin.Context) {
 		fail(c, err, "")
 		return
 	}
-	var one T
+	var one stock.Checkout
 	if wait > 0 {
-		one, err = k.calls.wait(k.Sales, c.Request.Context(), id, wait)
+		one, err = k.Sales.Wait(c.Request.Context(), k.ref(id), wait)
 	} else {
-		one, err = k.calls.read(k.Sales, c.Request.Context(), id)
+		one, err = k.Sales.Read(c.Request.Context(), k.ref(id))
 	}
 	k.answer(c, id, one, err)
 }
 
 // pay is the payment provider's callback: the buyer's pending order or checkout (every line at
 // once) is confirmed.
-func (k kind[T, R]) pay(c *gin.Context) {
+func (k kind) pay(c *gin.Context) {
 	id, ok := k.id(c)
 	if !ok {
 		return
@@ -331,13 +313,13 @@ func (k kind[T, R]) pay(c *gin.Context) {
 	if !ok {
 		return
 	}
-	one, err := k.calls.pay(k.Sales, c.Request.Context(), id, user)
+	one, err := k.Sales.Pay(c.Request.Context(), k.ref(id), user)
 	k.answer(c, id, one, err)
 }
 
 // cancel cancels the buyer's order or checkout (every line at once), or — with the admin token —
 // anyone's.
-func (k kind[T, R]) cancel(c *gin.Context) {
+func (k kind) cancel(c *gin.Context) {
 	id, ok := k.id(c)
 	if !ok {
 		return
@@ -351,12 +333,12 @@ func (k kind[T, R]) cancel(c *gin.Context) {
 	if !ok {
 		return
 	}
-	one, err := k.calls.cancel(k.Sales, c.Request.Context(), id, user)
+	one, err := k.Sales.Cancel(c.Request.Context(), k.ref(id), user)
 	k.answer(c, id, one, err)
 }
 
 // id validates the path's id: anything but a ULID is an unknown one.
-func (k kind[T, R]) id(c *gin.Context) (string, bool) {
+func (k kind) id(c *gin.Context) (string, bool) {
 	id := c.Param(k.param)
 	if !orderIDPattern.MatchString(id) {
 		fail(c, stock.ErrNotFound, k.name)
@@ -365,8 +347,11 @@ func (k kind[T, R]) id(c *gin.Context) (string, bool) {
 	return id, true
 }
 
+// ref names the one of this kind with id.
+func (k kind) ref(id string) stock.Ref { return stock.Ref{ID: id, Checkout: k.checkout} }
+
 // answer answers one read, paid or cancelled, or the error that came instead.
-func (k kind[T, R]) answer(c *gin.Context, id string, one T, err error) {
+func (k kind) answer(c *gin.Context, id string, one stock.Checkout, err error) {
 	if err != nil {
 		fail(c, err, k.name+" "+id)
 		return

@@ -33,26 +33,20 @@ import (
 // (499 canceled) is left out: no client reads that answer, and the contract says so.
 var serviceErrors = map[string][]error{
 	"Resolve": {&stock.InvalidError{Msg: "unknown strategy"}},
-	"PlaceOrder": {&stock.InvalidError{Msg: "over max_per_order"}, stock.ErrNotFound, stock.ErrSoldOut, stock.ErrAlreadyPurchased,
+	"Place": {&stock.InvalidError{Msg: "over max_per_order"}, stock.ErrNotFound, stock.ErrSoldOut, stock.ErrAlreadyPurchased,
+		&stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrNotFound}, &stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrSoldOut},
 		stock.ErrIdempotencyConflict, &stock.SaleNotStartedError{Starts: time.Now().Add(time.Minute)}, stock.ErrSaleEnded,
 		stock.ErrBusy, stock.ErrDuplicateRequest, stock.ErrUnavailable, errors.New("a bug")},
-	"PutProduct":  {stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
-	"Product":     {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
-	"Order":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
-	"WaitOrder":   {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
-	"PayOrder":    {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrOrderCancelled, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
-	"CancelOrder": {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
-	"Place": {&stock.InvalidError{Msg: "over max_per_order"},
-		&stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrNotFound}, &stock.CheckoutError{SKUs: []string{"case-17"}, Err: stock.ErrSoldOut},
-		stock.ErrIdempotencyConflict, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
-	"Checkout":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
-	"WaitCheckout":   {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
-	"PayCheckout":    {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrOrderCancelled, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
-	"CancelCheckout": {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
-	"Audit":          {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
-	"Reconcile":      {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
-	"Checks":         {stock.ErrUnavailable},
-	"Locks":          nil, // names only: no backend is asked
+	"PutProduct": {stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
+	"Product":    {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"Read":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"Wait":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"Pay":        {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrOrderCancelled, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
+	"Cancel":     {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
+	"Audit":      {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"Reconcile":  {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"Checks":     {stock.ErrUnavailable},
+	"Locks":      nil, // names only: no backend is asked
 }
 
 // probeSales answers every call with success, or with fail[method] for that method, and notes
@@ -62,7 +56,7 @@ type probeSales struct {
 	Sales
 	fail   map[string]error
 	called map[string]bool
-	queued bool // PlaceOrder and Place succeed as the queued strategy does: accepted, not yet written
+	queued bool // Place succeeds as the queued strategy does: accepted, not yet written
 }
 
 func (p *probeSales) err(method string) error {
@@ -71,47 +65,30 @@ func (p *probeSales) err(method string) error {
 }
 
 func (p *probeSales) Resolve(requested string) (string, error) { return "hybrid", p.err("Resolve") }
-func (p *probeSales) PlaceOrder(context.Context, stock.OrderRequest) (stock.Order, bool, error) {
-	if p.queued {
-		return stock.Order{Status: stock.Queued}, false, p.err("PlaceOrder")
-	}
-	return stock.Order{}, false, p.err("PlaceOrder")
-}
 func (p *probeSales) PutProduct(context.Context, stock.ProductSpec) (stock.Product, error) {
 	return stock.Product{}, p.err("PutProduct")
 }
 func (p *probeSales) Product(context.Context, string) (stock.Product, error) {
 	return stock.Product{}, p.err("Product")
 }
-func (p *probeSales) Order(context.Context, string) (stock.Order, error) {
-	return stock.Order{}, p.err("Order")
-}
-func (p *probeSales) WaitOrder(context.Context, string, time.Duration) (stock.Order, error) {
-	return stock.Order{}, p.err("WaitOrder")
-}
-func (p *probeSales) PayOrder(context.Context, string, string) (stock.Order, error) {
-	return stock.Order{}, p.err("PayOrder")
-}
-func (p *probeSales) CancelOrder(context.Context, string, string) (stock.Order, error) {
-	return stock.Order{}, p.err("CancelOrder")
-}
-func (p *probeSales) Place(context.Context, stock.CheckoutRequest) (stock.Checkout, bool, error) {
+func (p *probeSales) Place(_ context.Context, req stock.CheckoutRequest) (stock.Checkout, bool, error) {
+	co := stock.Checkout{Lines: make([]stock.Order, max(1, len(req.Lines)))}
 	if p.queued {
-		return stock.Checkout{Status: stock.Queued}, false, p.err("Place")
+		co.Status, co.Lines[0].Status = stock.Queued, stock.Queued
 	}
-	return stock.Checkout{}, false, p.err("Place")
+	return co, false, p.err("Place")
 }
-func (p *probeSales) Checkout(context.Context, string) (stock.Checkout, error) {
-	return stock.Checkout{}, p.err("Checkout")
+func (p *probeSales) Read(context.Context, stock.Ref) (stock.Checkout, error) {
+	return stock.Checkout{Lines: make([]stock.Order, 1)}, p.err("Read")
 }
-func (p *probeSales) WaitCheckout(context.Context, string, time.Duration) (stock.Checkout, error) {
-	return stock.Checkout{}, p.err("WaitCheckout")
+func (p *probeSales) Wait(context.Context, stock.Ref, time.Duration) (stock.Checkout, error) {
+	return stock.Checkout{Lines: make([]stock.Order, 1)}, p.err("Wait")
 }
-func (p *probeSales) PayCheckout(context.Context, string, string) (stock.Checkout, error) {
-	return stock.Checkout{}, p.err("PayCheckout")
+func (p *probeSales) Pay(context.Context, stock.Ref, string) (stock.Checkout, error) {
+	return stock.Checkout{Lines: make([]stock.Order, 1)}, p.err("Pay")
 }
-func (p *probeSales) CancelCheckout(context.Context, string, string) (stock.Checkout, error) {
-	return stock.Checkout{}, p.err("CancelCheckout")
+func (p *probeSales) Cancel(context.Context, stock.Ref, string) (stock.Checkout, error) {
+	return stock.Checkout{Lines: make([]stock.Order, 1)}, p.err("Cancel")
 }
 func (p *probeSales) Audit(context.Context, string) (service.Audit, error) {
 	return service.Audit{}, p.err("Audit")
@@ -319,7 +296,7 @@ func deriveStatuses(t *testing.T, ops map[string]operation) map[string][]int {
 			}
 			sales.fail = nil
 		}
-		if slices.Contains(called, "PlaceOrder") || slices.Contains(called, "Place") {
+		if slices.Contains(called, "Place") {
 			sales.queued = true // the queued strategy's answer
 			seen[send(valid(nil), false)] = true
 			sales.queued = false

@@ -138,11 +138,11 @@ func plainText(s string) bool {
 	return true
 }
 
-// A placeBody is the JSON body of a POST that places an R: an order or a checkout.
-type placeBody[R any] interface {
-	// request validates the body into R, its strategy named by resolve, or returns a
+// A placeBody is the JSON body of a POST that places an order or a checkout.
+type placeBody interface {
+	// request validates the body into a request, its strategy named by resolve, or returns a
 	// *stock.InvalidError.
-	request(key string, resolve func(requested string) (string, error)) (R, error)
+	request(key string, resolve func(requested string) (string, error)) (stock.CheckoutRequest, error)
 }
 
 type orderBody struct {
@@ -152,22 +152,22 @@ type orderBody struct {
 	Strategy string  `json:"strategy"`
 }
 
-// request validates the body into an order request. Quantity defaults to 1.
-func (b orderBody) request(key string, resolve func(string) (string, error)) (stock.OrderRequest, error) {
+// request validates the body into an order: a request of one line. Quantity defaults to 1.
+func (b orderBody) request(key string, resolve func(string) (string, error)) (stock.CheckoutRequest, error) {
 	req := stock.OrderRequest{SKU: b.sku, IdempotencyKey: key, Quantity: 1}
 	user, err := validUser(b.UserID, true)
 	if err != nil {
-		return req, err
+		return stock.CheckoutRequest{}, err
 	}
 	req.UserID = user
 	if b.Quantity != nil {
 		req.Quantity = *b.Quantity
 	}
 	if req.Quantity < 1 || req.Quantity > maxPerOrderLimit {
-		return req, &stock.InvalidError{Msg: "quantity must be at least 1 and at most the product's max_per_order"}
+		return stock.CheckoutRequest{}, &stock.InvalidError{Msg: "quantity must be at least 1 and at most the product's max_per_order"}
 	}
 	req.Strategy, err = resolve(b.Strategy)
-	return req, err
+	return stock.OrderOf(req), err
 }
 
 // validUser checks a user_id: required unless not required (then absent is "").
@@ -278,8 +278,10 @@ func optionalTime(t time.Time) *time.Time {
 	return &t
 }
 
-// orderReply is an order's id, status and body as the contract writes it.
-func orderReply(o stock.Order) (string, stock.Status, any) {
+// orderReply is an order's id, status and body as the contract writes it: the one line of its
+// answer.
+func orderReply(co stock.Checkout) (string, stock.Status, any) {
+	o := co.Lines[0]
 	return o.OrderID, o.Status, contract.Order{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
 		Status: string(o.Status), Reason: o.Reason, ExpiresAt: optionalTime(o.ExpiresAt), CreatedAt: o.CreatedAt, CheckoutID: o.CheckoutID}
 }

@@ -304,7 +304,7 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 	}
 	deadline := time.Now().Add(queueCrashBound)
 	for _, o := range accepted {
-		got, err := live.WaitOrder(ctx, o.OrderID, max(time.Millisecond, time.Until(deadline)))
+		got, err := live.Wait(ctx, stock.OrderRef(o.OrderID), max(time.Millisecond, time.Until(deadline)))
 		switch {
 		case err != nil:
 			return queuedSale{}, err

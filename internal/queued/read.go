@@ -13,69 +13,48 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Order reads the record of an order: queued, rejected with its reason, or — placed — its row.
-// stock.ErrNotFound when the queue has no record of it (or it is a checkout's),
-// stock.ErrUnavailable when the queue does not answer.
-func (s *Queued) Order(ctx context.Context, orderID string) (stock.Order, error) {
-	rec, err := s.queue.Get(ctx, orderID)
-	return line(s.read(ctx, rec, err, false))
+// Read reads the record of the order or checkout ref names: queued, rejected with its reason,
+// or — placed — its rows. stock.ErrNotFound when the queue has no record of it (or one of the
+// other kind), stock.ErrUnavailable when the queue does not answer.
+func (s *Queued) Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error) {
+	rec, err := s.queue.Get(ctx, ref.ID)
+	return s.read(ctx, rec, err, ref.Checkout)
 }
 
-// WaitOrder is Order once the order ended, or as it stands when wait passes.
-func (s *Queued) WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
-	if o, ok := s.written(ctx, orderID); ok {
-		return o, nil
+// Wait is Read once the request ended, or as it stands when wait passes.
+func (s *Queued) Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error) {
+	if co, ok := s.written(ctx, ref); ok {
+		return co, nil
 	}
-	rec, err := s.queue.Wait(ctx, orderID, wait)
-	return line(s.read(ctx, rec, err, false))
+	rec, err := s.queue.Wait(ctx, ref.ID, wait)
+	return s.read(ctx, rec, err, ref.Checkout)
 }
 
-// WaitRecorded is WaitOrder for an order the queue has a record of: stock.ErrNotFound at once
-// when it has none.
-func (s *Queued) WaitRecorded(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
-	if o, ok := s.written(ctx, orderID); ok {
-		return o, nil
+// WaitRecorded is Wait for a request the queue has a record of: stock.ErrNotFound at once when
+// it has none.
+func (s *Queued) WaitRecorded(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error) {
+	if co, ok := s.written(ctx, ref); ok {
+		return co, nil
 	}
-	rec, err := s.queue.WaitRecorded(ctx, orderID, wait)
-	return line(s.read(ctx, rec, err, false))
+	rec, err := s.queue.WaitRecorded(ctx, ref.ID, wait)
+	return s.read(ctx, rec, err, ref.Checkout)
 }
 
-// Checkout reads the record of a checkout, as Order an order's.
-func (s *Queued) Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error) {
-	rec, err := s.queue.Get(ctx, checkoutID)
-	return s.read(ctx, rec, err, true)
-}
-
-// WaitCheckout is Checkout once the checkout ended, or as it stands when wait passes;
-// stock.ErrNotFound at once when the queue has no record of it (another strategy's checkout).
-func (s *Queued) WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error) {
-	rec, err := s.queue.WaitRecorded(ctx, checkoutID, wait)
-	return s.read(ctx, rec, err, true)
-}
-
-// line is the order of a request of one line read as a checkout.
-func line(co stock.Checkout, err error) (stock.Order, error) {
-	if err != nil {
-		return stock.Order{}, err
-	}
-	return co.Lines[0], nil
-}
-
-// heardFor is how long after its 202 an order's end, if it came, is surely among those the
+// heardFor is how long after its 202 a request's end, if it came, is surely among those the
 // watch keeps (orderqueue.Queue.Wait): at a sale's rate they hold several seconds of ends.
 const heardFor = 2 * time.Second
 
-// written is the row of an order accepted more than heardFor ago, if it has one. A placed
-// order's record stays queued, and its end may be older than those the watch keeps: a wait on
-// the record alone would hold a written order until its wait passed. A younger order's
+// written is the rows of a request accepted more than heardFor ago, if it has them. A placed
+// request's record stays queued, and its end may be older than those the watch keeps: a wait on
+// the record alone would hold a written request until its wait passed. A younger request's
 // follower does without the read — a sale's followers ask at once.
-func (s *Queued) written(ctx context.Context, orderID string) (stock.Order, bool) {
-	id, err := ulid.ParseStrict(orderID)
+func (s *Queued) written(ctx context.Context, ref stock.Ref) (stock.Checkout, bool) {
+	id, err := ulid.ParseStrict(ref.ID)
 	if err != nil || time.Since(ulid.Time(id.Time())) < heardFor {
-		return stock.Order{}, false
+		return stock.Checkout{}, false
 	}
-	o, err := s.store.Order(ctx, orderID)
-	return o, err == nil
+	co, err := s.store.Read(ctx, ref)
+	return co, err == nil
 }
 
 // read is the request a record stands for — an order's (checkout false) or a checkout's: queued,
@@ -120,11 +99,7 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 
 // stored reads the rows of the request a message carries.
 func (s *Queued) stored(ctx context.Context, o orderqueue.Order) (stock.Checkout, error) {
-	if len(o.Lines) > 0 {
-		return s.store.Checkout(ctx, o.OrderID)
-	}
-	order, err := s.store.Order(ctx, o.OrderID)
-	return stock.Single(order), err
+	return s.store.Read(ctx, stock.Ref{ID: o.OrderID, Checkout: len(o.Lines) > 0})
 }
 
 // Replay finds the request of req's Idempotency-Key while it is queued: the buyer's reservation

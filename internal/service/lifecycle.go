@@ -13,35 +13,21 @@ import (
 // after its deadline (with the relay's own time, under 2 s; TestReturnedUnitsSellAtOnce allows 5).
 const lifecycleEvery = time.Second
 
-// PayOrder confirms the buyer's pending order (stock.Store.Pay). An order found past its
-// deadline is expired on the way — its units back on sale here and in Redis — and refused with
-// stock.ErrOrderExpired.
-func (s *Service) PayOrder(ctx context.Context, orderID, userID string) (stock.Order, error) {
-	o, err := s.store.Pay(ctx, orderID, userID)
-	s.transitioned(ctx, "pay", err)
-	return o, err
-}
-
-// CancelOrder cancels an order of the buyer, or any order when userID is empty (the admin):
-// stock.Store.Cancel. Its units are back on sale before this returns: in the database, in
-// Redis admission, and — the sold-out flags of every instance dropped — for buyers anywhere.
-func (s *Service) CancelOrder(ctx context.Context, orderID, userID string) (stock.Order, error) {
-	o, err := s.store.Cancel(ctx, orderID, userID)
-	s.transitioned(ctx, "cancel", err)
-	return o, err
-}
-
-// PayCheckout confirms every line of the buyer's pending checkout, as PayOrder an order.
-func (s *Service) PayCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error) {
-	co, err := s.store.PayCheckout(ctx, checkoutID, userID)
+// Pay confirms the buyer's pending order, or every line of the buyer's pending checkout
+// (stock.Store.Pay). One found past its deadline is expired on the way — its units back on sale
+// here and in Redis — and refused with stock.ErrOrderExpired.
+func (s *Service) Pay(ctx context.Context, ref stock.Ref, userID string) (stock.Checkout, error) {
+	co, err := s.store.Pay(ctx, ref, userID)
 	s.transitioned(ctx, "pay", err)
 	return co, err
 }
 
-// CancelCheckout cancels every line of the buyer's checkout, or of any checkout for an empty
-// userID (the admin), as CancelOrder an order: every line's units back on sale before it returns.
-func (s *Service) CancelCheckout(ctx context.Context, checkoutID, userID string) (stock.Checkout, error) {
-	co, err := s.store.CancelCheckout(ctx, checkoutID, userID)
+// Cancel cancels an order or every line of a checkout of the buyer, or anyone's when userID is
+// empty (the admin): stock.Store.Cancel. Its units are back on sale before this returns: in the
+// database, in Redis admission, and — the sold-out flags of every instance dropped — for buyers
+// anywhere.
+func (s *Service) Cancel(ctx context.Context, ref stock.Ref, userID string) (stock.Checkout, error) {
+	co, err := s.store.Cancel(ctx, ref, userID)
 	s.transitioned(ctx, "cancel", err)
 	return co, err
 }

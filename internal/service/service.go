@@ -55,12 +55,10 @@ type Service struct {
 // accepted and has not yet written, followed by their records.
 type orderQueue interface {
 	lockstrategy.Strategy
-	Order(ctx context.Context, orderID string) (stock.Order, error)
-	WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
-	WaitRecorded(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error)
+	Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error)
+	Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error)
+	WaitRecorded(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error)
 	Replay(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
-	Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error)
-	WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error)
 	Backlog(ctx context.Context, sku string) (int64, error)
 }
 
@@ -137,8 +135,10 @@ func (s *Service) lookup(name string) (lockstrategy.Strategy, error) {
 // PlaceOrder places one order: the request of one line (Place), answered as an order.
 func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order stock.Order, replayed bool, err error) {
 	co, replayed, err := s.Place(ctx, stock.OrderOf(req))
-	order, err = stock.Placed{Checkout: co, Err: err}.Order()
-	return order, replayed, err
+	if err != nil {
+		return stock.Order{}, false, err
+	}
+	return co.Lines[0], replayed, nil
 }
 
 // Place places req — an order (stock.OrderOf) or a checkout of several products, every line or
@@ -154,6 +154,7 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 	}
 	start := time.Now()
 	defer func() {
+		err = req.Answer(err)
 		outcome := stock.Code(err)
 		if replayed {
 			outcome = "replayed"
@@ -281,7 +282,7 @@ func (s *Service) replay(ctx context.Context, req stock.CheckoutRequest) (stock.
 	if req.Order {
 		return stock.Single(prior), nil
 	}
-	return s.store.Checkout(ctx, prior.CheckoutID)
+	return s.store.Read(ctx, stock.CheckoutRef(prior.CheckoutID))
 }
 
 // Product reads one product from the database.
@@ -289,78 +290,56 @@ func (s *Service) Product(ctx context.Context, sku string) (stock.Product, error
 	return s.store.Product(ctx, sku)
 }
 
-// Order reads one order: with the queued strategy offered, from the order queue's record first —
-// queued, rejected with its reason, or placed and then read from the database — and from the
-// database where the queue has no record of it (another strategy's order, or a record past its
-// TTL) or cannot be asked.
-func (s *Service) Order(ctx context.Context, orderID string) (stock.Order, error) {
+// Read reads an order or a checkout: with the queued strategy offered, from the order queue's
+// record first — queued, rejected with its reason, or placed and then read from the database —
+// and from the database where the queue has no record of it (another strategy's, or a record
+// past its TTL) or cannot be asked.
+func (s *Service) Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error) {
 	if s.queued == nil {
-		return s.store.Order(ctx, orderID)
+		return s.store.Read(ctx, ref)
 	}
-	o, err := s.queued.Order(ctx, orderID)
-	return orStored(ctx, orderID, o, err, s.store.Order)
+	co, err := s.queued.Read(ctx, ref)
+	return orStored(ctx, ref, co, err, s.store.Read)
 }
 
-// WaitOrder is Order, held while the order is queued — until a writer on any instance places or
-// rejects it, or wait passes. The record comes first because a queued order's follower asks
-// right after its 202, when the database has no row yet: asking the database first cost every
-// follower a read that found nothing.
-func (s *Service) WaitOrder(ctx context.Context, orderID string, wait time.Duration) (stock.Order, error) {
+// Wait is Read, held while the order or checkout is queued — until a writer on any instance
+// places or rejects it, or wait passes. The record comes first because a queued request's
+// follower asks right after its 202, when the database has no row yet: asking the database
+// first cost every follower a read that found nothing.
+func (s *Service) Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error) {
 	if s.queued == nil {
-		return s.store.Order(ctx, orderID)
+		return s.store.Read(ctx, ref)
 	}
-	o, err := s.queued.WaitRecorded(ctx, orderID, wait)
+	co, err := s.queued.WaitRecorded(ctx, ref, wait)
 	if !errors.Is(err, stock.ErrNotFound) {
-		return orStored(ctx, orderID, o, err, s.store.Order)
+		return orStored(ctx, ref, co, err, s.store.Read)
 	}
-	stored, err := s.store.Order(ctx, orderID)
+	stored, err := s.store.Read(ctx, ref)
 	if !errors.Is(err, stock.ErrNotFound) {
 		return stored, err
 	}
-	// Neither has it yet: a queued order whose publisher's record did not land is recorded
+	// Neither has it yet: a queued request whose publisher's record did not land is recorded
 	// by the writer that takes its message.
-	return s.queued.WaitOrder(ctx, orderID, wait)
-}
-
-// Checkout reads a checkout: with the queued strategy offered, from the order queue's record
-// first, as Order an order.
-func (s *Service) Checkout(ctx context.Context, checkoutID string) (stock.Checkout, error) {
-	if s.queued == nil {
-		return s.store.Checkout(ctx, checkoutID)
-	}
-	co, err := s.queued.Checkout(ctx, checkoutID)
-	return orStored(ctx, checkoutID, co, err, s.store.Checkout)
-}
-
-// WaitCheckout is Checkout, held while the checkout is queued — until a writer on any instance
-// places or rejects it, or wait passes.
-func (s *Service) WaitCheckout(ctx context.Context, checkoutID string, wait time.Duration) (stock.Checkout, error) {
-	if s.queued == nil {
-		return s.store.Checkout(ctx, checkoutID)
-	}
-	co, err := s.queued.WaitCheckout(ctx, checkoutID, wait)
-	return orStored(ctx, checkoutID, co, err, s.store.Checkout)
+	return s.queued.Wait(ctx, ref, wait)
 }
 
 // orStored is the queue's answer about an order or a checkout, or the database's (read) when the
 // queue has no record of it or could not say: one with rows is answered whatever the queue's
 // state, and one with neither is not found — unavailable when the queue did not answer.
-func orStored[T any](ctx context.Context, id string, v T, err error, read func(context.Context, string) (T, error)) (T, error) {
+func orStored(ctx context.Context, ref stock.Ref, co stock.Checkout, err error, read func(context.Context, stock.Ref) (stock.Checkout, error)) (stock.Checkout, error) {
 	switch {
 	case err == nil:
-		return v, nil
+		return co, nil
 	case errors.Is(err, stock.ErrNotFound):
-		return read(ctx, id)
+		return read(ctx, ref)
 	case errors.Is(err, stock.ErrUnavailable):
-		stored, serr := read(ctx, id)
+		stored, serr := read(ctx, ref)
 		if errors.Is(serr, stock.ErrNotFound) {
-			var zero T
-			return zero, err
+			return stock.Checkout{}, err
 		}
 		return stored, serr
 	}
-	var zero T
-	return zero, err
+	return stock.Checkout{}, err
 }
 
 // PutProduct starts a sale round (stock.Store.PutProduct) and keeps Redis admission in step: its

@@ -31,6 +31,16 @@ type CheckoutRequest struct {
 	Order bool
 }
 
+// Answer is err as the answer to r: a refusal of an order is its line's own error, not a
+// checkout's naming the line. Only the refusal itself is unwrapped: a wrapper around one (busy,
+// waited for a request in flight) is the answer.
+func (r CheckoutRequest) Answer(err error) error {
+	if refused, ok := err.(*CheckoutError); ok && r.Order {
+		return refused.Err
+	}
+	return err
+}
+
 // OrderOf is req as a request of one line.
 func OrderOf(req OrderRequest) CheckoutRequest {
 	return CheckoutRequest{UserID: req.UserID, Strategy: req.Strategy, IdempotencyKey: req.IdempotencyKey,
@@ -178,40 +188,42 @@ func checkoutOf(rows []orderRow, now time.Time) Checkout {
 	return c
 }
 
-// Checkout reads a checkout by its id, as of now (the database's clock).
-func (s *Store) Checkout(ctx context.Context, checkoutID string) (Checkout, error) {
+// A Ref names what a buyer reads, pays or cancels: an order by its id, or a checkout by its
+// own. An order's answer is its checkout of one line (Single), whether or not it is a line of a
+// checkout.
+type Ref struct {
+	ID       string
+	Checkout bool
+}
+
+// OrderRef names an order, CheckoutRef a checkout.
+func OrderRef(id string) Ref    { return Ref{ID: id} }
+func CheckoutRef(id string) Ref { return Ref{ID: id, Checkout: true} }
+
+func (r Ref) String() string {
+	if r.Checkout {
+		return "checkout " + r.ID
+	}
+	return "order " + r.ID
+}
+
+// Read reads an order or a checkout by ref, as of now (the database's clock).
+func (s *Store) Read(ctx context.Context, ref Ref) (Checkout, error) {
+	if !ref.Checkout {
+		o, err := s.Order(ctx, ref.ID)
+		return Single(o), err
+	}
 	db := s.db.WithContext(ctx)
 	var rows []orderRow
-	if err := classify(db.Where("checkout_id = ?", checkoutID).Order("sku").Find(&rows).Error); err != nil {
-		return Checkout{}, fmt.Errorf("checkout %s: %w", checkoutID, err)
+	if err := classify(db.Where("checkout_id = ?", ref.ID).Order("sku").Find(&rows).Error); err != nil {
+		return Checkout{}, fmt.Errorf("%s: %w", ref, err)
 	}
 	if len(rows) == 0 {
-		return Checkout{}, fmt.Errorf("checkout %s: %w", checkoutID, ErrNotFound)
+		return Checkout{}, fmt.Errorf("%s: %w", ref, ErrNotFound)
 	}
 	now, err := s.clock(db)
 	if err != nil {
 		return Checkout{}, err
-	}
-	return checkoutOf(rows, now), nil
-}
-
-// PayCheckout pays every line of a checkout in one transaction, as Pay does one order: the
-// answers of Pay, for the checkout as a whole.
-func (s *Store) PayCheckout(ctx context.Context, checkoutID, userID string) (Checkout, error) {
-	return s.checkoutTransition(ctx, checkoutID, userID, s.payStep)
-}
-
-// CancelCheckout cancels every line of a checkout in one transaction, each line's units back
-// once, as Cancel does one order.
-func (s *Store) CancelCheckout(ctx context.Context, checkoutID, userID string) (Checkout, error) {
-	return s.checkoutTransition(ctx, checkoutID, userID, s.cancelStep)
-}
-
-func (s *Store) checkoutTransition(ctx context.Context, checkoutID, userID string,
-	step func(tx *gorm.DB, o *orderRow, now time.Time) error) (Checkout, error) {
-	rows, now, err := s.transitionRows(ctx, "checkout_id = ?", checkoutID, userID, step)
-	if err != nil {
-		return Checkout{}, fmt.Errorf("checkout %s: %w", checkoutID, err)
 	}
 	return checkoutOf(rows, now), nil
 }

@@ -91,7 +91,7 @@ func TestCheckoutAllOrNothing(t *testing.T) {
 				assert.Equal(t, c.CheckoutID, o.CheckoutID)
 				assert.Equal(t, c.Status, o.Status, "one status")
 			}
-			got, err := s.Checkout(context.Background(), c.CheckoutID)
+			got, err := s.Read(context.Background(), stock.CheckoutRef(c.CheckoutID))
 			require.NoError(t, err)
 			assert.Equal(t, c.Lines, got.Lines)
 			assert.Equal(t, []int64{4, 0}, []int64{stockOf(t, s, a), stockOf(t, s, b)})
@@ -204,7 +204,7 @@ func TestCrossedCheckouts(t *testing.T) {
 	assert.NotEmpty(t, placed)
 	sold := map[string]int64{}
 	for id, lines := range placed {
-		got, err := s.Checkout(ctx, id)
+		got, err := s.Read(ctx, stock.CheckoutRef(id))
 		require.NoError(t, err)
 		assert.Len(t, got.Lines, lines, "a checkout placed whole")
 		for _, o := range got.Lines {
@@ -273,21 +273,21 @@ func TestCheckoutLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, stock.Pending, paid.Status)
 	assert.WithinDuration(t, paid.CreatedAt.Add(time.Minute), paid.ExpiresAt, time.Millisecond, "the shortest payment timeout of its products")
-	line, err := s.Pay(ctx, paid.Lines[0].OrderID, "payer")
+	line, err := s.Pay(ctx, stock.OrderRef(paid.Lines[0].OrderID), "payer")
 	require.NoError(t, err)
 	assert.Equal(t, stock.Confirmed, line.Status)
-	got, err := s.Checkout(ctx, paid.CheckoutID)
+	got, err := s.Read(ctx, stock.CheckoutRef(paid.CheckoutID))
 	require.NoError(t, err)
 	assert.Equal(t, []stock.Status{stock.Confirmed, stock.Confirmed}, status(got), "a line's pay pays its checkout")
 
 	cancelled, err := onlyCheckout(locked(s, []stock.CheckoutRequest{checkout("canceller", a, b)}, stock.NoWait))
 	require.NoError(t, err)
-	_, err = s.CancelCheckout(ctx, cancelled.CheckoutID, "someone else")
+	_, err = s.Cancel(ctx, stock.CheckoutRef(cancelled.CheckoutID), "someone else")
 	require.ErrorIs(t, err, stock.ErrNotFound)
-	got, err = s.CancelCheckout(ctx, cancelled.CheckoutID, "canceller")
+	got, err = s.Cancel(ctx, stock.CheckoutRef(cancelled.CheckoutID), "canceller")
 	require.NoError(t, err)
 	assert.Equal(t, []stock.Status{stock.Cancelled, stock.Cancelled}, status(got))
-	_, err = s.Cancel(ctx, cancelled.Lines[1].OrderID, "canceller")
+	_, err = s.Cancel(ctx, stock.OrderRef(cancelled.Lines[1].OrderID), "canceller")
 	require.NoError(t, err, "cancelled again: answered as it is")
 	assert.Equal(t, []int64{4, 4, 5}, units(), "the cancelled checkout's units back, once per line")
 
@@ -298,10 +298,10 @@ func TestCheckoutLifecycle(t *testing.T) {
 		require.NoError(t, err)
 		return stockOf(t, s, c) == 5
 	}, 5*time.Second, 20*time.Millisecond, "the checkout never expired")
-	got, err = s.Checkout(ctx, lapsing.CheckoutID)
+	got, err = s.Read(ctx, stock.CheckoutRef(lapsing.CheckoutID))
 	require.NoError(t, err)
 	assert.Equal(t, []stock.Status{stock.Expired, stock.Expired}, status(got), "a checkout expires as one")
-	_, err = s.PayCheckout(ctx, lapsing.CheckoutID, "late")
+	_, err = s.Pay(ctx, stock.CheckoutRef(lapsing.CheckoutID), "late")
 	require.ErrorIs(t, err, stock.ErrOrderExpired, "a late payment is refused")
 	assert.Equal(t, []int64{4, 4, 5}, units(), "the expired checkout's units back, once per line")
 }
@@ -352,7 +352,7 @@ func TestCheckoutBatch(t *testing.T) {
 			assert.NotEqual(t, placed[0].Checkout.CheckoutID, placed[3].Checkout.CheckoutID)
 			for _, p := range []stock.Placed{placed[0], placed[3]} {
 				require.Len(t, p.Checkout.Lines, 2)
-				got, err := s.Checkout(ctx, p.Checkout.CheckoutID)
+				got, err := s.Read(ctx, stock.CheckoutRef(p.Checkout.CheckoutID))
 				require.NoError(t, err)
 				assert.Len(t, got.Lines, 2)
 			}

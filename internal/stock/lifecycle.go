@@ -23,12 +23,13 @@ import (
 // cancels, expiries and late payments race, on however many instances. Deadlines are the database's
 // clock's.
 
-// Cancel cancels the order: pending or confirmed -> cancelled, its units back on sale. userID is
-// the buyer's, or empty for the admin. A cancelled order answers as it is (idempotent); an
-// expired one, or one pending past its deadline (which this expires), ErrOrderExpired; an unknown
-// order or another user's, ErrNotFound.
-func (s *Store) Cancel(ctx context.Context, orderID, userID string) (Order, error) {
-	return s.transition(ctx, orderID, userID, s.cancelStep)
+// Cancel cancels the order or the checkout ref names — a line of a checkout, every line of it:
+// pending or confirmed -> cancelled, its units back on sale. userID is the buyer's, or empty for
+// the admin. A cancelled order answers as it is (idempotent); an expired one, or one pending past
+// its deadline (which this expires), ErrOrderExpired; an unknown order or another user's,
+// ErrNotFound.
+func (s *Store) Cancel(ctx context.Context, ref Ref, userID string) (Checkout, error) {
+	return s.transition(ctx, ref, userID, s.cancelStep)
 }
 
 // cancelStep is Cancel's step on one order.
@@ -45,28 +46,31 @@ func (s *Store) cancelStep(tx *gorm.DB, o *orderRow, now time.Time) error {
 	return s.end(tx, o, Cancelled)
 }
 
-// Pay confirms a pending order before its deadline: pending -> confirmed. A confirmed order
-// answers as it is (idempotent); a cancelled one ErrOrderCancelled; an expired one, or one
-// pending past its deadline (which this expires: a late payment is refused, never sold twice),
-// ErrOrderExpired; an unknown order or another user's, ErrNotFound.
-func (s *Store) Pay(ctx context.Context, orderID, userID string) (Order, error) {
+// Pay confirms a pending order, or every line of a checkout, before its deadline: pending ->
+// confirmed. A confirmed order answers as it is (idempotent); a cancelled one ErrOrderCancelled;
+// an expired one, or one pending past its deadline (which this expires: a late payment is
+// refused, never sold twice), ErrOrderExpired; an unknown order or another user's, ErrNotFound.
+func (s *Store) Pay(ctx context.Context, ref Ref, userID string) (Checkout, error) {
+	if ref.Checkout {
+		return s.transition(ctx, ref, userID, s.payStep)
+	}
 	// The common case first, without the product row: a payment in time moves no units, so it
 	// needs only the order's own row — one statement, no wait behind the sales of a hot product.
 	db := s.db.WithContext(ctx)
 	now, err := s.clock(db)
 	if err != nil {
-		return Order{}, err
+		return Checkout{}, err
 	}
 	// A checkout's line goes the long way: its checkout is paid as one.
-	res := db.Model(&orderRow{}).Where("order_id = ? AND user_id = ? AND status = ? AND expires_at > ? AND checkout_id IS NULL", orderID, userID, Pending, now).
+	res := db.Model(&orderRow{}).Where("order_id = ? AND user_id = ? AND status = ? AND expires_at > ? AND checkout_id IS NULL", ref.ID, userID, Pending, now).
 		Updates(map[string]any{"status": Confirmed, "expires_at": nil})
 	if err := classify(res.Error); err != nil {
-		return Order{}, fmt.Errorf("pay order %s: %w", orderID, err)
+		return Checkout{}, fmt.Errorf("pay %s: %w", ref, err)
 	}
 	if res.RowsAffected == 1 {
-		return s.Order(ctx, orderID)
+		return s.Read(ctx, ref)
 	}
-	return s.transition(ctx, orderID, userID, s.payStep)
+	return s.transition(ctx, ref, userID, s.payStep)
 }
 
 // payStep is Pay's step on one order, once it holds its product's row.
@@ -102,20 +106,27 @@ type refused struct{ err error }
 
 func (r refused) Error() string { return r.err.Error() }
 
-// transition runs step on the order — on every line of its checkout, if it is a line of one —
-// and answers the order as it then is.
-func (s *Store) transition(ctx context.Context, orderID, userID string,
-	step func(tx *gorm.DB, o *orderRow, now time.Time) error) (Order, error) {
-	rows, now, err := s.transitionRows(ctx, "order_id = ?", orderID, userID, step)
+// transition runs step on the order or checkout ref names — on every line of a checkout, an
+// order's too if it is a line of one — and answers it as it then is.
+func (s *Store) transition(ctx context.Context, ref Ref, userID string,
+	step func(tx *gorm.DB, o *orderRow, now time.Time) error) (Checkout, error) {
+	cond := "order_id = ?"
+	if ref.Checkout {
+		cond = "checkout_id = ?"
+	}
+	rows, now, err := s.transitionRows(ctx, cond, ref.ID, userID, step)
 	if err != nil {
-		return Order{}, fmt.Errorf("order %s: %w", orderID, err)
+		return Checkout{}, fmt.Errorf("%s: %w", ref, err)
+	}
+	if ref.Checkout {
+		return checkoutOf(rows, now), nil
 	}
 	for _, r := range rows {
-		if r.OrderID == orderID {
-			return r.order(now), nil
+		if r.OrderID == ref.ID {
+			return Single(r.order(now)), nil
 		}
 	}
-	return Order{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	return Checkout{}, fmt.Errorf("%s: %w", ref, ErrNotFound)
 }
 
 // transitionRows runs step on the order that cond names and, when it is a line of a checkout, on

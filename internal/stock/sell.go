@@ -548,15 +548,11 @@ func lineError(sku string, err error) error {
 	return err
 }
 
-// Order is the answer to a request of one line (OrderOf): its order, or why not — a refusal is
-// the line's own, not a checkout's naming it. Only the refusal itself is unwrapped: a wrapper
-// around it (busy, waited for a request in flight) is the answer.
+// Order is the answer to a request of one line (OrderOf): its order, or why not
+// (CheckoutRequest.Answer).
 func (p Placed) Order() (Order, error) {
-	if refused, ok := p.Err.(*CheckoutError); ok {
-		return Order{}, refused.Err
-	}
-	if p.Err != nil {
-		return Order{}, p.Err
+	if err := (CheckoutRequest{Order: true}).Answer(p.Err); err != nil {
+		return Order{}, err
 	}
 	return p.Checkout.Lines[0], nil
 }

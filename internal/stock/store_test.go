@@ -555,32 +555,32 @@ func TestOrderLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, stock.Pending, a.Status)
 	assert.WithinDuration(t, time.Now().Add(time.Hour), a.ExpiresAt, time.Minute)
-	_, err = s.Pay(ctx, a.OrderID, "someone-else")
+	_, err = s.Pay(ctx, stock.OrderRef(a.OrderID), "someone-else")
 	assert.ErrorIs(t, err, stock.ErrNotFound, "another user's order")
-	paid, err := s.Pay(ctx, a.OrderID, "a")
+	paid, err := s.Pay(ctx, stock.OrderRef(a.OrderID), "a")
 	require.NoError(t, err)
 	assert.Equal(t, stock.Confirmed, paid.Status)
 	assert.True(t, paid.ExpiresAt.IsZero())
-	again, err := s.Pay(ctx, a.OrderID, "a")
+	again, err := s.Pay(ctx, stock.OrderRef(a.OrderID), "a")
 	require.NoError(t, err, "paying twice is fine")
 	assert.Equal(t, stock.Confirmed, again.Status)
 
 	for range 3 {
-		c, err := s.Cancel(ctx, a.OrderID, "a")
+		c, err := s.Cancel(ctx, stock.OrderRef(a.OrderID), "a")
 		require.NoError(t, err)
 		assert.Equal(t, stock.Cancelled, c.Status)
 	}
 	p, err := s.Product(ctx, sku)
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, p.Stock, "the unit came back once")
-	_, err = s.Pay(ctx, a.OrderID, "a")
+	_, err = s.Pay(ctx, stock.OrderRef(a.OrderID), "a")
 	assert.ErrorIs(t, err, stock.ErrOrderCancelled)
 
 	b, err := placeAt(t, s, order(sku, "a"))
 	require.NoError(t, err, "after a cancel the buyer may buy again")
 	_, err = placeAt(t, s, order(sku, "a"))
 	assert.ErrorIs(t, err, stock.ErrAlreadyPurchased, "one active order per buyer")
-	c, err := s.Cancel(ctx, b.OrderID, "")
+	c, err := s.Cancel(ctx, stock.OrderRef(b.OrderID), "")
 	require.NoError(t, err, "the admin may cancel any order")
 	assert.Equal(t, stock.Cancelled, c.Status)
 
@@ -627,9 +627,9 @@ func TestExpiry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, stock.Expired, got.Status, "a pending order past its deadline reads as expired")
 
-	_, err = s.Pay(ctx, orders[0].OrderID, "late-payer")
+	_, err = s.Pay(ctx, stock.OrderRef(orders[0].OrderID), "late-payer")
 	assert.ErrorIs(t, err, stock.ErrOrderExpired, "a late payment is refused")
-	_, err = s.Cancel(ctx, orders[1].OrderID, "late-canceller")
+	_, err = s.Cancel(ctx, stock.OrderRef(orders[1].OrderID), "late-canceller")
 	assert.ErrorIs(t, err, stock.ErrOrderExpired)
 	var wg sync.WaitGroup
 	var expired atomic.Int32
@@ -649,7 +649,7 @@ func TestExpiry(t *testing.T) {
 	}
 	wg.Wait()
 	assert.EqualValues(t, 2, expired.Load(), "the other two expire, once, though three expirers raced")
-	_, err = s.Pay(ctx, orders[0].OrderID, "late-payer")
+	_, err = s.Pay(ctx, stock.OrderRef(orders[0].OrderID), "late-payer")
 	assert.ErrorIs(t, err, stock.ErrOrderExpired, "still refused")
 	a, err := s.Audit(ctx, sku)
 	require.NoError(t, err)
