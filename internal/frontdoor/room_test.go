@@ -273,12 +273,15 @@ func TestRefusedWhenRedisIsDown(t *testing.T) {
 	require.NoError(t, gone.Close())
 	passes := frontdoor.NewPasses(gone, frontdoor.Options{Prefix: prefix})
 	room := frontdoor.NewRoom(gone, passes, frontdoor.Options{Prefix: prefix})
+	limiter, err := frontdoor.NewLimiter(gone, frontdoor.BuyerLimit{Rate: 10}, frontdoor.Options{Prefix: prefix})
+	require.NoError(t, err)
 
-	_, err := room.Join(ctx, open(1), "u-1")
+	_, err = room.Join(ctx, open(1), "u-1")
 	assert.ErrorIs(t, err, stock.ErrUnavailable)
 	_, err = room.Poll(ctx, open(1), "u-1", "t")
 	assert.ErrorIs(t, err, stock.ErrUnavailable)
 	assert.ErrorIs(t, passes.CheckPass(ctx, "a.pass.here", "u-1", "iphone-17"), stock.ErrUnavailable, "no key: the pass cannot be judged")
+	assert.ErrorIs(t, limiter.Allow(ctx, "u-1"), stock.ErrUnavailable)
 
 	// The canceled request of a buyer who left is not an outage.
 	canceled, cancel := context.WithCancel(ctx)

@@ -115,4 +115,7 @@ const (
 	// EarlyArrivalOrder: those who join a waiting room before its start are placed in the order
 	// they came, so arriving early is an advantage.
 	EarlyArrivalOrder Bug = "early-arrival-order"
+	// LimitPerInstance: a buyer's token bucket is kept per instance, so a buyer spread over n
+	// instances gets n times its limit.
+	LimitPerInstance Bug = "limit-per-instance"
 )

@@ -56,6 +56,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.ExpiredPass, "internal/frontdoor", "TestPassExpires", nil, "the expired pass was refused"},
 		{planted.AdmissionPerInstance, "internal/frontdoor", "TestAdmissionRateAcrossInstances", nil, "admission must run at the deployment's rate"},
 		{planted.EarlyArrivalOrder, "internal/frontdoor", "TestEarlyJoinersShuffled", nil, "arriving early gave an advantage"},
+		{planted.LimitPerInstance, "internal/frontdoor", "TestBuyerLimitAcrossInstances", nil, "a buyer spread over three instances got more than its bucket"},
 	})
 }
 
