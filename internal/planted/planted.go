@@ -103,4 +103,19 @@ const (
 	// BusyFirst: a checkout is answered its first refused line's answer in SKU order, so a busy
 	// line (its last unit held) hides another line sold out, and its buyer retries for nothing.
 	BusyFirst Bug = "busy-first"
+	// PassForAnyBuyer: a pass is checked without its sub, so a buyer holding another buyer's
+	// pass for the product is let in with it.
+	PassForAnyBuyer Bug = "pass-for-any-buyer"
+	// ExpiredPass: a pass is checked with a century of leeway, so one whose exp has passed still
+	// lets its buyer in.
+	ExpiredPass Bug = "expired-pass"
+	// AdmissionPerInstance: each instance advances a waiting room's serving counter by the time
+	// since its own last call, so buyers come in at the rate times the number of instances.
+	AdmissionPerInstance Bug = "admission-per-instance"
+	// EarlyArrivalOrder: those who join a waiting room before its start are placed in the order
+	// they came, so arriving early is an advantage.
+	EarlyArrivalOrder Bug = "early-arrival-order"
+	// LimitPerInstance: a buyer's token bucket is kept per instance, so a buyer spread over n
+	// instances gets n times its limit.
+	LimitPerInstance Bug = "limit-per-instance"
 )

@@ -52,6 +52,11 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.EndedAsUnavailable, "internal/stock", "TestIdleTransactionReleasesRow", nil, "a transaction the database ended is busy, not unavailable"},
 		{planted.SoldOutUnderLock, "internal/lockstrategy", "TestSoldOutTakesNoLock", nil, "the sold-out answer took no lock"},
 		{planted.BusyFirst, "internal/admission", "TestCheckoutSoldOutBeforeBusy", nil, "not busy: the sold-out line refuses the checkout"},
+		{planted.PassForAnyBuyer, "internal/frontdoor", "TestPassBoundToBuyer", nil, "another buyer's pass was refused"},
+		{planted.ExpiredPass, "internal/frontdoor", "TestPassExpires", nil, "the expired pass was refused"},
+		{planted.AdmissionPerInstance, "internal/frontdoor", "TestAdmissionRateAcrossInstances", nil, "admission must run at the deployment's rate"},
+		{planted.EarlyArrivalOrder, "internal/frontdoor", "TestEarlyJoinersShuffled", nil, "arriving early gave an advantage"},
+		{planted.LimitPerInstance, "internal/frontdoor", "TestBuyerLimitAcrossInstances", nil, "a buyer spread over three instances got more than its bucket"},
 	})
 }
 
