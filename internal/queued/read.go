@@ -21,22 +21,17 @@ func (s *Queued) Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error
 	return s.read(ctx, rec, err, ref.Checkout)
 }
 
-// Wait is Read once the request ended, or as it stands when wait passes.
-func (s *Queued) Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error) {
+// Wait is Read once the request ended, or as it stands when wait passes; recorded: only if the
+// queue has a record of it (stock.ErrNotFound at once when it has none).
+func (s *Queued) Wait(ctx context.Context, ref stock.Ref, wait time.Duration, recorded bool) (stock.Checkout, error) {
 	if co, ok := s.written(ctx, ref); ok {
 		return co, nil
 	}
-	rec, err := s.queue.Wait(ctx, ref.ID, wait)
-	return s.read(ctx, rec, err, ref.Checkout)
-}
-
-// WaitRecorded is Wait for a request the queue has a record of: stock.ErrNotFound at once when
-// it has none.
-func (s *Queued) WaitRecorded(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error) {
-	if co, ok := s.written(ctx, ref); ok {
-		return co, nil
+	follow := s.queue.Wait
+	if recorded {
+		follow = s.queue.WaitRecorded
 	}
-	rec, err := s.queue.WaitRecorded(ctx, ref.ID, wait)
+	rec, err := follow(ctx, ref.ID, wait)
 	return s.read(ctx, rec, err, ref.Checkout)
 }
 

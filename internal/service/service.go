@@ -56,8 +56,7 @@ type Service struct {
 type orderQueue interface {
 	lockstrategy.Strategy
 	Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error)
-	Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error)
-	WaitRecorded(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error)
+	Wait(ctx context.Context, ref stock.Ref, wait time.Duration, recorded bool) (stock.Checkout, error)
 	Replay(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
 	Backlog(ctx context.Context, sku string) (int64, error)
 }
@@ -310,7 +309,7 @@ func (s *Service) Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (
 	if s.queued == nil {
 		return s.store.Read(ctx, ref)
 	}
-	co, err := s.queued.WaitRecorded(ctx, ref, wait)
+	co, err := s.queued.Wait(ctx, ref, wait, true)
 	if !errors.Is(err, stock.ErrNotFound) {
 		return orStored(ctx, ref, co, err, s.store.Read)
 	}
@@ -320,7 +319,7 @@ func (s *Service) Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (
 	}
 	// Neither has it yet: a queued request whose publisher's record did not land is recorded
 	// by the writer that takes its message.
-	return s.queued.Wait(ctx, ref, wait)
+	return s.queued.Wait(ctx, ref, wait, false)
 }
 
 // orStored is the queue's answer about an order or a checkout, or the database's (read) when the
