@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/frontdoor"
 	"github.com/flashsale/seckill/internal/handler"
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/planted"
@@ -181,6 +182,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts
 		return nil, err
 	}
 	a.closers = append(a.closers, a.svc.Close)
+	// The front door's shared state (the lines, the pass key) is on the Redis that holds
+	// admission: one place every instance agrees on.
+	passes := frontdoor.NewPasses(rdb.clients[0], frontdoor.Options{})
+	door := handler.Door{Room: frontdoor.NewRoom(rdb.clients[0], passes, frontdoor.Options{}), Passes: passes}
 	a.handler, err = handler.New(handler.Config{
 		Sales:          a.svc,
 		AdminToken:     cfg.AdminToken,
@@ -189,6 +194,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts
 		Gatherer:       a.metrics,
 		RateLimit:      handler.RateLimit{Rate: cfg.RateLimit, Burst: cfg.RateBurst},
 		TrustedProxies: cfg.TrustedProxies,
+		Door:           door,
 	})
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashsale/seckill/internal/frontdoor"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -62,6 +63,19 @@ type Config struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (CIDRs or
 	// addresses); none by default, so a client cannot claim another's address.
 	TrustedProxies []string
+	// Door is the front door (API.md "The front door"): buyer identity, the per-buyer limit,
+	// the waiting rooms and their passes.
+	Door Door
+}
+
+// Door is the front door's parts, built by the composition root on the deployment's Redis.
+// A nil Verifier trusts a body's user_id; a nil Limiter limits no buyer; a nil Room (a handler
+// built without Redis, as a test may) answers a waiting room's routes unavailable.
+type Door struct {
+	Buyers *frontdoor.Verifier
+	Limit  *frontdoor.Limiter
+	Room   *frontdoor.Room
+	Passes *frontdoor.Passes
 }
 
 // openAPI is the contract of the HTTP API, served as it is.
@@ -162,6 +176,15 @@ func (h *handler) putProduct(c *gin.Context) {
 	if err != nil {
 		fail(c, err, "product "+sku)
 		return
+	}
+	// A new sale round starts with an empty line: the old round's tickets, places and serving
+	// counter would otherwise admit its buyers first and at the old rate. The round is in the
+	// database already; a PUT that fails here is safe to send again.
+	if h.Door.Room != nil {
+		if err := h.Door.Room.Reset(c.Request.Context(), sku); err != nil {
+			fail(c, err, "product "+sku)
+			return
+		}
 	}
 	c.JSON(http.StatusOK, productJSON(p))
 }
