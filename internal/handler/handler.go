@@ -120,14 +120,17 @@ func New(cfg Config) (http.Handler, error) {
 	v1.POST("/products/:sku/reconcile", admin, h.reconcile)
 	v1.GET("/products/:sku/locks", admin, h.locks)
 	orders, checkouts := h.orders(), h.checkouts()
-	v1.POST("/products/:sku/orders", orders.place)
-	v1.GET("/orders/:order_id", orders.get)
-	v1.POST("/orders/:order_id/pay", orders.pay)
-	v1.POST("/orders/:order_id/cancel", orders.cancel)
-	v1.POST("/checkouts", checkouts.place)
-	v1.GET("/checkouts/:checkout_id", checkouts.get)
-	v1.POST("/checkouts/:checkout_id/pay", checkouts.pay)
-	v1.POST("/checkouts/:checkout_id/cancel", checkouts.cancel)
+	buyerOnly, buyerOrAdmin := h.buyerDoor(false), h.buyerDoor(true)
+	v1.POST("/products/:sku/queue", buyerOnly, h.join)
+	v1.GET("/products/:sku/queue/:ticket", buyerOnly, h.poll)
+	v1.POST("/products/:sku/orders", buyerOnly, orders.place)
+	v1.GET("/orders/:order_id", buyerOnly, orders.get)
+	v1.POST("/orders/:order_id/pay", buyerOnly, orders.pay)
+	v1.POST("/orders/:order_id/cancel", buyerOrAdmin, orders.cancel)
+	v1.POST("/checkouts", buyerOnly, checkouts.place)
+	v1.GET("/checkouts/:checkout_id", buyerOnly, checkouts.get)
+	v1.POST("/checkouts/:checkout_id/pay", buyerOnly, checkouts.pay)
+	v1.POST("/checkouts/:checkout_id/cancel", buyerOrAdmin, checkouts.cancel)
 
 	r.NoRoute(func(c *gin.Context) { fail(c, stock.ErrNotFound, "route "+c.Request.URL.Path) })
 	r.NoMethod(func(c *gin.Context) { fail(c, errMethodNotAllowed, c.Request.Method+" "+c.Request.URL.Path) })
@@ -285,9 +288,17 @@ func (k kind) place(c *gin.Context) {
 	if !ok || !decode(c, body) {
 		return
 	}
+	if err := body.claim(c); err != nil {
+		fail(c, err, "")
+		return
+	}
 	req, err := body.request(key, k.Sales.Resolve)
 	if err != nil {
 		fail(c, err, "")
+		return
+	}
+	if err := k.checkPasses(c, req); err != nil {
+		fail(c, err, subject)
 		return
 	}
 	placed, _, err := k.Sales.Place(c.Request.Context(), req)
@@ -322,6 +333,9 @@ func (k kind) get(c *gin.Context) {
 	} else {
 		one, err = k.Sales.Read(c.Request.Context(), k.ref(id))
 	}
+	if err == nil && !owns(c, one) {
+		err = stock.ErrNotFound // another buyer's: as if there were none
+	}
 	k.answer(c, id, one, err)
 }
 
@@ -348,7 +362,7 @@ func (k kind) cancel(c *gin.Context) {
 		return
 	}
 	admin, err := k.isAdmin(c)
-	if err != nil {
+	if _, authed := authenticated(c); err != nil && !authed {
 		fail(c, err, "")
 		return
 	}

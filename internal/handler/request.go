@@ -144,6 +144,19 @@ type placeBody interface {
 	// request validates the body into a request, its strategy named by resolve, or returns a
 	// *stock.InvalidError.
 	request(key string, resolve func(requested string) (string, error)) (stock.CheckoutRequest, error)
+	// claim sets the body's user_id to the authenticated buyer, or returns errForbidden when it
+	// names another (claim, below).
+	claim(c *gin.Context) error
+}
+
+func (b *orderBody) claim(c *gin.Context) (err error) {
+	b.UserID, err = claim(c, b.UserID)
+	return err
+}
+
+func (b *checkoutBody) claim(c *gin.Context) (err error) {
+	b.UserID, err = claim(c, b.UserID)
+	return err
 }
 
 type orderBody struct {
@@ -192,10 +205,19 @@ func buyer(c *gin.Context, admin bool) (string, bool) {
 	var body struct {
 		UserID *string `json:"user_id"`
 	}
-	if !decodeBody(c, &body, admin) {
+	_, authed := authenticated(c)
+	if !decodeBody(c, &body, admin || authed) {
 		return "", false
 	}
-	user, err := validUser(body.UserID, !admin)
+	if admin {
+		return "", true
+	}
+	id, err := claim(c, body.UserID)
+	if err != nil {
+		fail(c, err, "")
+		return "", false
+	}
+	user, err := validUser(id, true)
 	if err != nil {
 		fail(c, err, "")
 		return "", false
