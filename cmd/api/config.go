@@ -87,6 +87,11 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this address (keep it on loopback); empty: off")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 0, "per-client requests/s to the API (token bucket); 0: off")
 	fs.IntVar(&c.RateBurst, "rate-burst", 0, "per-client burst; default: twice the rate")
+	fs.StringVar(&c.Buyers.JWKS, "buyer-jwks", "",
+		"JWKS file path or http(s):// URL of the keys buyer tokens are signed with; empty: buyers not authenticated (a body's user_id is trusted)")
+	fs.StringVar(&c.Buyers.Audience, "buyer-audience", "", "the aud a buyer token must carry; empty: any")
+	fs.Float64Var(&c.Buyers.Rate, "buyer-rate", 0, "requests a second per buyer, across all instances (needs buyer-jwks); 0: no per-buyer limit")
+	fs.IntVar(&c.Buyers.Burst, "buyer-burst", 0, "per-buyer burst; 0: the rate rounded up")
 	fs.Var((*list)(&c.TrustedProxies), "trusted-proxies", "proxies (CIDRs or addresses) whose X-Forwarded-For names the client; empty: none")
 
 	if getenv("SECKILL_RESERVATION_LEASE") != "" {
@@ -143,6 +148,12 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	}
 	if c.RateLimit < 0 || c.RateBurst < 0 {
 		return nil, errors.New("rate-limit and rate-burst must not be negative")
+	}
+	if c.Buyers.Rate < 0 || c.Buyers.Burst < 0 {
+		return nil, errors.New("buyer-rate and buyer-burst must not be negative")
+	}
+	if c.Buyers.JWKS == "" && (c.Buyers.Rate > 0 || c.Buyers.Audience != "") {
+		return nil, errors.New("buyer-rate and buyer-audience need buyer-jwks: without identity a buyer is any name a body writes")
 	}
 	if c.RateBurst == 0 {
 		c.RateBurst = int(2 * c.RateLimit)

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/frontdoor"
 	"github.com/flashsale/seckill/internal/handler"
 	"github.com/flashsale/seckill/internal/orderqueue"
 	"github.com/flashsale/seckill/internal/planted"
@@ -60,7 +61,20 @@ type Config struct {
 	RateLimit       float64 // per-client requests/s to the API; 0: off
 	RateBurst       int
 	TrustedProxies  []string
-	Service         service.Config
+	// Buyers is the front door's buyer identity and per-buyer limit; the zero value is off.
+	Buyers  Buyers
+	Service service.Config
+}
+
+// Buyers is buyer identity (API.md "The front door"): JWKS is the file or http(s) URL of the
+// keys buyer tokens are signed with (empty: a body's user_id is trusted), Audience the aud a
+// token must carry (empty: any), Rate and Burst the per-buyer token bucket shared by every
+// instance (Rate 0: none). A limit needs identity: without it a buyer is whatever name a body
+// writes, and a limit per written name limits nothing.
+type Buyers struct {
+	JWKS, Audience string
+	Rate           float64
+	Burst          int
 }
 
 // Defaults is the configuration of cmd/api when nothing is set: every value an instance runs
@@ -181,6 +195,13 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts
 		return nil, err
 	}
 	a.closers = append(a.closers, a.svc.Close)
+	// The front door's shared state (the lines, the pass key) is on the Redis that holds
+	// admission: one place every instance agrees on.
+	passes := frontdoor.NewPasses(rdb.clients[0], frontdoor.Options{})
+	door := handler.Door{Room: frontdoor.NewRoom(rdb.clients[0], passes, frontdoor.Options{}), Passes: passes}
+	if door.Buyers, door.Limit, err = openBuyers(ctx, cfg.Buyers, rdb.clients[0], out, log); err != nil {
+		return nil, err
+	}
 	a.handler, err = handler.New(handler.Config{
 		Sales:          a.svc,
 		AdminToken:     cfg.AdminToken,
@@ -189,11 +210,38 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts
 		Gatherer:       a.metrics,
 		RateLimit:      handler.RateLimit{Rate: cfg.RateLimit, Burst: cfg.RateBurst},
 		TrustedProxies: cfg.TrustedProxies,
+		Door:           door,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// openBuyers builds buyer identity and the per-buyer limit b names, and says on out which it is:
+// off (a body's user_id trusted) is said once, at start, so that nobody runs it unknowingly.
+func openBuyers(ctx context.Context, b Buyers, rdb redis.UniversalClient, out io.Writer, log *slog.Logger) (*frontdoor.Verifier, *frontdoor.Limiter, error) {
+	if b.JWKS == "" {
+		if b.Rate > 0 || b.Audience != "" {
+			return nil, nil, errors.New("SECKILL_BUYER_RATE and SECKILL_BUYER_AUDIENCE need SECKILL_BUYER_JWKS: without identity a buyer is any name a body writes")
+		}
+		fmt.Fprintln(out, "buyers: not authenticated: a body's user_id is trusted (set SECKILL_BUYER_JWKS to require buyer tokens)")
+		return nil, nil, nil
+	}
+	v, err := frontdoor.NewVerifier(ctx, b.JWKS, b.Audience, frontdoor.VerifierOptions{Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(out, "buyers: bearer tokens signed by the keys of %s (SECKILL_BUYER_JWKS), audience %q\n", b.JWKS, b.Audience)
+	if b.Rate <= 0 {
+		return v, nil, nil
+	}
+	l, err := frontdoor.NewLimiter(rdb, frontdoor.BuyerLimit{Rate: b.Rate, Burst: b.Burst}, frontdoor.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(out, "buyers: at most %g requests a second each, burst %d, across every instance (SECKILL_BUYER_RATE, SECKILL_BUYER_BURST)\n", b.Rate, b.Burst)
+	return v, l, nil
 }
 
 // Service is the instance's service.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashsale/seckill/internal/frontdoor"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -40,8 +41,20 @@ var answers = map[string]struct {
 	message func(subject string, err error) string
 }{
 	"invalid_argument": {http.StatusBadRequest, func(string, error) string { return "invalid request" }},
-	"unauthenticated": {http.StatusUnauthorized, func(string, error) string {
+	"unauthenticated": {http.StatusUnauthorized, func(_ string, err error) string {
+		if errors.Is(err, frontdoor.ErrUnauthenticated) {
+			return "a valid Authorization: Bearer <buyer token> header is required"
+		}
 		return "a valid Authorization: Bearer <admin token> header is required"
+	}},
+	"forbidden": {http.StatusForbidden, func(string, error) string {
+		return "user_id must be the buyer the token names, or left out"
+	}},
+	"pass_required": {http.StatusForbidden, func(s string, _ error) string {
+		return "a pass for " + s + " is required in the Seckill-Pass header: join its waiting room"
+	}},
+	"pass_invalid": {http.StatusForbidden, func(s string, _ error) string {
+		return "the pass is not valid for this buyer and " + s + " (forged, expired, or another's)"
 	}},
 	"not_found":          {http.StatusNotFound, func(s string, _ error) string { return s + " not found" }},
 	"method_not_allowed": {http.StatusMethodNotAllowed, func(s string, _ error) string { return s + " is not allowed" }},
@@ -70,7 +83,10 @@ var answers = map[string]struct {
 		}
 		return s + " is busy; retry shortly"
 	}},
-	"rate_limited": {http.StatusTooManyRequests, func(string, error) string {
+	"rate_limited": {http.StatusTooManyRequests, func(_ string, err error) string {
+		if errors.Is(err, frontdoor.ErrRateLimited) {
+			return "too many requests from this buyer; retry after Retry-After"
+		}
 		return "too many requests from this client; retry shortly"
 	}},
 	"unavailable": {http.StatusServiceUnavailable, func(_ string, err error) string {
@@ -125,6 +141,13 @@ func fail(c *gin.Context, err error, subject string) {
 	}
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		c.Header("Retry-After", retryAfterSeconds)
+	}
+	if code == "unauthenticated" && c.Writer.Header().Get("WWW-Authenticate") == "" {
+		c.Header("WWW-Authenticate", "Bearer")
+	}
+	var limited *frontdoor.RateLimitedError
+	if errors.As(err, &limited) {
+		c.Header("Retry-After", strconv.Itoa(retryAfter(limited.RetryAfter)))
 	}
 	var notStarted *stock.SaleNotStartedError
 	if errors.As(err, &notStarted) {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashsale/seckill/internal/frontdoor"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -62,6 +63,19 @@ type Config struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (CIDRs or
 	// addresses); none by default, so a client cannot claim another's address.
 	TrustedProxies []string
+	// Door is the front door (API.md "The front door"): buyer identity, the per-buyer limit,
+	// the waiting rooms and their passes.
+	Door Door
+}
+
+// Door is the front door's parts, built by the composition root on the deployment's Redis.
+// A nil Verifier trusts a body's user_id; a nil Limiter limits no buyer; a nil Room (a handler
+// built without Redis, as a test may) answers a waiting room's routes unavailable.
+type Door struct {
+	Buyers *frontdoor.Verifier
+	Limit  *frontdoor.Limiter
+	Room   *frontdoor.Room
+	Passes *frontdoor.Passes
 }
 
 // openAPI is the contract of the HTTP API, served as it is.
@@ -106,14 +120,17 @@ func New(cfg Config) (http.Handler, error) {
 	v1.POST("/products/:sku/reconcile", admin, h.reconcile)
 	v1.GET("/products/:sku/locks", admin, h.locks)
 	orders, checkouts := h.orders(), h.checkouts()
-	v1.POST("/products/:sku/orders", orders.place)
-	v1.GET("/orders/:order_id", orders.get)
-	v1.POST("/orders/:order_id/pay", orders.pay)
-	v1.POST("/orders/:order_id/cancel", orders.cancel)
-	v1.POST("/checkouts", checkouts.place)
-	v1.GET("/checkouts/:checkout_id", checkouts.get)
-	v1.POST("/checkouts/:checkout_id/pay", checkouts.pay)
-	v1.POST("/checkouts/:checkout_id/cancel", checkouts.cancel)
+	buyerOnly, buyerOrAdmin := h.buyerDoor(false), h.buyerDoor(true)
+	v1.POST("/products/:sku/queue", buyerOnly, h.join)
+	v1.GET("/products/:sku/queue/:ticket", buyerOnly, h.poll)
+	v1.POST("/products/:sku/orders", buyerOnly, orders.place)
+	v1.GET("/orders/:order_id", buyerOnly, orders.get)
+	v1.POST("/orders/:order_id/pay", buyerOnly, orders.pay)
+	v1.POST("/orders/:order_id/cancel", buyerOrAdmin, orders.cancel)
+	v1.POST("/checkouts", buyerOnly, checkouts.place)
+	v1.GET("/checkouts/:checkout_id", buyerOnly, checkouts.get)
+	v1.POST("/checkouts/:checkout_id/pay", buyerOnly, checkouts.pay)
+	v1.POST("/checkouts/:checkout_id/cancel", buyerOrAdmin, checkouts.cancel)
 
 	r.NoRoute(func(c *gin.Context) { fail(c, stock.ErrNotFound, "route "+c.Request.URL.Path) })
 	r.NoMethod(func(c *gin.Context) { fail(c, errMethodNotAllowed, c.Request.Method+" "+c.Request.URL.Path) })
@@ -162,6 +179,15 @@ func (h *handler) putProduct(c *gin.Context) {
 	if err != nil {
 		fail(c, err, "product "+sku)
 		return
+	}
+	// A new sale round starts with an empty line: the old round's tickets, places and serving
+	// counter would otherwise admit its buyers first and at the old rate. The round is in the
+	// database already; a PUT that fails here is safe to send again.
+	if h.Door.Room != nil {
+		if err := h.Door.Room.Reset(c.Request.Context(), sku); err != nil {
+			fail(c, err, "product "+sku)
+			return
+		}
 	}
 	c.JSON(http.StatusOK, productJSON(p))
 }
@@ -262,9 +288,17 @@ func (k kind) place(c *gin.Context) {
 	if !ok || !decode(c, body) {
 		return
 	}
+	if err := body.claim(c); err != nil {
+		fail(c, err, "")
+		return
+	}
 	req, err := body.request(key, k.Sales.Resolve)
 	if err != nil {
 		fail(c, err, "")
+		return
+	}
+	if err := k.checkPasses(c, req); err != nil {
+		fail(c, err, subject)
 		return
 	}
 	placed, _, err := k.Sales.Place(c.Request.Context(), req)
@@ -299,6 +333,9 @@ func (k kind) get(c *gin.Context) {
 	} else {
 		one, err = k.Sales.Read(c.Request.Context(), k.ref(id))
 	}
+	if err == nil && !owns(c, one) {
+		err = stock.ErrNotFound // another buyer's: as if there were none
+	}
 	k.answer(c, id, one, err)
 }
 
@@ -325,7 +362,7 @@ func (k kind) cancel(c *gin.Context) {
 		return
 	}
 	admin, err := k.isAdmin(c)
-	if err != nil {
+	if _, authed := authenticated(c); err != nil && !authed {
 		fail(c, err, "")
 		return
 	}

@@ -93,16 +93,21 @@ func orderPath(id string) string    { return "/api/v1/orders/" + id }
 // The response bodies of the contract (openapi.yaml), with the fields each must carry.
 type (
 	productResponse struct {
-		SKU             string     `json:"sku"`
-		Name            string     `json:"name"`
-		InitialStock    int64      `json:"initial_stock"`
-		Stock           int64      `json:"stock"`
-		Sold            int64      `json:"sold"`
-		Version         int64      `json:"version"`
-		MaxPerOrder     int        `json:"max_per_order"`
-		StartsAt        *time.Time `json:"starts_at"`
-		EndsAt          *time.Time `json:"ends_at"`
-		PaymentTimeoutS int        `json:"payment_timeout_s"`
+		SKU             string        `json:"sku"`
+		Name            string        `json:"name"`
+		InitialStock    int64         `json:"initial_stock"`
+		Stock           int64         `json:"stock"`
+		Sold            int64         `json:"sold"`
+		Version         int64         `json:"version"`
+		MaxPerOrder     int           `json:"max_per_order"`
+		StartsAt        *time.Time    `json:"starts_at"`
+		EndsAt          *time.Time    `json:"ends_at"`
+		PaymentTimeoutS int           `json:"payment_timeout_s"`
+		WaitingRoom     *roomResponse `json:"waiting_room"`
+	}
+	roomResponse struct {
+		AdmitPerS int `json:"admit_per_s"`
+		PassTTLS  int `json:"pass_ttl_s"`
 	}
 )
 

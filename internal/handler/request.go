@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashsale/seckill/contract"
+	"github.com/flashsale/seckill/internal/frontdoor"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -143,6 +144,19 @@ type placeBody interface {
 	// request validates the body into a request, its strategy named by resolve, or returns a
 	// *stock.InvalidError.
 	request(key string, resolve func(requested string) (string, error)) (stock.CheckoutRequest, error)
+	// claim sets the body's user_id to the authenticated buyer, or returns errForbidden when it
+	// names another (claim, below).
+	claim(c *gin.Context) error
+}
+
+func (b *orderBody) claim(c *gin.Context) (err error) {
+	b.UserID, err = claim(c, b.UserID)
+	return err
+}
+
+func (b *checkoutBody) claim(c *gin.Context) (err error) {
+	b.UserID, err = claim(c, b.UserID)
+	return err
 }
 
 type orderBody struct {
@@ -191,10 +205,19 @@ func buyer(c *gin.Context, admin bool) (string, bool) {
 	var body struct {
 		UserID *string `json:"user_id"`
 	}
-	if !decodeBody(c, &body, admin) {
+	_, authed := authenticated(c)
+	if !decodeBody(c, &body, admin || authed) {
 		return "", false
 	}
-	user, err := validUser(body.UserID, !admin)
+	if admin {
+		return "", true
+	}
+	id, err := claim(c, body.UserID)
+	if err != nil {
+		fail(c, err, "")
+		return "", false
+	}
+	user, err := validUser(id, true)
 	if err != nil {
 		fail(c, err, "")
 		return "", false
@@ -209,6 +232,49 @@ type productBody struct {
 	StartsAt        *time.Time `json:"starts_at"`
 	EndsAt          *time.Time `json:"ends_at"`
 	PaymentTimeoutS *int       `json:"payment_timeout_s"`
+	WaitingRoom     *roomBody  `json:"waiting_room"`
+}
+
+// roomBody is a product's waiting room as PUT takes it and GET shows it.
+type roomBody struct {
+	AdmitPerS *int `json:"admit_per_s"`
+	PassTTLS  *int `json:"pass_ttl_s,omitempty"`
+}
+
+// room validates the body into a waiting room: admit_per_s required, pass_ttl_s defaulting to
+// 120, both within the contract's bounds (frontdoor.Config.Validate), or a *stock.InvalidError.
+func (b roomBody) room() (*stock.WaitingRoom, error) {
+	if b.AdmitPerS == nil {
+		return nil, &stock.InvalidError{Msg: "waiting_room.admit_per_s is required"}
+	}
+	cfg := frontdoor.Config{AdmitPerS: *b.AdmitPerS}
+	if b.PassTTLS != nil {
+		if *b.PassTTLS <= 0 {
+			return nil, &stock.InvalidError{Msg: "waiting_room.pass_ttl_s must be 10 to 3600 seconds"}
+		}
+		cfg.PassTTL = time.Duration(*b.PassTTLS) * time.Second
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	return &stock.WaitingRoom{AdmitPerS: cfg.AdmitPerS, PassTTL: cfg.PassTTL}, nil
+}
+
+// roomJSON is room for an answer: absent when the product has none.
+func roomJSON(room *stock.WaitingRoom) *roomBody {
+	if room == nil {
+		return nil
+	}
+	rate, ttl := room.AdmitPerS, int(room.PassTTL/time.Second)
+	return &roomBody{AdmitPerS: &rate, PassTTLS: &ttl}
+}
+
+// doorProduct is what a waiting room needs to know of p (which has one): its window, and
+// whether it is sold out as far as this instance knows.
+func doorProduct(p stock.Product) frontdoor.Product {
+	return frontdoor.Product{SKU: p.SKU, Room: frontdoor.Config{AdmitPerS: p.WaitingRoom.AdmitPerS, PassTTL: p.WaitingRoom.PassTTL},
+		StartsAt: p.Window.Starts, EndsAt: p.Window.Ends, SoldOut: p.Stock <= 0}
 }
 
 // maxPaymentTimeoutS is the longest payment timeout: a day.
@@ -248,6 +314,13 @@ func (b productBody) spec(sku string) (stock.ProductSpec, error) {
 	if b.PaymentTimeoutS != nil {
 		spec.PaymentTimeout = time.Duration(*b.PaymentTimeoutS) * time.Second
 	}
+	if b.WaitingRoom != nil {
+		room, err := b.WaitingRoom.room()
+		if err != nil {
+			return spec, err
+		}
+		spec.WaitingRoom = room
+	}
 	return spec, nil
 }
 
@@ -262,12 +335,13 @@ type productResponse struct {
 	StartsAt        *time.Time `json:"starts_at,omitempty"`
 	EndsAt          *time.Time `json:"ends_at,omitempty"`
 	PaymentTimeoutS int        `json:"payment_timeout_s"`
+	WaitingRoom     *roomBody  `json:"waiting_room,omitempty"`
 }
 
 func productJSON(p stock.Product) productResponse {
 	return productResponse{SKU: p.SKU, Name: p.Name, InitialStock: p.InitialStock, Stock: p.Stock, Sold: p.Sold(),
 		Version: p.Version, MaxPerOrder: p.MaxPerOrder, StartsAt: optionalTime(p.Window.Starts), EndsAt: optionalTime(p.Window.Ends),
-		PaymentTimeoutS: int(p.PaymentTimeout / time.Second)}
+		PaymentTimeoutS: int(p.PaymentTimeout / time.Second), WaitingRoom: roomJSON(p.WaitingRoom)}
 }
 
 // optionalTime is t for JSON: absent when zero.

@@ -23,6 +23,8 @@ type productRow struct {
 	StartsAt        *time.Time `gorm:"column:starts_at"`
 	EndsAt          *time.Time `gorm:"column:ends_at"`
 	PaymentTimeoutS int        `gorm:"column:payment_timeout_s"`
+	RoomAdmitPerS   *int       `gorm:"column:room_admit_per_s"`
+	RoomPassTTLS    *int       `gorm:"column:room_pass_ttl_s"`
 }
 
 func (productRow) TableName() string { return "products" }
@@ -36,7 +38,19 @@ func (r productRow) product() Product {
 	if r.EndsAt != nil {
 		p.Window.Ends = r.EndsAt.UTC()
 	}
+	if r.RoomAdmitPerS != nil && r.RoomPassTTLS != nil {
+		p.WaitingRoom = &WaitingRoom{AdmitPerS: *r.RoomAdmitPerS, PassTTL: time.Duration(*r.RoomPassTTLS) * time.Second}
+	}
 	return p
+}
+
+// roomColumns are room as the products table's two nullable columns.
+func roomColumns(room *WaitingRoom) (admitPerS, passTTLS *int) {
+	if room == nil {
+		return nil, nil
+	}
+	rate, ttl := room.AdmitPerS, int(room.PassTTL/time.Second)
+	return &rate, &ttl
 }
 
 // fence is the row's last token of one kind.
@@ -55,6 +69,7 @@ type ProductSpec struct {
 	MaxPerOrder    int
 	Window         Window
 	PaymentTimeout time.Duration // whole seconds
+	WaitingRoom    *WaitingRoom  // nil: none
 }
 
 // column is t as a nullable column: nil when t is zero.
@@ -67,7 +82,7 @@ func column(t time.Time) *time.Time {
 }
 
 // PutProduct starts a sale round: it creates the product, or resets an existing one in one
-// transaction — stock, initial stock, window and payment timeout set, the round's orders (in
+// transaction — stock, initial stock, window, payment timeout and waiting room set, the round's orders (in
 // every state) deleted, version bumped (never
 // reset, so a writer holding a version from the old round cannot write into the new one), and
 // the fences set back to 0, so that a replaced etcd cluster or ZooKeeper ensemble (whose tokens start again low)
@@ -75,8 +90,10 @@ func column(t time.Time) *time.Time {
 func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, error) {
 	var out productRow
 	err := s.withTx(ctx, s.db, func(tx *gorm.DB) error {
+		admitPerS, passTTLS := roomColumns(spec.WaitingRoom)
 		row := productRow{SKU: spec.SKU, Name: spec.Name, InitialStock: spec.Stock, Stock: spec.Stock, Version: 1, MaxPerOrder: spec.MaxPerOrder,
-			StartsAt: column(spec.Window.Starts), EndsAt: column(spec.Window.Ends), PaymentTimeoutS: int(spec.PaymentTimeout / time.Second)}
+			StartsAt: column(spec.Window.Starts), EndsAt: column(spec.Window.Ends), PaymentTimeoutS: int(spec.PaymentTimeout / time.Second),
+			RoomAdmitPerS: admitPerS, RoomPassTTLS: passTTLS}
 		// One upsert, not an update and then an insert: an update of a row that does not exist
 		// locks the gap where it would be, and two resets of new products then deadlock on
 		// each other's gaps (TestResetsAtOnce).
@@ -88,6 +105,8 @@ func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, erro
 			"starts_at":         column(spec.Window.Starts),
 			"ends_at":           column(spec.Window.Ends),
 			"payment_timeout_s": int(spec.PaymentTimeout / time.Second),
+			"room_admit_per_s":  admitPerS,
+			"room_pass_ttl_s":   passTTLS,
 			"version":           gorm.Expr("version + 1"),
 			"fence":             0,
 			"zk_fence":          0,

@@ -180,6 +180,15 @@ type Product struct {
 	ZKFence        int64         // the same under the ZooKeeper lock
 	Window         Window        // when orders are taken
 	PaymentTimeout time.Duration // how long a new order waits for payment; 0: confirmed at once
+	WaitingRoom    *WaitingRoom  // nil: none; its buyers need a pass (package frontdoor)
+}
+
+// WaitingRoom is a product's waiting room as the products table keeps it: buyers let in at
+// AdmitPerS for the whole deployment, each with a pass good for PassTTL (whole seconds). The
+// handler checks its bounds (frontdoor.Config.Validate); the table checks them again.
+type WaitingRoom struct {
+	AdmitPerS int
+	PassTTL   time.Duration
 }
 
 // Sold is how many units are held by active orders in the current sale round.
