@@ -189,16 +189,16 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts
 		return nil, err
 	}
 	a.closers = append(a.closers, func() error { queue.Close(); return nil })
+	// The front door's shared state (the lines, the pass key) is on the Redis that holds
+	// admission: one place every instance agrees on.
+	passes := frontdoor.NewPasses(rdb.clients[0], frontdoor.Options{})
 	a.svc, err = build(cfg.Service, cfg.Queued, opened{store: a.store, redis: rdb.clients, etcd: etcd.client, zooKeeper: zkConn,
-		queue: queue}, log, reg)
+		queue: queue, passes: passes}, log, reg)
 	if err != nil {
 		return nil, err
 	}
 	a.closers = append(a.closers, a.svc.Close)
-	// The front door's shared state (the lines, the pass key) is on the Redis that holds
-	// admission: one place every instance agrees on.
-	passes := frontdoor.NewPasses(rdb.clients[0], frontdoor.Options{})
-	door := handler.Door{Room: frontdoor.NewRoom(rdb.clients[0], passes, frontdoor.Options{}), Passes: passes}
+	door := handler.Door{Room: frontdoor.NewRoom(rdb.clients[0], passes, frontdoor.Options{})}
 	if door.Buyers, door.Limit, err = openBuyers(ctx, cfg.Buyers, rdb.clients[0], out, log); err != nil {
 		return nil, err
 	}

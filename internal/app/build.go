@@ -28,6 +28,7 @@ type opened struct {
 	etcd      *clientv3.Client        // nil: no etcd strategies
 	zooKeeper *zk.Conn                // nil: no zookeeper strategies
 	queue     *orderqueue.Queue       // nil: no queued strategy
+	passes    service.Passes          // the waiting rooms' passes
 }
 
 // build makes the instance's service on b, in the order each part needs the one before:
@@ -52,7 +53,7 @@ func build(cfg service.Config, writers queued.Options, b opened, log *slog.Logge
 		Hooks: cfg.Hooks,
 	}, lockstrategy.Backends{Store: b.store, Redis: b.redis, Etcd: b.etcd, ZooKeeper: b.zooKeeper},
 		ledger, lockstrategy.NewLockMetrics(reg, cfg.SlowHold, log), lock.NewMetrics(reg, log), log)
-	p := service.Parts{Store: b.store, Admission: ledger, Strategies: built.Safe, Unsafe: built.Unsafe}
+	p := service.Parts{Store: b.store, Admission: ledger, Strategies: built.Safe, Unsafe: built.Unsafe, Passes: b.passes}
 	for _, c := range b.redis {
 		p.Checks = append(p.Checks, service.Check{Name: redisclient.CheckName(c), Ping: redisclient.Ping(c)})
 	}

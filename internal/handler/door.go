@@ -1,7 +1,6 @@
 package handler
 
 import (
-	"errors"
 	"math"
 	"net/http"
 	"time"
@@ -72,32 +71,6 @@ func claim(c *gin.Context, userID *string) (*string, error) {
 		return nil, errForbidden
 	}
 	return &sub, nil
-}
-
-// checkPasses requires, for every line whose product has a waiting room, that product's pass for
-// the buyer, before any strategy runs: a pass is what stands between the crowd and the lock. A
-// line whose product is unknown is left to the strategy, which answers it.
-func (k kind) checkPasses(c *gin.Context, req stock.CheckoutRequest) error {
-	for _, line := range req.Lines {
-		p, err := k.Sales.Product(c.Request.Context(), line.SKU)
-		if errors.Is(err, stock.ErrNotFound) {
-			continue
-		}
-		if err == nil && p.WaitingRoom != nil {
-			if k.Door.Passes == nil {
-				err = stock.ErrUnavailable // no way to judge a pass: refused, never let through
-			} else {
-				err = k.Door.Passes.CheckPass(c.Request.Context(), c.GetHeader(passHeader), req.UserID, line.SKU)
-			}
-		}
-		if err != nil {
-			if k.checkout {
-				return &stock.CheckoutError{SKUs: []string{line.SKU}, Err: err}
-			}
-			return err
-		}
-	}
-	return nil
 }
 
 // owns reports whether the authenticated buyer (if any) holds every line of one: with identity

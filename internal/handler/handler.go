@@ -70,12 +70,12 @@ type Config struct {
 
 // Door is the front door's parts, built by the composition root on the deployment's Redis.
 // A nil Verifier trusts a body's user_id; a nil Limiter limits no buyer; a nil Room (a handler
-// built without Redis, as a test may) answers a waiting room's routes unavailable.
+// built without Redis, as a test may) answers a waiting room's routes unavailable. Passes are
+// the service's to check (service.Parts.Passes): once, for every line of a request.
 type Door struct {
 	Buyers *frontdoor.Verifier
 	Limit  *frontdoor.Limiter
 	Room   *frontdoor.Room
-	Passes *frontdoor.Passes
 }
 
 // openAPI is the contract of the HTTP API, served as it is.
@@ -297,10 +297,7 @@ func (k kind) place(c *gin.Context) {
 		fail(c, err, "")
 		return
 	}
-	if err := k.checkPasses(c, req); err != nil {
-		fail(c, err, subject)
-		return
-	}
+	req.Pass = c.GetHeader(passHeader)
 	placed, _, err := k.Sales.Place(c.Request.Context(), req)
 	if err != nil {
 		fail(c, err, subject)

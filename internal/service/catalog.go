@@ -11,8 +11,9 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// catalog is this instance's memory of the products' sale windows, so that an order outside its
-// window is answered from memory, touching neither Redis nor the database rows: before a flash
+// catalog is this instance's memory of the products' sale windows and waiting rooms, so that an
+// order outside its window is answered from memory, and one of a product with a waiting room is
+// known to need its pass, touching neither Redis nor the database rows: before a flash
 // sale opens, its buyers flood the endpoint — that is the normal case, and it must cost no more
 // than a sold-out answer. An entry is read from the database at most every ttl, and dropped at
 // once when a reset of the product is heard (a PUT on any instance: the sold-out flags' channel);
@@ -31,6 +32,7 @@ type catalog struct {
 
 type catalogEntry struct {
 	window  stock.Window
+	room    bool // the product has a waiting room: its orders need its pass
 	known   bool // false: no such product (a flood of orders for it costs one read per ttl too)
 	checked time.Time
 }
@@ -43,9 +45,11 @@ func newCatalog(read func(ctx context.Context, sku string) (stock.Product, error
 }
 
 // check answers an order for sku at now from the window: nil (go on), a
-// *stock.SaleNotStartedError or stock.ErrSaleEnded. An unknown product, or a database that
-// cannot be asked, goes on: the strategy answers those.
-func (c *catalog) check(ctx context.Context, sku string, now time.Time) error {
+// *stock.SaleNotStartedError or stock.ErrSaleEnded; room says whether the product has a waiting
+// room. An unknown product goes on: the strategy answers it. A database that cannot be asked
+// leaves the last entry in force; with none, the order is refused with the read's error — whether
+// it needs a pass cannot be told, and the door refuses what it cannot judge.
+func (c *catalog) check(ctx context.Context, sku string, now time.Time) (room bool, err error) {
 	c.mu.Lock()
 	e, ok := c.entries[sku]
 	c.mu.Unlock()
@@ -58,11 +62,14 @@ func (c *catalog) check(ctx context.Context, sku string, now time.Time) error {
 		})
 		switch {
 		case err == nil:
-			e = catalogEntry{window: v.(stock.Product).Window, known: true, checked: now}
+			p := v.(stock.Product)
+			e = catalogEntry{window: p.Window, room: p.WaitingRoom != nil, known: true, checked: now}
 		case errors.Is(err, stock.ErrNotFound):
 			e = catalogEntry{checked: now}
+		case ok:
+			return e.room, e.window.Check(sku, now)
 		default:
-			return nil
+			return false, err
 		}
 		c.mu.Lock()
 		if len(c.entries) >= 10_000 {
@@ -72,9 +79,9 @@ func (c *catalog) check(ctx context.Context, sku string, now time.Time) error {
 		c.mu.Unlock()
 	}
 	if !e.known {
-		return nil
+		return false, nil
 	}
-	return e.window.Check(sku, now)
+	return e.room, e.window.Check(sku, now)
 }
 
 // drop forgets sku's window: it was reset.

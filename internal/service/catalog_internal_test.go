@@ -43,7 +43,7 @@ func TestCatalogSharesColdReads(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			waiting.Done()
-			if c.check(context.Background(), "cold", time.Now()) != nil {
+			if _, err := c.check(context.Background(), "cold", time.Now()); err != nil {
 				early.Add(1)
 			}
 		}()

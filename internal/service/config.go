@@ -78,6 +78,15 @@ type Parts struct {
 	// Checks are the backends readiness asks besides the database: the Redis servers, NATS, etcd,
 	// ZooKeeper, as configured.
 	Checks []Check
+	// Passes judges the passes of the products' waiting rooms (frontdoor.Passes); nil: none can
+	// be judged, and an order of a product with a waiting room is refused.
+	Passes Passes
+}
+
+// Passes judges a buyer's passes (API.md "The front door"): CheckPass answers nil, or why the
+// header holds no good pass of sku for buyer (frontdoor.ErrPassRequired, ErrPassInvalid).
+type Passes interface {
+	CheckPass(ctx context.Context, header, buyer, sku string) error
 }
 
 // Validate refuses a configuration no instance can run with, before anything is built on it.
@@ -112,6 +121,7 @@ func New(cfg Config, p Parts, log *slog.Logger, reg prometheus.Registerer) (*Ser
 		allowOverride: cfg.StrategyOverride,
 		allowUnsafe:   cfg.AllowUnsafe,
 		inFlightWait:  cfg.LockWait,
+		passes:        p.Passes,
 		log:           log,
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_orders_total",

@@ -40,6 +40,7 @@ type Service struct {
 	checks        []Check
 	closers       []io.Closer
 	catalog       *catalog
+	passes        Passes
 	stop          context.CancelFunc // ends the background loops: the sweeper, the order lifecycle
 	background    sync.WaitGroup
 	log           *slog.Logger
@@ -170,10 +171,15 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 		return stock.Checkout{}, false, err
 	}
 	// Outside its sale window a line is answered from memory (catalog) — but a retry of a
-	// request placed before the window closed still finds it.
+	// request placed before the window closed still finds it. So is a line of a product with a
+	// waiting room that comes without its pass: the door is before every strategy.
 	refused := make([]error, len(req.Lines))
 	for i, line := range req.Lines {
-		refused[i] = s.catalog.check(ctx, line.SKU, start)
+		room, err := s.catalog.check(ctx, line.SKU, start)
+		if err == nil && room {
+			err = s.checkPass(ctx, req, line.SKU)
+		}
+		refused[i] = err
 	}
 	if err = stock.Refusal(req.Lines, refused); err != nil {
 		if errors.Is(err, stock.ErrSaleEnded) && req.IdempotencyKey != "" {
@@ -224,6 +230,16 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 			return stock.Checkout{}, false, err
 		}
 	}
+}
+
+// checkPass checks req's pass for sku, a product with a waiting room. Without a way to judge one
+// the line is refused, never let through: a pass is what keeps the crowd at the rate the room
+// lets in.
+func (s *Service) checkPass(ctx context.Context, req stock.CheckoutRequest, sku string) error {
+	if s.passes == nil {
+		return fmt.Errorf("product %s has a waiting room and no pass can be judged here: %w", sku, stock.ErrUnavailable)
+	}
+	return s.passes.CheckPass(ctx, req.Pass, req.UserID, sku)
 }
 
 // mayRepeat reports whether a request that failed with err may repeat one already placed under

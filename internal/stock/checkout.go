@@ -29,6 +29,9 @@ type CheckoutRequest struct {
 	// Order marks a single order (OrderOf): one line, written without a checkout id, its key and
 	// fingerprint the order's.
 	Order bool
+	// Pass is what the buyer showed at the front door (the Seckill-Pass header: one pass per
+	// product with a waiting room, comma-separated): the service checks it, once, for every line.
+	Pass string
 }
 
 // Answer is err as the answer to r: a refusal of an order is its line's own error, not a
