@@ -140,6 +140,9 @@ func (h *handler) join(c *gin.Context) {
 		fail(c, err, "product "+sku)
 		return
 	}
+	// A join says where the ticket stands; the pass comes with a poll, even to a buyer let in at
+	// once (an idle line): one way to receive a pass.
+	w.Admitted = false
 	c.Header("Location", "/api/v1/products/"+sku+"/queue/"+w.Ticket)
 	c.JSON(http.StatusAccepted, waitJSON(w))
 }
