@@ -43,8 +43,8 @@ import (
 //     reading its record; any other it claims: records it queued if nobody has (the publisher may
 //     have died before it), drops it if a sweeper gave it up first. It decides at once the
 //     orders its record says rejected and those the database has already (a writer committed
-//     them and died before its ack), and places the rest with hybrid's section, the orders for one
-//     set of products together, which settles the reservations of the orders written.
+//     them and died before its ack), and places the rest with hybrid's section, all it took for one
+//     set of products in one section, which settles the reservations of the orders written.
 //  4. Each order ends placed — its row is its record from then on — or rejected in its batch's
 //     record with the database's reason, its reservation given back, all of a batch's in one
 //     write; its end is said to its followers. The batch is acked once every order of it is
@@ -85,8 +85,8 @@ type Section func(ctx context.Context, skus []string, take func() []stock.Checko
 // MaxWaiting is required.
 type Options struct {
 	Writers int // writer loops on this instance
-	// Batch bounds the orders of one message (group commit) and of one writer's section; a
-	// writer takes up to Batch messages at a time.
+	// Batch bounds the orders of one message (group commit); a writer takes up to Batch
+	// messages at a time, and places the orders it took for one set of products in one section.
 	Batch int
 	// BatchBytes bounds the bytes of one message, so that a batch and its record stay within
 	// what the queue's servers take in one (NATS max_payload, 1 MB by default).

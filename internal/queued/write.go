@@ -40,9 +40,9 @@ const queueLanes = 16
 
 // write is one writer's take of one product's batches (steps 3 and 4): their orders, those for
 // the same products together — a product's orders, the checkouts of one set of products — each
-// set in one section of up to Options.Batch, in the order the queue took them. A batch is acked
-// once every order of it is decided: placed (its row), or rejected in its record; naked if one
-// could not be.
+// set in one section (one lock, one conditional update, one multi-row insert), in the order the
+// queue took them. A batch is acked once every order of it is decided: placed (its row), or
+// rejected in its record; naked if one could not be.
 func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 	if hook := s.opts.Hooks.Taken; hook != nil {
 		var g errgroup.Group
@@ -77,11 +77,7 @@ func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 		sets[key] = append(sets[key], e)
 	}
 	for _, key := range keys {
-		for set := sets[key]; len(set) > 0; {
-			n := min(len(set), s.opts.Batch)
-			s.writeSome(ctx, set[:n])
-			set = set[n:]
-		}
+		s.writeSome(ctx, sets[key])
 	}
 	for _, h := range hands {
 		switch {
