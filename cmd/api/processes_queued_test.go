@@ -220,14 +220,12 @@ func sellOutQueuedAcrossFreeze(t *testing.T, procs []instance, victim int, queue
 			require.NoError(t, err)
 			res.offered, res.stranded, res.reserved = offered, reservedBy(t, r, sku, procs[victim].pid), len(reserved)
 			for _, id := range reserved {
-				entry, err := records.Get(context.Background(), id)
+				rec, _, err := orderRecord(records, id)
 				if errors.Is(err, jetstream.ErrKeyNotFound) {
 					res.unpublished++
 					continue
 				}
 				require.NoError(t, err)
-				var rec orderqueue.Record
-				require.NoError(t, json.Unmarshal(entry.Value(), &rec))
 				if rec.State == orderqueue.Rejected && rec.Reason == stock.Code(stock.ErrUnavailable) {
 					res.unpublished++
 				}
@@ -279,12 +277,8 @@ func endAll(t *testing.T, svc instance, orders map[string]string, deadline time.
 				if !assert.NoError(t, err, "order %s of %s never ended", id, orders[id]) {
 					continue
 				}
-				entry, err := records.Get(context.Background(), id)
+				rec, entry, err := orderRecord(records, id)
 				if !assert.NoError(t, err, "order %s reads %s, and has no record", id, o.Status) {
-					continue
-				}
-				var rec orderqueue.Record
-				if !assert.NoError(t, json.Unmarshal(entry.Value(), &rec), "the record of order %s", id) {
 					continue
 				}
 				e := ended{placed: placed(o), answer: o.Status + " " + o.Reason, accepted: rec.AcceptedAt, at: entry.Created()}
@@ -303,6 +297,29 @@ func endAll(t *testing.T, svc instance, orders map[string]string, deadline time.
 	}
 	wg.Wait()
 	return out
+}
+
+// orderRecord reads the record of order id from its batch's record in records, and the entry
+// that holds it (its time is the batch record's last write's: a rejection's);
+// jetstream.ErrKeyNotFound when its batch has none, or has none of it.
+func orderRecord(records jetstream.KeyValue, id string) (orderqueue.Record, jetstream.KeyValueEntry, error) {
+	batch, ok := orderqueue.BatchOf(id)
+	if !ok {
+		return orderqueue.Record{}, nil, fmt.Errorf("order %s: %w", id, jetstream.ErrKeyNotFound)
+	}
+	entry, err := records.Get(context.Background(), batch)
+	if err != nil {
+		return orderqueue.Record{}, nil, err
+	}
+	var b orderqueue.BatchRecord
+	if err := json.Unmarshal(entry.Value(), &b); err != nil {
+		return orderqueue.Record{}, nil, err
+	}
+	rec, ok := b.Of(id)
+	if !ok {
+		return orderqueue.Record{}, nil, fmt.Errorf("order %s in batch %s: %w", id, batch, jetstream.ErrKeyNotFound)
+	}
+	return rec, entry, nil
 }
 
 // natsURL is the service processes' NATS server (backendtest.Env).
@@ -338,8 +355,8 @@ func orderRecords(t *testing.T) jetstream.KeyValue {
 // every unit left while it is: the free ones, then those its admissions in flight had reserved
 // before their messages went out, once the sweepers return them. Every time is the servers':
 // when an order was accepted is its record's accepted_at (the clock of the process that admitted
-// it), when it ended is its row's created_at (the database's) or, rejected, its record's time
-// (the NATS server's), never when a starved client heard. Each check, and the bug it catches:
+// it), when it ended is its row's created_at (the database's) or, rejected, its batch record's
+// time (the NATS server's), never when a starved client heard. Each check, and the bug it catches:
 //
 //   - No frozen sale: the longest gap between the others' acceptances from the stop to the end
 //     of the sale is under 3 s, and when the frozen process wakes no unit is left on sale nor

@@ -33,11 +33,29 @@ import (
 // not, so that no order waits behind more than bound others. With Options.Batch, requests for
 // the same products that arrive while their last call is out go to Redis together (ask).
 func (a *Ledger) Admit(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
+	heldWait := a.heldWait
+	if planted.On(planted.HeldAtOnce) {
+		heldWait = 0
+	}
+	return a.admitWithin(ctx, lines, bound, heldWait)
+}
+
+// AdmitOnce is Admit asking Redis once: units held by orders in their sections are answered busy
+// at once (stock.BusyHeld), not waited for. It is for a caller that waits on its own, having to
+// decide first what its own admissions hold: the queued strategy admits a batch's orders
+// together, and one that waited here for the units another of the batch holds would hold the
+// batch, and so those units, until its wait ran out.
+func (a *Ledger) AdmitOnce(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
+	return a.admitWithin(ctx, lines, bound, 0)
+}
+
+// admitWithin is Admit, waiting at most heldWait for held units.
+func (a *Ledger) admitWithin(ctx context.Context, lines []stock.OrderRequest, bound int, heldWait time.Duration) ([]stock.Reservation, error) {
 	if planted.On(planted.IgnoredWaitingBound) {
 		bound = 0
 	}
 	if _, cluster := a.client.(*redis.ClusterClient); cluster && len(lines) > 1 {
-		return a.lineByLine(ctx, lines, bound)
+		return a.lineByLine(ctx, lines, bound, heldWait)
 	}
 	if !a.Available() {
 		return nil, ErrRedisDown
@@ -53,10 +71,6 @@ func (a *Ledger) Admit(ctx context.Context, lines []stock.OrderRequest, bound in
 		a.track(r.res[i].ID, time.Time{})
 	}
 	codes, err := a.ask(ctx, r)
-	heldWait := a.heldWait
-	if planted.On(planted.HeldAtOnce) {
-		heldWait = 0
-	}
 	// Sold out is final, so while orders in their sections hold the units left, which they may
 	// give back, the answer is busy: told sold out, a buyer could see a later one get the unit.
 	// Held units are decided within a section's time: ask again until they are, and answer
@@ -97,10 +111,10 @@ func held(codes []int64) bool {
 // span slots (each product's keys sit in a slot of their own). A refused request holds its
 // earlier lines' units for a round trip, during which their other buyers hear busy (units
 // held), never sold out.
-func (a *Ledger) lineByLine(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
+func (a *Ledger) lineByLine(ctx context.Context, lines []stock.OrderRequest, bound int, heldWait time.Duration) ([]stock.Reservation, error) {
 	res := make([]stock.Reservation, 0, len(lines))
 	for i := range lines {
-		r, err := a.Admit(ctx, lines[i:i+1], bound)
+		r, err := a.admitWithin(ctx, lines[i:i+1], bound, heldWait)
 		if err != nil {
 			taken := slices.Clone(lines[:i])
 			for j := range taken {

@@ -93,7 +93,8 @@ func Defaults() Config {
 		// wait for another writer, within the 10 s in which every 202 ends.
 		Queue: orderqueue.Config{MaxMsgs: 100_000, MaxBytes: 64 << 20, Duplicates: 10 * time.Minute,
 			AckWait: ackWait, MaxAckPending: 10_000, RecordTTL: 24 * time.Hour},
-		Queued:          queued.Options{Writers: 2, Idle: time.Second, Retry: 250 * time.Millisecond, Publish: 2 * time.Second},
+		Queued: queued.Options{Writers: 2, BatchBytes: 256 << 10, Idle: time.Second, Retry: 250 * time.Millisecond,
+			Publish: 2 * time.Second},
 		ShutdownTimeout: 15 * time.Second,
 		Service:         service.Defaults(),
 	}

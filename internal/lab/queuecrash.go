@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashsale/seckill/internal/admission"
@@ -35,7 +34,7 @@ func queueCrash() Experiment {
 		Seed: "the flash-sale queue pipeline (issue 24): pre-deduct in Redis, enqueue, write asynchronously",
 		Claim: "A process that dies between the Redis pre-deduction and the send strands the units it took, its buyers told yes and no order ever written; " +
 			"a reservation on the instance's heartbeat lease brings them back, and the message id and the order's first record keep every order placed once.",
-		Fix: `res, err := s.admission.Admit(ctx, []stock.OrderRequest{req}, s.opts.MaxWaiting) // a reservation on this instance's lease; then Publish(..., jetstream.WithMsgID(o.OrderID)), then 202`,
+		Fix: `_, err := s.admission.AdmitOnce(ctx, e.lines, s.opts.MaxWaiting) // a reservation on this instance's lease; then Publish(ctx, b) (the batch's id its message id), Record, then 202`,
 		Run: runQueueCrash,
 	}
 }
@@ -252,7 +251,7 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 		mu       sync.Mutex
 		out      queuedSale
 		accepted []stock.Order
-		stopped  []orderqueue.Order
+		stopped  []orderqueue.Batch // each crashed order in its batch, which it never published
 		errs     []error
 		wg       sync.WaitGroup
 	)
@@ -262,13 +261,15 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 			<-start
 			user := fmt.Sprintf("buyer-%d", b)
 			if crashed(b) {
-				id := ulid.Make().String()
+				batch := orderqueue.NewBatch(sku)
+				id := batch.NewID()
 				req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", OrderID: id, Reservation: stock.Reservation{ID: id}}
 				_, err := dead.Admit(ctx, []stock.OrderRequest{req}, 0)
 				mu.Lock()
 				defer mu.Unlock()
 				errs = append(errs, err)
-				stopped = append(stopped, orderqueue.Order{OrderID: id, SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC()})
+				batch.Orders = []orderqueue.Order{{OrderID: id, SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC()}}
+				stopped = append(stopped, batch)
 				return
 			}
 			out, err := buyer.Buyer{ID: b, Places: []buyer.Place{live.PlaceOrder}}.Buy(ctx, stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued"})
@@ -287,10 +288,12 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 	}
 	out.accepted, out.crashed = len(accepted), len(stopped)
 
-	// A publisher whose answer was lost sends again, with the same id: JetStream drops it.
+	// A publisher whose answer was lost sends its batch again, with the same id: JetStream drops
+	// it.
 	for _, o := range accepted {
-		dup, err := q.Publish(ctx, orderqueue.Order{OrderID: o.OrderID, SKU: sku, UserID: o.UserID, Quantity: o.Quantity, Strategy: "queued",
-			Reservation: o.OrderID, AcceptedAt: o.CreatedAt})
+		batch, _ := orderqueue.BatchOf(o.OrderID)
+		dup, err := q.Publish(ctx, orderqueue.Batch{ID: batch, SKU: sku, Orders: []orderqueue.Order{{OrderID: o.OrderID, SKU: sku,
+			UserID: o.UserID, Quantity: o.Quantity, Strategy: "queued", Reservation: o.OrderID, AcceptedAt: o.CreatedAt}}})
 		if err != nil {
 			return queuedSale{}, err
 		}
@@ -317,11 +320,11 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 
 	// The crashed instance was only frozen: it wakes and publishes half of its orders.
 	var lateIDs []string
-	for _, o := range stopped[:len(stopped)/2] {
-		if _, err := q.Publish(ctx, o); err != nil {
+	for _, b := range stopped[:len(stopped)/2] {
+		if _, err := q.Publish(ctx, b); err != nil {
 			return queuedSale{}, err
 		}
-		lateIDs = append(lateIDs, o.OrderID)
+		lateIDs = append(lateIDs, b.Orders[0].OrderID)
 	}
 	out.late = len(lateIDs)
 	if _, err := settle(ctx, live, sku, time.Now()); err != nil {

@@ -49,15 +49,16 @@ type Hooks struct {
 	// they are taken, held of them held already. Tests cross two checkouts with it at
 	// the moment the lock order decides: each holding its first product's lock.
 	Locking func(ctx context.Context, skus []string, held int)
-	// Admitted runs in the queued strategy once an order is admitted and before its message is
-	// sent: the moment at which a sweeper may give up the order of an instance frozen there.
+	// Admitted runs in the queued strategy once an order is admitted and before its batch's
+	// message is sent: the moment at which a sweeper may give up the orders of an instance
+	// frozen there.
 	Admitted func(ctx context.Context, orderID string)
-	// Published runs in the queued strategy once an order's message is out and before its
-	// publisher records it queued: the moment a writer can take the order and decide it first.
+	// Published runs in the queued strategy once an order's batch is out and before its
+	// publisher records it queued: the moment a writer can take the batch and decide it first.
 	Published func(ctx context.Context, orderID string)
-	// Taken runs in the queued strategy when a writer has taken an order's message and before
-	// it claims it: the moment a writer decides the order first, ahead of its publisher or a
-	// sweeper.
+	// Taken runs in the queued strategy, for each order, when a writer has taken its batch's
+	// message and before it claims the batch: the moment a writer decides the order first, ahead
+	// of its publisher or a sweeper.
 	Taken func(ctx context.Context, orderID string)
 }
 

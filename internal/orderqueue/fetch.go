@@ -5,34 +5,39 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Delivery is one message handed to this writer: an order to place, then ack, nak or term.
+// Delivery is one message handed to this writer: a batch of orders to decide, then ack, nak or
+// term.
 type Delivery struct {
-	Order Order
+	Batch Batch
 	// Deliveries counts the times the message was handed to a writer, this one included: more
 	// than one means an earlier writer neither acked nor naked it (it was killed, froze or gave
-	// up), and may have placed it.
+	// up), and may have decided some of its orders.
 	Deliveries uint64
+	// Resent marks a batch sent again (Queue.Resend): its first delivery may follow an earlier
+	// message's, whose writer may have decided some of its orders.
+	Resent bool
 	// Queued is when the queue stored the message.
 	Queued time.Time
 	msg    jetstream.Msg
 	done   atomic.Bool // acked or naked: no longer reported in progress
 }
 
-// Ack removes the message from the queue: call it only once the order's outcome is in the
-// database and its record. A lost ack costs a redelivery, which finds the order placed.
+// Ack removes the message from the queue: call it only once every order of its batch is decided,
+// in the database or its record. A lost ack costs a redelivery, which finds the orders decided.
 func (d *Delivery) Ack() error {
 	d.done.Store(true)
 	return d.msg.Ack()
 }
 
-// Nak hands the message back for another delivery after delay: the order could not be decided
-// now (the database did not answer).
+// Nak hands the message back for another delivery after delay: an order of it could not be
+// decided now (the database did not answer).
 func (d *Delivery) Nak(delay time.Duration) error {
 	d.done.Store(true)
 	return d.msg.NakWithDelay(delay)
@@ -41,11 +46,11 @@ func (d *Delivery) Nak(delay time.Duration) error {
 func (d *Delivery) answered() bool { return d.done.Load() }
 
 // InProgress tells the queue this writer is still at work on the message, restarting its
-// AckWait: a slow commit must not hand the order to a second writer meanwhile.
+// AckWait: a slow commit must not hand the batch to a second writer meanwhile.
 func (d *Delivery) InProgress() error { return d.msg.InProgress() }
 
-// Batch is the deliveries of one product, in the order the queue took them.
-type Batch struct {
+// Taken is the deliveries of one product a writer took, in the order the queue stored them.
+type Taken struct {
 	SKU        string
 	Deliveries []*Delivery
 }
@@ -53,9 +58,9 @@ type Batch struct {
 // Fetch takes up to max messages for this writer: those waiting now, or, when none is, the
 // first to come within wait and those behind it — so a busy queue is taken in large batches and
 // an idle one answers its first order at once. It returns them grouped by product, in the order
-// each product's messages were queued; none when wait passes idle. A message that is not an
-// order (it did not decode) is terminated: no writer could ever place it.
-func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Batch, error) {
+// each product's messages were queued; none when wait passes idle. A message that is not a batch
+// (it did not decode) is terminated: no writer could ever place it.
+func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Taken, error) {
 	msgs, err := q.take(ctx, max, 0)
 	if err == nil && len(msgs) == 0 {
 		if msgs, err = q.take(ctx, 1, wait); err == nil && len(msgs) == 1 {
@@ -74,7 +79,7 @@ func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Batch
 	for _, m := range msgs {
 		d, err := q.delivery(m)
 		if err != nil {
-			q.log.Error("order queue: a message that is not an order, terminated", "subject", m.Subject(), "err", err)
+			q.log.Error("order queue: a message that is not a batch of orders, terminated", "subject", m.Subject(), "err", err)
 			_ = m.Term()
 			continue
 		}
@@ -83,20 +88,20 @@ func (q *Queue) Fetch(ctx context.Context, max int, wait time.Duration) ([]Batch
 	return byProduct(ds), nil
 }
 
-// byProduct groups deliveries into one batch per product, in the order each product's came.
-func byProduct(ds []*Delivery) []Batch {
-	var batches []Batch
+// byProduct groups deliveries by product, in the order each product's came.
+func byProduct(ds []*Delivery) []Taken {
+	var taken []Taken
 	index := map[string]int{}
 	for _, d := range ds {
-		i, ok := index[d.Order.SKU]
+		i, ok := index[d.Batch.SKU]
 		if !ok {
-			i = len(batches)
-			index[d.Order.SKU] = i
-			batches = append(batches, Batch{SKU: d.Order.SKU})
+			i = len(taken)
+			index[d.Batch.SKU] = i
+			taken = append(taken, Taken{SKU: d.Batch.SKU})
 		}
-		batches[i].Deliveries = append(batches[i].Deliveries, d)
+		taken[i].Deliveries = append(taken[i].Deliveries, d)
 	}
-	return batches
+	return taken
 }
 
 // take pulls up to n messages: those waiting now (wait 0), or as many as arrive within wait; a
@@ -138,25 +143,33 @@ func (q *Queue) delivery(m jetstream.Msg) (*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Delivery{Deliveries: meta.NumDelivered, Queued: meta.Timestamp, msg: m}
+	d := &Delivery{Deliveries: meta.NumDelivered, Queued: meta.Timestamp, msg: m,
+		Resent: strings.HasSuffix(m.Headers().Get(jetstream.MsgIDHeader), resent)}
 	return d, q.decode(d, m.Subject(), m.Data())
 }
 
-// decode reads the order of a message on subject into d.
+// decode reads the batch of a message on subject into d: one of orders of that subject's product,
+// each minted in it.
 func (q *Queue) decode(d *Delivery, subject string, data []byte) error {
-	if err := json.Unmarshal(data, &d.Order); err != nil {
+	if err := json.Unmarshal(data, &d.Batch); err != nil {
 		return err
 	}
-	if d.Order.OrderID == "" || d.Order.SKU != q.skuOf(subject) {
-		return fmt.Errorf("order %q for %q on subject %s", d.Order.OrderID, d.Order.SKU, subject)
+	b := d.Batch
+	if b.ID == "" || b.SKU != q.skuOf(subject) || len(b.Orders) == 0 {
+		return fmt.Errorf("batch %q for %q of %d orders on subject %s", b.ID, b.SKU, len(b.Orders), subject)
+	}
+	for _, o := range b.Orders {
+		if id, ok := BatchOf(o.OrderID); !ok || id != b.ID || o.SKU != b.SKU {
+			return fmt.Errorf("order %q for %q in batch %s of %s", o.OrderID, o.SKU, b.ID, b.SKU)
+		}
 	}
 	return nil
 }
 
-// Backlog is one product's orders waiting in the queue, as the metrics and the audit read it.
+// Backlog is one product's batches waiting in the queue, as the metrics and the resend read it.
 type Backlog struct {
 	SKU    string
-	Depth  uint64    // messages not yet acked: queued, or with a writer
+	Depth  uint64    // messages (batches) not yet acked: queued, or with a writer
 	Oldest time.Time // when the oldest of them was queued
 }
 

@@ -1,11 +1,13 @@
 // Package orderqueue is the durable order queue of the queued strategy: a NATS JetStream work
-// queue that accepted orders wait on until a writer, on any instance, places them in the
-// database, and a key-value bucket of order records, so that any instance can answer for an
-// order that has no row yet. An order's first record decides who resolves its units (Record).
+// queue that accepted orders wait on, in batches, until a writer on any instance places them in
+// the database, and a key-value bucket with a record of each batch, so that any instance can
+// answer for an order that has no row yet. A batch is one message and one record, each one synced
+// write for all its orders; an order's first record decides who resolves its units (Record).
 package orderqueue
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -54,19 +57,20 @@ type Queue struct {
 	records  jetstream.KeyValue
 	watch    atomic.Pointer[watch] // set once Open has declared the bucket; read by the connection's handlers
 	orders   *prometheus.CounterVec
+	batches  prometheus.Histogram
 }
 
 // Open connects to the queue (or starts the embedded server), and creates the stream, the
-// writers' consumer and the order records, or brings them to cfg if they exist — so every
+// writers' consumer and the batch records, or brings them to cfg if they exist — so every
 // instance may call it at start, in any order. The queue's metrics go to reg: the orders
-// accepted, placed, rejected and redelivered, and each product's backlog (its depth and the age
-// of its oldest order), read at every scrape.
+// accepted, placed, rejected and redelivered, the orders per batch, and each product's backlog
+// (its depth and the age of its oldest message), read at every scrape.
 func Open(ctx context.Context, cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Queue, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	cfg.named()
-	q := &Queue{cfg: cfg, log: log, orders: newOrders()}
+	q := &Queue{cfg: cfg, log: log, orders: newOrders(), batches: newBatches()}
 	if err := q.connect(); err != nil {
 		return nil, err
 	}
@@ -107,10 +111,49 @@ func (q *Queue) Ping(ctx context.Context) error {
 // AckWait is how long a writer may hold a message before it goes to another.
 func (q *Queue) AckWait() time.Duration { return q.cfg.AckWait }
 
-// Order is an accepted order as it travels on the queue and stands in its record. A checkout is
-// one Order too, written as one: OrderID is the checkout's id, Lines its lines in SKU order, and
-// SKU its first line's, the subject it travels on; every line's admission reservation bears the
-// checkout's id.
+// Batch is the orders one message carries and one record keeps: those one instance accepted for
+// a product while its last publish was in flight (group commit: one synced write for all of
+// them). Its orders' ids begin with its id (NewID), so that any instance finds an order's record
+// from the order's id alone (BatchOf). SKU is the subject it travels on: every order's product,
+// or a checkout's first.
+type Batch struct {
+	ID     string  `json:"batch_id"`
+	SKU    string  `json:"sku"`
+	Orders []Order `json:"orders"`
+}
+
+// An order's id is a ULID whose first batchIDLen characters are its batch's id: the ULID's time
+// and 40 random bits of the batch's, then 40 random bits of the order's own. Two batches share an
+// id once in 2^40 within one millisecond, and one order's id tells another's of its batch no
+// better than one guess in 2^40.
+const batchIDLen = 18
+
+// NewBatch is an empty batch of sku with a fresh id.
+func NewBatch(sku string) Batch {
+	return Batch{ID: ulid.MustNew(ulid.Now(), rand.Reader).String()[:batchIDLen], SKU: sku}
+}
+
+// NewID mints the id of an order (or a checkout) of b.
+func (b Batch) NewID() string {
+	return b.ID + ulid.MustNew(ulid.Now(), rand.Reader).String()[batchIDLen:]
+}
+
+// BatchOf is the id of the batch the order orderID was minted in (NewID); false when orderID is
+// no such id.
+func BatchOf(orderID string) (string, bool) {
+	if len(orderID) != ulid.EncodedSize {
+		return "", false
+	}
+	if _, err := ulid.ParseStrict(orderID); err != nil {
+		return "", false
+	}
+	return orderID[:batchIDLen], true
+}
+
+// Order is an accepted order as it travels on the queue in its batch and stands in its record. A
+// checkout is one Order too, written as one: OrderID is the checkout's id, Lines its lines in SKU
+// order, and SKU its first line's, the subject it travels on; every line's admission reservation
+// bears the checkout's id.
 type Order struct {
 	OrderID        string    `json:"order_id"`
 	SKU            string    `json:"sku"`

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -149,33 +150,42 @@ func backends(t *testing.T, cfg Config, test func(t *testing.T, q *Queue)) {
 	})
 }
 
-func order(sku, id string) Order {
-	return Order{OrderID: id, SKU: sku, UserID: "u-" + id, Quantity: 1, Reservation: id, AcceptedAt: time.Now().UTC()}
+// batch is a batch of sku with an order of one unit for each user, in that order.
+func batch(sku string, users ...string) Batch {
+	b := NewBatch(sku)
+	for _, u := range users {
+		id := b.NewID()
+		b.Orders = append(b.Orders, Order{OrderID: id, SKU: sku, UserID: u, Quantity: 1, Reservation: id, AcceptedAt: time.Now().UTC()})
+	}
+	return b
 }
 
-func ids(b Batch) []string {
+// users are the buyers of the orders of t's batches, in the order the queue took them.
+func users(t Taken) []string {
 	var out []string
-	for _, d := range b.Deliveries {
-		out = append(out, d.Order.OrderID)
+	for _, d := range t.Deliveries {
+		for _, o := range d.Batch.Orders {
+			out = append(out, o.UserID)
+		}
 	}
 	return out
 }
 
-// fetchAll fetches until n orders have come, within 10 s, and merges the batches by product in
-// the order they came: a fetch takes what its consumer has been told of, which lags the stream
-// by a moment, so one fetch right after a publish may come back short.
-func fetchAll(t *testing.T, q *Queue, n int) []Batch {
+// fetchAll fetches until n messages have come, within 10 s, and merges them by product in the
+// order they came: a fetch takes what its consumer has been told of, which lags the stream by a
+// moment, so one fetch right after a publish may come back short.
+func fetchAll(t *testing.T, q *Queue, n int) []Taken {
 	t.Helper()
 	ctx := ctxT(t)
 	var got []*Delivery
 	for deadline := time.Now().Add(10 * time.Second); len(got) < n && time.Now().Before(deadline); {
-		bs, err := q.Fetch(ctx, n-len(got), time.Second)
+		taken, err := q.Fetch(ctx, n-len(got), time.Second)
 		require.NoError(t, err)
-		for _, b := range bs {
-			got = append(got, b.Deliveries...)
+		for _, tk := range taken {
+			got = append(got, tk.Deliveries...)
 		}
 	}
-	require.Len(t, got, n, "orders fetched within 10 s")
+	require.Len(t, got, n, "messages fetched within 10 s")
 	return byProduct(got)
 }
 
@@ -200,44 +210,68 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestPublishFetchAck: orders come back grouped by product in the order they were queued, and an
-// acked order leaves the queue (a work queue: the backlog is what is not yet written).
+// TestPublishFetchAck: batches come back grouped by product in the order they were queued, and
+// an acked batch leaves the queue (a work queue: the backlog is what is not yet written).
 func TestPublishFetchAck(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
-		for _, o := range []Order{order("a", "1"), order("b.x", "2"), order("a", "3"), order("b.x", "4"), order("a", "5")} {
-			dup, err := q.Publish(ctx, o)
+		for _, b := range []Batch{batch("a", "1"), batch("b.x", "2"), batch("a", "3", "5"), batch("b.x", "4")} {
+			dup, err := q.Publish(ctx, b)
 			require.NoError(t, err)
 			assert.False(t, dup)
 		}
 		a, err := q.BacklogOf(ctx, "a")
 		require.NoError(t, err)
-		assert.EqualValues(t, 3, a.Depth)
+		assert.EqualValues(t, 2, a.Depth, "one message per batch")
 		assert.WithinDuration(t, time.Now(), a.Oldest, 5*time.Second)
 		all, err := q.Backlogs(ctx)
 		require.NoError(t, err)
 		assert.Len(t, all, 2)
 
-		batches := fetchAll(t, q, 5)
-		require.Len(t, batches, 2)
-		assert.Equal(t, "a", batches[0].SKU)
-		assert.Equal(t, []string{"1", "3", "5"}, ids(batches[0]))
-		assert.Equal(t, "b.x", batches[1].SKU, "a dotted SKU travels as one subject token")
-		assert.Equal(t, []string{"2", "4"}, ids(batches[1]))
-		for _, b := range batches {
-			for _, d := range b.Deliveries {
+		taken := fetchAll(t, q, 4)
+		require.Len(t, taken, 2)
+		assert.Equal(t, "a", taken[0].SKU)
+		assert.Equal(t, []string{"1", "3", "5"}, users(taken[0]))
+		assert.Equal(t, "b.x", taken[1].SKU, "a dotted SKU travels as one subject token")
+		assert.Equal(t, []string{"2", "4"}, users(taken[1]))
+		for _, tk := range taken {
+			for _, d := range tk.Deliveries {
 				assert.EqualValues(t, 1, d.Deliveries)
+				assert.False(t, d.Resent)
 				require.NoError(t, d.Ack())
 			}
 		}
 		require.Eventually(t, func() bool {
 			a, err := q.BacklogOf(ctx, "a")
 			return err == nil && a.Depth == 0
-		}, 5*time.Second, 20*time.Millisecond, "acked orders leave the queue")
+		}, 5*time.Second, 20*time.Millisecond, "acked batches leave the queue")
 		none, err := q.Fetch(ctx, 10, 200*time.Millisecond)
 		require.NoError(t, err)
 		assert.Empty(t, none)
 	})
+}
+
+// TestBatchOf: an order's id is a ULID that names its batch, distinct from every other order's
+// of the batch; an id minted elsewhere names none that a batch has.
+func TestBatchOf(t *testing.T) {
+	b := batch("a", "1", "2", "3")
+	seen := map[string]bool{}
+	for _, o := range b.Orders {
+		_, err := ulid.ParseStrict(o.OrderID)
+		require.NoError(t, err, "an order id is a ULID")
+		id, ok := BatchOf(o.OrderID)
+		require.True(t, ok)
+		assert.Equal(t, b.ID, id)
+		assert.False(t, seen[o.OrderID], "an id minted twice")
+		seen[o.OrderID] = true
+	}
+	other, ok := BatchOf(ulid.Make().String())
+	assert.True(t, ok)
+	assert.NotEqual(t, b.ID, other)
+	for _, bad := range []string{"", "1", "nobody", b.ID, "*" + b.Orders[0].OrderID[1:]} {
+		_, ok := BatchOf(bad)
+		assert.False(t, ok, "%q", bad)
+	}
 }
 
 // TestFetchTakesWhatWaits: a fetch answers at once with what is queued (no waiting for a full
@@ -247,13 +281,13 @@ func TestFetchTakesWhatWaits(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
 		const wait = 10 * time.Second
 		ctx := ctxT(t)
-		_, err := q.Publish(ctx, order("a", "1"))
+		_, err := q.Publish(ctx, batch("a", "1"))
 		require.NoError(t, err)
 		start := time.Now()
 		b, err := q.Fetch(ctx, 100, wait)
 		require.NoError(t, err)
 		require.Len(t, b, 1)
-		assert.Less(t, time.Since(start), wait/2, "one waiting order, taken without waiting for 99 more")
+		assert.Less(t, time.Since(start), wait/2, "one waiting batch, taken without waiting for 99 more")
 		require.NoError(t, b[0].Deliveries[0].Ack())
 
 		// The late publish is waited for before the test ends: a retried publish logs, and a log
@@ -268,7 +302,7 @@ func TestFetchTakesWhatWaits(t *testing.T) {
 				published <- nil
 				return
 			}
-			_, err := q.Publish(ctx, order("a", "2"))
+			_, err := q.Publish(ctx, batch("a", "2"))
 			published <- err
 		}()
 		defer func() { require.NoError(t, <-published) }()
@@ -276,8 +310,8 @@ func TestFetchTakesWhatWaits(t *testing.T) {
 		b, err = q.Fetch(ctx, 100, wait)
 		require.NoError(t, err)
 		require.Len(t, b, 1)
-		assert.Equal(t, []string{"2"}, ids(b[0]))
-		assert.Less(t, time.Since(start), wait/2, "an idle fetch returns when the first order comes, not at its wait's end")
+		assert.Equal(t, []string{"2"}, users(b[0]))
+		assert.Less(t, time.Since(start), wait/2, "an idle fetch returns when the first batch comes, not at its wait's end")
 		require.NoError(t, b[0].Deliveries[0].Ack())
 	})
 }
@@ -309,53 +343,56 @@ func TestIdleFetchEndsWithItsContext(t *testing.T) {
 	})
 }
 
-// TestDuplicateDropped: a message re-sent with the same order id is dropped and reported as a
-// duplicate: one order, however often its publish is retried.
+// TestDuplicateDropped: a batch re-sent with the same id is dropped and reported as a
+// duplicate: one batch, however often its publish is retried.
 func TestDuplicateDropped(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
-		dup, err := q.Publish(ctx, order("a", "1"))
+		b := batch("a", "1", "2")
+		dup, err := q.Publish(ctx, b)
 		require.NoError(t, err)
 		assert.False(t, dup)
-		dup, err = q.Publish(ctx, order("a", "1"))
+		dup, err = q.Publish(ctx, b)
 		require.NoError(t, err)
 		assert.True(t, dup)
-		b, err := q.BacklogOf(ctx, "a")
+		backlog, err := q.BacklogOf(ctx, "a")
 		require.NoError(t, err)
-		assert.EqualValues(t, 1, b.Depth)
+		assert.EqualValues(t, 1, backlog.Depth)
+		assert.Equal(t, 2.0, testutil.ToFloat64(q.orders.WithLabelValues("accepted")), "two orders accepted, once")
 	})
 }
 
-// TestFullQueueRefuses: past its bound the queue refuses the next order with ErrFull and keeps
-// every order it took (DiscardNew: an order answered 202 is never the one dropped).
+// TestFullQueueRefuses: past its bound the queue refuses the next batch with ErrFull and keeps
+// every batch it took (DiscardNew: an order answered 202 is never the one dropped).
 func TestFullQueueRefuses(t *testing.T) {
 	backends(t, Config{MaxMsgs: 2}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
-		for _, id := range []string{"1", "2"} {
-			_, err := q.Publish(ctx, order("a", id))
+		for _, u := range []string{"1", "2"} {
+			_, err := q.Publish(ctx, batch("a", u))
 			require.NoError(t, err)
 		}
-		_, err := q.Publish(ctx, order("a", "3"))
+		_, err := q.Publish(ctx, batch("a", "3"))
 		require.ErrorIs(t, err, ErrFull)
 		b := fetchAll(t, q, 2)
 		require.Len(t, b, 1)
-		assert.Equal(t, []string{"1", "2"}, ids(b[0]))
+		assert.Equal(t, []string{"1", "2"}, users(b[0]))
 		for _, d := range b[0].Deliveries {
 			require.NoError(t, d.Ack())
 		}
 		require.Eventually(t, func() bool {
-			_, err := q.Publish(ctx, order("a", "3"))
+			_, err := q.Publish(ctx, batch("a", "3"))
 			return err == nil
-		}, 5*time.Second, 50*time.Millisecond, "room again once orders are written")
+		}, 5*time.Second, 50*time.Millisecond, "room again once batches are written")
 	})
 }
 
-// TestRedelivery: an order its writer neither acks nor naks within AckWait (the writer was
-// killed) goes to the next fetch, counted as delivered twice; a nak hands it back at once.
+// TestRedelivery: a batch its writer neither acks nor naks within AckWait (the writer was
+// killed) goes to the next fetch, counted as delivered twice; a nak hands it back at once. A
+// batch sent again (Resend) is marked so on its first delivery.
 func TestRedelivery(t *testing.T) {
 	backends(t, Config{AckWait: 500 * time.Millisecond}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
-		_, err := q.Publish(ctx, order("a", "1"))
+		_, err := q.Publish(ctx, batch("a", "1"))
 		require.NoError(t, err)
 		b, err := q.Fetch(ctx, 10, time.Second)
 		require.NoError(t, err)
@@ -372,35 +409,54 @@ func TestRedelivery(t *testing.T) {
 
 		b, err = q.Fetch(ctx, 10, 3*time.Second)
 		require.NoError(t, err)
-		require.Len(t, b, 1, "a naked order comes back")
+		require.Len(t, b, 1, "a naked batch comes back")
 		assert.EqualValues(t, 3, b[0].Deliveries[0].Deliveries)
 		require.NoError(t, b[0].Deliveries[0].Ack())
+
+		again := batch("a", "2")
+		_, err = q.Resend(ctx, again)
+		require.NoError(t, err)
+		b = fetchAll(t, q, 1)
+		d = b[0].Deliveries[0]
+		assert.EqualValues(t, 1, d.Deliveries)
+		assert.True(t, d.Resent, "a batch sent again says so")
+		assert.Equal(t, again.ID, d.Batch.ID)
+		require.NoError(t, d.Ack())
 	})
 }
 
-// TestFirstRecordDecides: the first record of an order stands — a sweeper's rejected record
-// after the publisher's queued one changes nothing, and the publisher's queued record after a
-// sweeper's rejected one learns it was rejected — also when both race.
+// TestFirstRecordDecides: the first record of a batch stands — a sweeper's rejection after the
+// publisher's queued record changes nothing, and the publisher's queued record after a sweeper's
+// rejection learns it was given up — also when both race.
 func TestFirstRecordDecides(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
-		queued := Record{Order: order("a", "1"), State: Queued}
-		got, err := q.Record(ctx, queued)
+		one := batch("a", "1", "2")
+		got, err := q.Record(ctx, BatchRecord{Batch: one, State: Queued})
 		require.NoError(t, err)
 		assert.Equal(t, Queued, got.State)
-		got, err = q.Record(ctx, Record{Order: order("a", "1"), State: Rejected, Reason: "unavailable"})
+		got, err = q.Record(ctx, BatchRecord{Batch: one, State: Rejected, Reason: "unavailable"})
 		require.NoError(t, err)
 		assert.Equal(t, Queued, got.State, "a rejection after the queued record does not stand")
+		r, err := q.Get(ctx, one.Orders[1].OrderID)
+		require.NoError(t, err)
+		assert.Equal(t, Queued, r.State)
+		assert.Equal(t, "2", r.UserID, "an order's record, from its batch's")
 
-		got, err = q.Record(ctx, Record{Order: order("a", "2"), State: Rejected, Reason: "unavailable"})
+		two := batch("a", "3")
+		got, err = q.Record(ctx, BatchRecord{Batch: two, State: Rejected, Reason: "unavailable"})
 		require.NoError(t, err)
 		assert.Equal(t, Rejected, got.State)
-		got, err = q.Record(ctx, Record{Order: order("a", "2"), State: Queued})
+		got, err = q.Record(ctx, BatchRecord{Batch: two, State: Queued})
 		require.NoError(t, err)
 		assert.Equal(t, Rejected, got.State, "a queued record after the rejection learns it")
+		r, err = q.Get(ctx, two.Orders[0].OrderID)
+		require.NoError(t, err)
+		assert.Equal(t, Rejected, r.State)
+		assert.Equal(t, "unavailable", r.Reason)
 
-		for i := range 20 {
-			id := fmt.Sprintf("race-%d", i)
+		for range 20 {
+			b := batch("a", "race")
 			var (
 				wg     sync.WaitGroup
 				mu     sync.Mutex
@@ -414,7 +470,7 @@ func TestFirstRecordDecides(t *testing.T) {
 						state = Rejected
 					}
 					<-start
-					r, err := q.Record(ctx, Record{Order: order("a", id), State: state})
+					r, err := q.Record(ctx, BatchRecord{Batch: b, State: state})
 					assert.NoError(t, err)
 					mu.Lock()
 					states[r.State]++
@@ -428,55 +484,73 @@ func TestFirstRecordDecides(t *testing.T) {
 	})
 }
 
-// TestFinishOnce: a rejection ends a queued record once, and the first stands against any
-// later one; placed is said, not stored — the order's row says it.
-func TestFinishOnce(t *testing.T) {
+// TestRejectOnce: a rejection ends an order of a queued batch once, in the batch's record, and
+// the first stands against any later one; placed is said, not stored — the order's row says it.
+// A batch given up stands as it is.
+func TestRejectOnce(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
-		_, err := q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
+		one := batch("a", "1", "2")
+		_, err := q.Record(ctx, BatchRecord{Batch: one, State: Queued})
 		require.NoError(t, err)
-		got, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed})
+		q.Placed(Record{Order: one.Orders[0], State: Placed})
+		r, err := q.Get(ctx, one.Orders[0].OrderID)
 		require.NoError(t, err)
-		assert.Equal(t, Placed, got.State)
-		got, err = q.Get(ctx, "1")
+		assert.Equal(t, Queued, r.State, "placed is not written to the record")
+		got, err := q.Reject(ctx, Unread(one), map[string]string{one.Orders[1].OrderID: "sold_out"})
 		require.NoError(t, err)
-		assert.Equal(t, Queued, got.State, "placed is not written to the record")
+		assert.Equal(t, Queued, got.State, "the batch stays queued")
+		r, err = q.Get(ctx, one.Orders[1].OrderID)
+		require.NoError(t, err)
+		assert.Equal(t, Rejected, r.State)
+		assert.Equal(t, "sold_out", r.Reason)
+		assert.Equal(t, "2", r.UserID, "the record carries the order")
+		r, err = q.Get(ctx, one.Orders[0].OrderID)
+		require.NoError(t, err)
+		assert.Equal(t, Queued, r.State, "the other order of the batch is not rejected")
 
-		got, err = q.Finish(ctx, Claimed{}, Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
+		two := batch("a", "3")
+		_, err = q.Reject(ctx, Unread(two), map[string]string{two.Orders[0].OrderID: "sold_out"})
+		require.NoError(t, err, "a rejection with no record before it")
+		r, err = q.Get(ctx, two.Orders[0].OrderID)
 		require.NoError(t, err)
-		assert.Equal(t, Rejected, got.State, "a final record with no queued one before it")
-		got, err = q.Get(ctx, "2")
-		require.NoError(t, err)
-		assert.Equal(t, "sold_out", got.Reason)
-		assert.Equal(t, "u-2", got.UserID, "the record carries the order")
-
-		_, err = q.Finish(ctx, Claimed{}, Record{Order: order("a", "3"), State: Queued})
-		require.Error(t, err, "queued is not an ending")
+		assert.Equal(t, "sold_out", r.Reason)
 
 		// From a claim: the record as the writer took it is replaced, unless it changed since.
-		o := order("a", "4")
-		c, err := q.Claim(ctx, o)
+		three := batch("a", "4")
+		id := three.Orders[0].OrderID
+		c, err := q.Claim(ctx, three)
 		require.NoError(t, err)
 		assert.Equal(t, Queued, c.State, "a claim writes the record its publisher did not")
-		stale, err := q.Claim(ctx, o)
+		stale, err := q.Claim(ctx, three)
 		require.NoError(t, err)
-		got, err = q.Finish(ctx, c, Record{Order: o, State: Rejected, Reason: "sold_out"})
+		_, err = q.Reject(ctx, c, map[string]string{id: "sold_out"})
+		require.NoError(t, err)
+		got, err = q.Reject(ctx, stale, map[string]string{id: "sale_ended"})
+		require.NoError(t, err)
+		assert.Equal(t, "sold_out", got.Rejected[id], "a claim taken before another writer's end does not overwrite it")
+		c, err = q.Claim(ctx, three)
+		require.NoError(t, err)
+		assert.Equal(t, "sold_out", c.Rejected[id], "a claim reads the record that stands")
+
+		four := batch("a", "5")
+		_, err = q.Record(ctx, BatchRecord{Batch: four, State: Rejected, Reason: "unavailable"})
+		require.NoError(t, err)
+		got, err = q.Reject(ctx, Unread(four), map[string]string{four.Orders[0].OrderID: "sold_out"})
 		require.NoError(t, err)
 		assert.Equal(t, Rejected, got.State)
-		got, err = q.Finish(ctx, stale, Record{Order: o, State: Rejected, Reason: "sale_ended"})
-		require.NoError(t, err)
-		assert.Equal(t, "sold_out", got.Reason, "a claim taken before another writer's end does not overwrite it")
-		c, err = q.Claim(ctx, o)
-		require.NoError(t, err)
-		assert.Equal(t, Rejected, c.State, "a claim reads the record that stands")
+		assert.Empty(t, got.Rejected, "a batch given up stands as it is")
+
 		_, err = q.Get(ctx, "nobody")
+		require.ErrorIs(t, err, ErrNotFound)
+		_, err = q.Get(ctx, NewBatch("a").NewID())
 		require.ErrorIs(t, err, ErrNotFound)
 	})
 }
 
-// TestWaitEndsOnFinish: a wait ends as soon as the record is final (not a poll), and
+// TestWaitEndsOnEnd: a wait ends as soon as the order's end is said (not a poll), and
 // otherwise answers the record as it stands when the wait passes.
-func TestWaitEndsOnFinish(t *testing.T) {
+func TestWaitEndsOnEnd(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
 		waitsEnd(t, q)
 	})
@@ -487,10 +561,11 @@ func TestWaitEndsOnFinish(t *testing.T) {
 func TestWaitOnAnOrderRecordedHere(t *testing.T) {
 	backends(t, Config{}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
-		_, err := q.Record(ctx, Record{Order: order("a", "here"), State: Queued})
+		b := batch("a", "here")
+		_, err := q.Record(ctx, BatchRecord{Batch: b, State: Queued})
 		require.NoError(t, err)
 		before := q.nc.Stats().OutMsgs
-		r, err := q.Wait(ctx, "here", 200*time.Millisecond)
+		r, err := q.Wait(ctx, b.Orders[0].OrderID, 200*time.Millisecond)
 		require.NoError(t, err)
 		assert.Equal(t, Queued, r.State)
 		assert.EqualValues(t, 1, q.nc.Stats().OutMsgs-before, "one read, once the wait passed")
@@ -501,7 +576,7 @@ func TestWaitOnAnOrderRecordedHere(t *testing.T) {
 // generations of heardKept.
 func TestHeardKeepsEnds(t *testing.T) {
 	w := &watch{recent: [2]map[string]Record{{}, {}}}
-	end := func(id string, s State) Record { return Record{Order: order("a", id), State: s} }
+	end := func(id string, s State) Record { return Record{Order: Order{OrderID: id, SKU: "a"}, State: s} }
 	assert.True(t, w.keep(end("1", Placed)))
 	assert.False(t, w.keep(end("1", Rejected)), "an end said again")
 	r, ok := w.latest("1")
@@ -530,27 +605,27 @@ func listening(q *Queue, id string) bool {
 func waitsEnd(t *testing.T, q *Queue) {
 	t.Helper()
 	ctx := ctxT(t)
-	_, err := q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
+	b := batch("a", "1", "2")
+	one, two := b.Orders[0], b.Orders[1]
+	_, err := q.Record(ctx, BatchRecord{Batch: b, State: Queued})
 	require.NoError(t, err)
 	start := time.Now()
-	r, err := q.Wait(ctx, "1", 300*time.Millisecond)
+	r, err := q.Wait(ctx, one.OrderID, 300*time.Millisecond)
 	require.NoError(t, err)
 	assert.Equal(t, Queued, r.State)
 	assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
 
 	const wait = 10 * time.Second
-	finished := make(chan error, 1)
+	finished := make(chan struct{})
 	go func() {
-		if !assert.Eventually(t, func() bool { return listening(q, "1") }, wait/2, time.Millisecond, "the wait never listened") {
-			finished <- nil
-			return
+		defer close(finished)
+		if assert.Eventually(t, func() bool { return listening(q, one.OrderID) }, wait/2, time.Millisecond, "the wait never listened") {
+			q.Placed(Record{Order: one, State: Placed, Row: &Row{Status: "confirmed"}})
 		}
-		_, err := q.Finish(ctx, Claimed{}, Record{Order: order("a", "1"), State: Placed, Row: &Row{Status: "confirmed"}})
-		finished <- err
 	}()
-	defer func() { require.NoError(t, <-finished) }()
+	defer func() { <-finished }()
 	start = time.Now()
-	r, err = q.Wait(ctx, "1", wait)
+	r, err = q.Wait(ctx, one.OrderID, wait)
 	require.NoError(t, err)
 	assert.Equal(t, Placed, r.State)
 	require.NotNil(t, r.Row, "the end said carries the row")
@@ -558,7 +633,7 @@ func waitsEnd(t *testing.T, q *Queue) {
 	assert.Less(t, time.Since(start), wait/2, "ended on the end said, not at the wait's end")
 
 	start = time.Now()
-	r, err = q.Wait(ctx, "1", time.Second)
+	r, err = q.Wait(ctx, one.OrderID, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, Placed, r.State, "an end heard answers at once")
 	assert.Less(t, time.Since(start), time.Second/2)
@@ -567,16 +642,16 @@ func waitsEnd(t *testing.T, q *Queue) {
 	_, err = q.Wait(ctx, "nobody", 200*time.Millisecond)
 	require.ErrorIs(t, err, ErrNotFound)
 	// A rejection ends the wait too, with its reason.
-	c, err := q.Claim(ctx, order("a", "2"))
+	c, err := q.Claim(ctx, b)
 	require.NoError(t, err)
 	waited := make(chan Record, 1)
 	go func() {
-		r, err := q.Wait(ctx, "2", wait)
+		r, err := q.Wait(ctx, two.OrderID, wait)
 		assert.NoError(t, err)
 		waited <- r
 	}()
-	require.Eventually(t, func() bool { return listening(q, "2") }, wait/2, time.Millisecond, "the wait never listened")
-	_, err = q.Finish(ctx, c, Record{Order: order("a", "2"), State: Rejected, Reason: "sold_out"})
+	require.Eventually(t, func() bool { return listening(q, two.OrderID) }, wait/2, time.Millisecond, "the wait never listened")
+	_, err = q.Reject(ctx, c, map[string]string{two.OrderID: "sold_out"})
 	require.NoError(t, err)
 	r = <-waited
 	assert.Equal(t, Rejected, r.State)
@@ -595,9 +670,10 @@ func TestEmbeddedKeepsOrders(t *testing.T) {
 	ctx := ctxT(t)
 	q, err := Open(ctx, cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	require.NoError(t, err)
-	_, err = q.Publish(ctx, order("a", "1"))
+	one := batch("a", "1")
+	_, err = q.Publish(ctx, one)
 	require.NoError(t, err)
-	_, err = q.Record(ctx, Record{Order: order("a", "1"), State: Queued})
+	_, err = q.Record(ctx, BatchRecord{Batch: one, State: Queued})
 	require.NoError(t, err)
 	q.Close()
 
@@ -605,8 +681,8 @@ func TestEmbeddedKeepsOrders(t *testing.T) {
 	b, err := q.Fetch(ctx, 10, time.Second)
 	require.NoError(t, err)
 	require.Len(t, b, 1)
-	assert.Equal(t, []string{"1"}, ids(b[0]))
-	r, err := q.Get(ctx, "1")
+	assert.Equal(t, []string{"1"}, users(b[0]))
+	r, err := q.Get(ctx, one.Orders[0].OrderID)
 	require.NoError(t, err)
 	assert.Equal(t, Queued, r.State)
 }
@@ -626,7 +702,7 @@ func TestClusterLosesANode(t *testing.T) {
 	publish := func(from, to int) {
 		for i := from; i < to; i++ {
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := q.Publish(pctx, order("a", fmt.Sprint(i)))
+			_, err := q.Publish(pctx, batch("a", fmt.Sprint(i)))
 			cancel()
 			require.NoError(t, err, "order %d", i)
 		}
@@ -647,9 +723,11 @@ func TestClusterLosesANode(t *testing.T) {
 		if err != nil {
 			continue // the consumer's leader moving
 		}
-		for _, batch := range b {
-			for _, d := range batch.Deliveries {
-				seen[d.Order.OrderID]++
+		for _, tk := range b {
+			for _, d := range tk.Deliveries {
+				for _, u := range users(Taken{Deliveries: []*Delivery{d}}) {
+					seen[u]++
+				}
 				require.NoError(t, d.Ack())
 			}
 		}
@@ -679,12 +757,12 @@ func TestSubject(t *testing.T) {
 func TestWorkInProgress(t *testing.T) {
 	backends(t, Config{AckWait: 600 * time.Millisecond}, func(t *testing.T, q *Queue) {
 		ctx := ctxT(t)
-		_, err := q.Publish(ctx, order("a", "slow"))
+		_, err := q.Publish(ctx, batch("a", "slow"))
 		require.NoError(t, err)
 
 		var (
 			mu   sync.Mutex
-			seen = map[string][]string{} // order -> the writers it reached
+			seen = map[string][]string{} // buyer -> the writers its order reached
 		)
 		reached := func(id, writer string) func() bool {
 			return func() bool {
@@ -694,15 +772,15 @@ func TestWorkInProgress(t *testing.T) {
 			}
 		}
 		// writer records the orders it takes, does its work, then acks them unless answer is false.
-		writer := func(name string, work func(), answer bool) func(ctx context.Context, b Batch) {
-			return func(ctx context.Context, b Batch) {
+		writer := func(name string, work func(), answer bool) func(ctx context.Context, tk Taken) {
+			return func(ctx context.Context, tk Taken) {
 				mu.Lock()
-				for _, d := range b.Deliveries {
-					seen[d.Order.OrderID] = append(seen[d.Order.OrderID], name)
+				for _, u := range users(tk) {
+					seen[u] = append(seen[u], name)
 				}
 				mu.Unlock()
 				work()
-				for _, d := range b.Deliveries {
+				for _, d := range tk.Deliveries {
 					if answer {
 						assert.NoError(t, d.Ack())
 					}
@@ -725,7 +803,7 @@ func TestWorkInProgress(t *testing.T) {
 		assert.Equal(t, []string{"slow"}, seen["slow"], "held in progress for 2 s past an AckWait of 0.6 s")
 		assert.Zero(t, testutil.ToFloat64(q.orders.WithLabelValues("redelivered")))
 
-		_, err = q.Publish(ctx, order("a", "lost"))
+		_, err = q.Publish(ctx, batch("a", "lost"))
 		require.NoError(t, err)
 		wctx, stop = context.WithCancel(ctx)
 		defer stop()
@@ -750,8 +828,8 @@ func TestBacklogMetrics(t *testing.T) {
 		ctx := ctxT(t)
 		reg := prometheus.NewPedanticRegistry()
 		q.register(reg)
-		for _, id := range []string{"1", "2"} {
-			_, err := q.Publish(ctx, order("a", id))
+		for _, u := range []string{"1", "2"} {
+			_, err := q.Publish(ctx, batch("a", u))
 			require.NoError(t, err)
 		}
 		b, err := q.BacklogOf(ctx, "a")
@@ -787,7 +865,7 @@ func TestEmbeddedShared(t *testing.T) {
 	second := open(t, cfg)
 	require.NotNil(t, first.embedded)
 	assert.Nil(t, second.embedded, "the second instance runs no server of its own")
-	_, err = first.Publish(ctx, order("a", "1"))
+	_, err = first.Publish(ctx, batch("a", "1"))
 	require.NoError(t, err)
 	b, err := second.Fetch(ctx, 10, time.Second)
 	require.NoError(t, err)
@@ -800,7 +878,7 @@ func TestEmbeddedShared(t *testing.T) {
 	// The nak may not have reached the store before its server stopped: then the order comes
 	// back once its AckWait passes, not at once.
 	b = fetchAll(t, third, 1)
-	assert.Equal(t, []string{"1"}, ids(b[0]), "the queued order survived its server")
+	assert.Equal(t, []string{"1"}, users(b[0]), "the queued order survived its server")
 }
 
 // TestRestartBehindConsumer: a server that restarts behind its consumer — its store lost the
@@ -814,13 +892,13 @@ func TestRestartBehindConsumer(t *testing.T) {
 	cfg := testConfig(Config{URLs: []string{srv.URL}, AckWait: 500 * time.Millisecond})
 	q := open(t, cfg)
 	ctx := ctxT(t)
-	behind := func(ids ...string) {
+	behind := func(buyers ...string) {
 		t.Helper()
-		for _, id := range ids {
-			_, err := q.Publish(ctx, order("a", id))
+		for _, u := range buyers {
+			_, err := q.Publish(ctx, batch("a", u))
 			require.NoError(t, err)
 		}
-		for _, b := range fetchAll(t, q, len(ids)) {
+		for _, b := range fetchAll(t, q, len(buyers)) {
 			for _, d := range b.Deliveries {
 				require.NoError(t, d.Ack())
 			}
@@ -842,9 +920,9 @@ func TestRestartBehindConsumer(t *testing.T) {
 	}
 	behind("1", "2", "3")
 	require.Eventually(t, func() bool {
-		_, err := q.Publish(ctx, order("a", "4"))
+		_, err := q.Publish(ctx, batch("a", "4"))
 		return err == nil
 	}, 10*time.Second, 100*time.Millisecond, "the restarted server takes an order")
 	b := fetchAll(t, q, 1)
-	assert.Equal(t, []string{"4"}, ids(b[0]), "the order stored behind the consumer's floor is handed out")
+	assert.Equal(t, []string{"4"}, users(b[0]), "the batch stored behind the consumer's floor is handed out")
 }

@@ -44,7 +44,7 @@ func (q *Queue) untilAnswered(ctx context.Context, what, id string, attempt func
 		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 			return err
 		}
-		q.log.Debug("order queue: "+what+" not answered; trying again", "order", id, "err", err)
+		q.log.Debug("order queue: "+what+" not answered; trying again", "batch", id, "err", err)
 		select {
 		case <-ctx.Done():
 			return err
@@ -53,44 +53,53 @@ func (q *Queue) untilAnswered(ctx context.Context, what, id string, attempt func
 	}
 }
 
-// Publish puts o on the queue, its id the message id. It reports duplicate when the queue had
-// that id already (an earlier attempt landed): o is queued once either way. A publish whose
-// answer is lost is tried again, with the same id, while ctx allows. Errors: ErrFull (not
-// queued), ErrUnavailable (unknown whether queued), or another wrapped error.
-func (q *Queue) Publish(ctx context.Context, o Order) (duplicate bool, err error) {
-	return q.publish(ctx, o, o.OrderID, "accepted")
+// Publish puts batch b on the queue, one message, its id the message id. It reports duplicate
+// when the queue had that id already (an earlier attempt landed): b is queued once either way. A
+// publish whose answer is lost is tried again, with the same id, while ctx allows. Errors:
+// ErrFull (not queued), ErrUnavailable (unknown whether queued), or another wrapped error.
+func (q *Queue) Publish(ctx context.Context, b Batch) (duplicate bool, err error) {
+	return q.publish(ctx, b, b.ID, "accepted")
 }
 
-// Resend puts o on the queue again: an order recorded queued whose message the queue no longer
-// holds (a server that lost its last writes, a cluster that lost a stream leader). Its message
-// id is the order's with ".resent": the queue may still know the first id as a duplicate while
-// the message itself is gone. A second message for an order that is still queued somewhere is
-// harmless — the writer that takes the later one finds the order decided — but costs a write:
-// call it only for an order whose message the queue does not hold. It reports whether the queue
-// had the resent message already.
-func (q *Queue) Resend(ctx context.Context, o Order) (duplicate bool, err error) {
-	return q.publish(ctx, o, o.OrderID+".resent", "resent")
+// Resend puts batch b on the queue again: a batch recorded queued whose message the queue no
+// longer holds (a server that lost its last writes, a cluster that lost a stream leader). Its
+// message id is the batch's with ".resent": the queue may still know the first id as a duplicate
+// while the message itself is gone. A second message for a batch that is still queued somewhere
+// is harmless — the writer that takes the later one finds its orders decided — but costs a
+// write: call it only for a batch whose message the queue does not hold. It reports whether the
+// queue had the resent message already.
+func (q *Queue) Resend(ctx context.Context, b Batch) (duplicate bool, err error) {
+	return q.publish(ctx, b, b.ID+resent, "resent")
 }
 
-// publish puts o on the queue under the message id id, and counts it under event unless it was a
-// duplicate.
-func (q *Queue) publish(ctx context.Context, o Order, id, event string) (duplicate bool, err error) {
-	data, err := json.Marshal(o)
+// resent ends the message id of a batch sent again (Resend).
+const resent = ".resent"
+
+// publish puts b on the queue under the message id id, and counts its orders under event unless
+// it was a duplicate.
+func (q *Queue) publish(ctx context.Context, b Batch, id, event string) (duplicate bool, err error) {
+	if len(b.Orders) == 0 {
+		return false, fmt.Errorf("publish batch %s: no orders", b.ID)
+	}
+	data, err := json.Marshal(b)
 	if err != nil {
 		return false, err
 	}
-	msg := &nats.Msg{Subject: q.Subject(o.SKU), Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: q.Subject(b.SKU), Data: data, Header: nats.Header{}}
 	var ack *jetstream.PubAck
-	err = q.untilAnswered(ctx, "publish (with the same id)", o.OrderID, func(ctx context.Context) error {
+	err = q.untilAnswered(ctx, "publish (with the same id)", b.ID, func(ctx context.Context) error {
 		var err error
 		ack, err = q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(q.cfg.Stream))
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("publish order %s: %w", o.OrderID, err)
+		return false, fmt.Errorf("publish batch %s: %w", b.ID, err)
 	}
 	if !ack.Duplicate {
-		q.orders.WithLabelValues(event).Inc()
+		q.orders.WithLabelValues(event).Add(float64(len(b.Orders)))
+		if event == "accepted" {
+			q.batches.Observe(float64(len(b.Orders)))
+		}
 	}
 	return ack.Duplicate, nil
 }

@@ -8,17 +8,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Work runs one writer until ctx ends: it fetches up to max orders at a time (an idle fetch waits
-// at most idle) and hands each product's batch to handle, the batches of a fetch side by side.
-// handle answers every delivery — Ack once the order's outcome is in the database and its
-// record, Nak when it could not be decided — within timeout; while it works, the deliveries it
-// has not answered yet are reported in progress every AckWait/3, so that a slow commit never
-// hands an order to a second writer, while a writer that stops (killed, frozen) loses its orders
-// to the others within AckWait. Deliveries handle leaves unanswered go back to the queue after
-// AckWait.
-func (q *Queue) Work(ctx context.Context, max int, idle, timeout time.Duration, handle func(ctx context.Context, b Batch)) {
+// Work runs one writer until ctx ends: it fetches up to max messages at a time (an idle fetch
+// waits at most idle) and hands each product's to handle, the products of a fetch side by side.
+// handle answers every delivery — Ack once every order of its batch is decided in the database
+// or its record, Nak when one could not be decided — within timeout; while it works, the
+// deliveries it has not answered yet are reported in progress every AckWait/3, so that a slow
+// commit never hands a batch to a second writer, while a writer that stops (killed, frozen) loses
+// its batches to the others within AckWait. Deliveries handle leaves unanswered go back to the
+// queue after AckWait.
+func (q *Queue) Work(ctx context.Context, max int, idle, timeout time.Duration, handle func(ctx context.Context, t Taken)) {
 	for ctx.Err() == nil {
-		batches, err := q.Fetch(ctx, max, idle)
+		taken, err := q.Fetch(ctx, max, idle)
 		if err != nil {
 			if ctx.Err() == nil {
 				q.log.Debug("order queue: fetch failed; trying again", "err", err)
@@ -30,20 +30,20 @@ func (q *Queue) Work(ctx context.Context, max int, idle, timeout time.Duration, 
 			continue
 		}
 		var wg sync.WaitGroup
-		for _, b := range batches {
-			for _, d := range b.Deliveries {
+		for _, t := range taken {
+			for _, d := range t.Deliveries {
 				if d.Deliveries > 1 {
-					q.orders.WithLabelValues("redelivered").Inc()
+					q.orders.WithLabelValues("redelivered").Add(float64(len(d.Batch.Orders)))
 				}
 			}
-			wg.Go(func() { q.handle(ctx, b, timeout, handle) })
+			wg.Go(func() { q.handle(ctx, t, timeout, handle) })
 		}
 		wg.Wait()
 	}
 }
 
-// handle runs handle over b, reporting its unanswered deliveries in progress meanwhile.
-func (q *Queue) handle(ctx context.Context, b Batch, timeout time.Duration, handle func(ctx context.Context, b Batch)) {
+// handle runs handle over t, reporting its unanswered deliveries in progress meanwhile.
+func (q *Queue) handle(ctx context.Context, t Taken, timeout time.Duration, handle func(ctx context.Context, t Taken)) {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	done := make(chan struct{})
@@ -57,7 +57,7 @@ func (q *Queue) handle(ctx context.Context, b Batch, timeout time.Duration, hand
 			case <-hctx.Done():
 				return
 			case <-tick.C:
-				for _, d := range b.Deliveries {
+				for _, d := range t.Deliveries {
 					if !d.answered() {
 						_ = d.InProgress()
 					}
@@ -65,7 +65,7 @@ func (q *Queue) handle(ctx context.Context, b Batch, timeout time.Duration, hand
 			}
 		}
 	}()
-	handle(hctx, b)
+	handle(hctx, t)
 	close(done)
 }
 
@@ -76,10 +76,18 @@ type metrics struct {
 	oldest *prometheus.Desc
 }
 
+func newBatches() prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "seckill_queue_batch_orders",
+		Help:    "Orders per batch published: one message and one record, each one synced write, for all the orders one instance accepted for a product while its last publish was in flight.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+	})
+}
+
 func newOrders() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "seckill_queue_orders_total",
-		Help: "Queued orders by event: accepted (published, not a duplicate), placed and rejected (the final record written here), redelivered (handed to a writer again: the one before neither acked nor naked it), resent (an order recorded queued for long, put on the queue again: its message was lost).",
+		Help: "Queued orders by event: accepted (published, not a duplicate), placed and rejected (ended here), redelivered (handed to a writer again in its batch: the one before neither acked nor naked it), resent (in a batch recorded queued for long, put on the queue again: its message was lost).",
 	}, []string{"event"})
 }
 
@@ -107,11 +115,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (q *Queue) register(reg prometheus.Registerer) {
-	reg.MustRegister(q.orders, &metrics{
+	reg.MustRegister(q.orders, q.batches, &metrics{
 		q: q,
 		depth: prometheus.NewDesc("seckill_queue_depth",
-			"Messages in the queue, by product: orders accepted and not yet acked by a writer, which acks each right after it is written or rejected.", []string{"sku"}, nil),
+			"Messages in the queue, by product: batches of orders accepted and not yet acked by a writer, which acks each once every order in it is written or rejected.", []string{"sku"}, nil),
 		oldest: prometheus.NewDesc("seckill_queue_oldest_age_seconds",
-			"Age of the oldest order waiting in the queue, by product: how far the writers are behind.", []string{"sku"}, nil),
+			"Age of the oldest batch waiting in the queue, by product: how far the writers are behind.", []string{"sku"}, nil),
 	})
 }

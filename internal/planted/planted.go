@@ -39,7 +39,8 @@ const (
 	// second order.
 	UnreadKey Bug = "unread-key"
 	// UncheckedWriter: a queued writer places the orders it is handed without reading their
-	// records first, so an order a sweeper gave up (its units already back on sale) is placed too.
+	// batch's record first, so an order a sweeper gave up (its units already back on sale) is
+	// placed too.
 	UncheckedWriter Bug = "unchecked-writer"
 	// KeyAcrossUsers: the request an Idempotency-Key names leaves out the buyer, so another
 	// buyer's request under the key is answered the first buyer's order.
@@ -54,11 +55,12 @@ const (
 	// HeldAtOnce: a buyer who finds the units left held by orders in their sections hears busy
 	// at once, before the wait budget, though those orders decide within milliseconds.
 	HeldAtOnce Bug = "held-at-once"
-	// AnyRejectionGivenUp: a queued publisher that finds its order rejected before its own record
-	// takes a writer's rejection for a sweeper's and answers 503, though the order was accepted.
+	// AnyRejectionGivenUp: a queued publisher that finds an order of its batch rejected before
+	// its own record takes a writer's rejection for a sweeper's and answers 503, though the order
+	// was accepted.
 	AnyRejectionGivenUp Bug = "any-rejection-given-up"
-	// NoneGivenUp: a queued publisher that finds its order given up by a sweeper answers 202 for
-	// an order no writer will ever take.
+	// NoneGivenUp: a queued publisher that finds its batch given up by a sweeper answers 202 for
+	// orders no writer will ever take.
 	NoneGivenUp Bug = "none-given-up"
 	// LongHeartbeat: an instance's heartbeat lasts 20 s (the default InstanceTTL is 2 s), so the
 	// reservations of a frozen instance stay its own far longer than the 3 s No frozen sale
@@ -100,6 +102,13 @@ const (
 	// sold-out product too, so its late buyers queue for the lock (on Galera: conflict at COMMIT,
 	// busy) to hear an answer one read of the row gives.
 	SoldOutUnderLock Bug = "sold-out-under-lock"
+	// AckedUndecided: a queued writer acks a batch once the orders of its first section are
+	// decided, before the others of the batch are: a writer killed then loses them — answered
+	// 202, never written, never rejected.
+	AckedUndecided Bug = "acked-undecided"
+	// AcceptedUnstored: a queued publisher answers its batch's 202s before the batch's publish
+	// returned, so a queue server killed meanwhile loses orders answered accepted.
+	AcceptedUnstored Bug = "accepted-unstored"
 	// BusyFirst: a checkout is answered its first refused line's answer in SKU order, so a busy
 	// line (its last unit held) hides another line sold out, and its buyer retries for nothing.
 	BusyFirst Bug = "busy-first"

@@ -49,6 +49,8 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.AuditCountsWritten, "internal/queued", "TestQueuedAuditCountsOrdersOnce", nil, "written and not yet settled: one of the product's orders, not queued"},
 		{planted.CheckoutFoundByLine, "internal/queued", "TestQueuedRedeliveredPlacedCheckout", nil, "the redelivered checkout stays placed"},
 		{planted.RejectedUnitsHeld, "internal/queued", "TestQueuedRejectedUnitsReturn", nil, "reservations left"},
+		{planted.AckedUndecided, "internal/queued", "TestQueuedWriterStoppedMidBatch", nil, "the batch was acked before its checkout was decided"},
+		{planted.AcceptedUnstored, "internal/queued", "TestQueuedNoAcceptWithoutRecord", nil, "no 202 before its batch is stored"},
 		{planted.EndedAsUnavailable, "internal/stock", "TestIdleTransactionReleasesRow", nil, "a transaction the database ended is busy, not unavailable"},
 		{planted.SoldOutUnderLock, "internal/lockstrategy", "TestSoldOutTakesNoLock", nil, "the sold-out answer took no lock"},
 		{planted.BusyFirst, "internal/admission", "TestCheckoutSoldOutBeforeBusy", nil, "not busy: the sold-out line refuses the checkout"},

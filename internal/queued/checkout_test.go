@@ -83,7 +83,7 @@ func TestQueuedCheckoutGivenUp(t *testing.T) {
 
 // TestQueuedRedeliveredPlacedCheckout is TestQueuedRedeliveredPlacedOrder for a checkout: its
 // writer committed every line and stopped before its ack, so its message comes again. The writer
-// that takes it finds the checkout in the database and acks it: no second line, no second unit,
+// that takes it finds the checkout in the database and acks its batch: no second line, no second unit,
 // and the checkout stays placed — never rejected behind its buyer's rows.
 func TestQueuedRedeliveredPlacedCheckout(t *testing.T) {
 	base := backendtest.SKU(t)
@@ -107,7 +107,7 @@ func TestQueuedRedeliveredPlacedCheckout(t *testing.T) {
 	for _, l := range co.Lines {
 		again.Lines = append(again.Lines, orderqueue.Line{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
 	}
-	republish(t, again, "redelivery-"+co.CheckoutID)
+	republish(t, batchOf(t, again), "redelivery-"+co.CheckoutID)
 	for _, sku := range []string{a, b} {
 		settled(t, inst, sku)
 		p, err := inst.Product(ctx, sku)

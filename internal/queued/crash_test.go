@@ -35,10 +35,16 @@ const frozenTTL = 300 * time.Millisecond
 
 func newFrozen(t *testing.T) frozen {
 	t.Helper()
+	return newFrozenOn(t, backendtest.QueueConfig(t))
+}
+
+// newFrozenOn is newFrozen with its queue on cfg.
+func newFrozenOn(t *testing.T, cfg orderqueue.Config) frozen {
+	t.Helper()
 	ledger := admission.New(backendtest.Redis(t), backendtest.Store(t), "frozen", frozenTTL,
 		slog.New(slog.DiscardHandler), prometheus.NewRegistry(), admission.Options{})
 	ledger.Beat(context.Background())
-	return frozen{ledger: ledger, queue: backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())}
+	return frozen{ledger: ledger, queue: backendtest.OpenQueue(t, cfg, prometheus.NewRegistry())}
 }
 
 // beat keeps the instance beating, every quarter of its TTL as a live one does, until stop.
@@ -60,14 +66,34 @@ func (f frozen) beat() (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// admit reserves one unit of sku for user under a fresh order id, as the queued strategy does.
-func (f frozen) admit(t *testing.T, sku, user string) orderqueue.Order {
+// admit reserves one unit of sku for user under an order id minted in a batch of its own, as the
+// queued strategy does, and returns the batch.
+func (f frozen) admit(t *testing.T, sku, user string) orderqueue.Batch {
 	t.Helper()
-	id := ulid.Make().String()
-	req := stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", OrderID: id, Reservation: stock.Reservation{ID: id}}
-	_, err := f.ledger.Admit(context.Background(), []stock.OrderRequest{req}, 0)
+	b := orderqueue.NewBatch(sku)
+	f.add(t, &b, stock.OrderOf(stock.OrderRequest{SKU: sku, UserID: user, Quantity: 1, Strategy: "queued"}))
+	return b
+}
+
+// add admits req, one unit per line, as the queued strategy does — every line reserved under an
+// id minted in b — and adds it to b.
+func (f frozen) add(t *testing.T, b *orderqueue.Batch, req stock.CheckoutRequest) {
+	t.Helper()
+	id := b.NewID()
+	lines := req.Admitted()
+	o := orderqueue.Order{OrderID: id, SKU: lines[0].SKU, UserID: req.UserID, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC()}
+	for i := range lines {
+		lines[i].Strategy, lines[i].Reservation = "queued", stock.Reservation{ID: id}
+		if req.Order {
+			lines[i].OrderID, o.Quantity = id, lines[i].Quantity
+		} else {
+			lines[i].OrderID = ulid.Make().String()
+			o.Lines = append(o.Lines, orderqueue.Line{OrderID: lines[i].OrderID, SKU: lines[i].SKU, Quantity: lines[i].Quantity})
+		}
+	}
+	_, err := f.ledger.Admit(context.Background(), lines, 0)
 	require.NoError(t, err)
-	return orderqueue.Order{OrderID: id, SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC()}
+	b.Orders = append(b.Orders, o)
 }
 
 // settled waits until admission holds no reservation of sku and its counter is the database's
@@ -112,9 +138,10 @@ func TestQueuedCrashBeforePublish(t *testing.T) {
 	inst, sku, live := onQueuedSale(t, 2)
 	f := newFrozen(t)
 	ghost := f.admit(t, sku, "ghost")
+	id := ghost.Orders[0].OrderID
 	settled(t, inst, sku)
 	ctx := context.Background()
-	o, err := inst.Order(ctx, ghost.OrderID)
+	o, err := inst.Order(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, stock.Rejected, o.Status)
 	assert.Equal(t, "unavailable", o.Reason)
@@ -123,10 +150,10 @@ func TestQueuedCrashBeforePublish(t *testing.T) {
 	_, err = f.queue.Publish(ctx, ghost)
 	require.NoError(t, err)
 	settled(t, inst, sku)
-	o, err = inst.Order(ctx, ghost.OrderID)
+	o, err = inst.Order(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, stock.Rejected, o.Status, "the first record stands")
-	placed, err := backendtest.Store(t).Placed(ctx, []string{ghost.OrderID})
+	placed, err := backendtest.Store(t).Placed(ctx, []string{id})
 	require.NoError(t, err)
 	assert.Empty(t, placed, "the late message placed nothing")
 
@@ -153,24 +180,25 @@ func TestQueuedCrashAfterPublish(t *testing.T) {
 			inst, sku, live := onQueuedSale(t, 2)
 			f := newFrozen(t)
 			ghost := f.admit(t, sku, "ghost")
+			id := ghost.Orders[0].OrderID
 			if writerFirst {
 				stop := f.beat()
 				_, err := f.queue.Publish(ctx, ghost)
 				require.NoError(t, err)
-				o, err := inst.WaitOrder(ctx, ghost.OrderID, 10*time.Second)
+				o, err := inst.WaitOrder(ctx, id, 10*time.Second)
 				stop()
 				require.NoError(t, err)
 				require.NotEqual(t, stock.Queued, o.Status, "no writer ended the order")
 			} else {
 				require.Eventually(t, func() bool {
-					o, err := inst.Order(ctx, ghost.OrderID)
+					o, err := inst.Order(ctx, id)
 					return err == nil && o.Status == stock.Rejected
 				}, 10*time.Second, 10*time.Millisecond, "the sweeper never gave the order up")
 				_, err := f.queue.Publish(ctx, ghost)
 				require.NoError(t, err)
 			}
 			settled(t, inst, sku)
-			o, err := inst.Order(ctx, ghost.OrderID)
+			o, err := inst.Order(ctx, id)
 			require.NoError(t, err)
 			acked := []stock.Order{live}
 			if writerFirst {
@@ -179,7 +207,7 @@ func TestQueuedCrashAfterPublish(t *testing.T) {
 			} else {
 				require.Equal(t, stock.Rejected, o.Status, "rejected by the sweeper that recorded it first")
 				assert.Equal(t, "unavailable", o.Reason)
-				placed, err := backendtest.Store(t).Placed(ctx, []string{ghost.OrderID})
+				placed, err := backendtest.Store(t).Placed(ctx, []string{id})
 				require.NoError(t, err)
 				assert.Empty(t, placed, "the message that came after placed nothing")
 			}
@@ -190,14 +218,13 @@ func TestQueuedCrashAfterPublish(t *testing.T) {
 }
 
 // TestQueuedRedeliveredPlacedOrder: a writer committed an order and stopped before its ack, so
-// its message comes again. The writer that takes it finds the order in the database and acks it,
+// its batch comes again. The writer that takes it finds the order in the database and acks it,
 // with no second row and no second unit.
 func TestQueuedRedeliveredPlacedOrder(t *testing.T) {
 	inst, sku, live := onQueuedSale(t, 3)
 	ctx := context.Background()
-	again := orderqueue.Order{OrderID: live.OrderID, SKU: sku, UserID: live.UserID, Quantity: 1, Strategy: "queued",
-		Reservation: live.OrderID, AcceptedAt: live.CreatedAt}
-	republish(t, again, "redelivery-"+live.OrderID)
+	republish(t, batchOf(t, orderqueue.Order{OrderID: live.OrderID, SKU: sku, UserID: live.UserID, Quantity: 1, Strategy: "queued",
+		Reservation: live.OrderID, AcceptedAt: live.CreatedAt}), "redelivery-"+live.OrderID)
 	settled(t, inst, sku)
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live})
 	assert.EqualValues(t, 2, a.Stock, "one unit sold, once")
@@ -206,9 +233,17 @@ func TestQueuedRedeliveredPlacedOrder(t *testing.T) {
 	assert.True(t, o.Status.Active())
 }
 
-// republish sends o's message once more, past the de-duplication (which a real redelivery never
-// meets): another message id, the same order.
-func republish(t *testing.T, o orderqueue.Order, msgID string) {
+// batchOf is the batch o was minted in, holding o alone.
+func batchOf(t *testing.T, o orderqueue.Order) orderqueue.Batch {
+	t.Helper()
+	id, ok := orderqueue.BatchOf(o.OrderID)
+	require.True(t, ok, "%s names no batch", o.OrderID)
+	return orderqueue.Batch{ID: id, SKU: o.SKU, Orders: []orderqueue.Order{o}}
+}
+
+// republish sends b's message once more, past the de-duplication (which a real redelivery never
+// meets): another message id, the same batch.
+func republish(t *testing.T, b orderqueue.Batch, msgID string) {
 	t.Helper()
 	q := backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())
 	nc, err := nats.Connect(backendtest.NATSURL(t))
@@ -216,9 +251,9 @@ func republish(t *testing.T, o orderqueue.Order, msgID string) {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	data, err := json.Marshal(o)
+	data, err := json.Marshal(b)
 	require.NoError(t, err)
-	_, err = js.Publish(context.Background(), q.Subject(o.SKU), data, jetstream.WithMsgID(msgID))
+	_, err = js.Publish(context.Background(), q.Subject(b.SKU), data, jetstream.WithMsgID(msgID))
 	require.NoError(t, err)
 }
 
@@ -229,20 +264,21 @@ func republish(t *testing.T, o orderqueue.Order, msgID string) {
 // records the order and stops, its message not yet out: once its lease has lapsed, the live
 // instance's sweeper hands the reservation over to the queue (its writers resolve it) with the
 // unit still held; once the order has been queued two AckWaits with no writer ending it, the
-// live instance sends its message again (the queue lost it, as far as anyone can tell), and a
-// writer places it. The unit never went back on sale, and the original message, sent late,
+// live instance sends its batch again (the queue lost its message, as far as anyone can tell),
+// and a writer places it. The unit never went back on sale, and the original message, sent late,
 // places nothing twice.
 func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 	inst, sku, live := onQueuedSale(t, 2)
 	f := newFrozen(t)
 	ctx := context.Background()
 	ghost := f.admit(t, sku, "ghost")
-	_, err := f.queue.Record(ctx, orderqueue.Record{Order: ghost, State: orderqueue.Queued})
+	id := ghost.Orders[0].OrderID
+	_, err := f.queue.Record(ctx, orderqueue.BatchRecord{Batch: ghost, State: orderqueue.Queued})
 	require.NoError(t, err)
 	rdb := backendtest.Redis(t)
 	require.Eventually(t, func() bool {
 		held, err := rdb.HGet(ctx, admission.KeysOf(sku).Queued, "ghost").Result()
-		return err == nil && strings.HasPrefix(held, ghost.OrderID+"|") && strings.Contains(held, "|"+admission.QueueOwner+"|")
+		return err == nil && strings.HasPrefix(held, id+"|") && strings.Contains(held, "|"+admission.QueueOwner+"|")
 	}, 10*time.Second, 5*time.Millisecond, "the sweeper never handed the queued order's reservation over to the queue")
 	a, err := inst.Audit(ctx, sku)
 	require.NoError(t, err)
@@ -251,9 +287,9 @@ func TestQueuedSweeperLeavesQueuedOrders(t *testing.T) {
 	assert.EqualValues(t, 0, *a.Redis.Stock, "the queued order's unit is not on sale")
 
 	settled(t, inst, sku)
-	o, err := inst.Order(ctx, ghost.OrderID)
+	o, err := inst.Order(ctx, id)
 	require.NoError(t, err)
-	require.True(t, o.Status.Active(), "placed once its message was sent again: %s", o.Status)
+	require.True(t, o.Status.Active(), "placed once its batch was sent again: %s", o.Status)
 	_, err = f.queue.Publish(ctx, ghost)
 	require.NoError(t, err)
 	settled(t, inst, sku)
@@ -272,10 +308,11 @@ func TestQueuedRejectedUnitsReturn(t *testing.T) {
 	inst, sku, _ := onQueuedSale(t, 2)
 	ctx := context.Background()
 	f := newFrozen(t)
-	o := f.admit(t, sku, "u-1")
+	b := f.admit(t, sku, "u-1")
+	o := b.Orders[0]
 	req := stock.OrderRequest{SKU: sku, UserID: o.UserID, Quantity: 1, OrderID: o.OrderID, Reservation: stock.Reservation{ID: o.Reservation}}
 	require.NoError(t, f.ledger.HandOver(ctx, sku, []stock.OrderRequest{req}))
-	_, err := f.queue.Record(ctx, orderqueue.Record{Order: o, State: orderqueue.Rejected, Reason: "sold_out"})
+	_, err := f.queue.Record(ctx, orderqueue.BatchRecord{Batch: b, State: orderqueue.Queued, Rejected: map[string]string{o.OrderID: "sold_out"}})
 	require.NoError(t, err)
 	settled(t, inst, sku)
 	next, _, err := inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "u-2", Quantity: 1, Strategy: "queued"})

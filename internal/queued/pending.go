@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
 	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/orderqueue"
 )
@@ -16,26 +14,40 @@ type Pending struct {
 	Queue *orderqueue.Queue
 }
 
-// Pending implements admission.Pending: a reservation whose order was recorded
-// queued is left to its writer (its message went out); one with no record is recorded rejected
-// now, so that no writer ever places it, and its units may go back. Reservations that are not
-// the queued strategy's (not an order id) have no message: they are not asked about.
+// Pending implements admission.Pending: a reservation whose order's batch was recorded queued is
+// left to its writer (its message went out), unless a writer rejected the order; a batch with no
+// record is recorded given up now, so that no writer ever places an order of it, and its units
+// may go back. An order's batch is named by its id (orderqueue.BatchOf): one record per batch,
+// whichever of its reservations the sweeper found. Reservations that are not the queued
+// strategy's (no batch's order id) have no message: they are not asked about.
 func (p Pending) Pending(ctx context.Context, sku string, held []admission.Held) (map[string]bool, error) {
-	writable := map[string]bool{}
+	byBatch := map[string][]admission.Held{}
+	var batches []string
 	for _, h := range held {
-		if _, err := ulid.ParseStrict(h.ID); err != nil {
+		id, ok := orderqueue.BatchOf(h.ID)
+		if !ok {
 			continue
 		}
-		rec, err := p.Queue.Record(ctx, orderqueue.Record{
-			Order: orderqueue.Order{OrderID: h.ID, SKU: sku, UserID: h.User, Quantity: h.Units, Strategy: name,
-				IdempotencyKey: h.IdempotencyKey, Reservation: h.ID, AcceptedAt: time.Now().UTC()},
-			State:  orderqueue.Rejected,
-			Reason: givenUp,
-		})
+		if _, seen := byBatch[id]; !seen {
+			batches = append(batches, id)
+		}
+		byBatch[id] = append(byBatch[id], h)
+	}
+	writable := map[string]bool{}
+	for _, id := range batches {
+		b := orderqueue.Batch{ID: id, SKU: sku}
+		for _, h := range byBatch[id] {
+			b.Orders = append(b.Orders, orderqueue.Order{OrderID: h.ID, SKU: sku, UserID: h.User, Quantity: h.Units, Strategy: name,
+				IdempotencyKey: h.IdempotencyKey, Reservation: h.ID, AcceptedAt: time.Now().UTC()})
+		}
+		rec, err := p.Queue.Record(ctx, orderqueue.BatchRecord{Batch: b, State: orderqueue.Rejected, Reason: givenUp})
 		if err != nil {
 			return nil, err
 		}
-		writable[h.ID] = rec.State != orderqueue.Rejected
+		for _, h := range byBatch[id] {
+			r, ok := rec.Of(h.ID)
+			writable[h.ID] = ok && r.State == orderqueue.Queued
+		}
 	}
 	return writable, nil
 }

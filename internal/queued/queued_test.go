@@ -14,8 +14,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/seckill/internal/admission"
 	"github.com/flashsale/seckill/internal/backendtest"
 	"github.com/flashsale/seckill/internal/orderqueue"
+	"github.com/flashsale/seckill/internal/queued"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
@@ -77,13 +79,12 @@ func TestQueuedRecordedFirst(t *testing.T) {
 			cfg := config("queued")
 			var inst backendtest.Instance
 			if c.swept {
-				sweeper := backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())
-				// As a sweeper does, before the message can reach a writer.
+				sweeper := queued.Pending{Queue: backendtest.OpenQueue(t, backendtest.QueueConfig(t), prometheus.NewRegistry())}
+				// A sweeper's question, before the message can reach a writer.
 				cfg.Hooks.Admitted = func(ctx context.Context, orderID string) {
-					_, err := sweeper.Record(ctx, orderqueue.Record{Order: orderqueue.Order{OrderID: orderID, SKU: sku, UserID: "u-1",
-						Quantity: 1, Strategy: "queued", Reservation: orderID, AcceptedAt: time.Now().UTC()},
-						State: orderqueue.Rejected, Reason: "unavailable"})
+					writable, err := sweeper.Pending(ctx, sku, []admission.Held{{ID: orderID, User: "u-1", Units: 1}})
 					assert.NoError(t, err)
+					assert.False(t, writable[orderID], "the sweeper's record came first")
 				}
 			}
 			cfg.Hooks.Published = func(ctx context.Context, orderID string) {
@@ -118,42 +119,59 @@ func TestQueuedRecordedFirst(t *testing.T) {
 	}
 }
 
-// TestQueuedNoAcceptWithoutRecord: the queue's server dies between an order's publish and its
-// record. The message is stored, but without the record a sweeper may yet give the order up, so
-// the buyer must not hear 202: it hears unavailable and retries with its key. Once the server is
-// back the order ends, placed or given up, and its unit is sold once or back on sale.
+// TestQueuedNoAcceptWithoutRecord: the queue's server dies while a batch is on its way — before
+// its publish returned, or between its publish and its record. Before the publish returned the
+// message may or may not be stored; after it, it is, but without the record a sweeper may yet
+// give the batch up. Either way the buyer must not hear 202: it hears unavailable and retries with
+// its key. Once the server is back the order ends, placed or given up, and its unit is sold once
+// or back on sale.
 func TestQueuedNoAcceptWithoutRecord(t *testing.T) {
-	srv := natsServers(t, 1)[0]
-	cfg := backendtest.Wiring{}.Config(t, config("queued"))
-	cfg.Queue = backendtest.QueueOn(srv.URL)
-	var orderID string
-	cfg.Service.Hooks.Published = func(_ context.Context, id string) {
-		orderID = id
-		srv.Kill() // after the publish was acknowledged, before the record
-	}
-	inst := backendtest.Open(t, cfg, nil)
-	sku := backendtest.SKU(t)
-	ctx := context.Background()
-	_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 1, MaxPerOrder: 1})
-	require.NoError(t, err)
-	_, _, err = inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: "queued"})
-	require.ErrorIs(t, err, stock.ErrUnavailable, "no record of the order: a 202 would promise what a sweeper may take back")
-	require.NotEmpty(t, orderID)
+	for _, c := range []struct {
+		moment string
+		says   string
+	}{
+		{"before its publish returned", "no 202 before its batch is stored: a queue server's crash would take it back"},
+		{"before its record", "no record of the order: a 202 would promise what a sweeper may take back"},
+	} {
+		t.Run(c.moment, func(t *testing.T) {
+			srv := natsServers(t, 1)[0]
+			cfg := backendtest.Wiring{}.Config(t, config("queued"))
+			cfg.Queue = backendtest.QueueOn(srv.URL)
+			var orderID string
+			kill := func(_ context.Context, id string) {
+				orderID = id
+				srv.Kill()
+			}
+			if c.moment == "before its publish returned" {
+				cfg.Service.Hooks.Admitted = kill
+			} else {
+				cfg.Service.Hooks.Published = kill // acknowledged, not yet recorded
+			}
+			inst := backendtest.Open(t, cfg, nil)
+			sku := backendtest.SKU(t)
+			ctx := context.Background()
+			_, err := inst.PutProduct(ctx, stock.ProductSpec{SKU: sku, Name: t.Name(), Stock: 1, MaxPerOrder: 1})
+			require.NoError(t, err)
+			_, _, err = inst.PlaceOrder(ctx, stock.OrderRequest{SKU: sku, UserID: "u-1", Quantity: 1, Strategy: "queued"})
+			require.ErrorIs(t, err, stock.ErrUnavailable, c.says)
+			require.NotEmpty(t, orderID)
 
-	require.NoError(t, srv.Start())
-	var o stock.Order
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		o, err = inst.WaitOrder(ctx, orderID, 2*time.Second) // unavailable until the client reconnects
-		require.NoError(c, err)
-		require.NotEqual(c, stock.Queued, o.Status)
-	}, 20*time.Second, 100*time.Millisecond, "the order in doubt never ended")
-	assert.Contains(t, []stock.Status{stock.Confirmed, stock.Rejected}, o.Status, "the order in doubt ended")
-	var placed []stock.Order
-	if o.Status == stock.Confirmed {
-		placed = append(placed, o)
+			require.NoError(t, srv.Start())
+			var o stock.Order
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				o, err = inst.WaitOrder(ctx, orderID, 2*time.Second) // unavailable until the client reconnects
+				require.NoError(c, err)
+				require.NotEqual(c, stock.Queued, o.Status)
+			}, 20*time.Second, 100*time.Millisecond, "the order in doubt never ended")
+			assert.Contains(t, []stock.Status{stock.Confirmed, stock.Rejected}, o.Status, "the order in doubt ended")
+			var placed []stock.Order
+			if o.Status == stock.Confirmed {
+				placed = append(placed, o)
+			}
+			settled(t, inst, sku)
+			backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
+		})
 	}
-	settled(t, inst, sku)
-	backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
 }
 
 // TestQueuedBoundsTheWaiting: with SECKILL_QUEUED_MAX_WAITING at 3 and the writers held in
@@ -205,9 +223,9 @@ func TestQueuedBoundsTheWaiting(t *testing.T) {
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, append(placed, more...))
 }
 
-// TestWriterReadsNoRecordItNeedNot: an order handed over to the queue by its publisher — its
+// TestWriterReadsNoRecordItNeedNot: a batch handed over to the queue by its publisher — its
 // record stood queued — is written on its first delivery without its writer reading that record:
-// here the record is deleted as the writer takes the order, and the writer does not write it
+// here the record is deleted as the writer takes the batch, and the writer does not write it
 // again, as a claim would (orderqueue.Queue.Claim).
 func TestWriterReadsNoRecordItNeedNot(t *testing.T) {
 	cfg := backendtest.Wiring{}.Config(t, config("queued"))
@@ -229,7 +247,9 @@ func TestWriterReadsNoRecordItNeedNot(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Error("the order was never accepted")
 		}
-		assert.NoError(t, records.Delete(ctx, orderID))
+		batch, ok := orderqueue.BatchOf(orderID)
+		assert.True(t, ok)
+		assert.NoError(t, records.Delete(ctx, batch))
 	}
 	inst := backendtest.Open(t, cfg, nil)
 	ctx := context.Background()
@@ -244,8 +264,9 @@ func TestWriterReadsNoRecordItNeedNot(t *testing.T) {
 	placed, rejected := backendtest.Ended(t, []backendtest.Instance{inst}, []stock.Order{o}, 10*time.Second)
 	require.Len(t, placed, 1, "rejected: %v", rejected)
 	assert.Equal(t, int32(1), taken.Load(), "one delivery")
-	_, err = records.Get(ctx, o.OrderID)
-	assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the writer read the order's record, found none and wrote it")
+	batch, _ := orderqueue.BatchOf(o.OrderID)
+	_, err = records.Get(ctx, batch)
+	assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the writer read the batch's record, found none and wrote it")
 	backendtest.RequireInvariant(t, backendtest.Store(t), sku, placed)
 	settled(t, inst, sku)
 }

@@ -12,17 +12,18 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// resend puts back on the queue, every AckWait, the orders of this instance's recent products
-// that hold a reservation and are still recorded queued two AckWaits after their 202 while the
+// resend puts back on the queue, every AckWait, the batches of this instance's recent products
+// that hold a reservation of an order still recorded queued two AckWaits after its 202 while the
 // queue holds no message of their product old enough to be theirs: their message was lost — a
 // stream leader killed as it took the message (TestQueuedClusterLosesANode saw one), a server
-// that lost its last writes. Each order is sent again at most once per two AckWaits. The same
-// look gives back the reservations of orders recorded rejected (TestQueuedRejectedUnitsReturn).
+// that lost its last writes. A batch goes again whole, at most once per two AckWaits: its orders
+// decided already are found so by its writer. The same look gives back the reservations of orders
+// recorded rejected (TestQueuedRejectedUnitsReturn).
 func (s *Queued) resend(ctx context.Context) {
 	every := s.queue.AckWait()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	sent := map[string]time.Time{}
+	sent := map[string]time.Time{} // by batch
 	for {
 		select {
 		case <-ctx.Done():
@@ -42,7 +43,7 @@ func (s *Queued) resend(ctx context.Context) {
 	}
 }
 
-// resendLost sends again the lost messages of sku's orders older than after (see resend).
+// resendLost sends again the lost batches of sku's orders older than after (see resend).
 func (s *Queued) resendLost(ctx context.Context, sku string, after time.Duration, sent map[string]time.Time) error {
 	reservations, err := s.admission.Reservations(ctx, sku)
 	if err != nil {
@@ -51,11 +52,12 @@ func (s *Queued) resendLost(ctx context.Context, sku string, after time.Duration
 	var backlog *orderqueue.Backlog
 	for _, h := range reservations {
 		id, err := ulid.ParseStrict(h.ID)
-		if err != nil {
+		batch, ok := orderqueue.BatchOf(h.ID)
+		if err != nil || !ok {
 			continue
 		}
 		accepted := ulid.Time(id.Time())
-		if time.Since(accepted) < after || time.Since(sent[h.ID]) < after {
+		if time.Since(accepted) < after || time.Since(sent[batch]) < after {
 			continue
 		}
 		if backlog == nil {
@@ -69,20 +71,24 @@ func (s *Queued) resendLost(ctx context.Context, sku string, after time.Duration
 		if backlog.Depth > 0 && !backlog.Oldest.After(accepted.Add(s.opts.Publish)) {
 			continue
 		}
-		rec, err := s.queue.Get(ctx, h.ID)
-		if err == nil && rec.State == orderqueue.Rejected && !planted.On(planted.RejectedUnitsHeld) {
+		rec, err := s.queue.GetBatch(ctx, batch)
+		if err != nil {
+			continue
+		}
+		r, ok := rec.Of(h.ID)
+		if ok && r.State == orderqueue.Rejected && !planted.On(planted.RejectedUnitsHeld) {
 			// Rejected, its reservation still held: the give-back of its writer (or of its
 			// publisher in doubt) did not reach Redis, and no sweeper lists the queue's
 			// reservations. A second give-back returns nothing.
-			s.admission.GiveBack(ctx, requests(rec.Order), fmt.Errorf("order %s rejected: %w", h.ID, admission.ErrNotPlaced))
+			s.admission.GiveBack(ctx, requests(r.Order), fmt.Errorf("order %s rejected: %w", h.ID, admission.ErrNotPlaced))
 			continue
 		}
-		if err != nil || rec.State != orderqueue.Queued {
+		if !ok || r.State != orderqueue.Queued {
 			continue
 		}
-		sent[h.ID] = time.Now()
-		if dup, err := s.queue.Resend(ctx, rec.Order); err == nil && !dup {
-			s.log.Warn("queued order sent again: the queue had lost its message", "order", h.ID, "sku", sku)
+		sent[batch] = time.Now()
+		if dup, err := s.queue.Resend(ctx, rec.Batch); err == nil && !dup {
+			s.log.Warn("queued batch sent again: the queue had lost its message", "batch", batch, "order", h.ID, "sku", sku)
 		}
 	}
 	return nil

@@ -14,46 +14,159 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// taken is a delivery this writer took, with its order's record as it claimed it.
-type taken struct {
+// inHand is a batch this writer took: its record as claimed, and what became of its orders.
+type inHand struct {
 	*orderqueue.Delivery
-	claimed orderqueue.Claimed
+	claimed  orderqueue.Claimed
+	open     int              // orders not yet placed or rejected in the record
+	refused  map[string]error // orders the database refused, to reject in the record: by id
+	retry    error            // why an order could not be decided: the batch comes back
+	answered bool             // acked or naked
 }
 
-// queueLanes bounds a batch's requests to the queue in flight at once: they are independent,
-// and one connection carries them side by side, so a batch waits about one round trip per
-// queueLanes orders instead of one per order.
+// decided reports whether every order of the batch is placed, or refused and waiting for its
+// rejection to be written.
+func (h *inHand) decided() bool { return h.open == len(h.refused) && h.retry == nil }
+
+// held is one order of a batch in hand.
+type held struct {
+	h *inHand
+	o orderqueue.Order
+}
+
+// queueLanes bounds a take's requests to the queue in flight at once (claims, hooks): they are
+// independent, and one connection carries them side by side.
 const queueLanes = 16
 
-// eachOrder runs f over ts, queueLanes at a time, and waits for all of them.
-func eachOrder(ts []taken, f func(i int, h taken)) {
-	var g errgroup.Group
-	g.SetLimit(queueLanes)
-	for i, h := range ts {
-		g.Go(func() error {
-			f(i, h)
-			return nil
-		})
+// write is one writer's take of one product's batches (steps 3 and 4): their orders, those for
+// the same products together — a product's orders, the checkouts of one set of products — each
+// set in one section (one lock, one conditional update, one multi-row insert), in the order the
+// queue took them. A batch is acked once every order of it is decided: placed (its row), or
+// rejected in its record; naked if one could not be.
+func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
+	if hook := s.opts.Hooks.Taken; hook != nil {
+		var g errgroup.Group
+		g.SetLimit(queueLanes)
+		for _, d := range t.Deliveries {
+			for _, o := range d.Batch.Orders {
+				g.Go(func() error { hook(ctx, o.OrderID); return nil })
+			}
+		}
+		_ = g.Wait()
 	}
-	_ = g.Wait()
-}
-
-// write is one writer's batch of one subject (steps 3 and 4): its requests, those for the same
-// products together — a product's orders, the checkouts of one set of products — each set in
-// one section, in the order the queue took its first request.
-func (s *Queued) write(ctx context.Context, b orderqueue.Batch) {
-	sets := map[string][]taken{}
+	hands := s.claim(ctx, t)
+	var todo []held // in the order the queue took them
+	for _, h := range hands {
+		if h.answered || h.retry != nil {
+			continue
+		}
+		for _, o := range h.Batch.Orders {
+			if _, ended := h.claimed.Rejected[o.OrderID]; !ended {
+				todo = append(todo, held{h: h, o: o})
+			}
+		}
+	}
+	todo = s.ackPlaced(ctx, todo)
+	sets := map[string][]held{}
 	var keys []string
-	for _, d := range b.Deliveries {
-		key := strings.Join(requestOf(d.Order).SKUs(), "\x00")
+	for _, e := range todo {
+		key := strings.Join(requestOf(e.o).SKUs(), "\x00")
 		if _, ok := sets[key]; !ok {
 			keys = append(keys, key)
 		}
-		sets[key] = append(sets[key], taken{Delivery: d})
+		sets[key] = append(sets[key], e)
 	}
 	for _, key := range keys {
 		s.writeSome(ctx, sets[key])
 	}
+	for _, h := range hands {
+		switch {
+		case h.answered:
+		case h.retry != nil:
+			s.again(h, h.retry)
+		default:
+			s.finish(ctx, h)
+		}
+	}
+}
+
+// claim takes each batch of t in hand, reading its record where it may say otherwise than
+// queued (orderqueue.Queue.Claim); one given up (never accepted) is dropped, every order's units
+// given back, and acked. The orders its record says rejected already (a writer stopped before its
+// ack) are decided: their units are given back again (a second give-back returns nothing).
+func (s *Queued) claim(ctx context.Context, t orderqueue.Taken) []*inHand {
+	proven := s.provenQueued(ctx, t)
+	hands := make([]*inHand, len(t.Deliveries))
+	var g errgroup.Group
+	g.SetLimit(queueLanes)
+	for i, d := range t.Deliveries {
+		h := &inHand{Delivery: d, open: len(d.Batch.Orders), refused: map[string]error{}}
+		hands[i] = h
+		if proven[d.Batch.ID] || planted.On(planted.UncheckedWriter) {
+			h.claimed = orderqueue.Unread(d.Batch)
+			continue
+		}
+		g.Go(func() error {
+			c, err := s.queue.Claim(ctx, d.Batch)
+			switch {
+			case err != nil:
+				h.retry = err
+			case neverAccepted(c.BatchRecord):
+				// A sweeper was first (or the publisher in doubt): none of its orders was
+				// accepted, and the give-back is by reservation id, so a second one returns
+				// nothing.
+				for _, o := range d.Batch.Orders {
+					s.admission.GiveBack(ctx, requests(o), fmt.Errorf("batch given up: %w", admission.ErrNotPlaced))
+				}
+				h.answered = true
+				_ = h.Ack()
+			default:
+				h.claimed = c
+				for _, o := range d.Batch.Orders {
+					if why, ended := c.Rejected[o.OrderID]; ended {
+						s.admission.GiveBack(ctx, requests(o), fmt.Errorf("order rejected %s: %w", why, admission.ErrNotPlaced))
+						h.open--
+					}
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return hands
+}
+
+// provenQueued are the batches of t whose records their writer need not read, by id: on their
+// first delivery, with a reservation in the queue's hands (admission.Ledger.HandedOver, one Redis
+// read for all). A reservation is handed over only once its batch's record stood queued, so no
+// sweeper gave the batch up, and no writer before this one can have rejected an order of it. Any
+// other batch is claimed: a redelivery, a batch sent again, or all of them when Redis cannot say.
+func (s *Queued) provenQueued(ctx context.Context, t orderqueue.Taken) map[string]bool {
+	var first []stock.OrderRequest
+	for _, d := range t.Deliveries {
+		if d.Deliveries == 1 && !d.Resent {
+			for _, o := range d.Batch.Orders {
+				first = append(first, requests(o)[0]) // the line of the batch's product
+			}
+		}
+	}
+	if len(first) == 0 {
+		return nil
+	}
+	handed, err := s.admission.HandedOver(ctx, t.SKU, first)
+	if err != nil {
+		s.log.Debug("reservations handed over not read; every batch is claimed", "sku", t.SKU, "err", err)
+		return nil
+	}
+	proven := map[string]bool{}
+	for _, d := range t.Deliveries {
+		for _, o := range d.Batch.Orders {
+			if handed[o.Reservation] {
+				proven[d.Batch.ID] = true
+			}
+		}
+	}
+	return proven
 }
 
 // outcome is what a section did with one order or checkout: its row as written, or why not.
@@ -62,50 +175,14 @@ type outcome struct {
 	err error
 }
 
-// writeSome claims ts, finishes those decided already, writes the others in one section
-// (place), and ends each as it came out.
-func (s *Queued) writeSome(ctx context.Context, ts []taken) {
-	if len(ts) == 0 {
-		return
-	}
-	if hook := s.opts.Hooks.Taken; hook != nil {
-		eachOrder(ts, func(_ int, h taken) { hook(ctx, h.Order.OrderID) })
-	}
-	kept := make([]bool, len(ts))
-	unclaimed := s.unclaimed(ctx, ts)
-	eachOrder(ts, func(i int, h taken) {
-		if unclaimed[h.Order.Reservation] {
-			ts[i].claimed, kept[i] = orderqueue.Claimed{Record: orderqueue.Record{Order: h.Order, State: orderqueue.Queued}}, true
-			return
-		}
-		c, err := s.queue.Claim(ctx, h.Order)
-		switch {
-		case err != nil:
-			s.retry(h.Delivery, err)
-		case c.State == orderqueue.Rejected && !planted.On(planted.UncheckedWriter):
-			// A sweeper was first, or a writer rejected it and stopped before its ack: the
-			// give-back is by reservation id, so a second one returns nothing.
-			s.admission.GiveBack(ctx, requests(h.Order), fmt.Errorf("order rejected: %w", admission.ErrNotPlaced))
-			_ = h.Ack()
-		default:
-			ts[i].claimed, kept[i] = c, true
-		}
-	})
-	var todo []taken // in the order the queue took them
-	for i, h := range ts {
-		if kept[i] {
-			todo = append(todo, h)
-		}
-	}
-	todo = s.ackPlaced(ctx, todo)
-	if len(todo) == 0 {
-		return
-	}
-	var refused, written []taken
+// writeSome writes es, all for one set of products, in one section (place), and ends each as it
+// came out; then finishes the batches it decided the last orders of.
+func (s *Queued) writeSome(ctx context.Context, es []held) {
+	var refused, written []held
 	var ends []orderqueue.Record
 	refusals := map[string]error{}
-	for i, out := range s.place(ctx, todo) {
-		h := todo[i]
+	for i, out := range s.place(ctx, es) {
+		e := es[i]
 		if errors.Is(out.err, stock.ErrDuplicateRequest) {
 			// Another order holds its key (both were accepted while neither was written): a
 			// refusal for good, or the order would come back for ever.
@@ -113,52 +190,34 @@ func (s *Queued) writeSome(ctx context.Context, ts []taken) {
 		}
 		switch {
 		case out.err == nil:
-			written = append(written, h)
-			ends = append(ends, orderqueue.Record{Order: h.Order, State: orderqueue.Placed, Row: out.row})
+			written = append(written, e)
+			ends = append(ends, orderqueue.Record{Order: e.o, State: orderqueue.Placed, Row: out.row})
 		case refusal(out.err):
-			refused = append(refused, h)
-			refusals[h.Order.OrderID] = out.err
-		default:
-			s.retry(h.Delivery, out.err)
+			refused = append(refused, e)
+			refusals[e.o.OrderID] = out.err
+		case e.h.retry == nil:
+			e.h.retry = out.err
 		}
 	}
 	s.placed(written, ends)
 	// A refusal may be about the order itself: another writer placed it meanwhile (its
 	// AckWait passed while it committed), and this one found its buyer holding it.
-	eachOrder(s.ackPlaced(ctx, refused), func(_ int, h taken) {
-		s.reject(ctx, h, refusals[h.Order.OrderID])
-	})
-}
-
-// unclaimed are the orders of ts whose records their writer need not read: on their first
-// delivery, with their reservations in the queue's hands (admission.Ledger.HandedOver). A
-// reservation is handed over only once its order's record stood queued, so no sweeper gave the
-// order up, and no writer before this one can have rejected it. Any other order is claimed
-// (orderqueue.Queue.Claim): a redelivery, a checkout, or all of them when Redis cannot say.
-func (s *Queued) unclaimed(ctx context.Context, ts []taken) map[string]bool {
-	var first []stock.OrderRequest
-	for _, h := range ts {
-		if len(h.Order.Lines) == 0 && h.Deliveries == 1 {
-			first = append(first, request(h.Order))
+	for _, e := range s.ackPlaced(ctx, refused) {
+		e.h.refused[e.o.OrderID] = refusals[e.o.OrderID]
+	}
+	for _, e := range es {
+		if !e.h.answered && (e.h.decided() || planted.On(planted.AckedUndecided)) {
+			s.finish(ctx, e.h)
 		}
 	}
-	if len(first) == 0 {
-		return nil
-	}
-	handed, err := s.admission.HandedOver(ctx, first[0].SKU, first)
-	if err != nil {
-		s.log.Debug("reservations handed over not read; every order is claimed", "sku", first[0].SKU, "err", err)
-		return nil
-	}
-	return handed
 }
 
 // place writes a batch of requests for the same products in hybrid's section — every line of
 // each, or none — which settles the reservations of those written.
-func (s *Queued) place(ctx context.Context, ts []taken) []outcome {
-	reqs := make([]stock.CheckoutRequest, len(ts))
-	for i, h := range ts {
-		reqs[i] = requestOf(h.Order)
+func (s *Queued) place(ctx context.Context, es []held) []outcome {
+	reqs := make([]stock.CheckoutRequest, len(es))
+	for i, e := range es {
+		reqs[i] = requestOf(e.o)
 	}
 	placed := s.section(ctx, reqs[0].SKUs(), func() []stock.CheckoutRequest { return reqs })
 	out := make([]outcome, len(placed))
@@ -171,72 +230,94 @@ func (s *Queued) place(ctx context.Context, ts []taken) []outcome {
 	return out
 }
 
-// ackPlaced finishes and acks the deliveries whose orders the database has (placed by a writer
-// that stopped before its ack, or by another one) and returns the others; all of them are
-// handed back when the database cannot say. The database finds them by reservation, which is
-// an order's id, or a checkout's for every one of its lines (written in one transaction).
-func (s *Queued) ackPlaced(ctx context.Context, ts []taken) []taken {
-	if len(ts) == 0 {
+// ackPlaced decides the orders of es that the database has (placed by a writer that stopped
+// before its ack, or by another one) and returns the others; when the database cannot say, their
+// batches come back. The database finds them by reservation, which is an order's id, or a
+// checkout's for every one of its lines (written in one transaction).
+func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
+	if len(es) == 0 {
 		return nil
 	}
-	ids := make([]string, len(ts))
-	for i, h := range ts {
-		ids[i] = h.Order.Reservation
-		if planted.On(planted.CheckoutFoundByLine) && len(h.Order.Lines) > 0 {
-			ids[i] = h.Order.Lines[0].OrderID
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = e.o.Reservation
+		if planted.On(planted.CheckoutFoundByLine) && len(e.o.Lines) > 0 {
+			ids[i] = e.o.Lines[0].OrderID
 		}
 	}
 	written, err := s.store.Placed(ctx, ids)
 	if err != nil {
-		for _, h := range ts {
-			s.retry(h.Delivery, err)
+		for _, e := range es {
+			if e.h.retry == nil {
+				e.h.retry = err
+			}
 		}
 		return nil
 	}
-	var rest, found []taken
+	var rest, found []held
 	var ends []orderqueue.Record
 	var settled []stock.OrderRequest
-	for i, h := range ts {
+	for i, e := range es {
 		if !written[ids[i]] {
-			rest = append(rest, h)
+			rest = append(rest, e)
 			continue
 		}
-		found = append(found, h)
+		found = append(found, e)
 		// Without its row, which its followers read: this writer did not write it.
-		ends = append(ends, orderqueue.Record{Order: h.Order, State: orderqueue.Placed})
-		settled = append(settled, requests(h.Order)...)
+		ends = append(ends, orderqueue.Record{Order: e.o, State: orderqueue.Placed})
+		settled = append(settled, requests(e.o)...)
 	}
 	s.placed(found, ends)
 	s.admission.Settle(ctx, settled)
 	return rest
 }
 
-// placed ends the orders the database has, ts, as ends: said to their followers in one message
-// (orderqueue.Queue.Placed), then acked.
-func (s *Queued) placed(ts []taken, ends []orderqueue.Record) {
+// placed decides the orders es the database has, their ends said to their followers in one
+// message (orderqueue.Queue.Placed).
+func (s *Queued) placed(es []held, ends []orderqueue.Record) {
 	s.queue.Placed(ends...)
-	for _, h := range ts {
-		_ = h.Ack()
+	for _, e := range es {
+		e.h.open--
 	}
 }
 
-// reject ends the order rejected for why (orderqueue.Queue.Finish), gives its units back, and
-// acks it. A rejection that finds the order rejected already keeps that record, which is what the
+// finish ends a batch whose orders are all decided: those the database refused are rejected in
+// its record, in one write (orderqueue.Queue.Reject), their units given back, and the batch is
+// acked. A rejection that finds an order rejected already keeps that record, which is what the
 // buyer was told, and the reservation follows it.
-func (s *Queued) reject(ctx context.Context, h taken, why error) {
-	r := orderqueue.Record{Order: h.Order, State: orderqueue.Rejected, Reason: stock.Code(why)}
-	if _, err := s.queue.Finish(ctx, h.claimed, r); err != nil {
-		s.retry(h.Delivery, err)
-		return
+func (s *Queued) finish(ctx context.Context, h *inHand) {
+	if len(h.refused) > 0 {
+		why := make(map[string]string, len(h.refused))
+		for id, err := range h.refused {
+			why[id] = stock.Code(err)
+		}
+		rec, err := s.queue.Reject(ctx, h.claimed, why)
+		if err != nil {
+			s.again(h, err)
+			return
+		}
+		for _, o := range h.Batch.Orders {
+			err, refused := h.refused[o.OrderID]
+			if !refused {
+				continue
+			}
+			if rec.Rejected[o.OrderID] != why[o.OrderID] {
+				err = fmt.Errorf("order rejected %s: %w", rec.Rejected[o.OrderID], admission.ErrNotPlaced)
+			}
+			s.admission.GiveBack(ctx, requests(o), err)
+		}
+		h.open -= len(h.refused)
+		clear(h.refused)
 	}
-	s.admission.GiveBack(ctx, requests(h.Order), why)
+	h.answered = true
 	_ = h.Ack()
 }
 
-// retry hands a delivery back to the queue: its order was not decided.
-func (s *Queued) retry(d *orderqueue.Delivery, err error) {
-	s.log.Debug("queued order not decided; it comes back", "order", d.Order.OrderID, "err", err)
-	_ = d.Nak(s.opts.Retry)
+// again hands a batch back to the queue: an order of it was not decided.
+func (s *Queued) again(h *inHand, err error) {
+	s.log.Debug("queued batch not decided; it comes back", "batch", h.Batch.ID, "err", err)
+	h.answered = true
+	_ = h.Nak(s.opts.Retry)
 }
 
 // refusal reports whether the database decided against the order — for good, whoever asks
