@@ -140,6 +140,9 @@ func (h *handler) join(c *gin.Context) {
 		fail(c, err, "product "+sku)
 		return
 	}
+	// A join carries no pass (only a poll issues one): the first in line hears position 0 and
+	// to poll at once, never "admitted" with an empty pass.
+	w.Admitted = false
 	c.Header("Location", "/api/v1/products/"+sku+"/queue/"+w.Ticket)
 	c.JSON(http.StatusAccepted, waitJSON(w))
 }
