@@ -155,6 +155,22 @@ type visit struct {
 	code                      string // its error code
 	busy                      int    // 429 busy answers on the way
 	ended                     string // why the buyer went home without an order, if it did
+	// The first and last position the buyer heard while it waited, and when: the line moved
+	// first-last places meanwhile, the server's own count of buyers let in ahead of it.
+	firstPos, lastPos int64
+	firstAt, lastAt   time.Time
+}
+
+// heard notes a waiting answer's position.
+func (v *visit) heard(body map[string]any, at time.Time) {
+	p, ok := body["position"].(float64)
+	if !ok {
+		return
+	}
+	if v.firstAt.IsZero() {
+		v.firstPos, v.firstAt = int64(p), at
+	}
+	v.lastPos, v.lastAt = int64(p), at
 }
 
 // doorRow is what the waiting-room row reports beside the same crowd with no door.
@@ -162,7 +178,7 @@ type doorRow struct {
 	admitPerS          int
 	admitted, orders   int
 	soldOutInLine      int
-	rate               float64 // admissions a second, the middle 80% of them
+	rate               float64 // admissions a second, as the waiting buyers' positions fell
 	strayP50, strayP99 int     // |place in join order - place in admission order|
 	strayMax           int
 	joinToPass         [2]time.Duration // p50, p99
@@ -342,6 +358,7 @@ func walkThrough(ctx context.Context, dc *doorClient, i int, sku, token string, 
 		return v
 	}
 	v.joined = time.Now()
+	v.heard(a.body, v.joined)
 	loc, last := a.location, v.joined
 	var pass string
 	for n := 0; pass == ""; n++ {
@@ -374,6 +391,7 @@ func walkThrough(ctx context.Context, dc *doorClient, i int, sku, token string, 
 			v.admitted = now.Add(-v.admittedBy / 2)
 		default:
 			last = time.Now()
+			v.heard(a.body, last)
 		}
 	}
 	for try := 0; ; try++ {
@@ -406,9 +424,8 @@ func walkThrough(ctx context.Context, dc *doorClient, i int, sku, token string, 
 	}
 }
 
-// summarizeDoor reads the visits: the admission rate (over the middle 80% of the admissions, so
-// that the polls' spacing at either end does not weigh), how far admission strays from join
-// order, and the waits.
+// summarizeDoor reads the visits: the admission rate, how far admission strays from join order,
+// and the waits.
 func summarizeDoor(visits []visit, admitPerS int) doorRow {
 	r := doorRow{admitPerS: admitPerS}
 	var in []int // the buyers admitted
@@ -430,6 +447,23 @@ func summarizeDoor(visits []visit, admitPerS int) doorRow {
 		r.busy += v.busy
 	}
 	r.admitted = len(in)
+	// The rate is read from the positions the server answered, not from when passes were seen:
+	// a poll that waited its turn in a busy client or server says late that a buyer was let in,
+	// and those delays, longest at the start, would squeeze the admissions into less time than
+	// they took. Between its first and last waiting answer the line moved first-last places in
+	// front of a buyer; pooled over every buyer, places over seconds is the serving counter's
+	// rate, and the answers' own delays weigh only at each buyer's two ends.
+	var places int64
+	var waited time.Duration
+	for _, v := range visits {
+		if v.lastAt.After(v.firstAt) {
+			places += v.firstPos - v.lastPos
+			waited += v.lastAt.Sub(v.firstAt)
+		}
+	}
+	if waited > 0 {
+		r.rate = float64(places) / waited.Seconds()
+	}
 	r.joinToPass = [2]time.Duration{quantile(joinToPass, 0.5), quantile(joinToPass, 0.99)}
 	r.passToOrder = [2]time.Duration{quantile(passToOrder, 0.5), quantile(passToOrder, 0.99)}
 	if len(in) < 2 {
@@ -437,10 +471,6 @@ func summarizeDoor(visits []visit, admitPerS int) doorRow {
 	}
 	byAdmission := slices.Clone(in)
 	slices.SortFunc(byAdmission, func(a, b int) int { return visits[a].admitted.Compare(visits[b].admitted) })
-	lo, hi := len(byAdmission)/10, len(byAdmission)-1-len(byAdmission)/10
-	if span := visits[byAdmission[hi]].admitted.Sub(visits[byAdmission[lo]].admitted); span > 0 && hi > lo {
-		r.rate = float64(hi-lo) / span.Seconds()
-	}
 	byJoin := slices.Clone(in)
 	slices.SortFunc(byJoin, func(a, b int) int { return visits[a].joined.Compare(visits[b].joined) })
 	place := make(map[int]int, len(byJoin))
@@ -470,7 +500,8 @@ func writeDoorTable(w io.Writer, d doorRow, n noDoorRow) {
 		ms(d.joinToPass[0]), ms(d.joinToPass[1]), ms(d.passToOrder[0]), ms(d.passToOrder[1]), d.busy, d.wall.Seconds(), d.cpu)
 	fmt.Fprintf(w, "| no door | %d | — | — | — | — | %d of %d requests | %s / %s | %.1f | %s |\n",
 		n.orders, n.busy, n.requests, ms(n.p50), ms(n.p99), n.wall.Seconds(), n.cpu)
-	fmt.Fprintln(w, "\nAdmission times are the midpoint between a buyer's last waiting poll and the poll that had its pass, so order and rate carry the polls' spacing (poll_after_ms).")
+	fmt.Fprintln(w, "\nThe admission rate is the places the waiting buyers' positions fell, over the seconds they waited, pooled. "+
+		"A buyer's admission is the midpoint between its last waiting poll and the poll that had its pass, so its order and join → pass carry the polls' spacing (poll_after_ms).")
 }
 
 // cpuText is each measured group's CPU seconds from start to now (the recording's last sample).

@@ -27,14 +27,19 @@ func TestSmokeWaitingRoom(t *testing.T) {
 	assert.Regexp(t, "(?m)^Measured by `go run ./loadtest -waiting-room 100 .*` at commit \\S+ on [0-9]+ cores, ", out)
 }
 
-// TestDoorSummary: the admission rate is read over the middle of the admissions, and how far
+// TestDoorSummary: the admission rate is read from the positions the buyers heard, and how far
 // admission strays from join order is counted in places.
 func TestDoorSummary(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var visits []visit
 	for i := range 100 {
-		visits = append(visits, visit{joined: t0.Add(time.Duration(i) * time.Millisecond),
-			admitted: t0.Add(time.Second + time.Duration(i)*10*time.Millisecond), ordered: t0.Add(2 * time.Second)})
+		// Buyer i joins at i ms, hears it has i places ahead, and is let in at 1 s + 10 ms a
+		// place: 100 a second, as its positions falling say.
+		joined, admitted := t0.Add(time.Duration(i)*time.Millisecond), t0.Add(time.Second+time.Duration(i)*10*time.Millisecond)
+		v := visit{joined: joined, admitted: admitted, ordered: t0.Add(2 * time.Second)}
+		v.heard(map[string]any{"position": float64(i)}, joined)
+		v.heard(map[string]any{"position": float64(0)}, joined.Add(time.Duration(i)*10*time.Millisecond))
+		visits = append(visits, v)
 	}
 	visits[3].admitted, visits[4].admitted = visits[4].admitted, visits[3].admitted // one pair swapped
 	visits = append(visits, visit{ended: "sold_out"})
