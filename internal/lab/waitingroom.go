@@ -25,7 +25,7 @@ import (
 func waitingRoom() Experiment {
 	return Experiment{
 		Name:  "waiting-room",
-		Seed:  "issue 49 (the front door): AWS's virtual waiting room, Cloudflare Waiting Room, Shopify's checkout queue — let the crowd in at a rate the back end can serve",
+		Seed:  "the front door of a flash sale, as AWS's virtual waiting room, Cloudflare Waiting Room and Shopify's checkout queue build it: let the crowd in at a rate the back end can serve",
 		Claim: "The whole crowd at once at one hot row makes its orders wait in line for the row, the last for every sale before it; let in at a rate the row can serve, each order waits about its own section.",
 		Fix:   `PUT /api/v1/products/{sku} {"waiting_room": {"admit_per_s": N}}: join, poll as poll_after_ms says, order with the Seckill-Pass`,
 		Run:   runWaitingRoom,
