@@ -242,9 +242,17 @@ func TestQueueAndPass(t *testing.T) {
 		t.Helper()
 		rec := s.do(t, http.MethodPost, productPath(sku)+"/queue", `{"user_id":"`+user+`"}`, nil)
 		require.Equal(t, http.StatusAccepted, rec.Code, "body: %s", rec.Body)
-		var w struct{ Ticket string }
+		var w struct {
+			Ticket      string
+			Position    *int64
+			PollAfterMS *int64 `json:"poll_after_ms"`
+			Pass        *string
+		}
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &w))
 		assert.Equal(t, productPath(sku)+"/queue/"+w.Ticket, rec.Header().Get("Location"))
+		assert.NotNil(t, w.Position, "a join answers a position, the first in line too: %s", rec.Body)
+		assert.NotNil(t, w.PollAfterMS, "a join says when to poll: %s", rec.Body)
+		assert.Nil(t, w.Pass, "only a poll issues a pass: %s", rec.Body)
 		return w.Ticket, rec.Header().Get("Location")
 	}
 	pass := func(s *server, user, loc string) string {

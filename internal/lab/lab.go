@@ -302,7 +302,7 @@ func (e *Env) needStore() error {
 
 // Experiments is every experiment, in the order the lab runs them.
 func Experiments() []Experiment {
-	return []Experiment{failover(), dbFailover(), ttl(), pause(), unlockRace(), setnxExpire(), lockTableNoExpiry(), reentrancy(), redlockValidity(), herd(), pool(), queueCrash(), crossedCheckouts(), throughput()}
+	return []Experiment{failover(), dbFailover(), ttl(), pause(), unlockRace(), setnxExpire(), lockTableNoExpiry(), reentrancy(), redlockValidity(), herd(), pool(), waitingRoom(), queueCrash(), crossedCheckouts(), throughput()}
 }
 
 // Find returns the experiments named, or all of them for "all" or no name.

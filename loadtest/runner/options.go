@@ -70,6 +70,10 @@ type options struct {
 	// checkoutLines: after each strategy's sale, a sale of checkouts of this many products (one
 	// unit each) with the same stock and buyers; 0: none.
 	checkoutLines int
+	// waitingRoom: instead of the comparison, the waiting-room row: buyers with signed tokens
+	// through a waiting room admitting this many a second, beside the same crowd with no door;
+	// 0: none.
+	waitingRoom int
 	// serviceMySQL is the DSN the service processes get when it is not -mysql: under -fault, the
 	// same database through the fault's slow proxy.
 	serviceMySQL string
@@ -115,6 +119,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		"which must be caught overselling")
 	fs.IntVar(&o.checkoutLines, "checkout-lines", 2, "after each strategy's sale, sell the same stock again as checkouts of this many products "+
 		"(POST /api/v1/checkouts, one unit of each), verified per product and every checkout whole; 0: no checkout rows")
+	fs.IntVar(&o.waitingRoom, "waiting-room", 0, "instead of the comparison: start the processes with buyer identity on (a key the tool makes, a token it signs per buyer), "+
+		"run -users buyers through a waiting room admitting this many a second (join, poll, order with the pass) for -stock units, "+
+		"then the same crowd at a product with no door; 0: off")
 	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -162,6 +169,12 @@ func parse(args []string, stderr io.Writer) (options, error) {
 			strings.Join(o.lockLossStrategies(), ", "), o.strategy)
 	case o.checkoutLines == 1 || o.checkoutLines < 0 || o.checkoutLines > 20:
 		return o, errors.New("-checkout-lines is 0 (none) or 2 to 20 (the lines of a checkout)")
+	case o.waitingRoom < 0 || o.waitingRoom > 100000:
+		return o, errors.New("-waiting-room is admissions a second, 1 to 100000 (0: off)")
+	case o.waitingRoom > 0 && o.targets != "":
+		return o, errNoWaitingRoomTarget
+	case o.waitingRoom > 0 && (o.fault != "" || o.soak > 0 || o.after.on() || len(o.groupCommit) > 1 || len(o.clients) > 1):
+		return o, errors.New("-waiting-room is a row of its own: leave out -fault, -soak, -cancel, -unpaid, and give one -group-commit and one -concurrency")
 	case o.after.cancel < 0 || o.after.unpaid < 0 || o.after.cancel+o.after.unpaid > 1:
 		return o, errors.New("-cancel and -unpaid are shares: each at least 0, together at most 1")
 	case o.after.timeout < 0 || o.after.timeout%time.Second != 0 || o.after.timeout > 24*time.Hour:

@@ -100,7 +100,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defer zkserver.Kill(zk)
 			o.zk = zk.Addr
 		}
-		if o.nats == "" {
+		if o.nats == "" && (o.waitingRoom == 0 || o.strategy == "queued") {
 			switch err := natsserver.Available(); {
 			case err == nil:
 				nats, err := startNATS(dir, stderr)
@@ -117,6 +117,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		instances = o.spawn
 		description = fmt.Sprintf("%d units, %d buyers, %d requests, %s, against %d service process(es) started by the tool (%s)%s%s.",
 			o.stock, o.users, o.requests, model(o), o.spawn, backendsText(o), passesText(o), faultText(o))
+	}
+	if o.waitingRoom > 0 {
+		return runWaitingRoom(ctx, o, bin, dir, db, prov, stdout, stderr)
 	}
 	description += roundsText(o) + " " + storeText(o)
 	var thief *lockloss.Thief

@@ -113,6 +113,9 @@ type Verifier struct {
 	Base   string // any one instance
 	Token  string
 	Store  *Store // nil when the tool cannot read the store (-target without -mysql)
+	// BuyerToken, when the service authenticates buyers, is the bearer token of a buyer: an
+	// order is read as its buyer, since the admin token does not read orders there.
+	BuyerToken func(user string) string
 }
 
 // Verify checks the invariant on the tables, cross-checks the service's audit and stored orders
@@ -198,7 +201,11 @@ func (vf Verifier) storedOrders(ctx context.Context, acked []Order) (map[string]
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			var got Order
-			err := vf.Get(ctx, "/api/v1/orders/"+o.OrderID, &got)
+			token := vf.Token
+			if vf.BuyerToken != nil {
+				token = vf.BuyerToken(o.UserID)
+			}
+			err := vf.get(ctx, "/api/v1/orders/"+o.OrderID, token, &got)
 			if err != nil && !strings.Contains(err.Error(), "404") {
 				errs <- err
 				return
@@ -218,11 +225,16 @@ func (vf Verifier) storedOrders(ctx context.Context, acked []Order) (map[string]
 // Get decodes the JSON answer of an admin GET of path on the instance into out; any status but
 // 200 is an error.
 func (vf Verifier) Get(ctx context.Context, path string, out any) error {
+	return vf.get(ctx, path, vf.Token, out)
+}
+
+// get is Get with the bearer token given.
+func (vf Verifier) get(ctx context.Context, path, token string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, vf.Base+path, nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+vf.Token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := vf.Client.Do(req)
 	if err != nil {
 		return err
