@@ -135,9 +135,12 @@ func (rec *Recording) Stop() {
 	rec.samples = append(rec.samples, rec.meter.read())
 }
 
-// at is every group's CPU time at t, interpolated between the samples around it.
+// at is every group's CPU time at t, interpolated between the samples around it. It may be
+// asked while the recording goes on: the samples so far are taken under the lock.
 func (rec *Recording) at(t time.Time) []float64 {
+	rec.mu.Lock()
 	s := rec.samples
+	rec.mu.Unlock()
 	j := sort.Search(len(s), func(i int) bool { return !s[i].at.Before(t) })
 	switch {
 	case j == 0:
