@@ -66,7 +66,7 @@ type Config struct {
 	Service service.Config
 }
 
-// Buyers is buyer identity (API.md "The front door"): JWKS is the file or http(s) URL of the
+// Buyers is buyer identity (docs/frontdoor.md): JWKS is the file or http(s) URL of the
 // keys buyer tokens are signed with (empty: a body's user_id is trusted), Audience the aud a
 // token must carry (empty: any), Rate and Burst the per-buyer token bucket shared by every
 // instance (Rate 0: none). A limit needs identity: without it a buyer is whatever name a body

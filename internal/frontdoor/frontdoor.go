@@ -1,7 +1,7 @@
-// Package frontdoor is what a flash sale's crowd meets before the order endpoint (API.md "The
-// front door"): who a buyer is (Verifier: the sub of a token signed by the deployment's identity
-// provider), when a buyer may come in (Room: a waiting room per product, Passes: the pass it
-// hands out), and how often (Limiter: a token bucket per buyer). What every instance must agree
+// Package frontdoor is what a flash sale's crowd meets before the order endpoint
+// (docs/frontdoor.md): who a buyer is (Verifier: the sub of a token signed by the deployment's
+// identity provider), when a buyer may come in (Room: a waiting room per product, Passes: the pass
+// it hands out), and how often (Limiter: a token bucket per buyer). What every instance must agree
 // on — the queue, its serving counter, the buckets, the pass key — lives in Redis; what one
 // instance can decide alone — a token's signature, a pass's — it decides without a round trip.
 package frontdoor

@@ -33,7 +33,7 @@ var (
 	statsScript = redis.NewScript(clockLua + statsLua)
 )
 
-// A waiting room's bounds (API.md: admit_per_s, pass_ttl_s).
+// A waiting room's bounds (a product's waiting_room: admit_per_s, pass_ttl_s).
 const (
 	MaxAdmitPerS   = 100000
 	MinPassTTL     = 10 * time.Second

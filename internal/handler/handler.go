@@ -63,7 +63,7 @@ type Config struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (CIDRs or
 	// addresses); none by default, so a client cannot claim another's address.
 	TrustedProxies []string
-	// Door is the front door (API.md "The front door"): buyer identity, the per-buyer limit,
+	// Door is the front door (docs/frontdoor.md): buyer identity, the per-buyer limit,
 	// the waiting rooms and their passes.
 	Door Door
 }

@@ -83,7 +83,7 @@ type Parts struct {
 	Passes Passes
 }
 
-// Passes judges a buyer's passes (API.md "The front door"): CheckPass answers nil, or why the
+// Passes judges a buyer's passes (docs/frontdoor.md): CheckPass answers nil, or why the
 // header holds no good pass of sku for buyer (frontdoor.ErrPassRequired, ErrPassInvalid).
 type Passes interface {
 	CheckPass(ctx context.Context, header, buyer, sku string) error

@@ -1,5 +1,5 @@
 -- +goose Up
--- A product's waiting room (API.md "The front door"): buyers let in at room_admit_per_s for the
+-- A product's waiting room (docs/frontdoor.md): buyers let in at room_admit_per_s for the
 -- whole deployment, each with a pass good for room_pass_ttl_s. NULL: no waiting room, and both
 -- are set or neither. The bounds are the contract's, kept here too so that no writer stores a
 -- room the service would refuse.
