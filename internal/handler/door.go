@@ -91,6 +91,24 @@ func owns(c *gin.Context, one stock.Checkout) bool {
 	return true
 }
 
+// entrant is who joins or polls sku's waiting room (the token's sub, or named: claim) and the
+// room: on failure it answers, and returns false.
+func (h *handler) entrant(c *gin.Context, sku string, named *string) (string, frontdoor.Product, bool) {
+	id, err := claim(c, named)
+	if err == nil {
+		_, err = validUser(id, true)
+	}
+	if err != nil {
+		fail(c, err, "")
+		return "", frontdoor.Product{}, false
+	}
+	p, ok := h.room(c, sku)
+	if !ok {
+		return "", frontdoor.Product{}, false
+	}
+	return *id, p, true
+}
+
 // room reads sku's product for its waiting room: on failure, or when it has none (404), it
 // answers, and returns false.
 func (h *handler) room(c *gin.Context, sku string) (frontdoor.Product, bool) {
@@ -123,19 +141,11 @@ func (h *handler) join(c *gin.Context) {
 	if !decodeBody(c, &body, authed) {
 		return
 	}
-	id, err := claim(c, body.UserID)
-	if err == nil {
-		_, err = validUser(id, true)
-	}
-	if err != nil {
-		fail(c, err, "")
-		return
-	}
-	p, ok := h.room(c, sku)
+	id, p, ok := h.entrant(c, sku, body.UserID)
 	if !ok {
 		return
 	}
-	w, err := h.Door.Room.Join(c.Request.Context(), p, *id)
+	w, err := h.Door.Room.Join(c.Request.Context(), p, id)
 	if err != nil {
 		fail(c, err, "product "+sku)
 		return
@@ -158,19 +168,11 @@ func (h *handler) poll(c *gin.Context) {
 	if u, given := c.GetQuery("user_id"); given {
 		named = &u
 	}
-	id, err := claim(c, named)
-	if err == nil {
-		_, err = validUser(id, true)
-	}
-	if err != nil {
-		fail(c, err, "")
-		return
-	}
-	p, ok := h.room(c, sku)
+	id, p, ok := h.entrant(c, sku, named)
 	if !ok {
 		return
 	}
-	w, err := h.Door.Room.Poll(c.Request.Context(), p, *id, c.Param("ticket"))
+	w, err := h.Door.Room.Poll(c.Request.Context(), p, id, c.Param("ticket"))
 	if err != nil {
 		fail(c, err, "ticket of product "+sku)
 		return

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -26,22 +25,7 @@ import (
 // putProduct starts the sale round of sku.
 func putProduct(ctx context.Context, client *http.Client, base, token, sku string, stock int, paymentTimeout time.Duration) error {
 	body := fmt.Sprintf(`{"name":"load test","stock":%d,"max_per_order":1,"payment_timeout_s":%d}`, stock, int(paymentTimeout/time.Second))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/api/v1/products/"+sku, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("PUT product %s: %d %s", sku, resp.StatusCode, raw)
-	}
-	return nil
+	return adminPut(ctx, client, base, token, sku, body)
 }
 
 // roundRunner runs rounds of sales: every strategy of the run, each on a fresh product.
