@@ -76,8 +76,10 @@ func (r *runner) write(ctx context.Context, h *holds, reqs []stock.CheckoutReque
 func (r *runner) versioned(ctx context.Context, reqs []stock.CheckoutRequest, known map[string]*stock.Product) ([]stock.Placed, map[string]*stock.Product) {
 	skus := reqs[0].SKUs()
 	asked := map[string]int64{}
-	for _, line := range linesOf(reqs) {
-		asked[line.SKU] += int64(line.Quantity)
+	for _, req := range reqs {
+		for _, line := range req.Lines {
+			asked[line.SKU] += int64(line.Quantity)
+		}
 	}
 	for i := 1; ; {
 		var (
@@ -155,9 +157,11 @@ func after(reads []stock.Product, placed []stock.Placed) (map[string]*stock.Prod
 // admitted says whether admission vouched for every buyer of reqs: each line holds a
 // reservation.
 func admitted(reqs []stock.CheckoutRequest) bool {
-	for _, line := range linesOf(reqs) {
-		if line.Reservation.ID == "" {
-			return false
+	for _, req := range reqs {
+		for _, line := range req.Lines {
+			if line.Reservation.ID == "" {
+				return false
+			}
 		}
 	}
 	return true
