@@ -92,6 +92,8 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	fs.StringVar(&c.Buyers.Audience, "buyer-audience", "", "the aud a buyer token must carry; empty: any")
 	fs.Float64Var(&c.Buyers.Rate, "buyer-rate", 0, "requests a second per buyer, across all instances (needs buyer-jwks); 0: no per-buyer limit")
 	fs.IntVar(&c.Buyers.Burst, "buyer-burst", 0, "per-buyer burst; 0: the rate rounded up")
+	fs.IntVar(&c.EventsMax, "events-max", ad.EventsMax,
+		"the most sale-page event streams open on this instance at once; past it a watcher is answered 503")
 	fs.Var((*list)(&c.TrustedProxies), "trusted-proxies", "proxies (CIDRs or addresses) whose X-Forwarded-For names the client; empty: none")
 
 	if getenv("SECKILL_RESERVATION_LEASE") != "" {
@@ -157,6 +159,9 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 	}
 	if c.RateBurst == 0 {
 		c.RateBurst = int(2 * c.RateLimit)
+	}
+	if c.EventsMax < 1 {
+		return nil, errors.New("events-max must be at least 1")
 	}
 	if c.DBMaxConns < 1 {
 		return nil, errors.New("db-max-conns must be at least 1")

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/seckill/internal/feed"
 	"github.com/flashsale/seckill/internal/frontdoor"
 	"github.com/flashsale/seckill/internal/handler"
 	"github.com/flashsale/seckill/internal/orderqueue"
@@ -62,8 +63,11 @@ type Config struct {
 	RateBurst       int
 	TrustedProxies  []string
 	// Buyers is the front door's buyer identity and per-buyer limit; the zero value is off.
-	Buyers  Buyers
-	Service service.Config
+	Buyers Buyers
+	// EventsMax caps the sale page's event streams open on this instance at once; past it a
+	// watcher is answered 503. 0: feed.DefaultMax.
+	EventsMax int
+	Service   service.Config
 }
 
 // Buyers is buyer identity (docs/frontdoor.md): JWKS is the file or http(s) URL of the
@@ -96,6 +100,7 @@ func Defaults() Config {
 		Queued: queued.Options{Writers: 2, BatchBytes: 256 << 10, Idle: time.Second, Retry: 250 * time.Millisecond,
 			Publish: 2 * time.Second},
 		ShutdownTimeout: 15 * time.Second,
+		EventsMax:       feed.DefaultMax,
 		Service:         service.Defaults(),
 	}
 }
@@ -113,6 +118,7 @@ type App struct {
 	store   *stock.Store
 	redis   []redis.UniversalClient
 	svc     *service.Service
+	events  *feed.Hub
 	handler http.Handler
 	metrics *prometheus.Registry
 	closers []func() error // what Open opened, closed in reverse order
@@ -203,6 +209,9 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts
 	if door.Buyers, door.Limit, err = openBuyers(ctx, cfg.Buyers, rdb.clients[0], out, log); err != nil {
 		return nil, err
 	}
+	// The sale page's feeds read through the service: one read a tick per watched product.
+	a.events = feed.New(a.svc, feed.Options{Max: cfg.EventsMax}, log, reg)
+	a.closers = append(a.closers, func() error { a.events.Close(); return nil })
 	a.handler, err = handler.New(handler.Config{
 		Sales:          a.svc,
 		AdminToken:     cfg.AdminToken,
@@ -212,6 +221,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, opts
 		RateLimit:      handler.RateLimit{Rate: cfg.RateLimit, Burst: cfg.RateBurst},
 		TrustedProxies: cfg.TrustedProxies,
 		Door:           door,
+		Events:         a.events,
 	})
 	if err != nil {
 		return nil, err
@@ -273,6 +283,9 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
+	// An event stream never ends by itself: the drain would wait for it until its timeout.
+	// Shutdown ends them at once, and waits only for the orders in flight.
+	srv.RegisterOnShutdown(a.events.Close)
 	// HTTP/1.1 serves one request at a time on a connection: the busy ones are the requests
 	// taken and not yet answered, which the drain must answer.
 	var (

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashsale/seckill/internal/feed"
 	"github.com/flashsale/seckill/internal/frontdoor"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -90,6 +91,9 @@ var answers = map[string]struct {
 		return "too many requests from this client; retry shortly"
 	}},
 	"unavailable": {http.StatusServiceUnavailable, func(_ string, err error) string {
+		if errors.Is(err, feed.ErrFull) || errors.Is(err, feed.ErrClosed) {
+			return "this instance takes no more event streams now; retry shortly"
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return "a backend did not answer in time; retry shortly"
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashsale/seckill/internal/feed"
 	"github.com/flashsale/seckill/internal/frontdoor"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
@@ -32,6 +33,8 @@ type Sales interface {
 	PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error)
 	// Product reads the database.
 	Product(ctx context.Context, sku string) (stock.Product, error)
+	// Products lists up to limit products, by SKU.
+	Products(ctx context.Context, limit int) ([]stock.Product, error)
 	// Read reads an order or a checkout (an order's answer is its checkout of one line): the
 	// database, and for one of the queued strategy with no row yet, the order queue's record.
 	Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error)
@@ -66,6 +69,9 @@ type Config struct {
 	// Door is the front door (docs/frontdoor.md): buyer identity, the per-buyer limit,
 	// the waiting rooms and their passes.
 	Door Door
+	// Events are the products' live figures for the sale page; nil answers the events
+	// unavailable.
+	Events *feed.Hub
 }
 
 // Door is the front door's parts, built by the composition root on the deployment's Redis.
@@ -88,6 +94,7 @@ const maxBodyBytes = 4 << 10
 
 type handler struct {
 	Config
+	pages  *pages
 	isAdmin func(c *gin.Context) (bool, error) // whether the request carries the admin token; an error for a wrong one
 }
 
@@ -95,7 +102,11 @@ type handler struct {
 func New(cfg Config) (http.Handler, error) {
 	// Release mode: gin's debug mode prints every route at start and warns on every request.
 	gin.SetMode(gin.ReleaseMode)
-	h := &handler{Config: cfg}
+	p, err := loadPages()
+	if err != nil {
+		return nil, fmt.Errorf("pages: %w", err)
+	}
+	h := &handler{Config: cfg, pages: p}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
@@ -108,6 +119,8 @@ func New(cfg Config) (http.Handler, error) {
 	r.GET("/readyz", h.ready)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 	r.GET("/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, "application/yaml", openAPI) })
+	r.GET("/", h.index)
+	r.GET("/sale/:sku", h.salePage)
 
 	v1 := r.Group("/api/v1")
 	if cfg.RateLimit.Rate > 0 {
@@ -119,6 +132,7 @@ func New(cfg Config) (http.Handler, error) {
 	v1.GET("/products/:sku/audit", admin, h.audit)
 	v1.POST("/products/:sku/reconcile", admin, h.reconcile)
 	v1.GET("/products/:sku/locks", admin, h.locks)
+	v1.GET("/products/:sku/events", h.events)
 	orders, checkouts := h.orders(), h.checkouts()
 	buyerOnly, buyerOrAdmin := h.buyerDoor(false), h.buyerDoor(true)
 	v1.POST("/products/:sku/queue", buyerOnly, h.join)

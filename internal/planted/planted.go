@@ -127,4 +127,10 @@ const (
 	// LimitPerInstance: a buyer's token bucket is kept per instance, so a buyer spread over n
 	// instances gets n times its limit.
 	LimitPerInstance Bug = "limit-per-instance"
+	// FeedPerWatcher: the sale page's events start a feed for every watcher, so each one reads
+	// the product's row every tick and a thousand watchers cost a thousand reads a tick.
+	FeedPerWatcher Bug = "feed-per-watcher"
+	// BrowserClock: the sale page counts down to the start on the browser's clock, so a browser
+	// whose clock is ahead opens the button before the sale does.
+	BrowserClock Bug = "browser-clock"
 )

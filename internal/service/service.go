@@ -305,6 +305,11 @@ func (s *Service) Product(ctx context.Context, sku string) (stock.Product, error
 	return s.store.Product(ctx, sku)
 }
 
+// Products lists up to limit products, by SKU.
+func (s *Service) Products(ctx context.Context, limit int) ([]stock.Product, error) {
+	return s.store.Products(ctx, limit)
+}
+
 // Read reads an order or a checkout: with the queued strategy offered, from the order queue's
 // record first — queued, rejected with its reason, or placed and then read from the database —
 // and from the database where the queue has no record of it (another strategy's, or a record

@@ -135,6 +135,19 @@ func (s *Store) Product(ctx context.Context, sku string) (Product, error) {
 	return row.product(), nil
 }
 
+// Products lists up to limit products, by SKU, for the sale page's index.
+func (s *Store) Products(ctx context.Context, limit int) ([]Product, error) {
+	var rows []productRow
+	if err := classify(s.db.WithContext(ctx).Order("sku").Limit(limit).Find(&rows).Error); err != nil {
+		return nil, fmt.Errorf("products: %w", err)
+	}
+	out := make([]Product, len(rows))
+	for i, r := range rows {
+		out[i] = r.product()
+	}
+	return out, nil
+}
+
 // DeleteProduct removes a product and its orders. Tests use it to clean up after themselves.
 func (s *Store) DeleteProduct(ctx context.Context, sku string) error {
 	return s.withTx(ctx, s.db, func(tx *gorm.DB) error {

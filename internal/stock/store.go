@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -53,7 +54,35 @@ type Store struct {
 	// galera: the server is a node of a Galera cluster, whose reads wait for the cluster
 	// (readCausally).
 	galera bool
+	// statements counts the statements sent (Statements): what a feature costs the database
+	// is counted, not guessed.
+	statements atomic.Int64
 }
+
+// countStatements has every statement of both pools counted in s.statements, by a gorm
+// callback after each kind.
+func (s *Store) countStatements() error {
+	count := func(*gorm.DB) { s.statements.Add(1) }
+	for _, db := range []*gorm.DB{s.db, s.queue} {
+		cb := db.Callback()
+		for _, err := range []error{
+			cb.Query().After("*").Register("seckill:count", count),
+			cb.Row().After("*").Register("seckill:count", count),
+			cb.Raw().After("*").Register("seckill:count", count),
+			cb.Create().After("*").Register("seckill:count", count),
+			cb.Update().After("*").Register("seckill:count", count),
+			cb.Delete().After("*").Register("seckill:count", count),
+		} {
+			if err != nil {
+				return fmt.Errorf("count statements: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// Statements is how many statements this store has sent since it opened.
+func (s *Store) Statements() int64 { return s.statements.Load() }
 
 // Options tune a Store's connection pool; app.Defaults has the service's. Every field is
 // required where it applies (IdleTx and LockWait: MySQL only).
@@ -144,6 +173,10 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	queueDB.SetConnMaxLifetime(5 * time.Minute)
 	queueDB.SetConnMaxIdleTime(maxIdle)
 	s := &Store{db: db, dialect: MySQL, queue: queue, galera: galera}
+	if err := s.countStatements(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -216,6 +249,10 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 		return nil, err
 	}
 	s := &Store{db: db, dialect: SQLite, queue: queue}
+	if err := s.countStatements(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
