@@ -162,7 +162,7 @@ func (w *Watcher) Close() { w.hub.leave(w) }
 
 // productFeed reads one product for all its watchers.
 type productFeed struct {
-	key, sku string // key: its entry in Hub.feeds
+	key, sku string        // key: its entry in Hub.feeds
 	ready    chan struct{} // closed after the first read: err or last is set
 	err      error
 	last     Figures

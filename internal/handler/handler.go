@@ -94,7 +94,7 @@ const maxBodyBytes = 4 << 10
 
 type handler struct {
 	Config
-	pages  *pages
+	pages   *pages
 	isAdmin func(c *gin.Context) (bool, error) // whether the request carries the admin token; an error for a wrong one
 }
 
