@@ -59,6 +59,8 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.AdmissionPerInstance, "internal/frontdoor", "TestAdmissionRateAcrossInstances", nil, "admission must run at the deployment's rate"},
 		{planted.EarlyArrivalOrder, "internal/frontdoor", "TestEarlyJoinersShuffled", nil, "arriving early gave an advantage"},
 		{planted.LimitPerInstance, "internal/frontdoor", "TestBuyerLimitAcrossInstances", nil, "a buyer spread over three instances got more than its bucket"},
+		{planted.FeedPerWatcher, "internal/handler", "TestEventsOneFeedForManyWatchers", nil, "the events read it for each watcher"},
+		{planted.BrowserClock, "internal/handler", "TestSalePageInBrowser", nil, "the countdown ran on the browser's clock"},
 	})
 }
 
