@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -68,4 +70,45 @@ func TestOpenWithStore(t *testing.T) {
 	c.Service.Strategy = "nope"
 	_, err = app.Open(context.Background(), c, slog.New(slog.DiscardHandler), io.Discard)
 	assert.ErrorContains(t, err, "unknown strategy")
+}
+
+// TestShutdownEndsEventStreams: an instance told to stop ends its sale-page event streams at
+// once, cleanly (the stream reaches its end), and its drain does not wait for them: Serve
+// returns long before the shutdown timeout.
+func TestShutdownEndsEventStreams(t *testing.T) {
+	c := backendtest.AppConfig(t)
+	c.AdminToken = "tok"
+	c.ShutdownTimeout = 20 * time.Second
+	a, err := app.Open(context.Background(), c, slog.New(slog.DiscardHandler), io.Discard)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, ln) }()
+
+	sku := backendtest.SKU(t)
+	require.Equal(t, http.StatusOK, call(a.Handler(), http.MethodPut, "/api/v1/products/"+sku, `{"name":"x","stock":2}`).Code)
+	resp, err := http.Get("http://" + ln.Addr().String() + "/api/v1/products/" + sku + "/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	first := make([]byte, 64)
+	_, err = resp.Body.Read(first)
+	require.NoError(t, err)
+	assert.Contains(t, string(first), "event: stock")
+
+	stopped := time.Now()
+	stop()
+	_, err = io.ReadAll(resp.Body)
+	assert.NoError(t, err, "the stream ends cleanly, not cut")
+	select {
+	case err := <-served:
+		require.NoError(t, err)
+		assert.Less(t, time.Since(stopped), c.ShutdownTimeout/2, "the drain waited for the event stream")
+	case <-time.After(c.ShutdownTimeout):
+		t.Fatal("Serve still draining at its shutdown timeout: it waits for the event stream")
+	}
 }
