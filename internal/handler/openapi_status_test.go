@@ -39,6 +39,7 @@ var serviceErrors = map[string][]error{
 		stock.ErrBusy, stock.ErrDuplicateRequest, stock.ErrUnavailable, errors.New("a bug")},
 	"PutProduct": {stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
 	"Product":    {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
+	"Products":   {stock.ErrUnavailable, errors.New("a bug")},
 	"Read":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
 	"Wait":       {stock.ErrNotFound, stock.ErrUnavailable, errors.New("a bug")},
 	"Pay":        {stock.ErrNotFound, stock.ErrOrderExpired, stock.ErrOrderCancelled, stock.ErrBusy, stock.ErrUnavailable, errors.New("a bug")},
@@ -70,6 +71,9 @@ func (p *probeSales) PutProduct(context.Context, stock.ProductSpec) (stock.Produ
 }
 func (p *probeSales) Product(context.Context, string) (stock.Product, error) {
 	return stock.Product{}, p.err("Product")
+}
+func (p *probeSales) Products(context.Context, int) ([]stock.Product, error) {
+	return nil, p.err("Products")
 }
 func (p *probeSales) Place(_ context.Context, req stock.CheckoutRequest) (stock.Checkout, bool, error) {
 	co := stock.Checkout{Lines: make([]stock.Order, max(1, len(req.Lines)))}
@@ -312,10 +316,12 @@ func deriveStatuses(t *testing.T, ops map[string]operation) map[string][]int {
 }
 
 // roomAnswers are the statuses a waiting room answers from its Redis state, which this test,
-// with no backends, cannot drive: frontdoor_test.go drives them (TestQueueAndPass).
+// with no backends, cannot drive: frontdoor_test.go drives them (TestQueueAndPass). So are an
+// event stream's, whose handler here has no feed (503): events_test.go drives them (TestEvents).
 var roomAnswers = map[string][]int{
 	"POST /api/v1/products/{sku}/queue":         {http.StatusAccepted},
 	"GET /api/v1/products/{sku}/queue/{ticket}": {http.StatusOK},
+	"GET /api/v1/products/{sku}/events":         {http.StatusOK, http.StatusNotFound},
 }
 
 // statusProblems compares what the handler answered with what the document lists.

@@ -209,3 +209,36 @@ func admitted(t *testing.T, s *server, sku, user string) string {
 	}, 10*time.Second, 50*time.Millisecond)
 	return pass
 }
+
+// TestSalePage: the page says the product's static facts without its script — name, units
+// left, state, start — asks a name where buyers are not authenticated and a token where they
+// are, and an unknown product is a 404 page.
+func TestSalePage(t *testing.T) {
+	s := newServer(t)
+	sku := backendtest.SKU(t)
+	starts := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	rec := s.do(t, http.MethodPut, productPath(sku), fmt.Sprintf(`{"name":"Flash <sale>","stock":7,"starts_at":%q}`,
+		starts.Format(time.RFC3339)), admin)
+	require.Equal(t, http.StatusOK, rec.Code, "body: %s", rec.Body)
+	rec = s.do(t, http.MethodGet, "/sale/"+sku, "", nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	page := rec.Body.String()
+	assert.Equal(t, "text/html; charset=utf-8", rec.Header().Get("Content-Type"))
+	assert.Contains(t, page, "<h1>Flash &lt;sale&gt;</h1>", "the name, escaped")
+	assert.Contains(t, page, `<span id="stock">7</span> of 7 left`)
+	assert.Contains(t, page, "Not on sale yet")
+	assert.Contains(t, page, starts.Format(time.RFC1123))
+	assert.Contains(t, page, `id="buyer"`, "without buyer identity the page asks a name")
+	assert.NotContains(t, page, "http://", "no third-party host")
+	assert.NotContains(t, page, "https://", "no third-party host")
+
+	is := newIssuer(t)
+	authed := identityServer(t, is)
+	rec = authed.do(t, http.MethodGet, "/sale/"+sku, "", nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, rec.Body.String(), `id="token"`, "with buyer identity the page takes a token")
+
+	rec = s.do(t, http.MethodGet, "/sale/"+backendtest.SKU(t), "", nil)
+	assert.Equal(t, http.StatusNotFound, rec.Code)
+	assert.Contains(t, rec.Body.String(), "No product")
+}
