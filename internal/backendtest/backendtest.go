@@ -60,6 +60,10 @@ type backend struct {
 // Required reports whether tests must use real backends (SECKILL_TEST_REQUIRE_BACKENDS=1).
 func Required() bool { return os.Getenv("SECKILL_TEST_REQUIRE_BACKENDS") == "1" }
 
+// Screenshot is the file a browser test writes its picture to (SECKILL_TEST_SCREENSHOT); empty:
+// none.
+func Screenshot() string { return os.Getenv("SECKILL_TEST_SCREENSHOT") }
+
 // Main runs the package's tests and then drops the per-process database. after runs first:
 // what the package's own tests leave for the whole test process (cmd/api's service binary).
 func Main(m *testing.M, after ...func()) {

@@ -1,4 +1,4 @@
-// Package feed is the sale page's live figures (docs/lifecycle.md, "The sale page"): per product,
+// Package feed is the sale page's live figures (docs/frontdoor.md, "The sale page"): per product,
 // one reader per instance that reads the product's row every tick while anyone watches it, and
 // hands each change to every watcher. However many buyers watch a product, the database sees one
 // one-row read a tick from each instance, and a sale on any instance shows on every other within

@@ -17,7 +17,7 @@ import (
 )
 
 // The sale page and the index are files in the binary: no build step and no third-party host,
-// so a machine with no internet serves them (docs/lifecycle.md, "The sale page").
+// so a machine with no internet serves them (docs/frontdoor.md, "The sale page").
 //
 //go:embed page
 var pageFiles embed.FS

@@ -23,10 +23,6 @@ import (
 	"github.com/flashsale/seckill/internal/backendtest"
 )
 
-// screenshotEnv names the file TestSalePageInBrowser writes a picture of a sale in progress to
-// (docs/sale-page.png is made this way).
-const screenshotEnv = "SECKILL_SALE_SCREENSHOT"
-
 // browser starts headless Chromium for one test, or skips it where there is none — unless the
 // backends are required, and then a missing browser fails the test.
 func browser(t *testing.T) context.Context {
@@ -165,7 +161,8 @@ func TestSalePageInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(buyer, chromedp.Click(chromedp.CSS("#act"))))
 	buyer.until(t, `document.getElementById("order-status").dataset.status === "confirmed"`, 10*time.Second, "the order reads confirmed")
 	buyer.until(t, `document.getElementById("stock").textContent === "2"`, 2*time.Second, "the buyer's page counts its own sale")
-	if path := os.Getenv(screenshotEnv); path != "" {
+	// A picture of a sale in progress, when asked for: docs/sale-page.png is made this way.
+	if path := backendtest.Screenshot(); path != "" {
 		png, err := chromedp.Run(buyer, chromedp.FullScreenshot(100))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, png, 0o644))
