@@ -74,6 +74,9 @@ type options struct {
 	// through a waiting room admitting this many a second, beside the same crowd with no door;
 	// 0: none.
 	waitingRoom int
+	// watchers: each pass runs once more, on fresh processes, with this many sale-page event
+	// streams open on each product while it sells; 0: none.
+	watchers int
 	// serviceMySQL is the DSN the service processes get when it is not -mysql: under -fault, the
 	// same database through the fault's slow proxy.
 	serviceMySQL string
@@ -122,6 +125,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.waitingRoom, "waiting-room", 0, "instead of the comparison: start the processes with buyer identity on (a key the tool makes, a token it signs per buyer), "+
 		"run -users buyers through a waiting room admitting this many a second (join, poll, order with the pass) for -stock units, "+
 		"then the same crowd at a product with no door; 0: off")
+	fs.IntVar(&o.watchers, "watchers", 0, "run each pass again on fresh processes with this many sale-page watchers (event streams, spread over the "+
+		"instances) open on each product while it sells, its rows labelled \"N watchers\": orders/s with and without them; 0: none")
 	fs.BoolVar(&o.progress, "progress", term.IsTerminal(int(os.Stderr.Fd())), "show a progress bar")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -175,6 +180,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errNoWaitingRoomTarget
 	case o.waitingRoom > 0 && (o.fault != "" || o.soak > 0 || o.after.on() || len(o.groupCommit) > 1 || len(o.clients) > 1):
 		return o, errors.New("-waiting-room is a row of its own: leave out -fault, -soak, -cancel, -unpaid, and give one -group-commit and one -concurrency")
+	case o.watchers < 0 || o.watchers > 10000:
+		return o, errors.New("-watchers is 0 (none) to 10000 (each instance takes 10,000 streams by default)")
+	case o.watchers > 0 && o.waitingRoom > 0:
+		return o, errors.New("-watchers runs beside the comparison, not the waiting-room row")
 	case o.after.cancel < 0 || o.after.unpaid < 0 || o.after.cancel+o.after.unpaid > 1:
 		return o, errors.New("-cancel and -unpaid are shares: each at least 0, together at most 1")
 	case o.after.timeout < 0 || o.after.timeout%time.Second != 0 || o.after.timeout > 24*time.Hour:

@@ -25,6 +25,7 @@ type pass struct {
 	env       []string         // added to the service's environment
 	only      string           // the one strategy the pass runs; "": every strategy of the run
 	family    string           // the family of its rows, when its settings change it; "": the strategy's
+	watchers  int              // sale-page event streams open on each product while it sells
 	instances []*proc.Instance // the processes, while the pass runs
 }
 
@@ -58,6 +59,16 @@ func (o options) passes() []*pass {
 			w := rowLockWait
 			w.label = strings.TrimSuffix(w.label+", "+out[i].label, ", ")
 			w.suffix, w.env = out[i].suffix+w.suffix, append(slices.Clone(out[i].env), w.env...)
+			out = slices.Insert(out, i+1, &w)
+		}
+	}
+	if o.watchers > 0 {
+		for i := len(out) - 1; i >= 0; i-- {
+			w := *out[i]
+			w.label = strings.TrimPrefix(fmt.Sprintf("%s, %d watchers", w.label, o.watchers), ", ")
+			w.suffix += "-w"
+			w.env = slices.Clone(w.env)
+			w.watchers = o.watchers
 			out = slices.Insert(out, i+1, &w)
 		}
 	}
@@ -177,6 +188,10 @@ func passesText(o options) string {
 			labels[i] = fmt.Sprintf("%d (%s)", v, groupCommitLabel(v))
 		}
 		text = ", once per SECKILL_GROUP_COMMIT value, fresh processes each: " + strings.Join(labels, ", ")
+	}
+	if o.watchers > 0 {
+		text += fmt.Sprintf("; each pass once more on fresh processes with %d sale-page watchers (event streams) open on each product while it sells, "+
+			"its rows labelled %d watchers", o.watchers, o.watchers)
 	}
 	if o.comparesRowLocks() {
 		text += "; pessimistic (FOR UPDATE NOWAIT by default) once more on fresh processes with " + strings.Join(rowLockWait.env, " ") +

@@ -85,9 +85,17 @@ func (rr roundRunner) round(ctx context.Context, suffix string) ([]report.Row, m
 				return nil, nil, fmt.Errorf("%s: -fault %s: %w", row, o.fault, err)
 			}
 		}
+		watchers, err := watch(ctx, rr.targets, sku, rr.pass.watchers)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: watchers: %w", row, err)
+		}
 		rec := rr.cpu.Start()
 		s, err := l.Run(ctx, row)
 		rec.Stop()
+		if watchers != nil {
+			// The pages' promise: sold out shown within a second of the last sale.
+			fmt.Fprintf(rr.log, "%s: %d of %d watchers saw sold_out\n", row, watchers.stop(2*time.Second), rr.pass.watchers)
+		}
 		taken, faultErr := fault.Stop()
 		var (
 			sold    []scrape.Sample // after the selling phase: what the fault did to a guarded strategy
