@@ -784,3 +784,22 @@ func captureStderr(t *testing.T, f func()) string {
 	require.NoError(t, err)
 	return string(raw)
 }
+
+// TestWatchersPasses: -watchers runs each pass once more, on processes of its own, with the
+// sale-page watchers open, its rows labelled with their count.
+func TestWatchersPasses(t *testing.T) {
+	o, err := parse([]string{"-group-commit", "0,64", "-watchers", "500"}, io.Discard)
+	require.NoError(t, err)
+	var labels []string
+	for _, p := range o.passes() {
+		labels = append(labels, fmt.Sprintf("%s/%s/%d", p.label, p.suffix, p.watchers))
+	}
+	assert.Equal(t, []string{"per-order/-gc0/0", "per-order, 500 watchers/-gc0-w/500", "batched 64/-gc64/0",
+		"batched 64, 500 watchers/-gc64-w/500"}, labels)
+	assert.Contains(t, passesText(o), "500 sale-page watchers")
+
+	for _, args := range [][]string{{"-watchers", "-1"}, {"-watchers", "10001"}, {"-watchers", "5", "-waiting-room", "50"}} {
+		_, err := parse(args, io.Discard)
+		assert.Error(t, err, "%v", args)
+	}
+}
