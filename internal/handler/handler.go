@@ -1,6 +1,7 @@
 // Package handler is the HTTP face of the service — the contract is openapi.yaml beside it,
-// served at /openapi.yaml: gin routes, request validation, and the single table that maps error
-// codes to statuses. It never touches a backend directly: everything goes through the service.
+// served at /openapi.yaml: gin routes, request validation, the single table that maps error
+// codes to statuses, and the sale page with its live events (page.go). It never touches a
+// backend directly: everything goes through the service.
 package handler
 
 import (
