@@ -86,6 +86,7 @@ func TestConfigRejects(t *testing.T) {
 		"mode, embedded":     {env: map[string]string{"SECKILL_REDIS_MODE": "cluster"}},
 		"unknown row lock":   {args: []string{"-row-lock", "NOWAIT"}},
 		"reservation lease":  {env: map[string]string{"SECKILL_RESERVATION_LEASE": "10s"}},
+		"no event streams":   {env: map[string]string{"SECKILL_EVENTS_MAX": "0"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadConfig(tc.args, env(tc.env))
