@@ -89,19 +89,20 @@ const maxBodyBytes = 4 << 10
 type handler struct {
 	Config
 	isAdmin func(c *gin.Context) (bool, error) // whether the request carries the admin token; an error for a wrong one
+	soldOut *soldOutAnswers
 }
 
 // New returns the service's HTTP handler.
 func New(cfg Config) (http.Handler, error) {
 	// Release mode: gin's debug mode prints every route at start and warns on every request.
 	gin.SetMode(gin.ReleaseMode)
-	h := &handler{Config: cfg}
+	h := &handler{Config: cfg, soldOut: newSoldOutAnswers()}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
-	r.Use(withRequestID(cfg.Log), newHTTPMetrics(cfg.Registerer).middleware(), withRecovery(), limitBody(maxBodyBytes))
+	r.Use(withRequestID(cfg.Log), newHTTPMetrics(cfg.Registerer).middleware(), withRecovery(cfg.Log), limitBody(maxBodyBytes))
 	h.isAdmin = adminCheck(cfg.AdminToken)
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
@@ -147,7 +148,7 @@ func (h *handler) ready(c *gin.Context) {
 		if err := check.Ping(ctx); err != nil {
 			status[check.Name] = "down"
 			down += " " + check.Name
-			logger(c).Warn("backend not ready", "backend", check.Name, "err", err)
+			requestLogger(h.Log, c).Warn("backend not ready", "backend", check.Name, "err", err)
 		}
 	}
 	if down != "" {
@@ -251,9 +252,9 @@ type kind struct {
 	param    string // the path parameter of its id: "order_id"
 	path     string // its Location, but for the id
 	checkout bool   // whether its ids are checkouts' (stock.Ref)
-	// placing reads the path of a POST that places one: what its errors are about, and the body
-	// to decode. On a malformed path it answers, and returns false.
-	placing func(c *gin.Context) (body placeBody, subject string, ok bool)
+	// placing reads the path of a POST that places one: the body to decode, and its product
+	// ("" for a checkout, whose lines name theirs). On a malformed path it answers, and returns false.
+	placing func(c *gin.Context) (body placeBody, sku string, ok bool)
 	reply   func(stock.Checkout) (id string, status stock.Status, json any)
 }
 
@@ -262,7 +263,7 @@ func (h *handler) orders() kind {
 	return kind{handler: h, name: "order", param: "order_id", path: "/api/v1/orders/",
 		placing: func(c *gin.Context) (placeBody, string, bool) {
 			sku, ok := skuParam(c)
-			return &orderBody{sku: sku}, "product " + sku, ok
+			return &orderBody{sku: sku}, sku, ok
 		},
 		reply: orderReply,
 	}
@@ -272,7 +273,7 @@ func (h *handler) orders() kind {
 func (h *handler) checkouts() kind {
 	return kind{handler: h, name: "checkout", param: "checkout_id", path: "/api/v1/checkouts/", checkout: true,
 		placing: func(*gin.Context) (placeBody, string, bool) {
-			return &checkoutBody{}, "checkout", true
+			return &checkoutBody{}, "", true
 		},
 		reply: checkoutReply,
 	}
@@ -280,7 +281,7 @@ func (h *handler) checkouts() kind {
 
 // place places one: 201 with it, or 202 and its Location while it is queued.
 func (k kind) place(c *gin.Context) {
-	body, subject, ok := k.placing(c)
+	body, sku, ok := k.placing(c)
 	if !ok {
 		return
 	}
@@ -292,15 +293,22 @@ func (k kind) place(c *gin.Context) {
 		fail(c, err, "")
 		return
 	}
-	req, err := body.request(key, k.Sales.Resolve)
+	req, err := body.request(key, k.Sales)
 	if err != nil {
 		fail(c, err, "")
 		return
 	}
 	req.Pass = c.GetHeader(passHeader)
 	placed, _, err := k.Sales.Place(c.Request.Context(), req)
-	if err != nil {
-		fail(c, err, subject)
+	switch {
+	case err != nil && sku != "" && stock.Code(err) == "sold_out":
+		k.soldOut.answer(c, sku)
+		return
+	case err != nil && sku != "":
+		fail(c, err, "product "+sku)
+		return
+	case err != nil:
+		fail(c, err, "checkout")
 		return
 	}
 	id, status, json := k.reply(placed)
