@@ -70,7 +70,8 @@ func claim(c *gin.Context, userID *string) (*string, error) {
 	if userID != nil && *userID != sub {
 		return nil, errForbidden
 	}
-	return &sub, nil
+	buyer := sub // its own variable: taking sub's address would allocate it on every request
+	return &buyer, nil
 }
 
 // owns reports whether the authenticated buyer (if any) holds every line of one: with identity

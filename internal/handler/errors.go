@@ -2,13 +2,14 @@ package handler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -67,8 +68,7 @@ var answers = map[string]struct {
 		return "this Idempotency-Key was already used with a different request"
 	}},
 	"sale_not_started": {http.StatusConflict, func(s string, err error) string {
-		var ns *stock.SaleNotStartedError
-		if errors.As(err, &ns) {
+		if ns, ok := errors.AsType[*stock.SaleNotStartedError](err); ok {
 			return s + " goes on sale at " + ns.Starts.Format(time.RFC3339)
 		}
 		return s + " is not on sale yet"
@@ -122,26 +122,28 @@ type errorDetail struct {
 }
 
 // fail answers err with its status and code. subject names what the request was about
-// ("product iphone-17"). Only 5xx are logged: they are ours to fix; 4xx are the client's.
+// ("product iphone-17"). Only 5xx are logged (withRequestID logs the errors fail records): they
+// are ours to fix; 4xx are the client's.
 func fail(c *gin.Context, err error, subject string) {
 	code := stock.Code(err)
-	var lines *stock.CheckoutError
-	if errors.As(err, &lines) {
+	lines, isCheckout := errors.AsType[*stock.CheckoutError](err)
+	if isCheckout {
 		subject = "product " + strings.Join(lines.SKUs, ", ")
 	}
-	status, message := http.StatusInternalServerError, fmt.Sprintf("internal error (request id %s)", requestID(c))
+	var (
+		status  int
+		message string
+	)
 	if a, ok := answers[code]; ok {
 		status, message = a.status, a.message(subject, err)
 	} else {
-		code = "internal"
+		code, status, message = "internal", http.StatusInternalServerError, "internal error (request id "+requestID(c)+")"
 	}
-	var invalid *stock.InvalidError
-	if errors.As(err, &invalid) {
+	if invalid, ok := errors.AsType[*stock.InvalidError](err); ok {
 		message = invalid.Msg
 	}
 	if status >= 500 {
-		logger(c).LogAttrs(c.Request.Context(), slog.LevelError, "request failed",
-			slog.Int("status", status), slog.String("code", code), slog.Any("err", err))
+		_ = c.Error(err)
 	}
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		c.Header("Retry-After", retryAfterSeconds)
@@ -149,17 +151,15 @@ func fail(c *gin.Context, err error, subject string) {
 	if code == "unauthenticated" && c.Writer.Header().Get("WWW-Authenticate") == "" {
 		c.Header("WWW-Authenticate", "Bearer")
 	}
-	var limited *frontdoor.RateLimitedError
-	if errors.As(err, &limited) {
+	if limited, ok := errors.AsType[*frontdoor.RateLimitedError](err); ok {
 		c.Header("Retry-After", strconv.Itoa(retryAfter(limited.RetryAfter)))
 	}
-	var notStarted *stock.SaleNotStartedError
-	if errors.As(err, &notStarted) {
+	if notStarted, ok := errors.AsType[*stock.SaleNotStartedError](err); ok {
 		// Seconds until the start, rounded up: a client that waits that long is not early.
 		c.Header("Retry-After", strconv.Itoa(max(1, int(math.Ceil(time.Until(notStarted.Starts).Seconds())))))
 	}
 	detail := errorDetail{Code: code, Message: message}
-	if lines != nil {
+	if isCheckout {
 		detail.SKUs = lines.SKUs
 	}
 	c.AbortWithStatusJSON(status, errorBody{Error: detail})
@@ -168,4 +168,41 @@ func fail(c *gin.Context, err error, subject string) {
 // invalid answers 400 invalid_argument with message.
 func invalid(c *gin.Context, format string, args ...any) {
 	fail(c, &stock.InvalidError{Msg: fmt.Sprintf(format, args...)}, "")
+}
+
+// soldOutAnswers are the 409 sold_out answers to orders, one body per product, made once by
+// fail's table: after a sale's last unit nearly every request is answered one of them, and
+// encoding it anew each time would cost more than the rest of the answer.
+type soldOutAnswers struct {
+	mu     sync.RWMutex
+	bodies map[string][]byte // by SKU
+}
+
+// maxSoldOutAnswers bounds the bodies kept; past it they are dropped and made again as asked.
+const maxSoldOutAnswers = 10_000
+
+func newSoldOutAnswers() *soldOutAnswers { return &soldOutAnswers{bodies: map[string][]byte{}} }
+
+// jsonContentType is the Content-Type of gin's JSON answers, which fail gives.
+var jsonContentType = []string{"application/json; charset=utf-8"}
+
+// answer answers an order for sku, sold out, as fail would.
+func (a *soldOutAnswers) answer(c *gin.Context, sku string) {
+	a.mu.RLock()
+	body, ok := a.bodies[sku]
+	a.mu.RUnlock()
+	if !ok {
+		subject := "product " + sku
+		body, _ = json.Marshal(errorBody{Error: errorDetail{Code: "sold_out", Message: answers["sold_out"].message(subject, stock.ErrSoldOut)}})
+		a.mu.Lock()
+		if len(a.bodies) >= maxSoldOutAnswers {
+			clear(a.bodies)
+		}
+		a.bodies[sku] = body
+		a.mu.Unlock()
+	}
+	c.Abort()
+	c.Writer.Header()["Content-Type"] = jsonContentType
+	c.Writer.WriteHeader(http.StatusConflict)
+	_, _ = c.Writer.Write(body)
 }

@@ -97,6 +97,7 @@ type handler struct {
 	Config
 	pages   *pages
 	isAdmin func(c *gin.Context) (bool, error) // whether the request carries the admin token; an error for a wrong one
+	soldOut *soldOutAnswers
 }
 
 // New returns the service's HTTP handler.
@@ -107,13 +108,13 @@ func New(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pages: %w", err)
 	}
-	h := &handler{Config: cfg, pages: p}
+	h := &handler{Config: cfg, pages: p, soldOut: newSoldOutAnswers()}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
-	r.Use(withRequestID(cfg.Log), newHTTPMetrics(cfg.Registerer).middleware(), withRecovery(), limitBody(maxBodyBytes))
+	r.Use(withRequestID(cfg.Log), newHTTPMetrics(cfg.Registerer).middleware(), withRecovery(cfg.Log), limitBody(maxBodyBytes))
 	h.isAdmin = adminCheck(cfg.AdminToken)
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
@@ -162,7 +163,7 @@ func (h *handler) ready(c *gin.Context) {
 		if err := check.Ping(ctx); err != nil {
 			status[check.Name] = "down"
 			down += " " + check.Name
-			logger(c).Warn("backend not ready", "backend", check.Name, "err", err)
+			requestLogger(h.Log, c).Warn("backend not ready", "backend", check.Name, "err", err)
 		}
 	}
 	if down != "" {
@@ -266,9 +267,9 @@ type kind struct {
 	param    string // the path parameter of its id: "order_id"
 	path     string // its Location, but for the id
 	checkout bool   // whether its ids are checkouts' (stock.Ref)
-	// placing reads the path of a POST that places one: what its errors are about, and the body
-	// to decode. On a malformed path it answers, and returns false.
-	placing func(c *gin.Context) (body placeBody, subject string, ok bool)
+	// placing reads the path of a POST that places one: the body to decode, and its product
+	// ("" for a checkout, whose lines name theirs). On a malformed path it answers, and returns false.
+	placing func(c *gin.Context) (body placeBody, sku string, ok bool)
 	reply   func(stock.Checkout) (id string, status stock.Status, json any)
 }
 
@@ -277,7 +278,7 @@ func (h *handler) orders() kind {
 	return kind{handler: h, name: "order", param: "order_id", path: "/api/v1/orders/",
 		placing: func(c *gin.Context) (placeBody, string, bool) {
 			sku, ok := skuParam(c)
-			return &orderBody{sku: sku}, "product " + sku, ok
+			return &orderBody{sku: sku}, sku, ok
 		},
 		reply: orderReply,
 	}
@@ -287,7 +288,7 @@ func (h *handler) orders() kind {
 func (h *handler) checkouts() kind {
 	return kind{handler: h, name: "checkout", param: "checkout_id", path: "/api/v1/checkouts/", checkout: true,
 		placing: func(*gin.Context) (placeBody, string, bool) {
-			return &checkoutBody{}, "checkout", true
+			return &checkoutBody{}, "", true
 		},
 		reply: checkoutReply,
 	}
@@ -295,7 +296,7 @@ func (h *handler) checkouts() kind {
 
 // place places one: 201 with it, or 202 and its Location while it is queued.
 func (k kind) place(c *gin.Context) {
-	body, subject, ok := k.placing(c)
+	body, sku, ok := k.placing(c)
 	if !ok {
 		return
 	}
@@ -307,15 +308,22 @@ func (k kind) place(c *gin.Context) {
 		fail(c, err, "")
 		return
 	}
-	req, err := body.request(key, k.Sales.Resolve)
+	req, err := body.request(key, k.Sales)
 	if err != nil {
 		fail(c, err, "")
 		return
 	}
 	req.Pass = c.GetHeader(passHeader)
 	placed, _, err := k.Sales.Place(c.Request.Context(), req)
-	if err != nil {
-		fail(c, err, subject)
+	switch {
+	case err != nil && sku != "" && stock.Code(err) == "sold_out":
+		k.soldOut.answer(c, sku)
+		return
+	case err != nil && sku != "":
+		fail(c, err, "product "+sku)
+		return
+	case err != nil:
+		fail(c, err, "checkout")
 		return
 	}
 	id, status, json := k.reply(placed)

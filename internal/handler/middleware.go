@@ -1,64 +1,106 @@
 package handler
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/binary"
 	"log/slog"
+	"maps"
 	"net/http"
-	"regexp"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/seckill/internal/stock"
 )
 
-const (
-	requestIDHeader = "X-Request-Id"
-	ctxRequestID    = "seckill.request_id"
-	ctxLogger       = "seckill.logger"
-)
+const requestIDHeader = "X-Request-Id"
 
-// A client-supplied request id is kept only when it is short and plain; otherwise a new one is
-// made, so ids are safe to log and to echo.
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
-
-// withRequestID gives every request an id (the client's X-Request-Id when it is sane), echoes it
-// in the response, and keeps it with the service's logger in the context for logger.
+// withRequestID gives every request an id (the client's X-Request-Id when it is sane) and echoes
+// it in the response, where requestID reads it back: nothing is stored per request. After the
+// request it logs the 5xx that fail answered, with the id: those are ours to fix.
 func withRequestID(log *slog.Logger) gin.HandlerFunc {
+	ids := newRequestIDs()
 	return func(c *gin.Context) {
 		id := c.GetHeader(requestIDHeader)
-		if !requestIDPattern.MatchString(id) {
-			id = ulid.Make().String()
+		if !saneRequestID(id) {
+			id = ids.next()
 		}
-		c.Set(ctxRequestID, id)
-		c.Set(ctxLogger, log) // the request's attributes are added in logger, only when it logs: most requests never do
 		c.Header(requestIDHeader, id)
 		c.Next()
+		if status := c.Writer.Status(); status >= http.StatusInternalServerError {
+			for _, e := range c.Errors {
+				requestLogger(log, c).LogAttrs(c.Request.Context(), slog.LevelError, "request failed",
+					slog.Int("status", status), slog.String("code", stock.Code(e.Err)), slog.Any("err", e.Err))
+			}
+		}
 	}
 }
 
-func requestID(c *gin.Context) string { return c.GetString(ctxRequestID) }
-
-// logger is the request's logger: the service's, with the request id, method and path.
-func logger(c *gin.Context) *slog.Logger {
-	log := slog.Default()
-	if l, ok := c.Get(ctxLogger); ok {
-		log = l.(*slog.Logger)
+// saneRequestID reports whether a client's request id is short and plain ([A-Za-z0-9._:-], 1 to
+// 64 bytes), so that it is safe to log and to echo; any other is replaced.
+func saneRequestID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
 	}
+	for i := 0; i < len(id); i++ {
+		if b := id[i]; !isAlnum(b) && b != '.' && b != '_' && b != ':' && b != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+}
+
+// requestIDs makes ULIDs without a random read or a lock per request: the entropy is drawn once,
+// and each id adds a counter to it. Ids stay unique in the process (the counter) and across
+// instances (the entropy); they need not be unpredictable, only distinct.
+type requestIDs struct {
+	entropy [10]byte
+	n       atomic.Uint64
+}
+
+func newRequestIDs() *requestIDs {
+	ids := &requestIDs{}
+	_, _ = rand.Read(ids.entropy[:]) // never fails (crypto/rand)
+	return ids
+}
+
+func (r *requestIDs) next() string {
+	var id ulid.ULID
+	_ = id.SetTime(ulid.Now()) // fails only past the year 10889
+	copy(id[6:], r.entropy[:])
+	low := binary.BigEndian.Uint64(id[8:]) + r.n.Add(1)
+	binary.BigEndian.PutUint64(id[8:], low)
+	return id.String()
+}
+
+// requestID is the request's id, as its response carries it.
+func requestID(c *gin.Context) string { return c.Writer.Header().Get(requestIDHeader) }
+
+// requestLogger is log with the request's id, method and path.
+func requestLogger(log *slog.Logger, c *gin.Context) *slog.Logger {
 	return log.With(slog.String("request_id", requestID(c)), slog.String("method", c.Request.Method),
 		slog.String("path", c.Request.URL.Path))
 }
 
 // withRecovery turns a panic into a logged 500 in the API's error shape.
-func withRecovery() gin.HandlerFunc {
+func withRecovery(log *slog.Logger) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		defer func() {
 			if r := recover(); r != nil {
-				logger(c).Error("panic", "panic", r, "stack", string(debug.Stack()))
+				requestLogger(log, c).Error("panic", "panic", r, "stack", string(debug.Stack()))
 				fail(c, errPanic, "")
 			}
 		}()
@@ -66,11 +108,29 @@ func withRecovery() gin.HandlerFunc {
 	}
 }
 
-// httpMetrics counts requests and their latency by route template and status.
+// httpMetrics counts requests and their latency by route template and status. The observers of
+// each label set are looked up once and kept (seen): a lookup hashes the labels, and every
+// request would pay for it.
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	seen     atomic.Pointer[map[httpLabels]httpObservers] // replaced, never changed: read without a lock
+	adding   sync.Mutex                                   // one writer of seen at a time
 }
+
+type httpLabels struct {
+	method, route string
+	status        int
+}
+
+type httpObservers struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
+// maxHTTPLabelSets bounds the observers kept: a client can send any method, and past this many
+// label sets the rest are looked up per request instead.
+const maxHTTPLabelSets = 1024
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	m := &httpMetrics{
@@ -82,6 +142,7 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"method", "route", "status"}),
 	}
+	m.seen.Store(&map[httpLabels]httpObservers{})
 	reg.MustRegister(m.requests, m.latency)
 	return m
 }
@@ -94,10 +155,28 @@ func (m *httpMetrics) middleware() gin.HandlerFunc {
 		if route == "" {
 			route = "unmatched" // never the raw path: it would make label cardinality unbounded
 		}
-		status := strconv.Itoa(c.Writer.Status())
-		m.requests.WithLabelValues(c.Request.Method, route, status).Inc()
-		m.latency.WithLabelValues(c.Request.Method, route, status).Observe(time.Since(start).Seconds())
+		o := m.observers(httpLabels{method: c.Request.Method, route: route, status: c.Writer.Status()})
+		o.requests.Inc()
+		o.latency.Observe(time.Since(start).Seconds())
 	}
+}
+
+// observers are the request counter and latency histogram of l.
+func (m *httpMetrics) observers(l httpLabels) httpObservers {
+	if o, ok := (*m.seen.Load())[l]; ok {
+		return o
+	}
+	status := strconv.Itoa(l.status)
+	o := httpObservers{requests: m.requests.WithLabelValues(l.method, l.route, status),
+		latency: m.latency.WithLabelValues(l.method, l.route, status)}
+	m.adding.Lock()
+	defer m.adding.Unlock()
+	if seen := *m.seen.Load(); len(seen) < maxHTTPLabelSets {
+		next := maps.Clone(seen)
+		next[l] = o
+		m.seen.Store(&next)
+	}
+	return o
 }
 
 // adminCheck returns the check of the admin bearer token: true for the right one, false for a

@@ -97,7 +97,7 @@ func viewOf(p stock.Product, now time.Time) productView {
 // salePage answers a buyer's page of one product.
 func (h *handler) salePage(c *gin.Context) {
 	sku := c.Param("sku")
-	if !skuPattern.MatchString(sku) {
+	if !validSKU(sku) {
 		pageError(c, http.StatusNotFound, "No such product.")
 		return
 	}
@@ -107,7 +107,7 @@ func (h *handler) salePage(c *gin.Context) {
 		pageError(c, http.StatusNotFound, "No product "+sku+".")
 		return
 	case err != nil:
-		logger(c).Error("sale page: product not read", "sku", sku, "err", err)
+		requestLogger(h.Log, c).Error("sale page: product not read", "sku", sku, "err", err)
 		pageError(c, http.StatusServiceUnavailable, "The sale cannot be read right now. Try again shortly.")
 		return
 	}
@@ -126,7 +126,7 @@ const indexSize = 100
 func (h *handler) index(c *gin.Context) {
 	ps, err := h.Sales.Products(c.Request.Context(), indexSize)
 	if err != nil {
-		logger(c).Error("index: products not read", "err", err)
+		requestLogger(h.Log, c).Error("index: products not read", "err", err)
 		pageError(c, http.StatusServiceUnavailable, "The sales cannot be read right now. Try again shortly.")
 		return
 	}
@@ -146,7 +146,7 @@ func (h *handler) index(c *gin.Context) {
 func (h *handler) render(c *gin.Context, t *template.Template, data any) {
 	var buf bytes.Buffer
 	if err := t.Execute(&buf, data); err != nil {
-		logger(c).Error("page not rendered", "err", err)
+		requestLogger(h.Log, c).Error("page not rendered", "err", err)
 		pageError(c, http.StatusInternalServerError, "The page could not be shown.")
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -32,15 +33,26 @@ const (
 	maxPerOrderLimit       = 1_000_000
 )
 
-var (
-	skuPattern     = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
-	orderIDPattern = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{26}$`) // a ULID
-)
+var orderIDPattern = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{26}$`) // a ULID
+
+// validSKU reports whether sku matches [A-Za-z0-9._-]{1,64}: a loop, not a regexp, since every
+// order asks.
+func validSKU(sku string) bool {
+	if len(sku) == 0 || len(sku) > 64 {
+		return false
+	}
+	for i := 0; i < len(sku); i++ {
+		if b := sku[i]; !isAlnum(b) && b != '.' && b != '_' && b != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // skuParam validates the {sku} path segment, answering 400 when it is malformed.
 func skuParam(c *gin.Context) (string, bool) {
 	sku := c.Param("sku")
-	if !skuPattern.MatchString(sku) {
+	if !validSKU(sku) {
 		invalid(c, "sku must match [A-Za-z0-9._-]{1,64}")
 		return "", false
 	}
@@ -61,11 +73,18 @@ func idempotencyKey(c *gin.Context) (string, bool) {
 // bodies over the limit; on failure it answers 400 and returns false.
 func decode(c *gin.Context, dst any) bool { return decodeBody(c, dst, false) }
 
+// bodies are the buffers request bodies are read into: one read, no growing, on every order.
+var bodies = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, maxBodyBytes+bytes.MinRead)) }}
+
 // decodeBody is decode, but an empty body is no object at all when allowEmpty (dst untouched).
 func decodeBody(c *gin.Context, dst any, allowEmpty bool) bool {
-	raw, err := io.ReadAll(c.Request.Body)
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
+	buf := bodies.Get().(*bytes.Buffer)
+	defer func() {
+		buf.Reset()
+		bodies.Put(buf)
+	}()
+	_, err := buf.ReadFrom(c.Request.Body)
+	if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
 		invalid(c, "request body exceeds %d bytes", maxBodyBytes)
 		return false
 	}
@@ -73,6 +92,7 @@ func decodeBody(c *gin.Context, dst any, allowEmpty bool) bool {
 		invalid(c, "request body could not be read")
 		return false
 	}
+	raw := buf.Bytes()
 	if allowEmpty && len(bytes.TrimSpace(raw)) == 0 {
 		return true
 	}
@@ -82,28 +102,27 @@ func decodeBody(c *gin.Context, dst any, allowEmpty bool) bool {
 		invalid(c, "request body is not valid UTF-8")
 		return false
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec := json.NewDecoder(buf)
 	dec.DisallowUnknownFields()
 	err = dec.Decode(dst)
-	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			err = errors.New("trailing data after the JSON object")
-		}
+	if err == nil && len(bytes.TrimSpace(raw[dec.InputOffset():])) > 0 {
+		err = errors.New("trailing data after the JSON object")
 	}
-	var (
-		wrongType *json.UnmarshalTypeError
-		syntax    *json.SyntaxError
-	)
 	switch {
 	case err == nil:
 		return true
 	case errors.Is(err, io.EOF):
 		invalid(c, "request body is empty; a JSON object is required")
-	case errors.As(err, &wrongType) && wrongType.Field != "":
+		return false
+	}
+	wrongType, isType := errors.AsType[*json.UnmarshalTypeError](err)
+	syntax, isSyntax := errors.AsType[*json.SyntaxError](err)
+	switch {
+	case isType && wrongType.Field != "":
 		invalid(c, "field %s must be a JSON %s", wrongType.Field, jsonKind(wrongType.Type.Kind()))
-	case errors.As(err, &wrongType):
+	case isType:
 		invalid(c, "request body must be a JSON object")
-	case errors.As(err, &syntax):
+	case isSyntax:
 		invalid(c, "malformed JSON at byte %d", syntax.Offset)
 	default:
 		// json's own messages for unknown fields and truncated input name only the field.
@@ -139,11 +158,16 @@ func plainText(s string) bool {
 	return true
 }
 
+// resolver names the strategy of a request (Sales.Resolve).
+type resolver interface {
+	Resolve(requested string) (string, error)
+}
+
 // A placeBody is the JSON body of a POST that places an order or a checkout.
 type placeBody interface {
-	// request validates the body into a request, its strategy named by resolve, or returns a
+	// request validates the body into a request, its strategy named by strategies, or returns a
 	// *stock.InvalidError.
-	request(key string, resolve func(requested string) (string, error)) (stock.CheckoutRequest, error)
+	request(key string, strategies resolver) (stock.CheckoutRequest, error)
 	// claim sets the body's user_id to the authenticated buyer, or returns errForbidden when it
 	// names another (claim, below).
 	claim(c *gin.Context) error
@@ -167,7 +191,7 @@ type orderBody struct {
 }
 
 // request validates the body into an order: a request of one line. Quantity defaults to 1.
-func (b orderBody) request(key string, resolve func(string) (string, error)) (stock.CheckoutRequest, error) {
+func (b orderBody) request(key string, strategies resolver) (stock.CheckoutRequest, error) {
 	req := stock.OrderRequest{SKU: b.sku, IdempotencyKey: key, Quantity: 1}
 	user, err := validUser(b.UserID, true)
 	if err != nil {
@@ -180,7 +204,7 @@ func (b orderBody) request(key string, resolve func(string) (string, error)) (st
 	if req.Quantity < 1 || req.Quantity > maxPerOrderLimit {
 		return stock.CheckoutRequest{}, &stock.InvalidError{Msg: "quantity must be at least 1 and at most the product's max_per_order"}
 	}
-	req.Strategy, err = resolve(b.Strategy)
+	req.Strategy, err = strategies.Resolve(b.Strategy)
 	return stock.OrderOf(req), err
 }
 
@@ -373,7 +397,7 @@ type checkoutLineBody struct {
 
 // request validates the body into a checkout request: each line a well-formed SKU, its quantity
 // defaulting to 1. How many lines, and distinct, the service checks (stock.CheckoutRequest.Validate).
-func (b checkoutBody) request(key string, resolve func(string) (string, error)) (stock.CheckoutRequest, error) {
+func (b checkoutBody) request(key string, strategies resolver) (stock.CheckoutRequest, error) {
 	req := stock.CheckoutRequest{IdempotencyKey: key}
 	user, err := validUser(b.UserID, true)
 	if err != nil {
@@ -381,7 +405,7 @@ func (b checkoutBody) request(key string, resolve func(string) (string, error)) 
 	}
 	req.UserID = user
 	for i, l := range b.Lines {
-		if l.SKU == nil || !skuPattern.MatchString(*l.SKU) {
+		if l.SKU == nil || !validSKU(*l.SKU) {
 			return req, &stock.InvalidError{Msg: fmt.Sprintf("lines[%d].sku must match [A-Za-z0-9._-]{1,64}", i)}
 		}
 		line := stock.OrderRequest{SKU: *l.SKU, Quantity: 1}
@@ -393,7 +417,7 @@ func (b checkoutBody) request(key string, resolve func(string) (string, error)) 
 		}
 		req.Lines = append(req.Lines, line)
 	}
-	req.Strategy, err = resolve(b.Strategy)
+	req.Strategy, err = strategies.Resolve(b.Strategy)
 	return req, err
 }
 

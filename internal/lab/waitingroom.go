@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
+	"github.com/flashsale/seckill/loadtest/cpu"
 	"github.com/flashsale/seckill/quantile"
 )
 
@@ -32,16 +33,26 @@ func waitingRoom() Experiment {
 	}
 }
 
-// doorRun is what one form's crowd heard.
+// doorRun is what one form's crowd heard, and what it cost the database.
 type doorRun struct {
 	placed, soldOut, busy, other int
 	p50, p99                     time.Duration // of the orders
 	wall                         time.Duration
+	databaseCPU                  string
 }
 
 func (r doorRun) String() string {
-	return fmt.Sprintf("%d placed, %d sold out, %d busy, %d other; orders p50 %s, p99 %s; %s in all",
-		r.placed, r.soldOut, r.busy, r.other, ms(r.p50), ms(r.p99), r.wall.Round(time.Millisecond))
+	return fmt.Sprintf("%d placed, %d sold out, %d busy, %d other; orders p50 %s, p99 %s; %s in all; database CPU %s",
+		r.placed, r.soldOut, r.busy, r.other, ms(r.p50), ms(r.p99), r.wall.Round(time.Millisecond), r.databaseCPU)
+}
+
+// databaseCPU is the database server's CPU seconds over u, or why it was not measured.
+func databaseCPU(m *cpu.Meter, u cpu.Use) string {
+	g := m.Phase(u, 0).Groups[0]
+	if g.Seconds == nil {
+		return "not measured (" + g.NA + ")"
+	}
+	return fmt.Sprintf("%.2f s", *g.Seconds)
 }
 
 func runWaitingRoom(ctx context.Context, env *Env) (Result, error) {
@@ -77,12 +88,19 @@ func runWaitingRoom(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, err
 	}
 
+	// The database's CPU in each form: the herd's waits are the row's, the door's are Redis's.
+	meter := cpu.NewMeter(cpu.Backends(cpu.Run{MySQL: env.base.MySQLDSN})[0])
+	rec := meter.Start()
+	defer rec.Stop()
+	begun := time.Now()
 	herd, err := crowd(ctx, buyers, func(ctx context.Context, user string) (int, string, time.Duration, error) {
 		return labOrder(ctx, client, srv.URL, herdSKU, user, "")
 	})
 	if err != nil {
 		return Result{}, err
 	}
+	herd.databaseCPU = databaseCPU(meter, rec.Between(begun, time.Now()))
+	begun = time.Now()
 	door, err := crowd(ctx, buyers, func(ctx context.Context, user string) (int, string, time.Duration, error) {
 		pass, soldOut, err := admitted(ctx, client, srv.URL, doorSKU, user)
 		if err != nil || soldOut {
@@ -93,6 +111,7 @@ func runWaitingRoom(ctx context.Context, env *Env) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	door.databaseCPU = databaseCPU(meter, rec.Between(begun, time.Now()))
 	// In line for the crowd: the p99 order waited longer than half the units' sections.
 	inLine := time.Duration(units/2) * hold
 	form := fmt.Sprintf("%d buyers at once for %d units, one row serving about %d orders/s", buyers, units, int(time.Second/hold))

@@ -150,6 +150,13 @@ func New(cfg Config, p Parts, log *slog.Logger, reg prometheus.Registerer) (*Ser
 		Help: "Checkout attempts (several products, all or nothing) by strategy and outcome: ok, replayed, or the error code of the answer, as seckill_orders_total.",
 	}, []string{"strategy", "outcome"})
 	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.busy, s.restocked, s.checkouts)
+	s.orderOutcomes = newCurried(func(strategy, outcome string) prometheus.Counter {
+		return s.outcomes.WithLabelValues(strategy, outcome)
+	})
+	s.checkoutOutcomes = newCurried(func(strategy, outcome string) prometheus.Counter {
+		return s.checkouts.WithLabelValues(strategy, outcome)
+	})
+	s.orderLatency = newCurried(func(strategy, _ string) prometheus.Observer { return s.latency.WithLabelValues(strategy) })
 	reg.MustRegister(newStranded(s.admission, p.Store, log))
 	s.catalog = newCatalog(p.Store.Product, time.Second)
 	if cfg.SoldOutFlag > 0 && p.Resets != nil {

@@ -50,6 +50,11 @@ type Service struct {
 	transitions   *prometheus.CounterVec
 	busy          *prometheus.CounterVec
 	restocked     prometheus.Counter
+
+	// outcomes, checkouts and latency by their labels, as every order counts itself.
+	orderOutcomes    *curried[prometheus.Counter]
+	checkoutOutcomes *curried[prometheus.Counter]
+	orderLatency     *curried[prometheus.Observer]
 }
 
 // orderQueue is the queued strategy (package queued) as the service reads it: the orders it
@@ -160,10 +165,10 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 			outcome = "replayed"
 		}
 		if req.Order {
-			s.latency.WithLabelValues(st.Name()).Observe(time.Since(start).Seconds())
-			s.outcomes.WithLabelValues(st.Name(), outcome).Inc()
+			s.orderLatency.get(st.Name(), "").Observe(time.Since(start).Seconds())
+			s.orderOutcomes.get(st.Name(), outcome).Inc()
 		} else {
-			s.checkouts.WithLabelValues(st.Name(), outcome).Inc()
+			s.checkoutOutcomes.get(st.Name(), outcome).Inc()
 		}
 		s.countBusy(ctx, st.Name(), err)
 	}()

@@ -82,6 +82,12 @@ var codes = []struct {
 	{context.DeadlineExceeded, "unavailable"}, // a backend too slow to answer in time
 }
 
+// codedError is an error that names its own code.
+type codedError interface {
+	error
+	Code() string
+}
+
 // Code names err in the one vocabulary of the project: the error code of the HTTP answer (the error
 // table of docs/lifecycle.md), the outcome label of the order metrics and the code in the logs all
 // come from here. An error that names its own code (a Code() string method: the HTTP layer's own
@@ -90,8 +96,8 @@ func Code(err error) string {
 	if err == nil {
 		return "ok"
 	}
-	var coded interface{ Code() string }
-	if errors.As(err, &coded) {
+	// AsType, not As: this runs on every answer, and As's target would escape to the heap.
+	if coded, ok := errors.AsType[codedError](err); ok {
 		return coded.Code()
 	}
 	for _, c := range codes {

@@ -4,7 +4,6 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,31 +24,6 @@ func TestSmokeWaitingRoom(t *testing.T) {
 	assert.InDelta(t, 100, rate, 50, "admission near its configured rate (a small crowd: the polls' spacing weighs)")
 	assert.Regexp(t, `(?m)^\| no door \| 60 \| `, out, "the same crowd with no door sells the same units")
 	assert.Regexp(t, "(?m)^Measured by `go run ./loadtest -waiting-room 100 .*` at commit \\S+ on [0-9]+ cores, ", out)
-}
-
-// TestDoorSummary: the admission rate is read from the positions the buyers heard, and how far
-// admission strays from join order is counted in places.
-func TestDoorSummary(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	var visits []visit
-	for i := range 100 {
-		// Buyer i joins at i ms, hears it has i places ahead, and is let in at 1 s + 10 ms a
-		// place: 100 a second, as its positions falling say.
-		joined, admitted := t0.Add(time.Duration(i)*time.Millisecond), t0.Add(time.Second+time.Duration(i)*10*time.Millisecond)
-		v := visit{joined: joined, admitted: admitted, ordered: t0.Add(2 * time.Second)}
-		v.heard(map[string]any{"position": float64(i)}, joined)
-		v.heard(map[string]any{"position": float64(0)}, joined.Add(time.Duration(i)*10*time.Millisecond))
-		visits = append(visits, v)
-	}
-	visits[3].admitted, visits[4].admitted = visits[4].admitted, visits[3].admitted // one pair swapped
-	visits = append(visits, visit{ended: "sold_out"})
-	r := summarizeDoor(visits, 100)
-	assert.Equal(t, 100, r.admitted)
-	assert.Equal(t, 1, r.soldOutInLine)
-	assert.InDelta(t, 100, r.rate, 0.5)
-	assert.Equal(t, 0, r.strayP50)
-	assert.Equal(t, 1, r.strayMax, "the swapped pair is one place off")
-	assert.Equal(t, time.Second+49*9*time.Millisecond, r.joinToPass[0], "join to pass of the median buyer (the 50th: 1 s + 9 ms a place)")
 }
 
 // TestWaitingRoomFlags: the row is one of its own, on processes the tool starts.
