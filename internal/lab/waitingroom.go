@@ -7,12 +7,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
 	"github.com/flashsale/seckill/loadtest/cpu"
+	"github.com/flashsale/seckill/loadtest/door"
 	"github.com/flashsale/seckill/quantile"
 )
 
@@ -69,7 +71,19 @@ func runWaitingRoom(ctx context.Context, env *Env) (Result, error) {
 	cfg := labConfig("pessimistic")
 	cfg.GroupCommit = 1
 	cfg.Hooks.InSection = func(ctx context.Context, _ []stock.OrderRequest) { sleep(ctx, hold) }
-	inst, err := env.newInstance(ctx, env.config(cfg))
+	// Buyer identity on, as a deployment runs a door: a key of the run's own, a token a buyer.
+	dir, err := os.MkdirTemp("", "seckill-lab-buyers-")
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	signed, err := door.NewBuyers(ctx, dir, env.key("waiting-room", "buyer"), buyers)
+	if err != nil {
+		return Result{}, err
+	}
+	c := env.config(cfg)
+	c.Buyers.JWKS, c.Buyers.Audience = signed.JWKS, door.Audience
+	inst, err := env.newInstance(ctx, c)
 	if err != nil {
 		return Result{}, err
 	}
@@ -93,41 +107,41 @@ func runWaitingRoom(ctx context.Context, env *Env) (Result, error) {
 	rec := meter.Start()
 	defer rec.Stop()
 	begun := time.Now()
-	herd, err := crowd(ctx, buyers, func(ctx context.Context, user string) (int, string, time.Duration, error) {
-		return labOrder(ctx, client, srv.URL, herdSKU, user, "")
+	herd, err := crowd(ctx, buyers, func(ctx context.Context, i int) (int, string, time.Duration, error) {
+		return labOrder(ctx, client, srv.URL, herdSKU, signed.Tokens[i], "")
 	})
 	if err != nil {
 		return Result{}, err
 	}
 	herd.databaseCPU = databaseCPU(meter, rec.Between(begun, time.Now()))
 	begun = time.Now()
-	door, err := crowd(ctx, buyers, func(ctx context.Context, user string) (int, string, time.Duration, error) {
-		pass, soldOut, err := admitted(ctx, client, srv.URL, doorSKU, user)
+	room, err := crowd(ctx, buyers, func(ctx context.Context, i int) (int, string, time.Duration, error) {
+		pass, soldOut, err := admitted(ctx, client, srv.URL, doorSKU, signed.Tokens[i])
 		if err != nil || soldOut {
 			return http.StatusConflict, "sold_out", 0, err
 		}
-		return labOrder(ctx, client, srv.URL, doorSKU, user, pass)
+		return labOrder(ctx, client, srv.URL, doorSKU, signed.Tokens[i], pass)
 	})
 	if err != nil {
 		return Result{}, err
 	}
-	door.databaseCPU = databaseCPU(meter, rec.Between(begun, time.Now()))
+	room.databaseCPU = databaseCPU(meter, rec.Between(begun, time.Now()))
 	// In line for the crowd: the p99 order waited longer than half the units' sections.
 	inLine := time.Duration(units/2) * hold
 	form := fmt.Sprintf("%d buyers at once for %d units, one row serving about %d orders/s", buyers, units, int(time.Second/hold))
 	return Result{
 		Failing: Outcome{Form: "no door: " + form, Happened: herd.String(), Failed: herd.p99 > inLine},
-		Fixed: Outcome{Form: fmt.Sprintf("a waiting room admitting %d/s: %s", admit, form), Happened: door.String(),
-			Failed: door.p99 > inLine || door.busy > 0 || door.placed != units},
+		Fixed: Outcome{Form: fmt.Sprintf("a waiting room admitting %d/s: %s", admit, form), Happened: room.String(),
+			Failed: room.p99 > inLine || room.busy > 0 || room.placed != units},
 		Chart: Chart{Title: fmt.Sprintf("p99 of the orders of %d buyers for %d units at one hot row (in line for the crowd from %s)", buyers, units, ms(inLine)), Unit: "ms", Bars: []Bar{
 			{Label: "no door", Value: float64(herd.p99.Microseconds()) / 1000, Failed: herd.p99 > inLine},
-			{Label: fmt.Sprintf("waiting room, %d/s", admit), Value: float64(door.p99.Microseconds()) / 1000, Failed: door.p99 > inLine},
+			{Label: fmt.Sprintf("waiting room, %d/s", admit), Value: float64(room.p99.Microseconds()) / 1000, Failed: room.p99 > inLine},
 		}},
 	}, nil
 }
 
 // crowd runs one buyer's order for each of n buyers, released together, and counts the answers.
-func crowd(ctx context.Context, n int, buy func(ctx context.Context, user string) (int, string, time.Duration, error)) (doorRun, error) {
+func crowd(ctx context.Context, n int, buy func(ctx context.Context, i int) (int, string, time.Duration, error)) (doorRun, error) {
 	var (
 		mu    sync.Mutex
 		r     doorRun
@@ -139,7 +153,7 @@ func crowd(ctx context.Context, n int, buy func(ctx context.Context, user string
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			status, code, d, err := buy(ctx, fmt.Sprintf("buyer-%d", i))
+			status, code, d, err := buy(ctx, i)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -175,10 +189,10 @@ func cmpOr(a, b error) error {
 	return b
 }
 
-// admitted joins sku's waiting room as user and polls as it is told until the pass comes, or
-// the sale ends the wait (soldOut).
-func admitted(ctx context.Context, client *http.Client, base, sku, user string) (pass string, soldOut bool, err error) {
-	status, body, loc, err := labCall(ctx, client, http.MethodPost, base+"/api/v1/products/"+sku+"/queue", fmt.Sprintf(`{"user_id":%q}`, user), "")
+// admitted joins sku's waiting room as the buyer of token and polls as it is told until the pass
+// comes, or the sale ends the wait (soldOut).
+func admitted(ctx context.Context, client *http.Client, base, sku, token string) (pass string, soldOut bool, err error) {
+	status, body, loc, err := labCall(ctx, client, http.MethodPost, base+"/api/v1/products/"+sku+"/queue", token, "")
 	for err == nil {
 		switch {
 		case status == http.StatusConflict:
@@ -197,16 +211,16 @@ func admitted(ctx context.Context, client *http.Client, base, sku, user string) 
 		if loc == "" {
 			return "", false, fmt.Errorf("waiting room of %s: a join with no Location", sku)
 		}
-		status, body, _, err = labCall(ctx, client, http.MethodGet, base+loc+"?user_id="+user, "", "")
+		status, body, _, err = labCall(ctx, client, http.MethodGet, base+loc, token, "")
 	}
 	return "", false, err
 }
 
-// labOrder places user's order of sku, with its pass when it has one: the status, the error's
-// code and how long the order took.
-func labOrder(ctx context.Context, client *http.Client, base, sku, user, pass string) (int, string, time.Duration, error) {
+// labOrder places the order of sku of the buyer of token, with its pass when it has one: the
+// status, the error's code and how long the order took.
+func labOrder(ctx context.Context, client *http.Client, base, sku, token, pass string) (int, string, time.Duration, error) {
 	start := time.Now()
-	status, body, _, err := labCall(ctx, client, http.MethodPost, base+"/api/v1/products/"+sku+"/orders", fmt.Sprintf(`{"user_id":%q}`, user), pass)
+	status, body, _, err := labCall(ctx, client, http.MethodPost, base+"/api/v1/products/"+sku+"/orders", token, pass)
 	took := time.Since(start)
 	code := ""
 	if e, ok := body["error"].(map[string]any); ok {
@@ -218,17 +232,19 @@ func labOrder(ctx context.Context, client *http.Client, base, sku, user, pass st
 	return status, code, took, err
 }
 
-// labCall sends one request of the API and decodes its JSON answer.
-func labCall(ctx context.Context, client *http.Client, method, url, body, pass string) (int, map[string]any, string, error) {
+// labCall sends one buyer request of the API, as the buyer of token, and decodes its JSON answer.
+// A POST carries an empty object: the buyer is the token's.
+func labCall(ctx context.Context, client *http.Client, method, url, token, pass string) (int, map[string]any, string, error) {
 	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
+	if method == http.MethodPost {
+		rd = strings.NewReader("{}")
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return 0, nil, "", err
 	}
-	if body != "" {
+	req.Header.Set("Authorization", "Bearer "+token)
+	if method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if pass != "" {
