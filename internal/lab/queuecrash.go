@@ -268,7 +268,8 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 				mu.Lock()
 				defer mu.Unlock()
 				errs = append(errs, err)
-				batch.Orders = []orderqueue.Order{{OrderID: id, SKU: sku, UserID: user, Quantity: 1, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC()}}
+				batch.Orders = []orderqueue.Order{{OrderID: id, SKU: sku, UserID: user, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC(),
+					Lines: []orderqueue.Line{{OrderID: id, SKU: sku, Quantity: 1}}}}
 				stopped = append(stopped, batch)
 				return
 			}
@@ -293,7 +294,8 @@ func queuedCrash(ctx context.Context, env *Env, sku string, units int, crashed f
 	for _, o := range accepted {
 		batch, _ := orderqueue.BatchOf(o.OrderID)
 		dup, err := q.Publish(ctx, orderqueue.Batch{ID: batch, SKU: sku, Orders: []orderqueue.Order{{OrderID: o.OrderID, SKU: sku,
-			UserID: o.UserID, Quantity: o.Quantity, Strategy: "queued", Reservation: o.OrderID, AcceptedAt: o.CreatedAt}}})
+			UserID: o.UserID, Strategy: "queued", Reservation: o.OrderID, AcceptedAt: o.CreatedAt,
+			Lines: []orderqueue.Line{{OrderID: o.OrderID, SKU: sku, Quantity: o.Quantity}}}}})
 		if err != nil {
 			return queuedSale{}, err
 		}

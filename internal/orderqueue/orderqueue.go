@@ -150,23 +150,24 @@ func BatchOf(orderID string) (string, bool) {
 	return orderID[:batchIDLen], true
 }
 
-// Order is an accepted order as it travels on the queue in its batch and stands in its record. A
-// checkout is one Order too, written as one: OrderID is the checkout's id, Lines its lines in SKU
-// order, and SKU its first line's, the subject it travels on; every line's admission reservation
-// bears the checkout's id.
+// Order is an accepted request as it travels on the queue in its batch and stands in its record:
+// an order, or a checkout (Checkout) — an order is a checkout of one line. OrderID is the
+// request's id, Lines its lines in SKU order (an order's one line bears the order's own id), and
+// SKU its first line's, the subject it travels on; every line's admission reservation bears the
+// request's id.
 type Order struct {
 	OrderID        string    `json:"order_id"`
+	Checkout       bool      `json:"checkout,omitempty"`
 	SKU            string    `json:"sku"`
 	UserID         string    `json:"user_id"`
-	Quantity       int       `json:"quantity"`
 	Strategy       string    `json:"strategy,omitempty"`
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	Reservation    string    `json:"reservation,omitempty"` // its admission reservation
 	AcceptedAt     time.Time `json:"accepted_at"`
-	Lines          []Line    `json:"lines,omitempty"` // a checkout's; none for an order of one product
+	Lines          []Line    `json:"lines"`
 }
 
-// Line is one product of a checkout: the order its row will be.
+// Line is one product of a request: the order its row will be.
 type Line struct {
 	OrderID  string `json:"order_id"`
 	SKU      string `json:"sku"`

@@ -155,7 +155,8 @@ func batch(sku string, users ...string) Batch {
 	b := NewBatch(sku)
 	for _, u := range users {
 		id := b.NewID()
-		b.Orders = append(b.Orders, Order{OrderID: id, SKU: sku, UserID: u, Quantity: 1, Reservation: id, AcceptedAt: time.Now().UTC()})
+		b.Orders = append(b.Orders, Order{OrderID: id, SKU: sku, UserID: u, Reservation: id, AcceptedAt: time.Now().UTC(),
+			Lines: []Line{{OrderID: id, SKU: sku, Quantity: 1}}})
 	}
 	return b
 }

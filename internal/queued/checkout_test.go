@@ -102,7 +102,7 @@ func TestQueuedRedeliveredPlacedCheckout(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, co.Status.Active(), "placed: %+v", co)
 
-	again := orderqueue.Order{OrderID: co.CheckoutID, SKU: co.Lines[0].SKU, UserID: co.UserID, Strategy: "queued",
+	again := orderqueue.Order{OrderID: co.CheckoutID, Checkout: true, SKU: co.Lines[0].SKU, UserID: co.UserID, Strategy: "queued",
 		Reservation: co.CheckoutID, AcceptedAt: co.CreatedAt}
 	for _, l := range co.Lines {
 		again.Lines = append(again.Lines, orderqueue.Line{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})

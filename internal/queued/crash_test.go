@@ -81,15 +81,14 @@ func (f frozen) add(t *testing.T, b *orderqueue.Batch, req stock.CheckoutRequest
 	t.Helper()
 	id := b.NewID()
 	lines := req.Admitted()
-	o := orderqueue.Order{OrderID: id, SKU: lines[0].SKU, UserID: req.UserID, Strategy: "queued", Reservation: id, AcceptedAt: time.Now().UTC()}
+	o := orderqueue.Order{OrderID: id, Checkout: !req.Order, SKU: lines[0].SKU, UserID: req.UserID, Strategy: "queued", Reservation: id,
+		AcceptedAt: time.Now().UTC()}
 	for i := range lines {
-		lines[i].Strategy, lines[i].Reservation = "queued", stock.Reservation{ID: id}
-		if req.Order {
-			lines[i].OrderID, o.Quantity = id, lines[i].Quantity
-		} else {
+		lines[i].Strategy, lines[i].Reservation, lines[i].OrderID = "queued", stock.Reservation{ID: id}, id
+		if !req.Order {
 			lines[i].OrderID = ulid.Make().String()
-			o.Lines = append(o.Lines, orderqueue.Line{OrderID: lines[i].OrderID, SKU: lines[i].SKU, Quantity: lines[i].Quantity})
 		}
+		o.Lines = append(o.Lines, orderqueue.Line{OrderID: lines[i].OrderID, SKU: lines[i].SKU, Quantity: lines[i].Quantity})
 	}
 	_, err := f.ledger.Admit(context.Background(), lines, 0)
 	require.NoError(t, err)
@@ -223,8 +222,9 @@ func TestQueuedCrashAfterPublish(t *testing.T) {
 func TestQueuedRedeliveredPlacedOrder(t *testing.T) {
 	inst, sku, live := onQueuedSale(t, 3)
 	ctx := context.Background()
-	republish(t, batchOf(t, orderqueue.Order{OrderID: live.OrderID, SKU: sku, UserID: live.UserID, Quantity: 1, Strategy: "queued",
-		Reservation: live.OrderID, AcceptedAt: live.CreatedAt}), "redelivery-"+live.OrderID)
+	republish(t, batchOf(t, orderqueue.Order{OrderID: live.OrderID, SKU: sku, UserID: live.UserID, Strategy: "queued",
+		Reservation: live.OrderID, AcceptedAt: live.CreatedAt, Lines: []orderqueue.Line{{OrderID: live.OrderID, SKU: sku, Quantity: 1}}}),
+		"redelivery-"+live.OrderID)
 	settled(t, inst, sku)
 	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, []stock.Order{live})
 	assert.EqualValues(t, 2, a.Stock, "one unit sold, once")

@@ -37,8 +37,9 @@ func (p Pending) Pending(ctx context.Context, sku string, held []admission.Held)
 	for _, id := range batches {
 		b := orderqueue.Batch{ID: id, SKU: sku}
 		for _, h := range byBatch[id] {
-			b.Orders = append(b.Orders, orderqueue.Order{OrderID: h.ID, SKU: sku, UserID: h.User, Quantity: h.Units, Strategy: name,
-				IdempotencyKey: h.IdempotencyKey, Reservation: h.ID, AcceptedAt: time.Now().UTC()})
+			b.Orders = append(b.Orders, orderqueue.Order{OrderID: h.ID, SKU: sku, UserID: h.User, Strategy: name,
+				IdempotencyKey: h.IdempotencyKey, Reservation: h.ID, AcceptedAt: time.Now().UTC(),
+				Lines: []orderqueue.Line{{OrderID: h.ID, SKU: sku, Quantity: h.Units}}})
 		}
 		rec, err := p.Queue.Record(ctx, orderqueue.BatchRecord{Batch: b, State: orderqueue.Rejected, Reason: givenUp})
 		if err != nil {

@@ -86,14 +86,13 @@ func orderIn(b orderqueue.Batch, req stock.CheckoutRequest) (orderqueue.Order, [
 	for i := range lines {
 		lines[i].OrderID, lines[i].Reservation = ulid.Make().String(), stock.Reservation{ID: id}
 	}
-	o := orderqueue.Order{OrderID: id, SKU: lines[0].SKU, UserID: req.UserID, Strategy: req.Strategy,
-		IdempotencyKey: req.IdempotencyKey, Reservation: id, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	if req.Order {
-		lines[0].OrderID, o.Quantity = id, lines[0].Quantity
-	} else {
-		for _, l := range lines {
-			o.Lines = append(o.Lines, orderqueue.Line{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
-		}
+		lines[0].OrderID = id
+	}
+	o := orderqueue.Order{OrderID: id, Checkout: !req.Order, SKU: lines[0].SKU, UserID: req.UserID, Strategy: req.Strategy,
+		IdempotencyKey: req.IdempotencyKey, Reservation: id, AcceptedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	for _, l := range lines {
+		o.Lines = append(o.Lines, orderqueue.Line{OrderID: l.OrderID, SKU: l.SKU, Quantity: l.Quantity})
 	}
 	return o, lines
 }
@@ -277,7 +276,7 @@ func (s *Queued) accepted(ctx context.Context, b orderqueue.Batch) {
 	bySKU := map[string][]stock.OrderRequest{}
 	var skus []string
 	for _, o := range b.Orders {
-		for _, line := range requests(o) {
+		for _, line := range requestOf(o).Lines {
 			if _, ok := bySKU[line.SKU]; !ok {
 				skus = append(skus, line.SKU)
 			}

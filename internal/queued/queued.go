@@ -157,54 +157,32 @@ func neverAccepted(rec orderqueue.BatchRecord) bool {
 	return rec.State == orderqueue.Rejected && rec.Reason == givenUp
 }
 
-// queuedOrder is the order a queued record stands for.
-func queuedOrder(o orderqueue.Order) stock.Order {
-	return stock.Order{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
-		IdempotencyKey: o.IdempotencyKey, CreatedAt: o.AcceptedAt, Status: stock.Queued,
-		RequestHash: request(o).Fingerprint()}
-}
-
-// request is the order request a message carries.
-func request(o orderqueue.Order) stock.OrderRequest {
-	return stock.OrderRequest{SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
-		IdempotencyKey: o.IdempotencyKey, OrderID: o.OrderID, Reservation: stock.Reservation{ID: o.Reservation}}
-}
-
-// requests are what an order's message asks of the database, each with its reservation: the
-// order, or each line of a checkout.
-func requests(o orderqueue.Order) []stock.OrderRequest {
-	if len(o.Lines) == 0 {
-		return []stock.OrderRequest{request(o)}
-	}
-	out := make([]stock.OrderRequest, len(o.Lines))
-	for i, l := range o.Lines {
-		out[i] = stock.OrderRequest{SKU: l.SKU, UserID: o.UserID, Quantity: l.Quantity, Strategy: o.Strategy,
-			OrderID: l.OrderID, Reservation: stock.Reservation{ID: o.Reservation}}
-	}
-	return out
-}
-
-// requestOf is the request a message carries: an order's, or a checkout's.
+// requestOf is the request a message carries, every line under its reservation.
 func requestOf(o orderqueue.Order) stock.CheckoutRequest {
-	if len(o.Lines) == 0 {
-		return stock.OrderOf(request(o))
+	req := stock.CheckoutRequest{UserID: o.UserID, Strategy: o.Strategy, IdempotencyKey: o.IdempotencyKey, Order: !o.Checkout}
+	if o.Checkout {
+		req.CheckoutID = o.OrderID
 	}
-	return stock.CheckoutRequest{CheckoutID: o.OrderID, UserID: o.UserID, Strategy: o.Strategy,
-		IdempotencyKey: o.IdempotencyKey, Lines: requests(o)}
+	for _, l := range o.Lines {
+		req.Lines = append(req.Lines, stock.OrderRequest{SKU: l.SKU, UserID: o.UserID, Quantity: l.Quantity, Strategy: o.Strategy,
+			OrderID: l.OrderID, Reservation: stock.Reservation{ID: o.Reservation}})
+	}
+	return req
 }
 
-// queuedCheckout is the request a queued record stands for, its lines in status: an order's
-// one line, or a checkout's.
+// queuedCheckout is the request a queued record stands for, its lines in status. An order's one
+// line carries the order's key and what it asked for, as its row would.
 func queuedCheckout(o orderqueue.Order, status stock.Status) stock.Checkout {
-	if len(o.Lines) == 0 {
-		line := queuedOrder(o)
-		line.Status = status
-		return stock.Single(line)
+	co := stock.Checkout{UserID: o.UserID, Strategy: o.Strategy, Status: status, CreatedAt: o.AcceptedAt}
+	if o.Checkout {
+		co.CheckoutID = o.OrderID
 	}
-	co := stock.Checkout{CheckoutID: o.OrderID, UserID: o.UserID, Strategy: o.Strategy, Status: status, CreatedAt: o.AcceptedAt}
 	for _, l := range o.Lines {
-		co.Lines = append(co.Lines, stock.Order{OrderID: l.OrderID, CheckoutID: o.OrderID, SKU: l.SKU, UserID: o.UserID,
+		co.Lines = append(co.Lines, stock.Order{OrderID: l.OrderID, CheckoutID: co.CheckoutID, SKU: l.SKU, UserID: o.UserID,
 			Quantity: l.Quantity, Strategy: o.Strategy, CreatedAt: o.AcceptedAt, Status: status})
+	}
+	if !o.Checkout {
+		co.Lines[0].IdempotencyKey, co.Lines[0].RequestHash = o.IdempotencyKey, requestOf(o).Fingerprint()
 	}
 	return co
 }

@@ -60,7 +60,7 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 		return stock.Checkout{}, fmt.Errorf("%w: %w", stock.ErrNotFound, err)
 	case err != nil:
 		return stock.Checkout{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
-	case checkout == (len(rec.Lines) == 0) && !(checkout && rec.State == orderqueue.Rejected):
+	case checkout != rec.Checkout && !(checkout && rec.State == orderqueue.Rejected):
 		// A sweeper's record of a checkout given up names no lines: the buyer's answer was 503.
 		return stock.Checkout{}, fmt.Errorf("%s is not a record of this kind: %w", rec.OrderID, stock.ErrNotFound)
 	case rec.State == orderqueue.Placed && rec.Row != nil:
@@ -75,7 +75,7 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 		return s.stored(ctx, rec.Order)
 	case rec.State == orderqueue.Rejected:
 		co := queuedCheckout(rec.Order, stock.Rejected)
-		if checkout && len(rec.Lines) == 0 {
+		if checkout && !rec.Checkout {
 			co = stock.Checkout{CheckoutID: rec.OrderID, UserID: rec.UserID, Strategy: rec.Strategy, Status: stock.Rejected, CreatedAt: rec.AcceptedAt}
 		}
 		co.Reason = rec.Reason
@@ -94,7 +94,7 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 
 // stored reads the rows of the request a message carries.
 func (s *Queued) stored(ctx context.Context, o orderqueue.Order) (stock.Checkout, error) {
-	return s.store.Read(ctx, stock.Ref{ID: o.OrderID, Checkout: len(o.Lines) > 0})
+	return s.store.Read(ctx, stock.Ref{ID: o.OrderID, Checkout: o.Checkout})
 }
 
 // Replay finds the request of req's Idempotency-Key while it is queued: the buyer's reservation

@@ -80,7 +80,7 @@ func (s *Queued) resendLost(ctx context.Context, sku string, after time.Duration
 			// Rejected, its reservation still held: the give-back of its writer (or of its
 			// publisher in doubt) did not reach Redis, and no sweeper lists the queue's
 			// reservations. A second give-back returns nothing.
-			s.admission.GiveBack(ctx, requests(r.Order), fmt.Errorf("order %s rejected: %w", h.ID, admission.ErrNotPlaced))
+			s.admission.GiveBack(ctx, requestOf(r.Order).Lines, fmt.Errorf("order %s rejected: %w", h.ID, admission.ErrNotPlaced))
 			continue
 		}
 		if !ok || r.State != orderqueue.Queued {

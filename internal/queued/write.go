@@ -116,7 +116,7 @@ func (s *Queued) claim(ctx context.Context, t orderqueue.Taken) []*inHand {
 				// accepted, and the give-back is by reservation id, so a second one returns
 				// nothing.
 				for _, o := range d.Batch.Orders {
-					s.admission.GiveBack(ctx, requests(o), fmt.Errorf("batch given up: %w", admission.ErrNotPlaced))
+					s.admission.GiveBack(ctx, requestOf(o).Lines, fmt.Errorf("batch given up: %w", admission.ErrNotPlaced))
 				}
 				h.answered = true
 				_ = h.Ack()
@@ -124,7 +124,7 @@ func (s *Queued) claim(ctx context.Context, t orderqueue.Taken) []*inHand {
 				h.claimed = c
 				for _, o := range d.Batch.Orders {
 					if why, ended := c.Rejected[o.OrderID]; ended {
-						s.admission.GiveBack(ctx, requests(o), fmt.Errorf("order rejected %s: %w", why, admission.ErrNotPlaced))
+						s.admission.GiveBack(ctx, requestOf(o).Lines, fmt.Errorf("order rejected %s: %w", why, admission.ErrNotPlaced))
 						h.open--
 					}
 				}
@@ -146,7 +146,7 @@ func (s *Queued) provenQueued(ctx context.Context, t orderqueue.Taken) map[strin
 	for _, d := range t.Deliveries {
 		if d.Deliveries == 1 && !d.Resent {
 			for _, o := range d.Batch.Orders {
-				first = append(first, requests(o)[0]) // the line of the batch's product
+				first = append(first, requestOf(o).Lines[0]) // the line of the batch's product
 			}
 		}
 	}
@@ -241,7 +241,7 @@ func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 	ids := make([]string, len(es))
 	for i, e := range es {
 		ids[i] = e.o.Reservation
-		if planted.On(planted.CheckoutFoundByLine) && len(e.o.Lines) > 0 {
+		if planted.On(planted.CheckoutFoundByLine) && e.o.Checkout {
 			ids[i] = e.o.Lines[0].OrderID
 		}
 	}
@@ -265,7 +265,7 @@ func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 		found = append(found, e)
 		// Without its row, which its followers read: this writer did not write it.
 		ends = append(ends, orderqueue.Record{Order: e.o, State: orderqueue.Placed})
-		settled = append(settled, requests(e.o)...)
+		settled = append(settled, requestOf(e.o).Lines...)
 	}
 	s.placed(found, ends)
 	s.admission.Settle(ctx, settled)
@@ -304,7 +304,7 @@ func (s *Queued) finish(ctx context.Context, h *inHand) {
 			if rec.Rejected[o.OrderID] != why[o.OrderID] {
 				err = fmt.Errorf("order rejected %s: %w", rec.Rejected[o.OrderID], admission.ErrNotPlaced)
 			}
-			s.admission.GiveBack(ctx, requests(o), err)
+			s.admission.GiveBack(ctx, requestOf(o).Lines, err)
 		}
 		h.open -= len(h.refused)
 		clear(h.refused)
