@@ -392,7 +392,12 @@ func (t *Thief) Start(ctx context.Context, strategy string, locks contract.Locks
 				return
 			case <-tick.C:
 			}
-			took, err := s.take(t, ctx, key)
+			// A take once begun runs to its answer, even when the phase ends meanwhile: a DEL
+			// cut off by the cancel may have deleted the key all the same, uncounted.
+			took, err := t.takeOnce(ctx, s, key)
+			if took {
+				f.taken++
+			}
 			if ctx.Err() != nil {
 				return // the phase ended mid-take: not a failure of the fault
 			}
@@ -400,12 +405,20 @@ func (t *Thief) Start(ctx context.Context, strategy string, locks contract.Locks
 				f.err = err
 				return
 			}
-			if took {
-				f.taken++
-			}
 		}
 	}()
 	return f, nil
+}
+
+// maxTake bounds one take: the phase's end does not cut it off, so a lock service that stopped
+// answering must not hold the fault's end.
+const maxTake = time.Second
+
+// takeOnce is one take by s of the lock under key, whole whether or not ctx ends during it.
+func (t *Thief) takeOnce(ctx context.Context, s lockService, key string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxTake)
+	defer cancel()
+	return s.take(t, ctx, key)
 }
 
 // Stop ends the fault and says how many locks it took; a nil run (no fault) took none. An error
