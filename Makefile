@@ -20,7 +20,7 @@ build:
 loadtest: ## compare every strategy on the embedded default (builds and starts the service)
 	go run ./loadtest
 
-bench: ## the critical sections per order and batched, the etcd mutex hand-off, then the load tool's comparison at 64 and 512 clients, three interleaved rounds of 12000-unit sales (needs local MariaDB and Redis; 14 minutes on a 2-core machine on 2026-12-02)
+bench: ## the critical sections per order and batched, the etcd mutex hand-off, then the load tool's comparison at 64 and 512 clients, three interleaved rounds of 12000-unit sales (needs local MariaDB and Redis; 28 minutes on a 2-core machine on 2026-12-07, checkout rows included)
 	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$$' -bench CriticalSection -benchtime 2000x ./internal/stock
 	SECKILL_TEST_REQUIRE_BACKENDS=1 go test -run '^$$' -bench EtcdMutexHandoff -benchtime 200x ./internal/lock/etcdlock
 	go run ./loadtest -spawn 3 -mysql 'root:@tcp(127.0.0.1:3306)/seckill_lt?parseTime=true' -redis 127.0.0.1:6379 \
