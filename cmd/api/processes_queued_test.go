@@ -89,64 +89,86 @@ func buyQueued(t *testing.T, procs []instance, sku string, from, to, clients, at
 // writers after AckWait, its orphaned reservations to the sweepers: every order any client heard
 // 202 (or 201) for ends within 10 s of the kill — one active row, or rejected with its unit back
 // — timed by the servers (a placed order's row's created_at, a rejected one's record), not by
-// when this test saw it; and new buyers then buy every unit left. No buyer hears a 500.
+// when this test saw it; and new buyers then buy every unit left. No buyer hears a 500. A
+// writer places a batch in milliseconds, so a kill often catches none in hand: then every order
+// ends by the sweep, and the sale is sold again on a fresh process, up to fifteen times, every
+// try judged on every check, until an order waited for its message to come back.
 func TestProcessesQueuedWriterKill(t *testing.T) {
-	procs := startThree(t)
-	const units, first, clients = 120, 90, 32
-	sku := putOnSale(t, procs[0], units)
-	var killed time.Time
-	answers := buyQueued(t, procs, sku, 0, first, clients, first/3, 1, func() {
-		killed = time.Now()
-		procs[1].kill()
-	})
-	live := procs[0]
-	accepted := map[string]string{} // the user of each order, by order id
-	for user, a := range answers {
-		require.Contains(t, []int{http.StatusAccepted, http.StatusCreated}, a.status, "%s: every buyer of the first wave is accepted", user)
-		accepted[a.order] = user
+	if testing.Short() {
+		t.Skip("builds the service and runs three processes; skipped with -short")
 	}
-	outcome := endAll(t, live, accepted, killed.Add(30*time.Second))
-	require.Len(t, outcome, len(accepted), "every 202 ends")
-	var (
-		acked    []stock.Order
-		rejected int
-		last     time.Time // when the last order ended
-	)
-	for id, e := range outcome {
-		if e.placed {
-			acked = append(acked, stock.Order{OrderID: id, UserID: accepted[id]})
-		} else {
-			rejected++
+	bin, env := buildService(t), backendtest.ZooKeeperEnv(t)
+	procs := []instance{startProcess(t, bin, env...), startProcess(t, bin, env...), startProcess(t, bin, env...)}
+	const units, first, clients, tries = 120, 90, 32, 15
+	for try := 1; ; try++ {
+		if try > 1 {
+			procs[1] = startProcess(t, bin, env...) // the victim again, a fresh process
 		}
-		if e.at.After(last) {
-			last = e.at
+		sku := putOnSale(t, procs[0], units)
+		var killed time.Time
+		answers := buyQueued(t, procs, sku, 0, first, clients, first/3, 1, func() {
+			killed = time.Now()
+			procs[1].kill()
+		})
+		live := procs[0]
+		accepted := map[string]string{} // the user of each order, by order id
+		for user, a := range answers {
+			require.Contains(t, []int{http.StatusAccepted, http.StatusCreated}, a.status, "%s: every buyer of the first wave is accepted", user)
+			accepted[a.order] = user
 		}
-	}
-	t.Logf("queued, one of 3 processes SIGKILLed mid-sale: %d accepted, %d placed, %d rejected; the last 202 ended %s after the kill",
-		len(answers), len(acked), rejected, last.Sub(killed).Round(10*time.Millisecond))
-	assert.Zero(t, rejected, "the database had stock for every accepted order")
-	assert.Less(t, last.Sub(killed), 10*time.Second, "every 202 ends within 10 s of the kill")
+		outcome := endAll(t, live, accepted, killed.Add(30*time.Second))
+		require.Len(t, outcome, len(accepted), "every 202 ends")
+		var (
+			acked    []stock.Order
+			rejected int
+			last     time.Time // when the last order ended
+		)
+		for id, e := range outcome {
+			if e.placed {
+				acked = append(acked, stock.Order{OrderID: id, UserID: accepted[id]})
+			} else {
+				rejected++
+			}
+			if e.at.After(last) {
+				last = e.at
+			}
+		}
+		t.Logf("try %d: queued, one of 3 processes SIGKILLed mid-sale: %d accepted, %d placed, %d rejected; the last 202 ended %s after the kill",
+			try, len(answers), len(acked), rejected, last.Sub(killed).Round(10*time.Millisecond))
+		assert.Zero(t, rejected, "the database had stock for every accepted order")
+		assert.Less(t, last.Sub(killed), 10*time.Second, "every 202 ends within 10 s of the kill")
 
-	audit, ok := audited(t, live, sku, 20*time.Second, func(a map[string]any) bool {
-		return a["redis_reservations"] == 0.0 && a["queued"] == 0.0 && a["held_back"] == 0.0
-	})
-	require.True(t, ok, "units still held after the kill: %v", audit)
+		audit, ok := audited(t, live, sku, 20*time.Second, func(a map[string]any) bool {
+			return a["redis_reservations"] == 0.0 && a["queued"] == 0.0 && a["held_back"] == 0.0
+		})
+		require.True(t, ok, "units still held after the kill: %v", audit)
 
-	placed := len(acked)
-	rest := buyQueued(t, []instance{live}, sku, first, first+units, clients, 0, -1, nil)
-	more := map[string]string{}
-	for user, a := range rest {
-		if a.status == http.StatusAccepted || a.status == http.StatusCreated {
-			more[a.order] = user
+		placed := len(acked)
+		rest := buyQueued(t, []instance{live}, sku, first, first+units, clients, 0, -1, nil)
+		more := map[string]string{}
+		for user, a := range rest {
+			if a.status == http.StatusAccepted || a.status == http.StatusCreated {
+				more[a.order] = user
+			}
 		}
+		for id, e := range endAll(t, live, more, time.Now().Add(30*time.Second)) {
+			assert.True(t, e.placed, "order %s of %s ended %s", id, more[id], e.answer)
+			acked = append(acked, stock.Order{OrderID: id, UserID: more[id]})
+		}
+		assert.Len(t, more, units-placed, "new buyers bought every unit left")
+		a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
+		assert.Zero(t, a.Stock, "nothing stranded")
+
+		// A kill that caught no batch in the victim's writers' hands ends every order by the
+		// sweep of its reservations (the 2 s lease): the AckWait was not needed, and the sale
+		// is sold again. One that did ends those orders only once the queue hands them to
+		// another writer, past the lease.
+		if last.Sub(killed) <= 3*time.Second && try < tries {
+			continue
+		}
+		require.Greater(t, last.Sub(killed), 3*time.Second, "no order waited for its message to come back from the killed writer: the case was not exercised")
+		break
 	}
-	for id, e := range endAll(t, live, more, time.Now().Add(30*time.Second)) {
-		assert.True(t, e.placed, "order %s of %s ended %s", id, more[id], e.answer)
-		acked = append(acked, stock.Order{OrderID: id, UserID: more[id]})
-	}
-	assert.Len(t, more, units-placed, "new buyers bought every unit left")
-	a := backendtest.RequireInvariant(t, backendtest.Store(t), sku, acked)
-	assert.Zero(t, a.Stock, "nothing stranded")
 }
 
 // queuedFreeze is what the buyers of one queued sale that froze near its end saw.
@@ -390,9 +412,10 @@ func orderRecords(t *testing.T) jetstream.KeyValue {
 // caught before their publish, not by the chance of a stop between two steps a few milliseconds
 // apart. Every try is judged on all of these. A stop that caught no admission before its publish
 // (seen once under the planted long-heartbeat: 20 reservations held at the stop, the order of
-// every one published before it), or no held message (no order delayed past 3 s: delayed it is,
-// whether the AckWait then works or not), did not exercise the case: the sale is sold again, up
-// to eight times.
+// every one published before it) did not exercise the case: the sale is sold again, up to eight
+// times. A batch in its writers' hands at the stop is rare (a writer places one in
+// milliseconds, and the proxy holds its next fetch): TestProcessesQueuedWriterKill is the check
+// that waits for one.
 func TestProcessesQueuedFrozen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the service and runs three processes; skipped with -short")
@@ -495,11 +518,10 @@ func TestProcessesQueuedFrozen(t *testing.T) {
 		assert.Zero(t, res.offered, "units still on sale when the stopped process woke: the sale did not end while it was stopped")
 		assert.Zero(t, res.stranded, "the stopped process still held reservations when it woke: the others never sold their units")
 		assert.Less(t, stall, 3*time.Second, "the others sold again within 3 s")
-		if (res.unpublished == 0 || held == 0) && try < tries {
+		if res.unpublished == 0 && try < tries {
 			continue
 		}
 		require.Positive(t, res.unpublished, "no admission of the stopped process was caught before its publish: the end of the sale was not exercised")
-		require.Positive(t, held, "no order was seen held by the stopped process: the case was not exercised")
 		break
 	}
 }

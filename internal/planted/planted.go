@@ -67,7 +67,8 @@ const (
 	// promises: the last units of a sale wait for it to wake.
 	LongHeartbeat Bug = "long-heartbeat"
 	// LongAckWait: the queue leaves a message with a writer for 20 s (the default AckWait is
-	// 5 s), longer than a freeze, so the orders a frozen writer holds wait for it to wake.
+	// 5 s), longer than a freeze, so the orders a killed or frozen writer held wait 20 s for
+	// another, past the 10 s in which every 202 ends.
 	LongAckWait Bug = "long-ack-wait"
 	// NowaitAsWait: the pessimistic section's FOR UPDATE loses its NOWAIT, so a held row parks
 	// a session per section in its lock queue instead of failing fast.

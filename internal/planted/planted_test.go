@@ -71,7 +71,7 @@ func TestProcessChecksCatchPlantedBugs(t *testing.T) {
 		{planted.NoSweep, "cmd/api", "TestProcessesHybridKill", nil, "units held back by dead reservations never came back"},
 		{planted.LongHeartbeat, "cmd/api", "TestProcessesFrozenAtSaleEnd", nil, "reservations were still its own when it woke: no sweeper returned them"},
 		{planted.LongHeartbeat, "cmd/api", "TestProcessesQueuedFrozen", nil, "the stopped process still held reservations when it woke"},
-		{planted.LongAckWait, "cmd/api", "TestProcessesQueuedFrozen", nil, "the orders the stopped process held ended after its wake"},
+		{planted.LongAckWait, "cmd/api", "TestProcessesQueuedWriterKill", nil, "every 202 ends within 10 s of the kill"},
 		{planted.NoDrain, "cmd/api", "TestProcessesShutdownUnderLoad", nil, "requests the process had taken lost their answers"},
 	})
 }
