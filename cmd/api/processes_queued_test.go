@@ -94,15 +94,11 @@ func buyQueued(t *testing.T, procs []instance, sku string, from, to, clients, at
 // ends by the sweep, and the sale is sold again on a fresh process, up to fifteen times, every
 // try judged on every check, until an order waited for its message to come back.
 func TestProcessesQueuedWriterKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the service and runs three processes; skipped with -short")
-	}
-	bin, env := buildService(t), backendtest.ZooKeeperEnv(t)
-	procs := []instance{startProcess(t, bin, env...), startProcess(t, bin, env...), startProcess(t, bin, env...)}
+	procs := startThree(t)
 	const units, first, clients, tries = 120, 90, 32, 15
 	for try := 1; ; try++ {
 		if try > 1 {
-			procs[1] = startProcess(t, bin, env...) // the victim again, a fresh process
+			procs[1] = startProcess(t, buildService(t), backendtest.ZooKeeperEnv(t)...) // the victim again, a fresh process
 		}
 		sku := putOnSale(t, procs[0], units)
 		var killed time.Time
