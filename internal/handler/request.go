@@ -16,9 +16,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/flashsale/seckill/contract"
 	"github.com/flashsale/seckill/internal/frontdoor"
+	"github.com/flashsale/seckill/internal/planted"
 	"github.com/flashsale/seckill/internal/service"
 	"github.com/flashsale/seckill/internal/stock"
 )
@@ -102,22 +104,17 @@ func decodeBody(c *gin.Context, dst any, allowEmpty bool) bool {
 		invalid(c, "request body is not valid UTF-8")
 		return false
 	}
-	dec := json.NewDecoder(buf)
-	dec.DisallowUnknownFields()
-	err = dec.Decode(dst)
-	if err == nil && len(bytes.TrimSpace(raw[dec.InputOffset():])) > 0 {
-		err = errors.New("trailing data after the JSON object")
+	if parsed(raw, dst) {
+		return true
 	}
+	err = decodeStrict(raw, dst)
+	wrongType, isType := errors.AsType[*json.UnmarshalTypeError](err)
+	syntax, isSyntax := errors.AsType[*json.SyntaxError](err)
 	switch {
 	case err == nil:
 		return true
 	case errors.Is(err, io.EOF):
 		invalid(c, "request body is empty; a JSON object is required")
-		return false
-	}
-	wrongType, isType := errors.AsType[*json.UnmarshalTypeError](err)
-	syntax, isSyntax := errors.AsType[*json.SyntaxError](err)
-	switch {
 	case isType && wrongType.Field != "":
 		invalid(c, "field %s must be a JSON %s", wrongType.Field, jsonKind(wrongType.Type.Kind()))
 	case isType:
@@ -129,6 +126,32 @@ func decodeBody(c *gin.Context, dst any, allowEmpty bool) bool {
 		invalid(c, "malformed JSON body: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return false
+}
+
+// parsed decodes raw into dst on the hot path, where nearly every body is a well-formed object:
+// segmentio/encoding's json.Parse keeps encoding/json's rules (names matched without case, the
+// last duplicate wins, unknown fields refused) without its reflection per field or its copy of
+// the body. A body it refuses is left to decodeStrict, whose errors the answers are worded from;
+// FuzzDecodersAgree holds the two to the same results.
+func parsed(raw []byte, dst any) bool {
+	flags := segjson.DisallowUnknownFields
+	if planted.On(planted.LooseFastDecode) {
+		flags = 0
+	}
+	rest, err := segjson.Parse(raw, dst, flags)
+	return err == nil && len(rest) == 0
+}
+
+// decodeStrict decodes exactly one JSON object of raw into dst with encoding/json, refusing
+// unknown fields and trailing data.
+func decodeStrict(raw []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil && len(bytes.TrimSpace(raw[dec.InputOffset():])) > 0 {
+		err = errors.New("trailing data after the JSON object")
+	}
+	return err
 }
 
 // jsonKind names the JSON type a Go kind is decoded from.

@@ -134,4 +134,7 @@ const (
 	// BrowserClock: the sale page counts down to the start on the browser's clock, so a browser
 	// whose clock is ahead opens the button before the sale does.
 	BrowserClock Bug = "browser-clock"
+	// LooseFastDecode: the request body's fast decoder takes unknown fields, which encoding/json
+	// refuses, so a misspelt field (qty for quantity) is dropped and the order placed anyway.
+	LooseFastDecode Bug = "loose-fast-decode"
 )
