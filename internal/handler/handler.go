@@ -304,11 +304,7 @@ func (k kind) place(c *gin.Context) {
 	if !ok || !decode(c, body) {
 		return
 	}
-	if err := body.claim(c); err != nil {
-		fail(c, err, "")
-		return
-	}
-	req, err := body.request(key, k.Sales)
+	req, err := body.request(c, key, k.Sales)
 	if err != nil {
 		fail(c, err, "")
 		return
