@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -126,9 +125,9 @@ type errorDetail struct {
 // are ours to fix; 4xx are the client's.
 func fail(c *gin.Context, err error, subject string) {
 	code := stock.Code(err)
-	lines, isCheckout := errors.AsType[*stock.CheckoutError](err)
-	if isCheckout {
-		subject = "product " + strings.Join(lines.SKUs, ", ")
+	var skus []string
+	if lines, ok := errors.AsType[*stock.CheckoutError](err); ok {
+		subject, skus = "product "+strings.Join(lines.SKUs, ", "), lines.SKUs
 	}
 	var (
 		status  int
@@ -156,13 +155,9 @@ func fail(c *gin.Context, err error, subject string) {
 	}
 	if notStarted, ok := errors.AsType[*stock.SaleNotStartedError](err); ok {
 		// Seconds until the start, rounded up: a client that waits that long is not early.
-		c.Header("Retry-After", strconv.Itoa(max(1, int(math.Ceil(time.Until(notStarted.Starts).Seconds())))))
+		c.Header("Retry-After", strconv.Itoa(retryAfter(time.Until(notStarted.Starts))))
 	}
-	detail := errorDetail{Code: code, Message: message}
-	if isCheckout {
-		detail.SKUs = lines.SKUs
-	}
-	c.AbortWithStatusJSON(status, errorBody{Error: detail})
+	c.AbortWithStatusJSON(status, errorBody{Error: errorDetail{Code: code, Message: message, SKUs: skus}})
 }
 
 // invalid answers 400 invalid_argument with message.
@@ -180,8 +175,6 @@ type soldOutAnswers struct {
 
 // maxSoldOutAnswers bounds the bodies kept; past it they are dropped and made again as asked.
 const maxSoldOutAnswers = 10_000
-
-func newSoldOutAnswers() *soldOutAnswers { return &soldOutAnswers{bodies: map[string][]byte{}} }
 
 // jsonContentType is the Content-Type of gin's JSON answers, which fail gives.
 var jsonContentType = []string{"application/json; charset=utf-8"}

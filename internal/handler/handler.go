@@ -6,6 +6,7 @@ package handler
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
 	"fmt"
 	"log/slog"
@@ -67,11 +68,9 @@ type Config struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (CIDRs or
 	// addresses); none by default, so a client cannot claim another's address.
 	TrustedProxies []string
-	// Door is the front door (docs/frontdoor.md): buyer identity, the per-buyer limit,
-	// the waiting rooms and their passes.
+	// Door is the front door (docs/frontdoor.md): buyer identity, the per-buyer limit, the rooms.
 	Door Door
-	// Events are the products' live figures for the sale page; nil answers the events
-	// unavailable.
+	// Events feed the sale page's live figures; nil answers the events unavailable.
 	Events *feed.Hub
 }
 
@@ -95,9 +94,9 @@ const maxBodyBytes = 4 << 10
 
 type handler struct {
 	Config
-	pages   *pages
-	isAdmin func(c *gin.Context) (bool, error) // whether the request carries the admin token; an error for a wrong one
-	soldOut *soldOutAnswers
+	pages    *pages
+	adminSum [sha256.Size]byte // of AdminToken (isAdmin)
+	soldOut  *soldOutAnswers
 }
 
 // New returns the service's HTTP handler.
@@ -108,14 +107,16 @@ func New(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pages: %w", err)
 	}
-	h := &handler{Config: cfg, pages: p, soldOut: newSoldOutAnswers()}
+	h := &handler{Config: cfg, pages: p, adminSum: sha256.Sum256([]byte(cfg.AdminToken)),
+		soldOut: &soldOutAnswers{bodies: map[string][]byte{}}}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
-	r.Use(withRequestID(cfg.Log), newHTTPMetrics(cfg.Registerer).middleware(), withRecovery(cfg.Log), limitBody(maxBodyBytes))
-	h.isAdmin = adminCheck(cfg.AdminToken)
+	// A body read past maxBodyBytes fails with *http.MaxBytesError.
+	limitBody := func(c *gin.Context) { c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes) }
+	r.Use(withRequestID(cfg.Log), newHTTPMetrics(cfg.Registerer).middleware(), withRecovery(cfg.Log), limitBody)
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", h.ready)
@@ -128,14 +129,17 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.RateLimit.Rate > 0 {
 		v1.Use(newClientLimiter(cfg.RateLimit).middleware())
 	}
-	admin := requireAdmin(h.isAdmin)
+	admin := h.requireAdmin
 	v1.PUT("/products/:sku", admin, h.putProduct)
-	v1.GET("/products/:sku", h.getProduct)
-	v1.GET("/products/:sku/audit", admin, h.audit)
-	v1.POST("/products/:sku/reconcile", admin, h.reconcile)
+	v1.GET("/products/:sku", aboutProduct(h, Sales.Product, productJSON))
+	v1.GET("/products/:sku/audit", admin, aboutProduct(h, Sales.Audit, auditJSON))
+	v1.POST("/products/:sku/reconcile", admin, aboutProduct(h, Sales.Reconcile, auditJSON))
 	v1.GET("/products/:sku/locks", admin, h.locks)
 	v1.GET("/products/:sku/events", h.events)
-	orders, checkouts := h.orders(), h.checkouts()
+	// Orders are placed per product and answer contract.Order; checkouts name their products in
+	// their lines and answer contract.Checkout.
+	orders := kind{handler: h, name: "order", param: "order_id", path: "/api/v1/orders/", reply: orderReply}
+	checkouts := kind{handler: h, name: "checkout", param: "checkout_id", path: "/api/v1/checkouts/", checkout: true, reply: checkoutReply}
 	buyerOnly, buyerOrAdmin := h.buyerDoor(false), h.buyerDoor(true)
 	v1.POST("/products/:sku/queue", buyerOnly, h.join)
 	v1.GET("/products/:sku/queue/:ticket", buyerOnly, h.poll)
@@ -208,44 +212,21 @@ func (h *handler) putProduct(c *gin.Context) {
 	c.JSON(http.StatusOK, productJSON(p))
 }
 
-func (h *handler) getProduct(c *gin.Context) {
-	sku, ok := skuParam(c)
-	if !ok {
-		return
+// aboutProduct answers what read says of the path's product, as reply shows it: a GET of the
+// product, its audit, a reconcile of its Redis admission state from the database.
+func aboutProduct[T, J any](h *handler, read func(Sales, context.Context, string) (T, error), reply func(T) J) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		sku, ok := skuParam(c)
+		if !ok {
+			return
+		}
+		got, err := read(h.Sales, c.Request.Context(), sku)
+		if err != nil {
+			fail(c, err, "product "+sku)
+			return
+		}
+		c.JSON(http.StatusOK, reply(got))
 	}
-	p, err := h.Sales.Product(c.Request.Context(), sku)
-	if err != nil {
-		fail(c, err, "product "+sku)
-		return
-	}
-	c.JSON(http.StatusOK, productJSON(p))
-}
-
-func (h *handler) audit(c *gin.Context) {
-	sku, ok := skuParam(c)
-	if !ok {
-		return
-	}
-	a, err := h.Sales.Audit(c.Request.Context(), sku)
-	if err != nil {
-		fail(c, err, "product "+sku)
-		return
-	}
-	c.JSON(http.StatusOK, auditJSON(a))
-}
-
-// reconcile rebuilds the product's Redis admission state from the database.
-func (h *handler) reconcile(c *gin.Context) {
-	sku, ok := skuParam(c)
-	if !ok {
-		return
-	}
-	a, err := h.Sales.Reconcile(c.Request.Context(), sku)
-	if err != nil {
-		fail(c, err, "product "+sku)
-		return
-	}
-	c.JSON(http.StatusOK, auditJSON(a))
 }
 
 // locks names the product's locks and admission keys: names only, read from the code, so the
@@ -258,45 +239,26 @@ func (h *handler) locks(c *gin.Context) {
 	c.JSON(http.StatusOK, locksJSON(sku, h.Sales.Locks(sku)))
 }
 
-// A kind is what a buyer places, reads, pays and cancels — orders or checkouts — as the one
-// handler of each verb, for both, needs to know it. Below the handler both are one request with
-// lines: an order is a checkout of one line.
+// A kind is orders or checkouts, as the one handler of each verb (place, get, pay, cancel) needs to
+// know it: below the handler, an order is a checkout of one line.
 type kind struct {
 	*handler
 	name     string // what answers call one: "order"
 	param    string // the path parameter of its id: "order_id"
 	path     string // its Location, but for the id
 	checkout bool   // whether its ids are checkouts' (stock.Ref)
-	// placing reads the path of a POST that places one: the body to decode, and its product
-	// ("" for a checkout, whose lines name theirs). On a malformed path it answers, and returns false.
-	placing func(c *gin.Context) (body placeBody, sku string, ok bool)
-	reply   func(stock.Checkout) (id string, status stock.Status, json any)
-}
-
-// orders are placed per product (POST /products/{sku}/orders) and answer contract.Order.
-func (h *handler) orders() kind {
-	return kind{handler: h, name: "order", param: "order_id", path: "/api/v1/orders/",
-		placing: func(c *gin.Context) (placeBody, string, bool) {
-			sku, ok := skuParam(c)
-			return &orderBody{sku: sku}, sku, ok
-		},
-		reply: orderReply,
-	}
-}
-
-// checkouts are placed with their lines in the body and answer contract.Checkout.
-func (h *handler) checkouts() kind {
-	return kind{handler: h, name: "checkout", param: "checkout_id", path: "/api/v1/checkouts/", checkout: true,
-		placing: func(*gin.Context) (placeBody, string, bool) {
-			return &checkoutBody{}, "", true
-		},
-		reply: checkoutReply,
-	}
+	reply    func(stock.Checkout) (id string, status stock.Status, json any)
 }
 
 // place places one: 201 with it, or 202 and its Location while it is queued.
 func (k kind) place(c *gin.Context) {
-	body, sku, ok := k.placing(c)
+	sku, ok := "", true
+	var body placeBody
+	if k.checkout {
+		body = &checkoutBody{}
+	} else if sku, ok = skuParam(c); ok {
+		body = &orderBody{sku: sku}
+	}
 	if !ok {
 		return
 	}
@@ -304,11 +266,7 @@ func (k kind) place(c *gin.Context) {
 	if !ok || !decode(c, body) {
 		return
 	}
-	if err := body.claim(c); err != nil {
-		fail(c, err, "")
-		return
-	}
-	req, err := body.request(key, k.Sales)
+	req, err := body.request(c, key, k.Sales)
 	if err != nil {
 		fail(c, err, "")
 		return

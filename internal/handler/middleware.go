@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -30,8 +31,9 @@ const requestIDHeader = "X-Request-Id"
 func withRequestID(log *slog.Logger) gin.HandlerFunc {
 	ids := newRequestIDs()
 	return func(c *gin.Context) {
+		// A client's id is kept only when short and plain, so that it is safe to log and to echo.
 		id := c.GetHeader(requestIDHeader)
-		if !saneRequestID(id) {
+		if !plainName(id, "._:-") {
 			id = ids.next()
 		}
 		c.Header(requestIDHeader, id)
@@ -43,24 +45,6 @@ func withRequestID(log *slog.Logger) gin.HandlerFunc {
 			}
 		}
 	}
-}
-
-// saneRequestID reports whether a client's request id is short and plain ([A-Za-z0-9._:-], 1 to
-// 64 bytes), so that it is safe to log and to echo; any other is replaced.
-func saneRequestID(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if b := id[i]; !isAlnum(b) && b != '.' && b != '_' && b != ':' && b != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-func isAlnum(b byte) bool {
-	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
 }
 
 // requestIDs makes ULIDs without a random read or a lock per request: the entropy is drawn once,
@@ -179,47 +163,27 @@ func (m *httpMetrics) observers(l httpLabels) httpObservers {
 	return o
 }
 
-// adminCheck returns the check of the admin bearer token: true for the right one, false for a
-// request without an Authorization header, errUnauthenticated for anything else. Both sides are
-// hashed before the constant-time compare, so neither the content nor the length of the token
-// leaks through timing.
-func adminCheck(token string) func(c *gin.Context) (bool, error) {
-	want := sha256.Sum256([]byte(token))
-	return func(c *gin.Context) (bool, error) {
-		header := c.GetHeader("Authorization")
-		if header == "" {
-			return false, nil
-		}
-		got, ok := strings.CutPrefix(header, "Bearer ")
-		sum := sha256.Sum256([]byte(got))
-		if !ok || token == "" || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			c.Header("WWW-Authenticate", `Bearer realm="seckill admin"`)
-			return false, errUnauthenticated
-		}
-		return true, nil
+// isAdmin reports whether the request carries the admin bearer token: false without an
+// Authorization header, errUnauthenticated for any other. Both sides are hashed before the
+// constant-time compare, so neither the content nor the length of the token leaks through timing.
+func (h *handler) isAdmin(c *gin.Context) (bool, error) {
+	header := c.GetHeader("Authorization")
+	if header == "" {
+		return false, nil
 	}
+	got, ok := strings.CutPrefix(header, "Bearer ")
+	sum := sha256.Sum256([]byte(got))
+	if !ok || h.AdminToken == "" || subtle.ConstantTimeCompare(sum[:], h.adminSum[:]) != 1 {
+		c.Header("WWW-Authenticate", `Bearer realm="seckill admin"`)
+		return false, errUnauthenticated
+	}
+	return true, nil
 }
 
 // requireAdmin lets only requests with the admin token through.
-func requireAdmin(isAdmin func(c *gin.Context) (bool, error)) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		ok, err := isAdmin(c)
-		if !ok {
-			if err == nil {
-				err = errUnauthenticated
-				c.Header("WWW-Authenticate", `Bearer realm="seckill admin"`)
-			}
-			fail(c, err, "")
-			return
-		}
-		c.Next()
-	}
-}
-
-// limitBody caps request bodies; reading past the cap fails with *http.MaxBytesError.
-func limitBody(n int64) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, n)
-		c.Next()
+func (h *handler) requireAdmin(c *gin.Context) {
+	if ok, err := h.isAdmin(c); !ok {
+		c.Header("WWW-Authenticate", `Bearer realm="seckill admin"`)
+		fail(c, cmp.Or[error](err, errUnauthenticated), "")
 	}
 }

@@ -25,26 +25,29 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Limits of the HTTP contract (openapi.yaml), and sanity bounds that keep absurd numbers out of the
-// database.
+// Limits of the HTTP contract (openapi.yaml), and bounds that keep absurd numbers out of the database.
 const (
 	maxUserIDBytes         = 64
 	maxIdempotencyKeyBytes = 128
 	maxNameBytes           = 128
 	maxStock               = 1_000_000_000
 	maxPerOrderLimit       = 1_000_000
+	maxPaymentTimeoutS     = 86400 // a day
 )
 
 var orderIDPattern = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{26}$`) // a ULID
 
-// validSKU reports whether sku matches [A-Za-z0-9._-]{1,64}: a loop, not a regexp, since every
-// order asks.
-func validSKU(sku string) bool {
-	if len(sku) == 0 || len(sku) > 64 {
+// validSKU reports whether sku matches [A-Za-z0-9._-]{1,64}.
+func validSKU(sku string) bool { return plainName(sku, "._-") }
+
+// plainName reports whether s is 1 to 64 ASCII letters, digits and punct: a loop, not a regexp,
+// since every order asks.
+func plainName(s, punct string) bool {
+	if len(s) == 0 || len(s) > 64 {
 		return false
 	}
-	for i := 0; i < len(sku); i++ {
-		if b := sku[i]; !isAlnum(b) && b != '.' && b != '_' && b != '-' {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte(punct, b) >= 0) {
 			return false
 		}
 	}
@@ -168,42 +171,24 @@ func jsonKind(k reflect.Kind) string {
 	}
 }
 
-// plainText reports whether s is valid UTF-8 without control characters.
-func plainText(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
+// valueOr is *p, or def when p is nil: an optional field of a body.
+func valueOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
 	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
+	return *p
 }
 
-// resolver names the strategy of a request (Sales.Resolve).
-type resolver interface {
-	Resolve(requested string) (string, error)
+// plainText reports whether s is valid UTF-8 without control characters.
+func plainText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 // A placeBody is the JSON body of a POST that places an order or a checkout.
 type placeBody interface {
-	// request validates the body into a request, its strategy named by strategies, or returns a
-	// *stock.InvalidError.
-	request(key string, strategies resolver) (stock.CheckoutRequest, error)
-	// claim sets the body's user_id to the authenticated buyer, or returns errForbidden when it
-	// names another (claim, below).
-	claim(c *gin.Context) error
-}
-
-func (b *orderBody) claim(c *gin.Context) (err error) {
-	b.UserID, err = claim(c, b.UserID)
-	return err
-}
-
-func (b *checkoutBody) claim(c *gin.Context) (err error) {
-	b.UserID, err = claim(c, b.UserID)
-	return err
+	// request validates the body into a request for the buyer (claim), its strategy resolved by
+	// sales, or returns errForbidden or a *stock.InvalidError.
+	request(c *gin.Context, key string, sales Sales) (stock.CheckoutRequest, error)
 }
 
 type orderBody struct {
@@ -214,36 +199,42 @@ type orderBody struct {
 }
 
 // request validates the body into an order: a request of one line. Quantity defaults to 1.
-func (b orderBody) request(key string, strategies resolver) (stock.CheckoutRequest, error) {
-	req := stock.OrderRequest{SKU: b.sku, IdempotencyKey: key, Quantity: 1}
-	user, err := validUser(b.UserID, true)
+func (b orderBody) request(c *gin.Context, key string, sales Sales) (stock.CheckoutRequest, error) {
+	user, err := claim(c, b.UserID)
 	if err != nil {
 		return stock.CheckoutRequest{}, err
 	}
-	req.UserID = user
-	if b.Quantity != nil {
-		req.Quantity = *b.Quantity
-	}
+	req := stock.OrderRequest{SKU: b.sku, UserID: user, IdempotencyKey: key, Quantity: valueOr(b.Quantity, 1)}
 	if req.Quantity < 1 || req.Quantity > maxPerOrderLimit {
 		return stock.CheckoutRequest{}, &stock.InvalidError{Msg: "quantity must be at least 1 and at most the product's max_per_order"}
 	}
-	req.Strategy, err = strategies.Resolve(b.Strategy)
+	req.Strategy, err = sales.Resolve(b.Strategy)
 	return stock.OrderOf(req), err
 }
 
-// validUser checks a user_id: required unless not required (then absent is "").
-func validUser(id *string, required bool) (string, error) {
+// claim is who a request is for: the token's sub, with identity on — a body's user_id must then
+// be absent or the same (errForbidden) — or else the body's user_id, trusted. Either must be
+// present, short and printable (a *stock.InvalidError).
+func claim(c *gin.Context, userID *string) (string, error) {
+	id := ""
+	sub, authed := authenticated(c)
 	switch {
-	case id == nil && !required:
-		return "", nil
-	case id == nil || *id == "":
+	case authed && userID != nil && *userID != sub:
+		return "", errForbidden
+	case authed:
+		id = sub
+	case userID != nil:
+		id = *userID
+	}
+	switch {
+	case id == "":
 		return "", &stock.InvalidError{Msg: "user_id is required"}
-	case len(*id) > maxUserIDBytes:
+	case len(id) > maxUserIDBytes:
 		return "", &stock.InvalidError{Msg: "user_id must be at most 64 bytes"}
-	case !plainText(*id):
+	case !plainText(id):
 		return "", &stock.InvalidError{Msg: "user_id must be valid UTF-8 without control characters"}
 	}
-	return *id, nil
+	return id, nil
 }
 
 // buyer reads whose order or checkout a payment or a cancellation is for. The admin (the bearer
@@ -259,12 +250,7 @@ func buyer(c *gin.Context, admin bool) (string, bool) {
 	if admin {
 		return "", true
 	}
-	id, err := claim(c, body.UserID)
-	if err != nil {
-		fail(c, err, "")
-		return "", false
-	}
-	user, err := validUser(id, true)
+	user, err := claim(c, body.UserID)
 	if err != nil {
 		fail(c, err, "")
 		return "", false
@@ -324,13 +310,10 @@ func doorProduct(p stock.Product) frontdoor.Product {
 		StartsAt: p.Window.Starts, EndsAt: p.Window.Ends, SoldOut: p.Stock <= 0}
 }
 
-// maxPaymentTimeoutS is the longest payment timeout: a day.
-const maxPaymentTimeoutS = 86400
-
 // spec validates the body into a product spec. max_per_order defaults to 1, payment_timeout_s
 // to 0 (orders confirmed at once), the window to none.
 func (b productBody) spec(sku string) (stock.ProductSpec, error) {
-	spec := stock.ProductSpec{SKU: sku, MaxPerOrder: 1}
+	spec := stock.ProductSpec{SKU: sku}
 	switch {
 	case b.Name == nil || *b.Name == "":
 		return spec, &stock.InvalidError{Msg: "name is required"}
@@ -345,22 +328,12 @@ func (b productBody) spec(sku string) (stock.ProductSpec, error) {
 	case b.PaymentTimeoutS != nil && (*b.PaymentTimeoutS < 0 || *b.PaymentTimeoutS > maxPaymentTimeoutS):
 		return spec, &stock.InvalidError{Msg: "payment_timeout_s must be between 0 and 86400"}
 	}
-	spec.Name, spec.Stock = *b.Name, *b.Stock
-	if b.MaxPerOrder != nil {
-		spec.MaxPerOrder = *b.MaxPerOrder
-	}
+	spec.Name, spec.Stock, spec.MaxPerOrder = *b.Name, *b.Stock, valueOr(b.MaxPerOrder, 1)
 	if spec.MaxPerOrder < 1 || spec.MaxPerOrder > maxPerOrderLimit {
 		return spec, &stock.InvalidError{Msg: "max_per_order must be between 1 and 1000000"}
 	}
-	if b.StartsAt != nil {
-		spec.Window.Starts = b.StartsAt.UTC()
-	}
-	if b.EndsAt != nil {
-		spec.Window.Ends = b.EndsAt.UTC()
-	}
-	if b.PaymentTimeoutS != nil {
-		spec.PaymentTimeout = time.Duration(*b.PaymentTimeoutS) * time.Second
-	}
+	spec.Window = stock.Window{Starts: valueOr(b.StartsAt, time.Time{}).UTC(), Ends: valueOr(b.EndsAt, time.Time{}).UTC()}
+	spec.PaymentTimeout = time.Duration(valueOr(b.PaymentTimeoutS, 0)) * time.Second
 	if b.WaitingRoom != nil {
 		room, err := b.WaitingRoom.room()
 		if err != nil {
@@ -399,8 +372,7 @@ func optionalTime(t time.Time) *time.Time {
 	return &t
 }
 
-// orderReply is an order's id, status and body as the contract writes it: the one line of its
-// answer.
+// orderReply is an order's id, status and body as the contract writes it: its checkout's one line.
 func orderReply(co stock.Checkout) (string, stock.Status, any) {
 	o := co.Lines[0]
 	return o.OrderID, o.Status, contract.Order{OrderID: o.OrderID, SKU: o.SKU, UserID: o.UserID, Quantity: o.Quantity, Strategy: o.Strategy,
@@ -420,27 +392,23 @@ type checkoutLineBody struct {
 
 // request validates the body into a checkout request: each line a well-formed SKU, its quantity
 // defaulting to 1. How many lines, and distinct, the service checks (stock.CheckoutRequest.Validate).
-func (b checkoutBody) request(key string, strategies resolver) (stock.CheckoutRequest, error) {
-	req := stock.CheckoutRequest{IdempotencyKey: key}
-	user, err := validUser(b.UserID, true)
+func (b checkoutBody) request(c *gin.Context, key string, sales Sales) (stock.CheckoutRequest, error) {
+	user, err := claim(c, b.UserID)
 	if err != nil {
-		return req, err
+		return stock.CheckoutRequest{}, err
 	}
-	req.UserID = user
+	req := stock.CheckoutRequest{UserID: user, IdempotencyKey: key}
 	for i, l := range b.Lines {
 		if l.SKU == nil || !validSKU(*l.SKU) {
 			return req, &stock.InvalidError{Msg: fmt.Sprintf("lines[%d].sku must match [A-Za-z0-9._-]{1,64}", i)}
 		}
-		line := stock.OrderRequest{SKU: *l.SKU, Quantity: 1}
-		if l.Quantity != nil {
-			line.Quantity = *l.Quantity
-		}
+		line := stock.OrderRequest{SKU: *l.SKU, Quantity: valueOr(l.Quantity, 1)}
 		if line.Quantity < 1 || line.Quantity > maxPerOrderLimit {
 			return req, &stock.InvalidError{Msg: fmt.Sprintf("lines[%d].quantity must be at least 1 and at most the product's max_per_order", i)}
 		}
 		req.Lines = append(req.Lines, line)
 	}
-	req.Strategy, err = strategies.Resolve(b.Strategy)
+	req.Strategy, err = sales.Resolve(b.Strategy)
 	return req, err
 }
 
