@@ -6,12 +6,12 @@ import "sync"
 // hashes the labels, and every order would pay for it. The label values come from bounded sets
 // (the strategies, the error codes), so what it keeps is bounded too.
 type curried[M any] struct {
-	with func(a, b string) M // the vector's lookup
+	with func(labels ...string) M // the vector's WithLabelValues
 	mu   sync.RWMutex
 	seen map[[2]string]M
 }
 
-func newCurried[M any](with func(a, b string) M) *curried[M] {
+func newCurried[M any](with func(labels ...string) M) *curried[M] {
 	return &curried[M]{with: with, seen: map[[2]string]M{}}
 }
 
