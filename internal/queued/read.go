@@ -40,9 +40,8 @@ func (s *Queued) Wait(ctx context.Context, ref stock.Ref, wait time.Duration, re
 const heardFor = 2 * time.Second
 
 // written is the rows of a request accepted more than heardFor ago, if it has them. A placed
-// request's record stays queued, and its end may be older than those the watch keeps: a wait on
-// the record alone would hold a written request until its wait passed. A younger request's
-// follower does without the read — a sale's followers ask at once.
+// request's record stays queued and the watch may have forgotten its end: without this read its
+// wait would run out. A younger request needs no read: a sale's followers ask at once.
 func (s *Queued) written(ctx context.Context, ref stock.Ref) (stock.Checkout, bool) {
 	id, err := ulid.ParseStrict(ref.ID)
 	if err != nil || time.Since(ulid.Time(id.Time())) < heardFor {
@@ -123,12 +122,11 @@ func (s *Queued) Replay(ctx context.Context, req stock.CheckoutRequest) (stock.C
 	return s.read(ctx, rec, nil, !req.Order)
 }
 
-// Backlog is how many of sku's orders are queued: accepted, not yet written — the reservations
-// the queue holds (admission.Ledger.InQueue) less those the database has an order of. A written
-// order keeps its reservation until its settle, and its message until its ack: counted from
-// either alone it would be counted twice, queued and in the product's rows, for that moment. The
-// audit reads the rows first, so an order written between the reads is counted in neither: never
-// in both. A checkout counts once under each of its products.
+// Backlog is how many of sku's orders are accepted and not yet written: the reservations the
+// queue holds (admission.Ledger.InQueue) less those with a row. A written order keeps its
+// reservation until its settle, so counted from reservations alone it would count twice, queued
+// and in the rows. The audit reads the rows first: an order written in between is counted in
+// neither, never both. A checkout counts under each of its products.
 func (s *Queued) Backlog(ctx context.Context, sku string) (int64, error) {
 	ids, err := s.admission.InQueue(ctx, sku)
 	if err != nil || len(ids) == 0 || planted.On(planted.AuditCountsWritten) {

@@ -393,9 +393,7 @@ func (s *Service) sweep(ctx context.Context) {
 
 // every runs step every period, each run bounded by the period, until ctx ends (Close waits).
 func (s *Service) every(ctx context.Context, period time.Duration, step func(ctx context.Context)) {
-	s.background.Add(1)
-	go func() {
-		defer s.background.Done()
+	s.background.Go(func() {
 		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
@@ -408,7 +406,7 @@ func (s *Service) every(ctx context.Context, period time.Duration, step func(ctx
 			step(stepCtx)
 			cancel()
 		}
-	}()
+	})
 }
 
 // Audit is the consistency report of a product: the database's, plus the Redis admission state

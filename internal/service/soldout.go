@@ -84,8 +84,7 @@ func newSoldOut(resets Resets, store *stock.Store, ttl time.Duration, onReset fu
 		}),
 	}
 	reg.MustRegister(s.rejections, s.subscribed)
-	s.wg.Add(1)
-	go s.listen(ctx)
+	s.wg.Go(func() { s.listen(ctx) })
 	return s
 }
 
@@ -125,9 +124,7 @@ func (s *SoldOut) learn(sku string) {
 	s.learning[sku] = time.Time{}
 	gen := s.gen
 	s.mu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		f, err := s.check(ctx, sku)
@@ -140,7 +137,7 @@ func (s *SoldOut) learn(sku string) {
 		case f != nil && s.live && s.gen == gen:
 			s.flags[sku] = f
 		}
-	}()
+	})
 }
 
 // check reads whether sku is at zero stock and, if so, its buyers: the flag to set, or nil.
@@ -224,7 +221,6 @@ func (s *SoldOut) sweep() {
 // listen holds the reset subscription until Close. A connection silent for a second (or TTL) is
 // pinged; a second silence, or any error, counts as down until Redis answers again.
 func (s *SoldOut) listen(ctx context.Context) {
-	defer s.wg.Done()
 	silent := 0
 	for ctx.Err() == nil {
 		sku, err := s.resets.Receive(ctx, min(s.ttl, time.Second))
