@@ -9,11 +9,10 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// keysUnused refuses, before their 202, the admitted requests es whose Idempotency-Key a written
-// order carries, their units given back, and returns the others: the writer's insert would
-// refuse them only after. The service then answers a replay or idempotency_conflict. Only
-// admitted requests pay the read, one for the batch. A database that cannot answer does not
-// stop the sale: the writer's unique key still decides.
+// keysUnused refuses before their 202, units given back, the admitted requests es whose
+// Idempotency-Key a written order carries (the writer's insert would refuse them only after), and
+// returns the others. Only admitted requests pay the read, one per batch. A database that cannot
+// answer does not stop the sale: the writer's unique key still decides.
 func (s *Queued) keysUnused(ctx context.Context, es []*entry) []*entry {
 	var keys []string
 	for _, e := range es {

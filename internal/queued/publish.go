@@ -18,12 +18,10 @@ import (
 )
 
 // Place implements Strategy: the request it returns is queued (stock.Queued), not placed. An
-// order and a checkout alike are one entry of their product's next batch: every line admitted or
-// none, each reserved under the request's id (so that the batch's first record decides them all).
-// Its writer places every line in one transaction, or rejects the request whole.
-//
-// A request whose units are held by batches in flight asks again in a later batch until its wait
-// budget runs out, as admission.Ledger.Admit does: held units are decided within a publish.
+// order or a checkout is one entry of its product's next batch: every line admitted or none, all
+// reserved under the request's id, so that the batch's first record decides them all. A request
+// whose units are held by batches in flight asks again in a later batch until its wait budget
+// runs out, as admission.Ledger.Admit does: held units are decided within a publish.
 func (s *Queued) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	subject, size := req.SKUs()[0], s.size(req)
 	heldWait := s.opts.LockWait
@@ -68,8 +66,7 @@ func (e *entry) answer(out stock.Checkout, err error) {
 	close(e.done)
 }
 
-// size is about the bytes req's order takes in a message: its ids are minted later, all of one
-// length.
+// size is about the bytes req's order takes in a message: its ids, minted later, are of one length.
 func (s *Queued) size(req stock.CheckoutRequest) int {
 	o, _ := orderIn(orderqueue.NewBatch(""), req)
 	data, _ := json.Marshal(o)
@@ -95,10 +92,9 @@ func orderIn(b orderqueue.Batch, req stock.CheckoutRequest) (orderqueue.Order, [
 	return o, lines
 }
 
-// sendRound sends the requests of subject's product that arrived while its last batch was out
-// (group commit): up to Options.Batch, in messages of at most Options.BatchBytes. It runs on no
-// buyer's context: a publish cut off halfway by a buyer who left would leave its batch's
-// reservations in doubt.
+// sendRound sends the requests of subject's product that arrived while its last batch was out,
+// in messages of at most Options.BatchBytes. It runs on no buyer's context: a publish cut off
+// halfway by a buyer who left would leave its batch's reservations in doubt.
 func (s *Queued) sendRound(subject string, take func() []*entry) {
 	es := take()
 	for len(es) > 0 {
@@ -210,19 +206,18 @@ func (s *Queued) publish(b orderqueue.Batch, es []*entry) {
 		s.inDoubt(b, es, err)
 		return
 	}
-	defer s.done(es)
 	if err == nil && neverAccepted(rec) {
 		// A sweeper recorded it given up first (this instance froze and stopped beating) and
 		// returned the units of the product it swept. Giving back every line returns the
 		// others'; a second give-back returns nothing.
 		unavailable := fmt.Errorf("batch %s given up while this instance was frozen: %w", b.ID, stock.ErrUnavailable)
 		s.refuse(rctx, es, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable), unavailable)
+		s.done(es)
 		return
 	}
 	// Queued, perhaps with orders a writer rejected already: they were accepted, and their
 	// followers read how they ended.
-	s.accepted(rctx, b)
-	s.answerAccepted(es)
+	s.accept(rctx, b, es)
 }
 
 // answerAccepted answers each of es 202: its request, queued.
@@ -239,9 +234,9 @@ func (s *Queued) done(es []*entry) {
 	}
 }
 
-// accepted hands the reservations of a batch whose message and record are out over to the
-// queue, one call per product: its 202s may go.
-func (s *Queued) accepted(ctx context.Context, b orderqueue.Batch) {
+// accept hands the reservations of batch b, whose message and record are out, over to the queue,
+// one call per product, then answers es 202.
+func (s *Queued) accept(ctx context.Context, b orderqueue.Batch, es []*entry) {
 	bySKU := map[string][]stock.OrderRequest{}
 	for _, o := range b.Orders {
 		for _, line := range requestOf(o).Lines {
@@ -253,13 +248,15 @@ func (s *Queued) accepted(ctx context.Context, b orderqueue.Batch) {
 			s.log.Debug("reservations not handed over to the queue; the sweeper does it", "batch", b.ID, "sku", sku, "err", err)
 		}
 	}
+	s.answerAccepted(es)
+	s.done(es)
 }
 
-// inDoubt answers a batch whose publish went unanswered, or whose record failed after it: its
-// message may have landed. The first record decides, as for the sweeper: the batch is recorded
-// given up before its buyers hear 503, so that no writer places an order behind that answer, and
-// its units go back. If a writer recorded it first, the answer is 202 after all. A record that
-// cannot be written either leaves the reservations in doubt, for the sweeper to ask again.
+// inDoubt answers a batch whose publish or record went unanswered: its message may have landed.
+// The first record decides, as for the sweeper: the batch is recorded given up before its buyers
+// hear 503, so that no writer places an order behind that answer, and its units go back; if a
+// writer recorded it first, the answer is 202. A failed record leaves the units in doubt, for
+// the sweeper.
 func (s *Queued) inDoubt(b orderqueue.Batch, es []*entry, published error) {
 	rctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
 	defer cancel()
@@ -273,7 +270,5 @@ func (s *Queued) inDoubt(b orderqueue.Batch, es []*entry, published error) {
 		s.refuse(rctx, es, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable), unavailable)
 		return
 	}
-	defer s.done(es)
-	s.accepted(rctx, b)
-	s.answerAccepted(es)
+	s.accept(rctx, b, es)
 }

@@ -36,12 +36,11 @@ import (
 //     acked once every order is decided, naked otherwise: it comes back to decide the rest
 //     (write.go). A recorded batch whose message the queue lost is sent again (resend.go).
 //
-// With Redis unreachable no order is accepted (busy, 429): without admission nothing keeps queued
-// orders within the stock, and hybrid's database path would sell units held for orders already
-// answered 202. A Redis that lost its data warms from the database, which does not count queued
-// orders: until they are written admission accepts too many, and writers reject the excess as
-// sold_out. Every order still ends and no unit sells twice, but for that while queued and active
-// orders may exceed the stock.
+// With Redis unreachable no order is accepted (busy, 429): nothing would keep queued orders
+// within the stock. A Redis that lost its data warms from the database, which does not count
+// queued orders: until they are written admission accepts too many, and writers reject the
+// excess as sold_out. Every order still ends and no unit sells twice, but for that while queued
+// and active orders may exceed the stock.
 type Queued struct {
 	section   Section
 	admission *admission.Ledger
@@ -54,38 +53,33 @@ type Queued struct {
 	writers   sync.WaitGroup
 }
 
-// Section places a batch of requests for the same products under their locks, taken in SKU
-// order, and their version guards, in one transaction, and settles the reservations of those
-// written: hybrid's (lockstrategy.Hybrid.Section).
+// Section places a batch of requests for the same products in one transaction, under their locks
+// (in SKU order) and version guards, and settles the reservations written: Hybrid.Section's.
 type Section func(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed
 
 // Options tune the queued strategy; app.Defaults has the service's. Every duration and count but
 // MaxWaiting is required.
 type Options struct {
 	Writers int // writer loops on this instance
-	// Batch bounds the orders of one message (group commit); a writer takes up to Batch
-	// messages at a time, and places the orders it took for one set of products in one section.
-	Batch int
+	Batch   int // orders in one message (group commit), and messages in one writer's take
 	// BatchBytes bounds the bytes of one message, so that a batch and its record stay within
 	// what the queue's servers take in one (NATS max_payload, 1 MB by default).
 	BatchBytes int
 	Idle       time.Duration // how long an idle writer waits for an order before asking again
 	Retry      time.Duration // how long an order that could not be decided waits before it comes back
 	Publish    time.Duration // budget of an order's publish, and again of its record
-	// MaxWaiting bounds the orders of a product accepted and not yet written or rejected, on
-	// all instances: past it a new order is answered busy, so that none waits behind more than
-	// this many (0: only the queue's own bound).
+	// MaxWaiting bounds a product's orders accepted and not yet decided, on all instances: past
+	// it an order is answered busy rather than wait behind them (0: only the queue's bound).
 	MaxWaiting int
 	// LockWait is the section's wait for its lock; a writer's batch has twice that and 10 s.
 	LockWait time.Duration
-	// Hooks: Admitted and Published run at their moments of a batch's publisher, for each of
-	// its orders, Taken at a writer's, for tests.
+	// Hooks, for tests: Admitted and Published run for each order of a batch its publisher sends,
+	// Taken for each order a writer takes.
 	Hooks lockstrategy.Hooks
 }
 
-// New returns the queued strategy: admission by ledger, requests written by section (hybrid's)
-// to store, its writers started on queue; Close stops them. The ledger's sweeper asks the queue
-// about orphaned reservations through Pending.
+// New returns the queued strategy on ledger, section (hybrid's), store and queue, its writers
+// started; Close stops them. The ledger's sweeper asks the queue through Pending.
 func New(section Section, ledger *admission.Ledger, store *stock.Store, queue *orderqueue.Queue, opts Options, log *slog.Logger) (*Queued, error) {
 	if opts.Writers <= 0 || opts.Batch <= 0 || opts.BatchBytes <= 0 || opts.Idle <= 0 || opts.Retry <= 0 || opts.Publish <= 0 || opts.LockWait <= 0 {
 		return nil, fmt.Errorf("queued options %+v: writers, batch, batch bytes, idle, retry, publish and lock wait are required", opts)

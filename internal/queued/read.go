@@ -13,9 +13,8 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Read reads the record of the order or checkout ref names: queued, rejected with its reason,
-// or — placed — its rows. stock.ErrNotFound when the queue has no record of it (or one of the
-// other kind), stock.ErrUnavailable when the queue does not answer.
+// Read reads the request ref names from its record (read): stock.ErrNotFound when the queue has
+// no record of its kind, stock.ErrUnavailable when the queue does not answer.
 func (s *Queued) Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error) {
 	rec, err := s.queue.Get(ctx, ref.ID)
 	return s.read(ctx, rec, err, ref.Checkout)
@@ -71,7 +70,7 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 		}
 		return co, nil
 	case rec.State == orderqueue.Placed:
-		return s.stored(ctx, rec.Order)
+		return s.store.Read(ctx, stock.Ref{ID: rec.OrderID, Checkout: rec.Checkout})
 	case rec.State == orderqueue.Rejected:
 		co := queuedCheckout(rec.Order, stock.Rejected)
 		if checkout && !rec.Checkout {
@@ -85,21 +84,15 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 	}
 	// Still queued, as the record stands: a placed request's record stays so, and then its rows
 	// are the answer.
-	if co, err := s.stored(ctx, rec.Order); err == nil {
+	if co, err := s.store.Read(ctx, stock.Ref{ID: rec.OrderID, Checkout: rec.Checkout}); err == nil {
 		return co, nil
 	}
 	return queuedCheckout(rec.Order, stock.Queued), nil
 }
 
-// stored reads the rows of the request a message carries.
-func (s *Queued) stored(ctx context.Context, o orderqueue.Order) (stock.Checkout, error) {
-	return s.store.Read(ctx, stock.Ref{ID: o.OrderID, Checkout: o.Checkout})
-}
-
-// Replay finds the request of req's Idempotency-Key while it is queued: the buyer's reservation
-// of its first product names the key and the request (its id), and the request's record says
-// where it is. A queued or placed request is the answer; stock.ErrNotFound when the key holds
-// none, stock.ErrIdempotencyConflict when it holds another.
+// Replay finds the request of req's Idempotency-Key while it is queued, by the buyer's
+// reservation of its first product (it names the key and the request) and the request's record:
+// stock.ErrNotFound when the key holds none, stock.ErrIdempotencyConflict when it holds another.
 func (s *Queued) Replay(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	held, err := s.admission.Held(ctx, req.SKUs()[0], req.UserID)
 	if err != nil {
@@ -123,10 +116,9 @@ func (s *Queued) Replay(ctx context.Context, req stock.CheckoutRequest) (stock.C
 }
 
 // Backlog is how many of sku's orders are accepted and not yet written: the reservations the
-// queue holds (admission.Ledger.InQueue) less those with a row. A written order keeps its
-// reservation until its settle, so counted from reservations alone it would count twice, queued
-// and in the rows. The audit reads the rows first: an order written in between is counted in
-// neither, never both. A checkout counts under each of its products.
+// queue holds (admission.Ledger.InQueue) less those with a row, which keep their reservation
+// until their settle. The audit reads the rows first, so an order written in between is counted
+// in neither, never both. A checkout counts under each of its products.
 func (s *Queued) Backlog(ctx context.Context, sku string) (int64, error) {
 	ids, err := s.admission.InQueue(ctx, sku)
 	if err != nil || len(ids) == 0 || planted.On(planted.AuditCountsWritten) {

@@ -24,8 +24,7 @@ type inHand struct {
 	answered bool             // acked or naked
 }
 
-// decided reports whether every order of the batch is placed, or refused and waiting for its
-// rejection to be written.
+// decided reports whether every order of the batch is placed, or refused and to be rejected.
 func (h *inHand) decided() bool { return h.open == len(h.refused) && h.retry == nil }
 
 // held is one order of a batch in hand.
@@ -34,14 +33,12 @@ type held struct {
 	o orderqueue.Order
 }
 
-// queueLanes bounds a take's requests to the queue in flight at once (claims, hooks): they are
-// independent, and one connection carries them side by side.
+// queueLanes bounds a take's concurrent requests to the queue (claims, hooks), independent ones.
 const queueLanes = 16
 
-// write is one writer's take of one product's batches (steps 3 and 4): the orders for each set of
-// products in one section (one lock, one conditional update, one multi-row insert), in the order
-// the queue took them. A batch is acked once every order of it is placed or rejected in its
-// record; naked if one could not be decided.
+// write is one writer's take of one product's batches: the orders for each set of products in
+// one section (one lock, one conditional update, one multi-row insert), in the order the queue
+// took them. A batch is acked once every order of it is decided, naked otherwise.
 func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 	if hook := s.opts.Hooks.Taken; hook != nil {
 		var g errgroup.Group
@@ -165,9 +162,8 @@ func (s *Queued) provenQueued(ctx context.Context, t orderqueue.Taken) map[strin
 	return proven
 }
 
-// writeSome writes es, all for one set of products, in one hybrid section — every line of each,
-// or none — which settles the reservations of those written. It ends each as it came out, then
-// finishes the batches it decided the last orders of.
+// writeSome writes es, all for one set of products, in one section, which settles the
+// reservations of those written; then finishes the batches it decided the last orders of.
 func (s *Queued) writeSome(ctx context.Context, es []held) {
 	reqs := make([]stock.CheckoutRequest, len(es))
 	for i, e := range es {
@@ -249,8 +245,7 @@ func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 	return rest
 }
 
-// placed decides the orders es the database has, their ends said to their followers in one
-// message (orderqueue.Queue.Placed).
+// placed decides the orders es the database has, their ends told in one message (Queue.Placed).
 func (s *Queued) placed(es []held, ends []orderqueue.Record) {
 	s.queue.Placed(ends...)
 	for _, e := range es {
@@ -296,9 +291,8 @@ func (s *Queued) again(h *inHand, err error) {
 	_ = h.Nak(s.opts.Retry)
 }
 
-// refusal reports whether the database decided against the order — for good, whoever asks
-// again: sold out, a buyer who holds an order, outside the sale window, a product gone. Busy and
-// unavailable decide nothing: the order is tried again.
+// refusal reports whether the database decided against the order for good (sold out, a buyer who
+// holds one, outside the window, no product). Busy and unavailable decide nothing: it comes back.
 func refusal(err error) bool {
 	switch stock.Code(err) {
 	case "busy", "unavailable", "internal", "canceled":

@@ -40,10 +40,9 @@ func newCatalog(read func(ctx context.Context, sku string) (stock.Product, error
 	return &catalog{read: read, ttl: ttl, entries: map[string]catalogEntry{}}
 }
 
-// check answers an order for sku at now from the window: nil (go on), a
-// *stock.SaleNotStartedError or stock.ErrSaleEnded; room says whether it needs a pass. An unknown
-// product goes on: the strategy answers it. A failed read leaves the last entry in force; with
-// none, the order is refused with its error: the door refuses what it cannot judge.
+// check answers an order for sku at now from the window (nil, *stock.SaleNotStartedError or
+// stock.ErrSaleEnded) and says whether it needs a pass. An unknown product goes on to the strategy.
+// A failed read keeps the last entry; with none, the door refuses what it cannot judge.
 func (c *catalog) check(ctx context.Context, sku string, now time.Time) (room bool, err error) {
 	c.mu.Lock()
 	e, ok := c.entries[sku]

@@ -61,8 +61,7 @@ func Defaults() Config {
 	}
 }
 
-// Parts are what an instance is made of, built by package app on the backends it opened; New
-// does not close the backends.
+// Parts are what an instance is made of, built by package app; New does not close its backends.
 type Parts struct {
 	Store     *stock.Store
 	Admission *admission.Ledger
@@ -74,7 +73,7 @@ type Parts struct {
 	Resets Resets
 	// Checks are the backends readiness asks besides the database.
 	Checks []Check
-	// Passes judges the waiting rooms' passes (frontdoor.Passes); nil: every order needing one is refused.
+	// Passes judges waiting-room passes (frontdoor.Passes); nil: orders needing one are refused.
 	Passes Passes
 }
 

@@ -2,9 +2,8 @@ package service
 
 import "sync"
 
-// curried keeps the metrics of one vector by their label values, each looked up once: a lookup
-// hashes the labels, and every order would pay for it. The label values come from bounded sets
-// (the strategies, the error codes), so what it keeps is bounded too.
+// curried keeps a vector's metrics by label values, each looked up once, so that orders do not
+// pay for hashing the labels. The values (strategies, error codes) are bounded, and so is it.
 type curried[M any] struct {
 	with func(labels ...string) M // the vector's WithLabelValues
 	mu   sync.RWMutex

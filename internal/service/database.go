@@ -14,10 +14,9 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// database is whether this instance's own database serves, as its last heartbeat found. An
-// instance can be cut off from its database while the others are not (its Galera node left the
-// group); then it must not keep units of the sale: its reservations would wait for writes it
-// cannot make.
+// database is whether this instance's own database serves, as its last heartbeat found. Cut off
+// from it while others are not (its Galera node left), an instance must not keep units of the
+// sale: its reservations would wait for writes it cannot make.
 type database struct {
 	store     *stock.Store
 	admission *admission.Ledger

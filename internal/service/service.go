@@ -107,11 +107,10 @@ func (s *Service) Resolve(requested string) (string, error) {
 	if !s.allowOverride && requested != s.defaultName {
 		return "", &stock.InvalidError{Msg: fmt.Sprintf("strategy override is disabled on this server (it uses %s)", s.defaultName)}
 	}
-	st, err := s.lookup(requested)
-	if err != nil {
+	if _, err := s.lookup(requested); err != nil {
 		return "", err
 	}
-	return st.Name(), nil
+	return requested, nil
 }
 
 func (s *Service) lookup(name string) (lockstrategy.Strategy, error) {
@@ -135,10 +134,9 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 }
 
 // Place places req — an order (stock.OrderOf) or a checkout, every line or none — through the
-// strategy req.Strategy names. Its lines are answered from memory where they can be (the sale
-// window, the sold-out flags). Under an Idempotency-Key a replay gets the original (replayed
-// true), another request stock.ErrIdempotencyConflict; one whose original is in flight waits for
-// it, within the lock wait, then hears busy.
+// strategy req.Strategy names, answering from memory where it can (sale window, sold-out flags).
+// Under an Idempotency-Key a replay gets the original (replayed true), another request
+// stock.ErrIdempotencyConflict; one whose original is in flight waits for it (awaitInFlight).
 func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stock.Checkout, replayed bool, err error) {
 	st, err := s.lookup(req.Strategy)
 	if err != nil {
@@ -162,9 +160,8 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 	if err = req.Validate(); err != nil {
 		return stock.Checkout{}, false, err
 	}
-	// Outside its sale window a line is answered from memory (catalog), yet a retry of a request
-	// placed before the window closed still finds it. A line without its waiting room's pass is
-	// refused too: the door is before every strategy.
+	// Outside its window a line is answered from memory (catalog), yet a retry still finds a
+	// request placed in time. So is a line without its pass: the door is before every strategy.
 	refused := make([]error, len(req.Lines))
 	for i, line := range req.Lines {
 		room, err := s.catalog.check(ctx, line.SKU, start)
@@ -233,17 +230,16 @@ func (s *Service) checkPass(ctx context.Context, req stock.CheckoutRequest, sku 
 }
 
 // mayRepeat reports whether a request that failed with err may repeat one placed under its key:
-// its key or buyer is taken, the stock is gone (perhaps to the original), or it does not fit the
-// product (a key reused with another body must hear idempotency_conflict).
+// key or buyer taken, stock gone (perhaps to the original), or a body unfit for the product,
+// where a key reused with another body must hear idempotency_conflict.
 func mayRepeat(err error) bool {
 	return errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
 		errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)
 }
 
-// awaitInFlight waits a moment before a request whose key is taken by an original not yet in the
-// database asks again (nil); err is that failure. The original is in flight somewhere, so the
-// repeat waits for it as long as an order waits for a lock (since start), then hears busy and
-// retries — never already_purchased, never a second order.
+// awaitInFlight waits a moment before a request whose key is taken by an original in flight
+// asks again (nil); err is that failure. It waits as long as an order waits for a lock (since
+// start), then busy: never already_purchased, never a second order.
 func (s *Service) awaitInFlight(ctx context.Context, start time.Time, err error) error {
 	if time.Since(start) > s.inFlightWait {
 		// The request as a whole waits, not a line of it: the answer names none.
@@ -268,9 +264,8 @@ func (s *Service) countBusy(ctx context.Context, strategy string, err error) {
 	s.log.LogAttrs(ctx, slog.LevelDebug, "busy", slog.String("strategy", strategy), slog.String("cause", string(cause)), slog.Any("err", err))
 }
 
-// replay finds the request placed under req's Idempotency-Key, or for the queued strategy
-// accepted and not yet written. A key used by the other kind of request or other lines is a
-// conflict.
+// replay finds the request placed, or for the queued strategy accepted, under req's
+// Idempotency-Key. A key used by the other kind of request or for other lines is a conflict.
 func (s *Service) replay(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
 	if errors.Is(err, stock.ErrNotFound) && s.queued != nil && req.Strategy == s.queued.Name() {
@@ -299,8 +294,7 @@ func (s *Service) Products(ctx context.Context, limit int) ([]stock.Product, err
 }
 
 // Read reads an order or a checkout: from the order queue's record first when the queued
-// strategy is offered (queued, rejected with its reason, or placed and read from the database),
-// from the database when the queue has no record of it or cannot be asked.
+// strategy is offered, from the database when the queue has none or cannot be asked.
 func (s *Service) Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error) {
 	if s.queued == nil {
 		return s.store.Read(ctx, ref)
@@ -371,9 +365,8 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 }
 
 // sweep returns to sale the units of reservations whose order never reached the database
-// (admission.Ledger.Sweep), for the products this instance admitted orders for lately. Run every
-// eighth of the instance TTL, it bounds with the TTL how long a stopped instance's units stay off
-// sale. Every instance sweeps; each reservation is resolved once.
+// (admission.Ledger.Sweep; once each, whichever instance sweeps), for the products admitted here
+// lately. Run every eighth of the instance TTL, it bounds how long a dead instance's units wait.
 func (s *Service) sweep(ctx context.Context) {
 	skus := s.admission.Recent(admission.RecentWindow)
 	if len(skus) == 0 {
@@ -409,8 +402,7 @@ func (s *Service) every(ctx context.Context, period time.Duration, step func(ctx
 	})
 }
 
-// Audit is the consistency report of a product: the database's, plus the Redis admission state
-// when Redis answered.
+// Audit is a product's consistency report: the database's, and Redis admission's if it answered.
 type Audit struct {
 	stock.Audit
 	Redis *admission.State

@@ -30,15 +30,15 @@ type Resets interface {
 const maxFlagBuyers = 100_000
 
 // SoldOut is one instance's local sold-out flags: once the database shows a product at zero,
-// sold_out is answered from memory, touching neither Redis nor the database. A flash sale's
-// sold-out requests outnumber its units many times.
+// sold_out is answered from memory, touching neither Redis nor the database, for the requests
+// that outnumber a flash sale's units many times.
 //
 // A flag is safe to trust because stock comes back only by a PUT or an ended order, and both are
-// announced: they drop the flag and publish the SKU to every instance (Redis pub/sub). Until then
-// zero stays zero. The flag keeps the buyers who hold an order, so that their retries still take
-// the full path and hear their original 201. Flags live only while the subscription is up, and
-// all go when it drops: messages sent meanwhile are lost. Last, a flag is trusted for at most
-// TTL, then renewed by a one-row read (still zero, same version: the same buyers) or dropped.
+// announced: they drop the flag and publish the SKU to every instance (Redis pub/sub). The flag
+// keeps the buyers who hold an order, so that their retries take the full path to their original
+// 201. Flags live only while the subscription is up: messages sent while it is down are lost.
+// Last, a flag is trusted for at most TTL, then renewed by a one-row read (same version: no
+// sale since, the same buyers) or dropped.
 type SoldOut struct {
 	store  *stock.Store
 	resets Resets
@@ -67,7 +67,7 @@ type soldOutFlag struct {
 }
 
 // newSoldOut starts the flags of one instance, hearing product resets on resets. ttl bounds how
-// long a flag is trusted unchecked; onReset, if set, hears every reset. Close stops it.
+// long a flag is trusted unchecked; onReset hears every reset. Close stops it.
 func newSoldOut(resets Resets, store *stock.Store, ttl time.Duration, onReset func(sku string), log *slog.Logger,
 	reg prometheus.Registerer) *SoldOut {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -233,9 +233,7 @@ func (s *SoldOut) listen(ctx context.Context) {
 			s.setLive(true)
 			if sku != "" {
 				s.drop(sku)
-				if s.onReset != nil {
-					s.onReset(sku)
-				}
+				s.onReset(sku)
 			}
 		case errors.As(err, &timeout) && timeout.Timeout():
 			silent++

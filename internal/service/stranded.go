@@ -15,14 +15,12 @@ import (
 const strandedTimeout = 2 * time.Second
 
 // stranded exports, per product, the units Redis admission holds back from the database's stock,
-// read at each scrape: it shows whether the README's promise holds, that such units come back on
-// sale by themselves.
+// at each scrape: it shows whether they come back on sale by themselves, as the README promises.
 //
-// Held back (the audit's held_back) includes every order in flight, so it is above zero all
-// through a busy sale: no alert can use it. Stranded units are those no live reservation explains:
-// reservations of an instance that stopped beating, and units the database got back that the relay
-// has not yet given admission. The sweeper and the relay return them within seconds; stranded
-// units that stay are the bug.
+// Held back (the audit's held_back) includes every order in flight, so no alert can use it.
+// Stranded units are those no live reservation explains: reservations of an instance that stopped
+// beating, units the database got back that the relay has not yet given admission. The sweeper
+// and the relay return them within seconds; stranded units that stay are the bug.
 //
 // The products are those the sweeper watches (Service.sweep), so the sku label stays as small as
 // the live sales. Every instance reports the same value: aggregate with max by (sku), not sum.
@@ -35,10 +33,7 @@ type stranded struct {
 }
 
 func newStranded(ledger *admission.Ledger, store *stock.Store, log *slog.Logger) *stranded {
-	return &stranded{
-		admission: ledger,
-		store:     store,
-		log:       log,
+	return &stranded{admission: ledger, store: store, log: log,
 		heldBack: prometheus.NewDesc("seckill_admission_held_back_units",
 			"Units the database has that Redis admission does not offer (the audit's held_back): those of orders in flight, and any stranded.",
 			[]string{"sku"}, nil),
