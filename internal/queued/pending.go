@@ -14,29 +14,21 @@ type Pending struct {
 	Queue *orderqueue.Queue
 }
 
-// Pending implements admission.Pending: a reservation whose order's batch was recorded queued is
-// left to its writer (its message went out), unless a writer rejected the order; a batch with no
-// record is recorded given up now, so that no writer ever places an order of it, and its units
-// may go back. An order's batch is named by its id (orderqueue.BatchOf): one record per batch,
-// whichever of its reservations the sweeper found. Reservations that are not the queued
-// strategy's (no batch's order id) have no message: they are not asked about.
+// Pending implements admission.Pending: a reservation whose batch was recorded queued is left to
+// its writer (its message went out), unless a writer rejected its order. A batch with no record is
+// recorded given up now, so that no writer ever places an order of it, and its units may go back.
+// One record per batch (orderqueue.BatchOf); reservations of other strategies are not asked about.
 func (p Pending) Pending(ctx context.Context, sku string, held []admission.Held) (map[string]bool, error) {
 	byBatch := map[string][]admission.Held{}
-	var batches []string
 	for _, h := range held {
-		id, ok := orderqueue.BatchOf(h.ID)
-		if !ok {
-			continue
+		if id, ok := orderqueue.BatchOf(h.ID); ok {
+			byBatch[id] = append(byBatch[id], h)
 		}
-		if _, seen := byBatch[id]; !seen {
-			batches = append(batches, id)
-		}
-		byBatch[id] = append(byBatch[id], h)
 	}
 	writable := map[string]bool{}
-	for _, id := range batches {
+	for id, hs := range byBatch {
 		b := orderqueue.Batch{ID: id, SKU: sku}
-		for _, h := range byBatch[id] {
+		for _, h := range hs {
 			b.Orders = append(b.Orders, orderqueue.Order{OrderID: h.ID, SKU: sku, UserID: h.User, Strategy: name,
 				IdempotencyKey: h.IdempotencyKey, Reservation: h.ID, AcceptedAt: time.Now().UTC(),
 				Lines: []orderqueue.Line{{OrderID: h.ID, SKU: sku, Quantity: h.Units}}})
@@ -45,7 +37,7 @@ func (p Pending) Pending(ctx context.Context, sku string, held []admission.Held)
 		if err != nil {
 			return nil, err
 		}
-		for _, h := range byBatch[id] {
+		for _, h := range hs {
 			r, ok := rec.Of(h.ID)
 			writable[h.ID] = ok && r.State == orderqueue.Queued
 		}

@@ -18,14 +18,10 @@ import (
 )
 
 // Place implements Strategy: the request it returns is queued (stock.Queued), not placed. An
-// order and a checkout take the same steps, as one entry of their product's next batch: admission
-// of every line or none, each line's reservation under the request's id (so that its batch's
-// first record decides for every line), one message and one record for the batch, 202. Its writer
-// places every line in one transaction, or rejects the request whole.
-//
-// A request whose units are held by orders of batches in flight — this instance's or another's —
-// asks again in a later batch until its wait budget runs out, as admission's own wait does
-// (admission.Ledger.Admit): the units are decided within a publish, and given back if it fails.
+// order or a checkout is one entry of its product's next batch: every line admitted or none, all
+// reserved under the request's id, so that the batch's first record decides them all. A request
+// whose units are held by batches in flight asks again in a later batch until its wait budget
+// runs out, as admission.Ledger.Admit does: held units are decided within a publish.
 func (s *Queued) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	subject, size := req.SKUs()[0], s.size(req)
 	heldWait := s.opts.LockWait
@@ -70,8 +66,7 @@ func (e *entry) answer(out stock.Checkout, err error) {
 	close(e.done)
 }
 
-// size is about the bytes req's order takes in a message: its ids are minted later, all of one
-// length.
+// size is about the bytes req's order takes in a message: its ids, minted later, are of one length.
 func (s *Queued) size(req stock.CheckoutRequest) int {
 	o, _ := orderIn(orderqueue.NewBatch(""), req)
 	data, _ := json.Marshal(o)
@@ -97,12 +92,9 @@ func orderIn(b orderqueue.Batch, req stock.CheckoutRequest) (orderqueue.Order, [
 	return o, lines
 }
 
-// sendRound sends the requests of subject's product that arrived while its last batch was out
-// (group commit, step 2): up to Options.Batch of them, in one message of at most
-// Options.BatchBytes — or several, one after another, when they weigh more. It runs on the
-// product's drainer (keyqueue), on no buyer's context: past admission a batch's steps run to
-// their end even if its buyers go, or a publish cut off halfway would leave their reservations
-// in doubt for a sweeper to settle.
+// sendRound sends the requests of subject's product that arrived while its last batch was out,
+// in messages of at most Options.BatchBytes. It runs on no buyer's context: a publish cut off
+// halfway by a buyer who left would leave its batch's reservations in doubt.
 func (s *Queued) sendRound(subject string, take func() []*entry) {
 	es := take()
 	for len(es) > 0 {
@@ -116,9 +108,8 @@ func (s *Queued) sendRound(subject string, take func() []*entry) {
 	}
 }
 
-// send takes the requests es from their admission to their 202, as one batch: nil once it is
-// accepted; otherwise each buyer's answer, every line's units given back or left in doubt for
-// the sweeper. Every entry is answered by its end.
+// send takes the requests es, one batch, from admission to their answers: 202, or a refusal with
+// their units given back or left in doubt for the sweeper. Every entry is answered by its end.
 func (s *Queued) send(subject string, es []*entry) {
 	defer func() {
 		for _, e := range es {
@@ -161,64 +152,41 @@ func (s *Queued) admit(ctx context.Context, es []*entry) []*entry {
 	wg.Wait()
 	var admitted []*entry
 	for i, e := range es {
-		if errs[i] != nil {
-			e.answer(stock.Checkout{}, admissionFailed(errs[i]))
+		err := errs[i]
+		if err == nil {
+			admitted = append(admitted, e)
 			continue
 		}
-		admitted = append(admitted, e)
+		if errors.Is(err, admission.ErrRedisDown) {
+			// No 202 can be promised without admission, and the database path is no fallback:
+			// it would sell units admission holds for orders already answered 202. The buyer
+			// retries shortly, with its key.
+			err = stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued: admission cannot be asked, retry: %w", err))
+		}
+		e.answer(stock.Checkout{}, err)
 	}
 	return admitted
 }
 
-// admissionFailed is the answer to a request that admission did not take.
-func admissionFailed(err error) error {
-	if errors.Is(err, admission.ErrRedisDown) {
-		// No 202 can be promised without admission, and the database path is no fallback here:
-		// it would sell units that admission holds for orders already answered 202, which the
-		// writers would then reject. The buyer retries shortly, with its key.
-		return stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued: admission cannot be asked, retry: %w", err))
+// refuse gives back the units of es, for why (admission.Ledger.GiveBack), and answers each err.
+func (s *Queued) refuse(ctx context.Context, es []*entry, why, err error) {
+	for _, e := range es {
+		s.admission.GiveBack(ctx, e.lines, why)
+		e.answer(stock.Checkout{}, err)
 	}
-	return err
 }
 
-// keysUnused refuses, and gives back, the admitted requests whose Idempotency-Key a written order
-// already carries (keyUnused), and returns the others.
-func (s *Queued) keysUnused(ctx context.Context, es []*entry) []*entry {
-	errs := make([]error, len(es))
-	var wg sync.WaitGroup
-	for i, e := range es {
-		if e.req.IdempotencyKey != "" {
-			wg.Go(func() { errs[i] = s.keyUnused(ctx, e.req.IdempotencyKey) })
-		}
-	}
-	wg.Wait()
-	var unused []*entry
-	for i, e := range es {
-		if errs[i] != nil {
-			s.admission.GiveBack(ctx, e.lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, errs[i]))
-			e.answer(stock.Checkout{}, errs[i])
-			continue
-		}
-		unused = append(unused, e)
-	}
-	return unused
-}
-
-// publish sends batch b of the admitted requests es — one synced write for all of them — then
-// records it queued, hands their reservations over to the queue and answers their 202s. The 202
-// comes after both writes returned: a 202 is a promise that the order survives the queue's crash
-// and ends placed or refused by the stock, and a batch with no record may yet be given up by a
-// sweeper (reason unavailable).
+// publish sends batch b of the admitted requests es, records it queued, hands their reservations
+// over to the queue and answers 202. The 202 waits for both writes: it promises that the order
+// survives the queue's crash and ends placed or refused by the stock, and a batch with no record
+// may yet be given up by a sweeper.
 func (s *Queued) publish(b orderqueue.Batch, es []*entry) {
 	pctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
 	defer cancel()
 	if _, err := s.queue.Publish(pctx, b); err != nil {
 		if errors.Is(err, orderqueue.ErrFull) {
 			err = stock.Busy(stock.BusyQueueFull, err)
-			for _, e := range es {
-				s.admission.GiveBack(pctx, e.lines, err)
-				e.answer(stock.Checkout{}, err)
-			}
+			s.refuse(pctx, es, err, err)
 			return
 		}
 		s.inDoubt(b, es, err)
@@ -238,22 +206,18 @@ func (s *Queued) publish(b orderqueue.Batch, es []*entry) {
 		s.inDoubt(b, es, err)
 		return
 	}
-	defer s.done(es)
 	if err == nil && neverAccepted(rec) {
-		// A sweeper recorded it given up first (this instance had stopped beating, frozen
-		// between admission and here) and returned its units — of the product it swept: the
-		// give-back of every line returns the others' (a second give-back returns nothing).
+		// A sweeper recorded it given up first (this instance froze and stopped beating) and
+		// returned the units of the product it swept. Giving back every line returns the
+		// others'; a second give-back returns nothing.
 		unavailable := fmt.Errorf("batch %s given up while this instance was frozen: %w", b.ID, stock.ErrUnavailable)
-		for _, e := range es {
-			s.admission.GiveBack(rctx, e.lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
-			e.answer(stock.Checkout{}, unavailable)
-		}
+		s.refuse(rctx, es, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable), unavailable)
+		s.done(es)
 		return
 	}
 	// Queued, perhaps with orders a writer rejected already: they were accepted, and their
 	// followers read how they ended.
-	s.accepted(rctx, b)
-	s.answerAccepted(es)
+	s.accept(rctx, b, es)
 }
 
 // answerAccepted answers each of es 202: its request, queued.
@@ -270,34 +234,29 @@ func (s *Queued) done(es []*entry) {
 	}
 }
 
-// accepted hands the reservations of a batch whose message and record are out over to the
-// queue, one call per product: its 202s may go.
-func (s *Queued) accepted(ctx context.Context, b orderqueue.Batch) {
+// accept hands the reservations of batch b, whose message and record are out, over to the queue,
+// one call per product, then answers es 202.
+func (s *Queued) accept(ctx context.Context, b orderqueue.Batch, es []*entry) {
 	bySKU := map[string][]stock.OrderRequest{}
-	var skus []string
 	for _, o := range b.Orders {
 		for _, line := range requestOf(o).Lines {
-			if _, ok := bySKU[line.SKU]; !ok {
-				skus = append(skus, line.SKU)
-			}
 			bySKU[line.SKU] = append(bySKU[line.SKU], line)
 		}
 	}
-	for _, sku := range skus {
-		if err := s.admission.HandOver(ctx, sku, bySKU[sku]); err != nil {
+	for sku, lines := range bySKU {
+		if err := s.admission.HandOver(ctx, sku, lines); err != nil {
 			s.log.Debug("reservations not handed over to the queue; the sweeper does it", "batch", b.ID, "sku", sku, "err", err)
 		}
 	}
+	s.answerAccepted(es)
+	s.done(es)
 }
 
-// inDoubt answers a batch whose publish was not answered within its budget, or whose record
-// could not be written after it: the message may have landed, and a writer may place its orders.
-// The first record decides, here as for the sweeper: the batch is recorded given up (reason
-// unavailable) before its buyers hear 503, so that no writer places an order behind that answer,
-// and its units go back at once; if a writer recorded it first, the message did land and the
-// answer is the 202 after all. Only a record that cannot be written either leaves the
-// reservations in doubt, for the sweeper, which asks the queue the same question once it
-// answers.
+// inDoubt answers a batch whose publish or record went unanswered: its message may have landed.
+// The first record decides, as for the sweeper: the batch is recorded given up before its buyers
+// hear 503, so that no writer places an order behind that answer, and its units go back; if a
+// writer recorded it first, the answer is 202. A failed record leaves the units in doubt, for
+// the sweeper.
 func (s *Queued) inDoubt(b orderqueue.Batch, es []*entry, published error) {
 	rctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
 	defer cancel()
@@ -305,19 +264,11 @@ func (s *Queued) inDoubt(b orderqueue.Batch, es []*entry, published error) {
 	rec, err := s.queue.Record(rctx, orderqueue.BatchRecord{Batch: b, State: orderqueue.Rejected, Reason: givenUp})
 	switch {
 	case err != nil:
-		for _, e := range es {
-			s.admission.GiveBack(rctx, e.lines, unavailable) // not definite: in doubt, for the sweeper
-			e.answer(stock.Checkout{}, unavailable)
-		}
+		s.refuse(rctx, es, unavailable, unavailable) // not definite: in doubt, for the sweeper
 		return
 	case neverAccepted(rec):
-		for _, e := range es {
-			s.admission.GiveBack(rctx, e.lines, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable))
-			e.answer(stock.Checkout{}, unavailable)
-		}
+		s.refuse(rctx, es, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable), unavailable)
 		return
 	}
-	defer s.done(es)
-	s.accepted(rctx, b)
-	s.answerAccepted(es)
+	s.accept(rctx, b, es)
 }

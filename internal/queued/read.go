@@ -13,9 +13,8 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Read reads the record of the order or checkout ref names: queued, rejected with its reason,
-// or — placed — its rows. stock.ErrNotFound when the queue has no record of it (or one of the
-// other kind), stock.ErrUnavailable when the queue does not answer.
+// Read reads the request ref names from its record (read): stock.ErrNotFound when the queue has
+// no record of its kind, stock.ErrUnavailable when the queue does not answer.
 func (s *Queued) Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error) {
 	rec, err := s.queue.Get(ctx, ref.ID)
 	return s.read(ctx, rec, err, ref.Checkout)
@@ -40,9 +39,8 @@ func (s *Queued) Wait(ctx context.Context, ref stock.Ref, wait time.Duration, re
 const heardFor = 2 * time.Second
 
 // written is the rows of a request accepted more than heardFor ago, if it has them. A placed
-// request's record stays queued, and its end may be older than those the watch keeps: a wait on
-// the record alone would hold a written request until its wait passed. A younger request's
-// follower does without the read — a sale's followers ask at once.
+// request's record stays queued and the watch may have forgotten its end: without this read its
+// wait would run out. A younger request needs no read: a sale's followers ask at once.
 func (s *Queued) written(ctx context.Context, ref stock.Ref) (stock.Checkout, bool) {
 	id, err := ulid.ParseStrict(ref.ID)
 	if err != nil || time.Since(ulid.Time(id.Time())) < heardFor {
@@ -72,7 +70,7 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 		}
 		return co, nil
 	case rec.State == orderqueue.Placed:
-		return s.stored(ctx, rec.Order)
+		return s.store.Read(ctx, stock.Ref{ID: rec.OrderID, Checkout: rec.Checkout})
 	case rec.State == orderqueue.Rejected:
 		co := queuedCheckout(rec.Order, stock.Rejected)
 		if checkout && !rec.Checkout {
@@ -86,21 +84,15 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 	}
 	// Still queued, as the record stands: a placed request's record stays so, and then its rows
 	// are the answer.
-	if co, err := s.stored(ctx, rec.Order); err == nil {
+	if co, err := s.store.Read(ctx, stock.Ref{ID: rec.OrderID, Checkout: rec.Checkout}); err == nil {
 		return co, nil
 	}
 	return queuedCheckout(rec.Order, stock.Queued), nil
 }
 
-// stored reads the rows of the request a message carries.
-func (s *Queued) stored(ctx context.Context, o orderqueue.Order) (stock.Checkout, error) {
-	return s.store.Read(ctx, stock.Ref{ID: o.OrderID, Checkout: o.Checkout})
-}
-
-// Replay finds the request of req's Idempotency-Key while it is queued: the buyer's reservation
-// of its first product names the key and the request (its id), and the request's record says
-// where it is. A queued or placed request is the answer; stock.ErrNotFound when the key holds
-// none, stock.ErrIdempotencyConflict when it holds another.
+// Replay finds the request of req's Idempotency-Key while it is queued, by the buyer's
+// reservation of its first product (it names the key and the request) and the request's record:
+// stock.ErrNotFound when the key holds none, stock.ErrIdempotencyConflict when it holds another.
 func (s *Queued) Replay(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	held, err := s.admission.Held(ctx, req.SKUs()[0], req.UserID)
 	if err != nil {
@@ -123,12 +115,10 @@ func (s *Queued) Replay(ctx context.Context, req stock.CheckoutRequest) (stock.C
 	return s.read(ctx, rec, nil, !req.Order)
 }
 
-// Backlog is how many of sku's orders are queued: accepted, not yet written — the reservations
-// the queue holds (admission.Ledger.InQueue) less those the database has an order of. A written
-// order keeps its reservation until its settle, and its message until its ack: counted from
-// either alone it would be counted twice, queued and in the product's rows, for that moment. The
-// audit reads the rows first, so an order written between the reads is counted in neither: never
-// in both. A checkout counts once under each of its products.
+// Backlog is how many of sku's orders are accepted and not yet written: the reservations the
+// queue holds (admission.Ledger.InQueue) less those with a row, which keep their reservation
+// until their settle. The audit reads the rows first, so an order written in between is counted
+// in neither, never both. A checkout counts under each of its products.
 func (s *Queued) Backlog(ctx context.Context, sku string) (int64, error) {
 	ids, err := s.admission.InQueue(ctx, sku)
 	if err != nil || len(ids) == 0 || planted.On(planted.AuditCountsWritten) {

@@ -3,6 +3,7 @@ package queued
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -12,13 +13,11 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// resend puts back on the queue, every AckWait, the batches of this instance's recent products
-// that hold a reservation of an order still recorded queued two AckWaits after its 202 while the
-// queue holds no message of their product old enough to be theirs: their message was lost — a
-// stream leader killed as it took the message (TestQueuedClusterLosesANode saw one), a server
-// that lost its last writes. A batch goes again whole, at most once per two AckWaits: its orders
-// decided already are found so by its writer. The same look gives back the reservations of orders
-// recorded rejected (TestQueuedRejectedUnitsReturn).
+// resend puts back on the queue, every AckWait, the batches of recent products whose order is
+// still recorded queued two AckWaits after its 202 with no message of its product old enough to be
+// its own: the queue lost it (a stream leader killed as it took it, a server that lost its last
+// writes). A batch goes again whole, at most once per two AckWaits; its writer finds the orders
+// decided already. The same look gives back the reservations of orders recorded rejected.
 func (s *Queued) resend(ctx context.Context) {
 	every := s.queue.AckWait()
 	tick := time.NewTicker(every)
@@ -35,11 +34,7 @@ func (s *Queued) resend(ctx context.Context) {
 				s.log.Debug("queued orders not checked for lost messages", "sku", sku, "err", err)
 			}
 		}
-		for id, at := range sent {
-			if time.Since(at) > 10*every {
-				delete(sent, id)
-			}
-		}
+		maps.DeleteFunc(sent, func(_ string, at time.Time) bool { return time.Since(at) > 10*every })
 	}
 }
 

@@ -24,8 +24,7 @@ type inHand struct {
 	answered bool             // acked or naked
 }
 
-// decided reports whether every order of the batch is placed, or refused and waiting for its
-// rejection to be written.
+// decided reports whether every order of the batch is placed, or refused and to be rejected.
 func (h *inHand) decided() bool { return h.open == len(h.refused) && h.retry == nil }
 
 // held is one order of a batch in hand.
@@ -34,15 +33,12 @@ type held struct {
 	o orderqueue.Order
 }
 
-// queueLanes bounds a take's requests to the queue in flight at once (claims, hooks): they are
-// independent, and one connection carries them side by side.
+// queueLanes bounds a take's concurrent requests to the queue (claims, hooks), independent ones.
 const queueLanes = 16
 
-// write is one writer's take of one product's batches (steps 3 and 4): their orders, those for
-// the same products together — a product's orders, the checkouts of one set of products — each
-// set in one section (one lock, one conditional update, one multi-row insert), in the order the
-// queue took them. A batch is acked once every order of it is decided: placed (its row), or
-// rejected in its record; naked if one could not be.
+// write is one writer's take of one product's batches: the orders for each set of products in
+// one section (one lock, one conditional update, one multi-row insert), in the order the queue
+// took them. A batch is acked once every order of it is decided, naked otherwise.
 func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 	if hook := s.opts.Hooks.Taken; hook != nil {
 		var g errgroup.Group
@@ -90,10 +86,9 @@ func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 	}
 }
 
-// claim takes each batch of t in hand, reading its record where it may say otherwise than
-// queued (orderqueue.Queue.Claim); one given up (never accepted) is dropped, every order's units
-// given back, and acked. The orders its record says rejected already (a writer stopped before its
-// ack) are decided: their units are given back again (a second give-back returns nothing).
+// claim takes each batch of t in hand, reading its record where it may say otherwise than queued
+// (orderqueue.Queue.Claim). One given up is dropped, its units given back, and acked. Orders its
+// record says rejected (a writer stopped before its ack) are decided, their units given back again.
 func (s *Queued) claim(ctx context.Context, t orderqueue.Taken) []*inHand {
 	proven := s.provenQueued(ctx, t)
 	hands := make([]*inHand, len(t.Deliveries))
@@ -112,9 +107,8 @@ func (s *Queued) claim(ctx context.Context, t orderqueue.Taken) []*inHand {
 			case err != nil:
 				h.retry = err
 			case neverAccepted(c.BatchRecord):
-				// A sweeper was first (or the publisher in doubt): none of its orders was
-				// accepted, and the give-back is by reservation id, so a second one returns
-				// nothing.
+				// A sweeper (or the publisher in doubt) was first: none of its orders was
+				// accepted. A give-back is by reservation id, so a second returns nothing.
 				for _, o := range d.Batch.Orders {
 					s.admission.GiveBack(ctx, requestOf(o).Lines, fmt.Errorf("batch given up: %w", admission.ErrNotPlaced))
 				}
@@ -136,11 +130,10 @@ func (s *Queued) claim(ctx context.Context, t orderqueue.Taken) []*inHand {
 	return hands
 }
 
-// provenQueued are the batches of t whose records their writer need not read, by id: on their
-// first delivery, with a reservation in the queue's hands (admission.Ledger.HandedOver, one Redis
-// read for all). A reservation is handed over only once its batch's record stood queued, so no
-// sweeper gave the batch up, and no writer before this one can have rejected an order of it. Any
-// other batch is claimed: a redelivery, a batch sent again, or all of them when Redis cannot say.
+// provenQueued are the batches of t, by id, whose record need not be read: first deliveries with
+// a reservation handed over to the queue (admission.Ledger.HandedOver, one Redis read for all). A
+// reservation is handed over only once its record stood queued, so no sweeper gave the batch up
+// and no earlier writer rejected an order of it. Any other batch is claimed.
 func (s *Queued) provenQueued(ctx context.Context, t orderqueue.Taken) map[string]bool {
 	var first []stock.OrderRequest
 	for _, d := range t.Deliveries {
@@ -169,34 +162,33 @@ func (s *Queued) provenQueued(ctx context.Context, t orderqueue.Taken) map[strin
 	return proven
 }
 
-// outcome is what a section did with one order or checkout: its row as written, or why not.
-type outcome struct {
-	row *orderqueue.Row
-	err error
-}
-
-// writeSome writes es, all for one set of products, in one section (place), and ends each as it
-// came out; then finishes the batches it decided the last orders of.
+// writeSome writes es, all for one set of products, in one section, which settles the
+// reservations of those written; then finishes the batches it decided the last orders of.
 func (s *Queued) writeSome(ctx context.Context, es []held) {
+	reqs := make([]stock.CheckoutRequest, len(es))
+	for i, e := range es {
+		reqs[i] = requestOf(e.o)
+	}
 	var refused, written []held
 	var ends []orderqueue.Record
 	refusals := map[string]error{}
-	for i, out := range s.place(ctx, es) {
-		e := es[i]
-		if errors.Is(out.err, stock.ErrDuplicateRequest) {
+	for i, p := range s.section(ctx, reqs[0].SKUs(), func() []stock.CheckoutRequest { return reqs }) {
+		e, err := es[i], p.Err
+		if errors.Is(err, stock.ErrDuplicateRequest) {
 			// Another order holds its key (both were accepted while neither was written): a
 			// refusal for good, or the order would come back for ever.
-			out.err = fmt.Errorf("%w: %w", stock.ErrIdempotencyConflict, out.err)
+			err = fmt.Errorf("%w: %w", stock.ErrIdempotencyConflict, err)
 		}
 		switch {
-		case out.err == nil:
+		case err == nil:
 			written = append(written, e)
-			ends = append(ends, orderqueue.Record{Order: e.o, State: orderqueue.Placed, Row: out.row})
-		case refusal(out.err):
+			row := &orderqueue.Row{Status: string(p.Checkout.Status), ExpiresAt: p.Checkout.ExpiresAt, CreatedAt: p.Checkout.CreatedAt}
+			ends = append(ends, orderqueue.Record{Order: e.o, State: orderqueue.Placed, Row: row})
+		case refusal(err):
 			refused = append(refused, e)
-			refusals[e.o.OrderID] = out.err
+			refusals[e.o.OrderID] = err
 		case e.h.retry == nil:
-			e.h.retry = out.err
+			e.h.retry = err
 		}
 	}
 	s.placed(written, ends)
@@ -212,28 +204,9 @@ func (s *Queued) writeSome(ctx context.Context, es []held) {
 	}
 }
 
-// place writes a batch of requests for the same products in hybrid's section — every line of
-// each, or none — which settles the reservations of those written.
-func (s *Queued) place(ctx context.Context, es []held) []outcome {
-	reqs := make([]stock.CheckoutRequest, len(es))
-	for i, e := range es {
-		reqs[i] = requestOf(e.o)
-	}
-	placed := s.section(ctx, reqs[0].SKUs(), func() []stock.CheckoutRequest { return reqs })
-	out := make([]outcome, len(placed))
-	for i, p := range placed {
-		out[i].err = p.Err
-		if p.Err == nil {
-			out[i].row = &orderqueue.Row{Status: string(p.Checkout.Status), ExpiresAt: p.Checkout.ExpiresAt, CreatedAt: p.Checkout.CreatedAt}
-		}
-	}
-	return out
-}
-
-// ackPlaced decides the orders of es that the database has (placed by a writer that stopped
-// before its ack, or by another one) and returns the others; when the database cannot say, their
-// batches come back. The database finds them by reservation, which is an order's id, or a
-// checkout's for every one of its lines (written in one transaction).
+// ackPlaced decides the orders of es the database has (placed by a writer that stopped before
+// its ack, or another) and returns the others; when it cannot say, their batches come back. It
+// finds them by reservation: the order's id, or the checkout's for all its lines.
 func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 	if len(es) == 0 {
 		return nil
@@ -272,8 +245,7 @@ func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 	return rest
 }
 
-// placed decides the orders es the database has, their ends said to their followers in one
-// message (orderqueue.Queue.Placed).
+// placed decides the orders es the database has, their ends told in one message (Queue.Placed).
 func (s *Queued) placed(es []held, ends []orderqueue.Record) {
 	s.queue.Placed(ends...)
 	for _, e := range es {
@@ -281,10 +253,9 @@ func (s *Queued) placed(es []held, ends []orderqueue.Record) {
 	}
 }
 
-// finish ends a batch whose orders are all decided: those the database refused are rejected in
-// its record, in one write (orderqueue.Queue.Reject), their units given back, and the batch is
-// acked. A rejection that finds an order rejected already keeps that record, which is what the
-// buyer was told, and the reservation follows it.
+// finish ends a batch whose orders are all decided: those refused are rejected in its record in
+// one write (orderqueue.Queue.Reject), their units given back, and the batch is acked. An order
+// rejected already keeps that record, which the buyer was told; its give-back follows it.
 func (s *Queued) finish(ctx context.Context, h *inHand) {
 	if len(h.refused) > 0 {
 		why := make(map[string]string, len(h.refused))
@@ -320,9 +291,8 @@ func (s *Queued) again(h *inHand, err error) {
 	_ = h.Nak(s.opts.Retry)
 }
 
-// refusal reports whether the database decided against the order — for good, whoever asks
-// again: sold out, a buyer who holds an order, outside the sale window, a product gone. Busy and
-// unavailable decide nothing: the order is tried again.
+// refusal reports whether the database decided against the order for good (sold out, a buyer who
+// holds one, outside the window, no product). Busy and unavailable decide nothing: it comes back.
 func refusal(err error) bool {
 	switch stock.Code(err) {
 	case "busy", "unavailable", "internal", "canceled":

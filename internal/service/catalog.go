@@ -11,16 +11,12 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// catalog is this instance's memory of the products' sale windows and waiting rooms, so that an
-// order outside its window is answered from memory, and one of a product with a waiting room is
-// known to need its pass, touching neither Redis nor the database rows: before a flash
-// sale opens, its buyers flood the endpoint — that is the normal case, and it must cost no more
-// than a sold-out answer. An entry is read from the database at most every ttl, and dropped at
-// once when a reset of the product is heard (a PUT on any instance: the sold-out flags' channel);
-// a window changes only with a PUT. The orders that find an entry missing at the same moment —
-// the first seconds of a sale on a cold instance — share one read (singleflight) rather than
-// take a connection each from the pool the sale needs. The database's clock has the last word: a section decides
-// the window again (stock.Window.Check in the batch), so a skewed instance cannot sell outside.
+// catalog is this instance's memory of the products' sale windows and waiting rooms. Buyers flood
+// a flash sale before it opens, so an order outside its window must cost no more than a sold-out
+// answer: no Redis, no database row. An entry is read at most every ttl and dropped when a reset
+// of the product is heard (a PUT, the only way a window changes). Orders that miss the same entry
+// at once share one read (singleflight), not a pooled connection each. The database's clock has
+// the last word: a section checks the window again, so a skewed instance cannot sell outside it.
 type catalog struct {
 	read   func(ctx context.Context, sku string) (stock.Product, error) // Store.Product
 	ttl    time.Duration
@@ -44,11 +40,9 @@ func newCatalog(read func(ctx context.Context, sku string) (stock.Product, error
 	return &catalog{read: read, ttl: ttl, entries: map[string]catalogEntry{}}
 }
 
-// check answers an order for sku at now from the window: nil (go on), a
-// *stock.SaleNotStartedError or stock.ErrSaleEnded; room says whether the product has a waiting
-// room. An unknown product goes on: the strategy answers it. A database that cannot be asked
-// leaves the last entry in force; with none, the order is refused with the read's error — whether
-// it needs a pass cannot be told, and the door refuses what it cannot judge.
+// check answers an order for sku at now from the window (nil, *stock.SaleNotStartedError or
+// stock.ErrSaleEnded) and says whether it needs a pass. An unknown product goes on to the strategy.
+// A failed read keeps the last entry; with none, the door refuses what it cannot judge.
 func (c *catalog) check(ctx context.Context, sku string, now time.Time) (room bool, err error) {
 	c.mu.Lock()
 	e, ok := c.entries[sku]

@@ -15,9 +15,8 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Config is how one instance places orders. Defaults returns what cmd/api runs with no
-// configuration; every field is also a setting of cmd/api (SECKILL_<NAME>), except Hooks and
-// Clock.
+// Config is how one instance places orders. Every field but Hooks and Clock is also a setting of
+// cmd/api (SECKILL_<NAME>).
 type Config struct {
 	Strategy         string        // the default strategy
 	StrategyOverride bool          // the per-request strategy field is honoured
@@ -37,8 +36,7 @@ type Config struct {
 	Instance         string        // names this instance where locks record their holder; default host/pid
 	// Hooks reach into every strategy's critical section, for tests; the zero value does nothing.
 	Hooks lockstrategy.Hooks
-	// Clock times admission's bounds — the breaker's cooldown, the grace of a reservation in
-	// doubt — for tests that move past them (admission.Options.Clock); nil: time.Now.
+	// Clock times admission's bounds (admission.Options.Clock), for tests; nil: time.Now.
 	Clock func() time.Time
 }
 
@@ -63,8 +61,7 @@ func Defaults() Config {
 	}
 }
 
-// Parts are what an instance is made of, built by the composition root (package app) on the
-// backends it opened; New does not close the backends.
+// Parts are what an instance is made of, built by package app; New does not close its backends.
 type Parts struct {
 	Store     *stock.Store
 	Admission *admission.Ledger
@@ -72,14 +69,11 @@ type Parts struct {
 	Strategies, Unsafe []lockstrategy.Strategy
 	// Queued is the queued strategy (package queued); nil: not offered.
 	Queued orderQueue
-	// Resets carries product resets between instances (redisclient.Channel on ResetChannel), for
-	// the sold-out flags; nil with cfg.SoldOutFlag 0.
+	// Resets carries product resets between instances, for the sold-out flags; nil: no flags.
 	Resets Resets
-	// Checks are the backends readiness asks besides the database: the Redis servers, NATS, etcd,
-	// ZooKeeper, as configured.
+	// Checks are the backends readiness asks besides the database.
 	Checks []Check
-	// Passes judges the passes of the products' waiting rooms (frontdoor.Passes); nil: none can
-	// be judged, and an order of a product with a waiting room is refused.
+	// Passes judges waiting-room passes (frontdoor.Passes); nil: orders needing one are refused.
 	Passes Passes
 }
 
@@ -97,9 +91,8 @@ func (cfg Config) Validate() error {
 	return nil
 }
 
-// New builds one instance from cfg on p: sold-out flags, the strategies' registry, the outcome
-// metrics, readiness, the background loops; app.Open calls it, for cmd/api, tests and the lab.
-// Close it.
+// New builds one instance from cfg on p: its strategies, metrics, readiness and background
+// loops. Close it.
 func New(cfg Config, p Parts, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
 	if p.Store == nil || p.Admission == nil {
 		return nil, errors.New("service: a store and admission are required")
@@ -123,16 +116,16 @@ func New(cfg Config, p Parts, log *slog.Logger, reg prometheus.Registerer) (*Ser
 		inFlightWait:  cfg.LockWait,
 		passes:        p.Passes,
 		log:           log,
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_orders_total",
-			Help: "Order attempts by strategy and outcome: ok, replayed, or the error code of the answer (sold_out, already_purchased, busy, invalid_argument, not_found, idempotency_conflict, unavailable, canceled, internal).",
-		}, []string{"strategy", "outcome"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "seckill_order_duration_seconds",
-			Help:    "Time to place an order (or fail to), by strategy.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}, []string{"strategy"}),
 	}
+	outcomes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_orders_total",
+		Help: "Order attempts by strategy and outcome: ok, replayed, or the error code of the answer (sold_out, already_purchased, busy, invalid_argument, not_found, idempotency_conflict, unavailable, canceled, internal).",
+	}, []string{"strategy", "outcome"})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "seckill_order_duration_seconds",
+		Help:    "Time to place an order (or fail to), by strategy.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	}, []string{"strategy"})
 	s.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "seckill_order_transitions_total",
 		Help: "Order transitions asked for (pay, cancel) and done by the expirer (expire), by the code of the answer (ok, order_expired, order_cancelled, not_found, ...).",
@@ -145,18 +138,14 @@ func New(cfg Config, p Parts, log *slog.Logger, reg prometheus.Registerer) (*Ser
 		Name: "seckill_restocked_units_total",
 		Help: "Units of cancelled and expired orders given back to Redis admission by this instance's relay.",
 	})
-	s.checkouts = prometheus.NewCounterVec(prometheus.CounterOpts{
+	checkouts := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "seckill_checkouts_total",
 		Help: "Checkout attempts (several products, all or nothing) by strategy and outcome: ok, replayed, or the error code of the answer, as seckill_orders_total.",
 	}, []string{"strategy", "outcome"})
-	reg.MustRegister(s.outcomes, s.latency, s.transitions, s.busy, s.restocked, s.checkouts)
-	s.orderOutcomes = newCurried(func(strategy, outcome string) prometheus.Counter {
-		return s.outcomes.WithLabelValues(strategy, outcome)
-	})
-	s.checkoutOutcomes = newCurried(func(strategy, outcome string) prometheus.Counter {
-		return s.checkouts.WithLabelValues(strategy, outcome)
-	})
-	s.orderLatency = newCurried(func(strategy, _ string) prometheus.Observer { return s.latency.WithLabelValues(strategy) })
+	reg.MustRegister(outcomes, latency, s.transitions, s.busy, s.restocked, checkouts)
+	s.orderOutcomes = newCurried(outcomes.WithLabelValues)
+	s.checkoutOutcomes = newCurried(checkouts.WithLabelValues)
+	s.orderLatency = newCurried(func(labels ...string) prometheus.Observer { return latency.WithLabelValues(labels[0]) })
 	reg.MustRegister(newStranded(s.admission, p.Store, log))
 	s.catalog = newCatalog(p.Store.Product, time.Second)
 	if cfg.SoldOutFlag > 0 && p.Resets != nil {

@@ -2,16 +2,15 @@ package service
 
 import "sync"
 
-// curried keeps the metrics of one vector by their label values, each looked up once: a lookup
-// hashes the labels, and every order would pay for it. The label values come from bounded sets
-// (the strategies, the error codes), so what it keeps is bounded too.
+// curried keeps a vector's metrics by label values, each looked up once, so that orders do not
+// pay for hashing the labels. The values (strategies, error codes) are bounded, and so is it.
 type curried[M any] struct {
-	with func(a, b string) M // the vector's lookup
+	with func(labels ...string) M // the vector's WithLabelValues
 	mu   sync.RWMutex
 	seen map[[2]string]M
 }
 
-func newCurried[M any](with func(a, b string) M) *curried[M] {
+func newCurried[M any](with func(labels ...string) M) *curried[M] {
 	return &curried[M]{with: with, seen: map[[2]string]M{}}
 }
 

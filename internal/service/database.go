@@ -14,10 +14,9 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// database is what this instance knows of its own database between two heartbeats: whether it
-// serves. An instance can be alive and cut off from its database while the other instances are
-// not — its node of a Galera cluster died or left the group — and then it must not keep units
-// of the sale: its reservations would wait for writes it cannot make.
+// database is whether this instance's own database serves, as its last heartbeat found. Cut off
+// from it while others are not (its Galera node left), an instance must not keep units of the
+// sale: its reservations would wait for writes it cannot make.
 type database struct {
 	store     *stock.Store
 	admission *admission.Ledger
@@ -26,11 +25,9 @@ type database struct {
 	log       *slog.Logger
 }
 
-// beat writes this instance's heartbeat (admission.Ledger.Beat) only while its database answers
-// that it serves (stock.Store.Ready). An instance that cannot reach it stops showing itself
-// alive, so the other instances' sweepers return its reservations within the instance TTL and a
-// sweep, as their own node of the database decides — also if this one's never comes back. An
-// order it still writes (its node back before the order gave up) is decided by the version guard
+// beat writes this instance's heartbeat (admission.Ledger.Beat) only while its database serves
+// (stock.Store.Ready). Cut off, it stops showing itself alive, so other instances sweep its
+// reservations within the instance TTL. An order it still writes is decided by the version guard
 // like any other, and its settle takes the swept units back, once.
 func (d *database) beat(ctx context.Context) {
 	readyCtx, cancel := context.WithTimeout(ctx, d.wait)
@@ -57,8 +54,8 @@ func (d *database) beat(ctx context.Context) {
 	}
 }
 
-// ready is the database's readiness check: not ready while orders are refused (refuses), so that
-// a ready instance takes orders; then the database's own answer.
+// ready is the database's readiness check: not ready while orders are refused, then the
+// database's own answer.
 func (d *database) ready(ctx context.Context) error {
 	if err := d.refuses(); err != nil {
 		return err
@@ -66,8 +63,8 @@ func (d *database) ready(ctx context.Context) error {
 	return d.store.Ready(ctx)
 }
 
-// refuses answers an order while the database's last answer was a refusal: unavailable, before
-// admission reserves a unit for an order this instance cannot write.
+// refuses answers unavailable while the database's last answer was a refusal, before admission
+// reserves a unit for an order this instance cannot write.
 func (d *database) refuses() error {
 	if d.refused.Load() {
 		return fmt.Errorf("this instance's database refuses to serve: %w", stock.ErrUnavailable)

@@ -9,32 +9,27 @@ import (
 )
 
 // lifecycleEvery is how often an instance expires orders past their payment deadline and relays
-// returned units to Redis admission: it bounds how long an unpaid order's units stay off sale
-// after its deadline (with the relay's own time, under 2 s; TestReturnedUnitsSellAtOnce allows 5).
+// returned units to Redis admission: it bounds how long an unpaid order's units stay off sale.
 const lifecycleEvery = time.Second
 
-// Pay confirms the buyer's pending order, or every line of the buyer's pending checkout
-// (stock.Store.Pay). One found past its deadline is expired on the way — its units back on sale
-// here and in Redis — and refused with stock.ErrOrderExpired.
+// Pay confirms the buyer's pending order or checkout (stock.Store.Pay). One past its deadline is
+// expired on the way, its units back on sale, and refused with stock.ErrOrderExpired.
 func (s *Service) Pay(ctx context.Context, ref stock.Ref, userID string) (stock.Checkout, error) {
 	co, err := s.store.Pay(ctx, ref, userID)
 	s.transitioned(ctx, "pay", err)
 	return co, err
 }
 
-// Cancel cancels an order or every line of a checkout of the buyer, or anyone's when userID is
-// empty (the admin): stock.Store.Cancel. Its units are back on sale before this returns: in the
-// database, in Redis admission, and — the sold-out flags of every instance dropped — for buyers
-// anywhere.
+// Cancel cancels the buyer's order or checkout, or anyone's when userID is empty (the admin):
+// stock.Store.Cancel. Its units are back on sale on every instance before this returns.
 func (s *Service) Cancel(ctx context.Context, ref stock.Ref, userID string) (stock.Checkout, error) {
 	co, err := s.store.Cancel(ctx, ref, userID)
 	s.transitioned(ctx, "cancel", err)
 	return co, err
 }
 
-// transitioned follows a pay or a cancel (transition) that ended with err: units its order or
-// checkout gave back — cancelled, or expired on the way — are relayed to Redis admission at
-// once, and the answer is counted.
+// transitioned follows a pay or a cancel that ended with err: units it gave back are relayed to
+// Redis admission at once, and the answer is counted.
 func (s *Service) transitioned(ctx context.Context, transition string, err error) {
 	if errors.Is(err, stock.ErrOrderExpired) || (err == nil && transition == "cancel") {
 		s.relay(ctx)
@@ -43,9 +38,8 @@ func (s *Service) transitioned(ctx context.Context, transition string, err error
 	s.countBusy(ctx, "", err)
 }
 
-// expire expires the orders past their deadline and relays the units of every ended order to
-// Redis admission. Every instance runs it every lifecycleEvery; the database decides each
-// expiry once, and the relay returns each order's units once.
+// expire expires the orders past their deadline and relays ended orders' units to Redis
+// admission. Every instance runs it; each expiry and each return happens once.
 func (s *Service) expire(ctx context.Context) {
 	expired, err := s.store.ExpireDue(ctx, 200)
 	if err != nil && ctx.Err() == nil {
@@ -55,10 +49,9 @@ func (s *Service) expire(ctx context.Context) {
 	s.relay(ctx)
 }
 
-// relay gives Redis admission the units of the orders the database has ended but admission has
-// not heard of (restock_pending), marks them heard, and drops every instance's sold-out flag for
-// their products: units are back. A failure leaves them pending for the next relay, here or on
-// another instance; each order's units are returned once (admission.Ledger.Restock).
+// relay gives Redis admission the units of orders the database ended (restock_pending), marks
+// them heard, and drops every instance's sold-out flag of their products. A failure leaves them
+// for the next relay, on any instance; each order's units return once (admission.Ledger.Restock).
 func (s *Service) relay(ctx context.Context) {
 	ended, err := s.store.Restocks(ctx, 500)
 	if err != nil || len(ended) == 0 {

@@ -24,19 +24,15 @@ type keyed interface {
 	LockBackend() string
 }
 
-// Locks names, for every strategy this instance offers that takes a named lock, that lock's
-// backend and key for sku, and sku's admission keys. The names come from the strategies and the
-// ledger themselves, so that whoever reaches into the backends — an operator after a failover,
-// the load tool's -fault lock-loss — finds what the code takes, not a copy of its layout.
+// Locks names sku's admission keys and, for every strategy that takes a named lock, its backend
+// and key. The names come from the strategies and the ledger themselves, so that whoever reaches
+// into the backends (an operator, the load tool's -fault lock-loss) finds what the code takes.
 func (s *Service) Locks(sku string) Locks {
 	out := Locks{Admission: admission.KeysOf(sku)}
 	for _, name := range s.Names() {
-		st := s.strategies[name]
-		k, ok := st.(keyed)
-		if !ok {
-			continue
+		if k, ok := s.strategies[name].(keyed); ok {
+			out.Locks = append(out.Locks, LockKey{Strategy: name, Backend: k.LockBackend(), Key: k.LockKey(sku)})
 		}
-		out.Locks = append(out.Locks, LockKey{Strategy: name, Backend: k.LockBackend(), Key: k.LockKey(sku)})
 	}
 	return out
 }

@@ -1,9 +1,6 @@
-// Package service is what surrounds the strategies of one seckill instance: choosing the
-// strategy of a request, idempotent replays, the local sold-out flags, the lifecycle of Redis
-// admission (a sale round's reset, reconcile), the audit and readiness. New builds one
-// instance on opened backends; package app, the one composition root, calls it for cmd/api,
-// every test and the lab, from a Config whose defaults are cmd/api's, so the tests run what
-// users run.
+// Package service is what surrounds the strategies of one seckill instance: the strategy of a
+// request, idempotent replays, sold-out flags, sale rounds, the audit and readiness. Package app,
+// the one composition root, builds it with New for cmd/api, the tests and the lab alike.
 package service
 
 import (
@@ -12,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -44,14 +42,11 @@ type Service struct {
 	stop          context.CancelFunc // ends the background loops: the sweeper, the order lifecycle
 	background    sync.WaitGroup
 	log           *slog.Logger
-	outcomes      *prometheus.CounterVec
-	checkouts     *prometheus.CounterVec
-	latency       *prometheus.HistogramVec
 	transitions   *prometheus.CounterVec
 	busy          *prometheus.CounterVec
 	restocked     prometheus.Counter
 
-	// outcomes, checkouts and latency by their labels, as every order counts itself.
+	// Every order counts itself in these, by its labels.
 	orderOutcomes    *curried[prometheus.Counter]
 	checkoutOutcomes *curried[prometheus.Counter]
 	orderLatency     *curried[prometheus.Observer]
@@ -98,14 +93,7 @@ func (s *Service) Close() error {
 }
 
 // Names lists the strategies this instance offers, sorted.
-func (s *Service) Names() []string {
-	names := make([]string, 0, len(s.strategies))
-	for n := range s.strategies {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
+func (s *Service) Names() []string { return slices.Sorted(maps.Keys(s.strategies)) }
 
 // Checks are the backends readiness asks: the database, each Redis, etcd.
 func (s *Service) Checks() []Check { return s.checks }
@@ -119,11 +107,10 @@ func (s *Service) Resolve(requested string) (string, error) {
 	if !s.allowOverride && requested != s.defaultName {
 		return "", &stock.InvalidError{Msg: fmt.Sprintf("strategy override is disabled on this server (it uses %s)", s.defaultName)}
 	}
-	st, err := s.lookup(requested)
-	if err != nil {
+	if _, err := s.lookup(requested); err != nil {
 		return "", err
 	}
-	return st.Name(), nil
+	return requested, nil
 }
 
 func (s *Service) lookup(name string) (lockstrategy.Strategy, error) {
@@ -146,12 +133,10 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 	return co.Lines[0], replayed, nil
 }
 
-// Place places req — an order (stock.OrderOf) or a checkout of several products, every line or
-// none — through the strategy named in req.Strategy (see Resolve), its lines answered from
-// memory where they can be (the sale window, the sold-out flags). With an Idempotency-Key it
-// answers a replay with the original (replayed is true), refuses a different request under the
-// same key with stock.ErrIdempotencyConflict, and, while the original is still in flight, waits
-// for it — within the lock wait, then busy.
+// Place places req — an order (stock.OrderOf) or a checkout, every line or none — through the
+// strategy req.Strategy names, answering from memory where it can (sale window, sold-out flags).
+// Under an Idempotency-Key a replay gets the original (replayed true), another request
+// stock.ErrIdempotencyConflict; one whose original is in flight waits for it (awaitInFlight).
 func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stock.Checkout, replayed bool, err error) {
 	st, err := s.lookup(req.Strategy)
 	if err != nil {
@@ -175,9 +160,8 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 	if err = req.Validate(); err != nil {
 		return stock.Checkout{}, false, err
 	}
-	// Outside its sale window a line is answered from memory (catalog) — but a retry of a
-	// request placed before the window closed still finds it. So is a line of a product with a
-	// waiting room that comes without its pass: the door is before every strategy.
+	// Outside its window a line is answered from memory (catalog), yet a retry still finds a
+	// request placed in time. So is a line without its pass: the door is before every strategy.
 	refused := make([]error, len(req.Lines))
 	for i, line := range req.Lines {
 		room, err := s.catalog.check(ctx, line.SKU, start)
@@ -218,11 +202,10 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 				s.soldOut.learn(sku)
 			}
 		}
-		// A replay is looked up only when the request failed as a repeat may (mayRepeat) — not
-		// before every request, which would be a database read per request on the hottest path.
-		// One case is answered without it: a key reused with another body for a product that
-		// the sold-out flag answers hears sold_out rather than idempotency_conflict (both 409):
-		// telling them apart would cost the read the flag exists to save.
+		// A replay is looked up only after a failure a repeat may cause (mayRepeat): before every
+		// request it would cost a database read on the hottest path. So a key reused with another
+		// body for a flagged product hears sold_out, not idempotency_conflict (both 409): telling
+		// them apart would cost the read the flag saves.
 		if req.IdempotencyKey != "" && mayRepeat(err) {
 			if co, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
 				return co, rerr == nil, rerr
@@ -237,9 +220,8 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 	}
 }
 
-// checkPass checks req's pass for sku, a product with a waiting room. Without a way to judge one
-// the line is refused, never let through: a pass is what keeps the crowd at the rate the room
-// lets in.
+// checkPass checks req's pass for sku, a product with a waiting room. With no way to judge one
+// the line is refused, never let through: the pass keeps the crowd at the room's rate.
 func (s *Service) checkPass(ctx context.Context, req stock.CheckoutRequest, sku string) error {
 	if s.passes == nil {
 		return fmt.Errorf("product %s has a waiting room and no pass can be judged here: %w", sku, stock.ErrUnavailable)
@@ -247,20 +229,17 @@ func (s *Service) checkPass(ctx context.Context, req stock.CheckoutRequest, sku 
 	return s.passes.CheckPass(ctx, req.Pass, req.UserID, sku)
 }
 
-// mayRepeat reports whether a request that failed with err may repeat one already placed under
-// its Idempotency-Key: its key or its buyer is taken, the stock is gone (the original may have
-// taken the last unit), or the request does not fit the product (a key reused with another body
-// must hear idempotency_conflict).
+// mayRepeat reports whether a request that failed with err may repeat one placed under its key:
+// key or buyer taken, stock gone (perhaps to the original), or a body unfit for the product,
+// where a key reused with another body must hear idempotency_conflict.
 func mayRepeat(err error) bool {
 	return errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
 		errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)
 }
 
-// awaitInFlight waits a moment before a request whose key is taken, with no placement of it in
-// the database, asks again (nil); err is that failure. The original is in flight, on this
-// instance or another (it holds the buyer's reservation), and its answer is coming: the repeat
-// waits for it as long as an order may wait for a lock (since start); then the client hears
-// busy and retries — never already_purchased, never a second order.
+// awaitInFlight waits a moment before a request whose key is taken by an original in flight
+// asks again (nil); err is that failure. It waits as long as an order waits for a lock (since
+// start), then busy: never already_purchased, never a second order.
 func (s *Service) awaitInFlight(ctx context.Context, start time.Time, err error) error {
 	if time.Since(start) > s.inFlightWait {
 		// The request as a whole waits, not a line of it: the answer names none.
@@ -274,8 +253,8 @@ func (s *Service) awaitInFlight(ctx context.Context, start time.Time, err error)
 	}
 }
 
-// countBusy counts a busy answer by its cause, and logs it at debug: a busy buyer comes back
-// while units may be on sale, so each cause is one an operator should be able to name.
+// countBusy counts and logs (debug) a busy answer by its cause: a busy buyer comes back while
+// units may be on sale, so an operator must be able to name each cause.
 func (s *Service) countBusy(ctx context.Context, strategy string, err error) {
 	if stock.Code(err) != "busy" {
 		return
@@ -285,9 +264,8 @@ func (s *Service) countBusy(ctx context.Context, strategy string, err error) {
 	s.log.LogAttrs(ctx, slog.LevelDebug, "busy", slog.String("strategy", strategy), slog.String("cause", string(cause)), slog.Any("err", err))
 }
 
-// replay finds the request already placed under req's Idempotency-Key — or, for the queued
-// strategy, accepted and not yet written. A key used by an order for a checkout, by a checkout
-// for an order, or by a request of other lines, is a conflict.
+// replay finds the request placed, or for the queued strategy accepted, under req's
+// Idempotency-Key. A key used by the other kind of request or for other lines is a conflict.
 func (s *Service) replay(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	prior, err := s.store.OrderByIdempotencyKey(ctx, req.IdempotencyKey)
 	if errors.Is(err, stock.ErrNotFound) && s.queued != nil && req.Strategy == s.queued.Name() {
@@ -315,29 +293,26 @@ func (s *Service) Products(ctx context.Context, limit int) ([]stock.Product, err
 	return s.store.Products(ctx, limit)
 }
 
-// Read reads an order or a checkout: with the queued strategy offered, from the order queue's
-// record first — queued, rejected with its reason, or placed and then read from the database —
-// and from the database where the queue has no record of it (another strategy's, or a record
-// past its TTL) or cannot be asked.
+// Read reads an order or a checkout: from the order queue's record first when the queued
+// strategy is offered, from the database when the queue has none or cannot be asked.
 func (s *Service) Read(ctx context.Context, ref stock.Ref) (stock.Checkout, error) {
 	if s.queued == nil {
 		return s.store.Read(ctx, ref)
 	}
 	co, err := s.queued.Read(ctx, ref)
-	return orStored(ctx, ref, co, err, s.store.Read)
+	return s.orStored(ctx, ref, co, err)
 }
 
-// Wait is Read, held while the order or checkout is queued — until a writer on any instance
-// places or rejects it, or wait passes. The record comes first because a queued request's
-// follower asks right after its 202, when the database has no row yet: asking the database
-// first cost every follower a read that found nothing.
+// Wait is Read, held while the order or checkout is queued: until a writer places or rejects it,
+// or wait passes. The record comes first: a follower asks right after its 202, when a database
+// read would find nothing.
 func (s *Service) Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error) {
 	if s.queued == nil {
 		return s.store.Read(ctx, ref)
 	}
 	co, err := s.queued.Wait(ctx, ref, wait, true)
 	if !errors.Is(err, stock.ErrNotFound) {
-		return orStored(ctx, ref, co, err, s.store.Read)
+		return s.orStored(ctx, ref, co, err)
 	}
 	stored, err := s.store.Read(ctx, ref)
 	if !errors.Is(err, stock.ErrNotFound) {
@@ -348,17 +323,17 @@ func (s *Service) Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (
 	return s.queued.Wait(ctx, ref, wait, false)
 }
 
-// orStored is the queue's answer about an order or a checkout, or the database's (read) when the
-// queue has no record of it or could not say: one with rows is answered whatever the queue's
-// state, and one with neither is not found — unavailable when the queue did not answer.
-func orStored(ctx context.Context, ref stock.Ref, co stock.Checkout, err error, read func(context.Context, stock.Ref) (stock.Checkout, error)) (stock.Checkout, error) {
+// orStored is the queue's answer (co, err), or the database's when the queue has no record or
+// could not say. Rows answer whatever the queue's state; with neither the request is not found,
+// or unavailable when the queue did not answer.
+func (s *Service) orStored(ctx context.Context, ref stock.Ref, co stock.Checkout, err error) (stock.Checkout, error) {
 	switch {
 	case err == nil:
 		return co, nil
 	case errors.Is(err, stock.ErrNotFound):
-		return read(ctx, ref)
+		return s.store.Read(ctx, ref)
 	case errors.Is(err, stock.ErrUnavailable):
-		stored, serr := read(ctx, ref)
+		stored, serr := s.store.Read(ctx, ref)
 		if errors.Is(serr, stock.ErrNotFound) {
 			return stock.Checkout{}, err
 		}
@@ -367,10 +342,9 @@ func orStored(ctx context.Context, ref stock.Ref, co stock.Checkout, err error, 
 	return stock.Checkout{}, err
 }
 
-// PutProduct starts a sale round (stock.Store.PutProduct) and keeps Redis admission in step: its
-// state is deleted first — if Redis cannot be reached the reset does not happen, so no old
-// counter outlives it — and rebuilt from the new round after; every instance's sold-out flag and
-// remembered sale window for the product are dropped.
+// PutProduct starts a sale round (stock.Store.PutProduct). Redis admission's state goes first —
+// no reset without Redis, so no old counter outlives one — and is rebuilt after; every instance
+// drops its sold-out flag and sale window of the product.
 func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error) {
 	if err := s.admission.Invalidate(ctx, spec.SKU); err != nil {
 		return stock.Product{}, err
@@ -391,10 +365,8 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 }
 
 // sweep returns to sale the units of reservations whose order never reached the database
-// (admission.Ledger.Sweep) — their instance stopped, or this one lost track of them — for
-// every product this instance admitted orders for lately. It runs every eighth of the instance
-// TTL: with the TTL it bounds how long units of a stopped instance stay off sale. Other
-// instances sweep too; each reservation is resolved once.
+// (admission.Ledger.Sweep; once each, whichever instance sweeps), for the products admitted here
+// lately. Run every eighth of the instance TTL, it bounds how long a dead instance's units wait.
 func (s *Service) sweep(ctx context.Context) {
 	skus := s.admission.Recent(admission.RecentWindow)
 	if len(skus) == 0 {
@@ -412,12 +384,9 @@ func (s *Service) sweep(ctx context.Context) {
 	}
 }
 
-// every runs step every period until ctx ends, each run bounded by the period, as one of the
-// instance's background loops.
+// every runs step every period, each run bounded by the period, until ctx ends (Close waits).
 func (s *Service) every(ctx context.Context, period time.Duration, step func(ctx context.Context)) {
-	s.background.Add(1)
-	go func() {
-		defer s.background.Done()
+	s.background.Go(func() {
 		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
@@ -430,16 +399,15 @@ func (s *Service) every(ctx context.Context, period time.Duration, step func(ctx
 			step(stepCtx)
 			cancel()
 		}
-	}()
+	})
 }
 
-// Audit is the consistency report of a product: the database's, plus the Redis admission state
-// when Redis answered.
+// Audit is a product's consistency report: the database's, and Redis admission's if it answered.
 type Audit struct {
 	stock.Audit
 	Redis *admission.State
-	// Queued is how many of the product's orders the queued strategy accepted and has not yet
-	// written; nil without an order queue, or when it did not answer.
+	// Queued counts the orders the queued strategy accepted and has not yet written; nil without
+	// an order queue, or when it did not answer.
 	Queued *int64
 }
 
@@ -473,8 +441,7 @@ func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 	return out, nil
 }
 
-// Reconcile rebuilds the product's Redis admission state from the database and returns the
-// audit.
+// Reconcile rebuilds the product's Redis admission state from the database; then Audit.
 func (s *Service) Reconcile(ctx context.Context, sku string) (Audit, error) {
 	if err := s.admission.Reconcile(ctx, sku); err != nil {
 		return Audit{}, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -28,21 +29,16 @@ type Resets interface {
 // maxFlagBuyers bounds the buyers a flag remembers (a few MB); a bigger sale is not flagged.
 const maxFlagBuyers = 100_000
 
-// SoldOut is one instance's local sold-out flags: once the database shows a product's stock at
-// zero, this instance answers sold_out for it from memory, touching neither Redis nor the
-// database — the requests of the sold-out phase of a flash sale outnumber the units many times.
+// SoldOut is one instance's local sold-out flags: once the database shows a product at zero,
+// sold_out is answered from memory, touching neither Redis nor the database, for the requests
+// that outnumber a flash sale's units many times.
 //
-// Why a flag is safe to trust: the stock of a product goes down by sales and up only by a PUT
-// starting a new round or an order that ends (cancelled, expired) — and each of those is
-// announced: the PUT, and the relay that gives an ended order's units back to Redis admission,
-// drop the flag here and publish the SKU to every instance (Redis pub/sub). Until then a stock
-// of zero stays zero, and the active orders it was read with are all there are. The flag keeps
-// those buyers, so that a buyer who holds an order (a retried request, whose Idempotency-Key
-// must answer the original 201) still takes the full path; everybody else has no chance of an
-// order. Flags are set and trusted only while this instance's subscription is up, and all of
-// them are dropped whenever it goes down, because messages published meanwhile are lost. As a
-// last guard a flag is trusted for at most TTL; then a one-row read of the product renews it
-// (still zero, and the same version: no sale since, so the same buyers) or drops it.
+// A flag is safe to trust because stock comes back only by a PUT or an ended order, and both are
+// announced: they drop the flag and publish the SKU to every instance (Redis pub/sub). The flag
+// keeps the buyers who hold an order, so that their retries take the full path to their original
+// 201. Flags live only while the subscription is up: messages sent while it is down are lost.
+// Last, a flag is trusted for at most TTL, then renewed by a one-row read (same version: no
+// sale since, the same buyers) or dropped.
 type SoldOut struct {
 	store  *stock.Store
 	resets Resets
@@ -70,9 +66,8 @@ type soldOutFlag struct {
 	checked     time.Time
 }
 
-// newSoldOut starts the flags of one instance, hearing product resets on resets (on the Redis
-// that holds admission state). ttl bounds how long a flag is trusted without a database check;
-// onReset, when set, is told of every reset heard. Close stops it.
+// newSoldOut starts the flags of one instance, hearing product resets on resets. ttl bounds how
+// long a flag is trusted unchecked; onReset hears every reset. Close stops it.
 func newSoldOut(resets Resets, store *stock.Store, ttl time.Duration, onReset func(sku string), log *slog.Logger,
 	reg prometheus.Registerer) *SoldOut {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,8 +84,7 @@ func newSoldOut(resets Resets, store *stock.Store, ttl time.Duration, onReset fu
 		}),
 	}
 	reg.MustRegister(s.rejections, s.subscribed)
-	s.wg.Add(1)
-	go s.listen(ctx)
+	s.wg.Go(func() { s.listen(ctx) })
 	return s
 }
 
@@ -118,9 +112,8 @@ func (s *SoldOut) rejects(req stock.OrderRequest) error {
 	return &stock.SoldOutError{SKU: req.SKU, Left: 0, Asked: req.Quantity}
 }
 
-// learn is told that an order for sku was answered sold_out, and checks in the background
-// whether the product is at zero, to flag it. At most one check per SKU runs at a time, and
-// no more than ten a second.
+// learn hears that an order for sku was answered sold_out and checks in the background whether
+// to flag it: one check per SKU at a time, at most ten a second.
 func (s *SoldOut) learn(sku string) {
 	s.mu.Lock()
 	last, busy := s.learning[sku]
@@ -131,9 +124,7 @@ func (s *SoldOut) learn(sku string) {
 	s.learning[sku] = time.Time{}
 	gen := s.gen
 	s.mu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		f, err := s.check(ctx, sku)
@@ -146,7 +137,7 @@ func (s *SoldOut) learn(sku string) {
 		case f != nil && s.live && s.gen == gen:
 			s.flags[sku] = f
 		}
-	}()
+	})
 }
 
 // check reads whether sku is at zero stock and, if so, its buyers: the flag to set, or nil.
@@ -181,9 +172,8 @@ func (s *SoldOut) check(ctx context.Context, sku string) (*soldOutFlag, error) {
 	return &soldOutFlag{version: before.Version, maxPerOrder: before.MaxPerOrder, buyers: buyers, checked: time.Now()}, nil
 }
 
-// Reset drops sku's flag here and tells every other instance to drop theirs: the product was
-// reset, or units came back. A failed publish is logged, not returned: the database has them,
-// and other instances' flags expire within the TTL.
+// Reset drops sku's flag on every instance: the product was reset, or units came back. A failed
+// publish is logged, not returned: other instances' flags expire within the TTL.
 func (s *SoldOut) Reset(ctx context.Context, sku string) {
 	s.drop(sku)
 	if err := s.resets.Publish(ctx, sku); err != nil {
@@ -199,8 +189,8 @@ func (s *SoldOut) drop(sku string) {
 	s.mu.Unlock()
 }
 
-// setLive records whether resets are heard. Any change drops every flag: while the subscription
-// was down, resets may have been missed.
+// setLive records whether resets are heard. Any change drops every flag: resets may have been
+// missed while the subscription was down.
 func (s *SoldOut) setLive(live bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -218,28 +208,19 @@ func (s *SoldOut) setLive(live bool) {
 	}
 }
 
-// sweep forgets flags that nobody asked about for a while, so a long run of sales does not
-// accumulate them.
+// sweep forgets flags and learns nobody asked about for a while, so that a long run of sales
+// does not accumulate them.
 func (s *SoldOut) sweep() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for sku, f := range s.flags {
-		if time.Since(f.checked) > 10*s.ttl {
-			delete(s.flags, sku)
-		}
-	}
-	for sku, last := range s.learning {
-		if !last.IsZero() && time.Since(last) > 10*s.ttl {
-			delete(s.learning, sku)
-		}
-	}
+	stale := func(t time.Time) bool { return !t.IsZero() && time.Since(t) > 10*s.ttl }
+	maps.DeleteFunc(s.flags, func(_ string, f *soldOutFlag) bool { return stale(f.checked) })
+	maps.DeleteFunc(s.learning, func(_ string, last time.Time) bool { return stale(last) })
 }
 
-// listen holds the reset subscription until Close. A connection silent for a second (or a TTL,
-// if shorter) is pinged; a second silence, or any error, counts as down until Redis answers
-// again.
+// listen holds the reset subscription until Close. A connection silent for a second (or TTL) is
+// pinged; a second silence, or any error, counts as down until Redis answers again.
 func (s *SoldOut) listen(ctx context.Context) {
-	defer s.wg.Done()
 	silent := 0
 	for ctx.Err() == nil {
 		sku, err := s.resets.Receive(ctx, min(s.ttl, time.Second))
@@ -252,9 +233,7 @@ func (s *SoldOut) listen(ctx context.Context) {
 			s.setLive(true)
 			if sku != "" {
 				s.drop(sku)
-				if s.onReset != nil {
-					s.onReset(sku)
-				}
+				s.onReset(sku)
 			}
 		case errors.As(err, &timeout) && timeout.Timeout():
 			silent++

@@ -11,41 +11,29 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// strandedTimeout bounds one scrape's reads, so that a slow backend delays a scrape, never
-// hangs it.
+// strandedTimeout bounds one scrape's reads: a slow backend delays a scrape, never hangs it.
 const strandedTimeout = 2 * time.Second
 
-// stranded exports, per product, the units the database has that Redis admission holds back,
-// computed when /metrics is scraped. The README's promise of no stranded stock is that such
-// units come back on sale by themselves within a bound; this is what shows whether they do.
+// stranded exports, per product, the units Redis admission holds back from the database's stock,
+// at each scrape: it shows whether they come back on sale by themselves, as the README promises.
 //
-// Held back (the audit's held_back) is also what every order in flight holds: under a busy sale
-// it is above zero at nearly every instant, with different reservations each time, so an alert
-// on it would fire during every long sale. Stranded units are the held-back units that no live
-// reservation explains: reservations whose instance has stopped beating (it died or froze) and
-// units the database got back that the relay has not yet given admission. The sweeper returns
-// the first within a sweep (an eighth of the instance TTL), the relay the second within a
-// second, so stranded units that stay are the bug.
+// Held back (the audit's held_back) includes every order in flight, so no alert can use it.
+// Stranded units are those no live reservation explains: reservations of an instance that stopped
+// beating, units the database got back that the relay has not yet given admission. The sweeper
+// and the relay return them within seconds; stranded units that stay are the bug.
 //
-// The products are those the sweeper watches (the ones this instance admitted orders for
-// within its window, see Service.sweep): a product on sale now, not the catalogue, so the sku
-// label stays as small as the set of live sales. Every instance on the same backends reports
-// the same value for a product it watches: aggregate with max by (sku), not sum.
+// The products are those the sweeper watches (Service.sweep), so the sku label stays as small as
+// the live sales. Every instance reports the same value: aggregate with max by (sku), not sum.
 type stranded struct {
 	admission *admission.Ledger
 	store     *stock.Store
-	window    time.Duration
 	log       *slog.Logger
 	heldBack  *prometheus.Desc
 	stranded  *prometheus.Desc
 }
 
 func newStranded(ledger *admission.Ledger, store *stock.Store, log *slog.Logger) *stranded {
-	return &stranded{
-		admission: ledger,
-		store:     store,
-		window:    admission.RecentWindow, // the sweeper's: Recent prunes older products, so both must ask alike
-		log:       log,
+	return &stranded{admission: ledger, store: store, log: log,
 		heldBack: prometheus.NewDesc("seckill_admission_held_back_units",
 			"Units the database has that Redis admission does not offer (the audit's held_back): those of orders in flight, and any stranded.",
 			[]string{"sku"}, nil),
@@ -61,13 +49,12 @@ func (c *stranded) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.stranded
 }
 
-// Collect implements prometheus.Collector. A product whose state cannot be read is left out of
-// this scrape rather than reported as zero: a zero would say "nothing stranded" when nothing is
-// known.
+// Collect implements prometheus.Collector. A product whose state cannot be read is left out, not
+// reported as zero: a zero would say "nothing stranded" when nothing is known.
 func (c *stranded) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), strandedTimeout)
 	defer cancel()
-	skus := c.admission.Recent(c.window)
+	skus := c.admission.Recent(admission.RecentWindow) // the sweeper's: Recent prunes older ones
 	if len(skus) == 0 {
 		return
 	}
@@ -87,9 +74,8 @@ func (c *stranded) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read returns sku's held-back and stranded units. Redis is read before the database, so an order
-// written in between makes them smaller, never larger: its reservation was read as live and its
-// units are gone from the stock. The other order would count an order's units twice, held by
+// read returns sku's held-back and stranded units. Redis is read first, so an order written in
+// between makes them smaller, never larger. The other order would count its units twice, held by
 // its reservation and then settled, and report stock stranded that is not.
 func (c *stranded) read(ctx context.Context, sku string, live []string) (held, stranded int64, err error) {
 	st, err := c.admission.State(ctx, sku, live)
