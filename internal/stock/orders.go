@@ -76,9 +76,6 @@ func newOrderRow(req OrderRequest, now time.Time, paymentTimeout time.Duration) 
 	if req.OrderID != "" {
 		row.OrderID = req.OrderID
 	}
-	if req.IdempotencyKey != "" {
-		row.IdempotencyKey = &req.IdempotencyKey
-	}
 	if req.Reservation.ID != "" {
 		row.ReservationID = &req.Reservation.ID
 	}

@@ -328,10 +328,6 @@ func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, loo
 	if err != nil {
 		return b, err
 	}
-	left := make([]int64, len(b.reads))
-	for j, p := range b.reads {
-		left[j] = p.Stock
-	}
 	for i, req := range reqs {
 		lines := req.lines()
 		if !slices.Equal(req.SKUs(), skus) {
@@ -343,7 +339,7 @@ func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, loo
 		}
 		refused := make([]error, len(lines))
 		for j, l := range lines {
-			p := b.reads[j]
+			p, left := b.reads[j], b.reads[j].Stock-b.units[j]
 			switch err := p.Window.Check(p.SKU, b.now); {
 			case err != nil:
 				refused[j] = err
@@ -351,8 +347,8 @@ func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, loo
 				refused[j] = &InvalidError{Msg: fmt.Sprintf("quantity %d of product %s: want 1 to max_per_order %d", l.Quantity, p.SKU, p.MaxPerOrder)}
 			case bought[[2]string{req.UserID, p.SKU}]:
 				refused[j] = fmt.Errorf("user %s, product %s: %w", req.UserID, p.SKU, ErrAlreadyPurchased)
-			case int64(l.Quantity) > left[j]:
-				refused[j] = &SoldOutError{SKU: p.SKU, Left: left[j], Asked: l.Quantity}
+			case int64(l.Quantity) > left:
+				refused[j] = &SoldOutError{SKU: p.SKU, Left: left, Asked: l.Quantity}
 			}
 		}
 		if b.out[i].Err = Refusal(lines, refused); b.out[i].Err != nil {
@@ -366,7 +362,6 @@ func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, loo
 			}
 		}
 		for j, l := range lines {
-			left[j] -= int64(l.Quantity)
 			b.units[j] += int64(l.Quantity)
 			bought[[2]string{req.UserID, l.SKU}] = true
 			row := newOrderRow(l, b.now, timeout)
