@@ -172,11 +172,8 @@ func Refusal(lines []OrderRequest, refused []error) error {
 	return e
 }
 
-// checkoutOf is the checkout its rows make, as of now.
+// checkoutOf is the checkout its rows (at least one) make, as of now.
 func checkoutOf(rows []orderRow, now time.Time) Checkout {
-	if len(rows) == 0 {
-		return Checkout{}
-	}
 	c := Checkout{UserID: rows[0].UserID, Strategy: rows[0].Strategy, CreatedAt: rows[0].CreatedAt.UTC()}
 	if rows[0].CheckoutID != nil {
 		c.CheckoutID = *rows[0].CheckoutID

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -118,10 +119,8 @@ func (s *Store) transition(ctx context.Context, ref Ref, userID string,
 	if ref.Checkout {
 		return checkoutOf(rows, now), nil
 	}
-	for _, r := range rows {
-		if r.OrderID == ref.ID {
-			return Single(r.order(now)), nil
-		}
+	if i := slices.IndexFunc(rows, func(r orderRow) bool { return r.OrderID == ref.ID }); i >= 0 {
+		return Single(rows[i].order(now)), nil
 	}
 	return Checkout{}, fmt.Errorf("%s: %w", ref, ErrNotFound)
 }
