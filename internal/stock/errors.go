@@ -30,11 +30,9 @@ const (
 	sqlitePrimaryCodeMask = 0xff // extended result codes keep the primary code in the low byte
 )
 
-// Answers of a database that is not ready to serve: a node of a cluster that is not in its
-// primary component or still joining it, a server in the middle of a failover. Each ends once
-// it is ready again, and a retry on another node may succeed at once: unavailable (503), never
-// internal. A COMMIT that met one has an outcome the client cannot know (ErrUnavailable is not
-// a definite failure: admission's sweeper asks the database later).
+// Answers of a database not ready to serve (a cluster node outside its primary component or
+// joining it, a server mid-failover): unavailable (503), never internal, since a retry on
+// another node may succeed at once. A COMMIT that met one has an unknown outcome.
 const (
 	mysqlNodeNotReady      = 1047 // Galera: "WSREP has not yet prepared node for application use"
 	mysqlErrorDuringCommit = 1180 // Galera: the writeset was not replicated (the node left its group mid-COMMIT)
