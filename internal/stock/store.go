@@ -61,13 +61,15 @@ func (s *Store) countStatements() error {
 	count := func(*gorm.DB) { s.statements.Add(1) }
 	for _, db := range []*gorm.DB{s.db, s.queue} {
 		cb := db.Callback()
-		for _, after := range []interface {
-			Register(string, func(*gorm.DB)) error
-		}{
-			cb.Query().After("*"), cb.Row().After("*"), cb.Raw().After("*"),
-			cb.Create().After("*"), cb.Update().After("*"), cb.Delete().After("*"),
+		for _, err := range []error{
+			cb.Query().After("*").Register("seckill:count", count),
+			cb.Row().After("*").Register("seckill:count", count),
+			cb.Raw().After("*").Register("seckill:count", count),
+			cb.Create().After("*").Register("seckill:count", count),
+			cb.Update().After("*").Register("seckill:count", count),
+			cb.Delete().After("*").Register("seckill:count", count),
 		} {
-			if err := after.Register("seckill:count", count); err != nil {
+			if err != nil {
 				return fmt.Errorf("count statements: %w", err)
 			}
 		}
