@@ -83,7 +83,7 @@ func (s *Store) InsertLock(ctx context.Context, name, holder string) (bool, erro
 	switch {
 	case err == nil:
 		return true, nil
-	case isDuplicate(err, ""):
+	case isDuplicate(err):
 		return false, nil
 	default:
 		return false, fmt.Errorf("lock %s: insert: %w", name, err)

@@ -23,7 +23,7 @@ func (s *Store) TryLock(ctx context.Context, name, holder string, ttl time.Durat
 	if err == nil {
 		return true, nil
 	}
-	if !isDuplicate(err, "") {
+	if !isDuplicate(err) {
 		return false, fmt.Errorf("lock %s: insert: %w", name, err)
 	}
 	res := db.Exec("UPDATE distributed_locks SET holder = ?, expire_at = "+expiry+

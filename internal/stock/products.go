@@ -2,7 +2,6 @@ package stock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -169,10 +168,4 @@ func (s *Store) Audit(ctx context.Context, sku string) (Audit, error) {
 		return Audit{}, fmt.Errorf("audit %s: %w", sku, ErrNotFound)
 	}
 	return rows[0], nil
-}
-
-// isDuplicate reports whether err is a unique violation on the named key.
-func isDuplicate(err error, key string) bool {
-	var dup *errDuplicate
-	return errors.As(err, &dup) && dup.on(key)
 }

@@ -471,8 +471,7 @@ func (b batch) insert(tx *gorm.DB, sell func(tx *gorm.DB, read Product, units in
 // insert wrote nothing: read again and retry.
 func (b batch) settle(err error) ([]Placed, error) {
 	if err != nil {
-		var dup *errDuplicate
-		if errors.As(err, &dup) {
+		if isDuplicate(err) {
 			err = fmt.Errorf("batch of %d rows: %w", len(b.rows), ErrVersionConflict)
 		}
 		return nil, err
