@@ -15,9 +15,9 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// A checkout buys several products in one order, all or nothing; an order is a checkout of one
-// line whose row carries no checkout id. Every line's row is inserted in the same transaction as
-// every product's decrement (sell.go), so no one ever sees half a checkout.
+// A checkout buys several products at once, all or nothing; an order is a checkout of one line
+// whose row carries no checkout id. Every row goes in with every decrement, in one transaction
+// (sell.go), so no one ever sees half a checkout.
 
 // CheckoutRequest is one buyer's attempt to buy: one product (an order) or several at once.
 type CheckoutRequest struct {
@@ -25,18 +25,16 @@ type CheckoutRequest struct {
 	UserID         string
 	Strategy       string
 	IdempotencyKey string
-	Lines          []OrderRequest // one per product (SKU, quantity, and an order id given or empty), distinct SKUs
-	// Order marks a single order (OrderOf): one line, written without a checkout id, its key and
-	// fingerprint the order's.
+	Lines          []OrderRequest // one per product, distinct SKUs
+	// Order marks a single order (OrderOf): one line, no checkout id, the order's key and print.
 	Order bool
-	// Pass is what the buyer showed at the front door (the Seckill-Pass header: one pass per
-	// product with a waiting room, comma-separated): the service checks it, once, for every line.
+	// Pass is the Seckill-Pass header (a pass per product with a waiting room, comma-separated):
+	// the service checks it once, for every line.
 	Pass string
 }
 
-// Answer is err as the answer to r: a refusal of an order is its line's own error, not a
-// checkout's naming the line. Only the refusal itself is unwrapped: a wrapper around one (busy,
-// waited for a request in flight) is the answer.
+// Answer is err as the answer to r: an order's refusal is its line's own error, not a
+// checkout's naming the line. Only a refusal itself is unwrapped, not a wrapper around one.
 func (r CheckoutRequest) Answer(err error) error {
 	if refused, ok := err.(*CheckoutError); ok && r.Order {
 		return refused.Err
@@ -50,7 +48,7 @@ func OrderOf(req OrderRequest) CheckoutRequest {
 		Lines: []OrderRequest{req}, Order: true}
 }
 
-// Checkout is a placed checkout: one order per line, in SKU order, all in one status — or, with
+// Checkout is a placed checkout: one order per line, in SKU order, all in one status; or, with
 // the queued strategy, one accepted and not yet written (Queued), or rejected with Reason.
 type Checkout struct {
 	CheckoutID string
@@ -118,9 +116,9 @@ func (r CheckoutRequest) SKUs() []string {
 	return skus
 }
 
-// Admitted are the request's lines as admission judges them: in SKU order, each carrying the
-// request's buyer, strategy and Idempotency-Key (on admission only — the rows carry the key on
-// one line), so that a repeat of a request in flight hears it is in flight.
+// Admitted are the request's lines as admission judges them: in SKU order, each with the
+// request's buyer, strategy and Idempotency-Key, so that a repeat of a request in flight hears
+// it is in flight (the rows carry the key on one line only).
 func (r CheckoutRequest) Admitted() []OrderRequest {
 	lines := SKUOrder(r.Lines)
 	for i := range lines {
@@ -129,8 +127,8 @@ func (r CheckoutRequest) Admitted() []OrderRequest {
 	return lines
 }
 
-// Fingerprint identifies what the request asks for, as OrderRequest.Fingerprint does an order's:
-// an order's is its line's, a checkout's its lines' fingerprints in SKU order.
+// Fingerprint identifies what the request asks for: an order's is its line's, a checkout's
+// hashes its lines' in SKU order.
 func (r CheckoutRequest) Fingerprint() string {
 	lines := r.lines()
 	if r.Order {
@@ -144,8 +142,7 @@ func (r CheckoutRequest) Fingerprint() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// lines are the request's lines in SKU order, each carrying the request's buyer and strategy,
-// its own order id and reservation if it was given them, and no key: the first row carries it.
+// lines are the Admitted lines without the key: the first row carries it.
 func (r CheckoutRequest) lines() []OrderRequest {
 	lines := r.Admitted()
 	for i := range lines {
@@ -155,9 +152,9 @@ func (r CheckoutRequest) lines() []OrderRequest {
 }
 
 // Refusal is the answer of a request whose lines were refused as refused says (nil: placed):
-// the first refusal for good, or else the first busy one, naming every line refused with the
-// same code. A line refused for good refuses the request whatever becomes of a busy line's
-// units: busy would send its buyer back for an answer already known.
+// the first refusal for good, else the first busy one, naming every line refused with its code.
+// A line refused for good refuses the request whatever a busy line does: busy would send the
+// buyer back for an answer already known.
 func Refusal(lines []OrderRequest, refused []error) error {
 	first := slices.IndexFunc(refused, func(err error) bool { return err != nil && !errors.Is(err, ErrBusy) })
 	if first < 0 || planted.On(planted.BusyFirst) {
@@ -175,11 +172,8 @@ func Refusal(lines []OrderRequest, refused []error) error {
 	return e
 }
 
-// checkoutOf is the checkout its rows make, as of now.
+// checkoutOf is the checkout its rows (at least one) make, as of now.
 func checkoutOf(rows []orderRow, now time.Time) Checkout {
-	if len(rows) == 0 {
-		return Checkout{}
-	}
 	c := Checkout{UserID: rows[0].UserID, Strategy: rows[0].Strategy, CreatedAt: rows[0].CreatedAt.UTC()}
 	if rows[0].CheckoutID != nil {
 		c.CheckoutID = *rows[0].CheckoutID
@@ -191,9 +185,8 @@ func checkoutOf(rows []orderRow, now time.Time) Checkout {
 	return c
 }
 
-// A Ref names what a buyer reads, pays or cancels: an order by its id, or a checkout by its
-// own. An order's answer is its checkout of one line (Single), whether or not it is a line of a
-// checkout.
+// A Ref names what a buyer reads, pays or cancels: an order or a checkout, by its id. An
+// order's answer is its checkout of one line (Single), even if it is a line of a checkout.
 type Ref struct {
 	ID       string
 	Checkout bool

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -30,11 +31,9 @@ const (
 	sqlitePrimaryCodeMask = 0xff // extended result codes keep the primary code in the low byte
 )
 
-// Answers of a database that is not ready to serve: a node of a cluster that is not in its
-// primary component or still joining it, a server in the middle of a failover. Each ends once
-// it is ready again, and a retry on another node may succeed at once: unavailable (503), never
-// internal. A COMMIT that met one has an outcome the client cannot know (ErrUnavailable is not
-// a definite failure: admission's sweeper asks the database later).
+// Answers of a database not ready to serve (a cluster node outside its primary component or
+// joining it, a server mid-failover): unavailable (503), never internal, since a retry on
+// another node may succeed at once. A COMMIT that met one has an unknown outcome.
 const (
 	mysqlNodeNotReady      = 1047 // Galera: "WSREP has not yet prepared node for application use"
 	mysqlErrorDuringCommit = 1180 // Galera: the writeset was not replicated (the node left its group mid-COMMIT)
@@ -44,7 +43,7 @@ const (
 	mysqlConnectionKilled  = 1927 // the server ended the session: a shutdown, a node leaving its group
 )
 
-// errDuplicate reports a unique-key violation on the named index (or column, on SQLite).
+// errDuplicate reports a unique-key violation on the named index (or columns, on SQLite).
 type errDuplicate struct {
 	key string
 	err error
@@ -53,9 +52,11 @@ type errDuplicate struct {
 func (e *errDuplicate) Error() string { return "duplicate key " + e.key + ": " + e.err.Error() }
 func (e *errDuplicate) Unwrap() error { return e.err }
 
-// on reports whether the violated key is the one named (index name on MySQL, columns on
-// SQLite). The key is cut out of the message first, so a value in the message cannot match.
-func (e *errDuplicate) on(name string) bool { return strings.Contains(e.key, name) }
+// isDuplicate reports whether err is a unique-key violation.
+func isDuplicate(err error) bool {
+	_, ok := errors.AsType[*errDuplicate](err)
+	return ok
+}
 
 // classify turns driver errors into the domain's sentinels where the domain has a meaning for
 // them: lock-wait and NOWAIT failures are ErrBusy, lost connections ErrUnavailable, unique
@@ -120,15 +121,7 @@ func after(msg, sep string) string {
 // classified reports whether err already carries a domain meaning, so that classifying it again
 // (a transaction classifies what its body returned) keeps that meaning.
 func classified(err error) bool {
-	var dup *errDuplicate
-	if errors.As(err, &dup) {
-		return true
-	}
-	for _, sentinel := range []error{ErrNotFound, ErrSoldOut, ErrAlreadyPurchased, ErrBusy, ErrUnavailable,
-		ErrInvalid, ErrIdempotencyConflict, ErrDuplicateRequest, ErrVersionConflict, ErrFencedOut} {
-		if errors.Is(err, sentinel) {
-			return true
-		}
-	}
-	return false
+	return isDuplicate(err) || slices.ContainsFunc([]error{ErrNotFound, ErrSoldOut, ErrAlreadyPurchased, ErrBusy,
+		ErrUnavailable, ErrInvalid, ErrIdempotencyConflict, ErrDuplicateRequest, ErrVersionConflict, ErrFencedOut},
+		func(sentinel error) bool { return errors.Is(err, sentinel) })
 }

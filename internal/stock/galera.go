@@ -9,19 +9,13 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// readCausally makes every read of a store on a node of a Galera cluster wait until the node has
-// applied what the cluster committed before it (wsrep_sync_wait=1, a session variable set on each
-// connection: cfg.Params), and reports whether the server is such a node. A COMMIT on one node
-// returns once the cluster has certified it, not once every node has applied it: without the
-// wait, an instance on another node can read the row of a product just created as missing (404
-// for a product that exists), or the sweeper ask about an order a moment before its row arrives.
-// Writes need no wait: a write on stale rows fails certification at COMMIT (1213).
-func readCausally(ctx context.Context, cfg *mysql.Config) (galera bool, err error) {
-	probe, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		return false, fmt.Errorf("open mysql: %w", err)
-	}
-	defer probe.Close()
+// readCausally makes every read on a node of a Galera cluster wait until the node has applied
+// what the cluster committed before it (wsrep_sync_wait=1 on each connection: cfg.Params), and
+// reports whether the server is such a node. A COMMIT returns once the cluster certified it, not
+// once every node applied it: without the wait, an instance on another node could answer 404
+// for a product just created, or the sweeper ask about an order before its row arrives. Writes
+// need no wait: a write on stale rows fails certification at COMMIT (1213).
+func readCausally(ctx context.Context, probe *sql.DB, cfg *mysql.Config) (galera bool, err error) {
 	var name, on string
 	// MySQL 8 and TiDB have no such variable: no row.
 	err = probe.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&name, &on)
@@ -31,18 +25,14 @@ func readCausally(ctx context.Context, cfg *mysql.Config) (galera bool, err erro
 	if err != nil {
 		return false, fmt.Errorf("wsrep_on: %w", classify(err))
 	}
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
-	}
 	cfg.Params["wsrep_sync_wait"] = "1"
 	return true, nil
 }
 
 // Ready reports whether the database serves this store now: ErrUnavailable when it cannot be
-// reached or refuses to serve. It reads a table, unlike Ping: a Galera node outside its cluster's
-// primary component, or still joining it, answers a ping and SELECT 1, and refuses every read of
-// a table (1047). There the read does not wait for the cluster (wsrep_sync_wait 0): it asks
-// whether this node serves, which it can say while the others still decide who is in the group.
+// reached or refuses to serve. It reads a table, unlike Ping: a Galera node outside its primary
+// component, or still joining it, answers a ping and refuses every read of a table (1047). The
+// read does not wait for the cluster (wsrep_sync_wait 0): it asks whether this node serves.
 func (s *Store) Ready(ctx context.Context) error {
 	q := "SELECT COUNT(*) FROM products WHERE sku = ''"
 	if s.galera {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -12,22 +13,19 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// The order as a state machine — the "lock and business record as a state machine" that «Choosing a
-// lock» (docs/sources.md) recommends over a bare lock: pending (holding its units until its
-// deadline) -> confirmed; pending or confirmed -> cancelled; pending -> expired. Each transition
-// runs in one transaction that first locks the product row — the order of locks a sale takes too
-// (product row, then order rows), so a transition and a sale never deadlock — and then changes the
-// order with one conditional UPDATE (WHERE status = ...). A transition that ends an active order
-// gives its units back to the product in the same transaction, and marks the order restock_pending
-// until Redis admission has them back as well: so a unit comes back exactly once, however many
-// cancels, expiries and late payments race, on however many instances. Deadlines are the database's
-// clock's.
+// The order as a state machine, the "business record as a state machine" that «Choosing a lock»
+// (docs/sources.md) recommends over a bare lock: pending -> confirmed; pending or confirmed ->
+// cancelled; pending -> expired. Each transition is one transaction that first locks the product
+// row, in the order a sale takes its locks (product row, then order rows), so the two never
+// deadlock, then changes the order with one conditional UPDATE (WHERE status = ...). Ending an
+// active order gives its units back in the same transaction and marks it restock_pending until
+// Redis admission has them too: a unit comes back exactly once, however many cancels, expiries
+// and late payments race. Deadlines are the database's clock's.
 
-// Cancel cancels the order or the checkout ref names — a line of a checkout, every line of it:
+// Cancel cancels the order or checkout ref names (a line of a checkout cancels all of it):
 // pending or confirmed -> cancelled, its units back on sale. userID is the buyer's, or empty for
 // the admin. A cancelled order answers as it is (idempotent); an expired one, or one pending past
-// its deadline (which this expires), ErrOrderExpired; an unknown order or another user's,
-// ErrNotFound.
+// its deadline (which this expires), ErrOrderExpired; another user's or none, ErrNotFound.
 func (s *Store) Cancel(ctx context.Context, ref Ref, userID string) (Checkout, error) {
 	return s.transition(ctx, ref, userID, s.cancelStep)
 }
@@ -46,16 +44,16 @@ func (s *Store) cancelStep(tx *gorm.DB, o *orderRow, now time.Time) error {
 	return s.end(tx, o, Cancelled)
 }
 
-// Pay confirms a pending order, or every line of a checkout, before its deadline: pending ->
-// confirmed. A confirmed order answers as it is (idempotent); a cancelled one ErrOrderCancelled;
-// an expired one, or one pending past its deadline (which this expires: a late payment is
-// refused, never sold twice), ErrOrderExpired; an unknown order or another user's, ErrNotFound.
+// Pay confirms a pending order, or every line of a checkout, before its deadline. A confirmed
+// order answers as it is (idempotent); a cancelled one ErrOrderCancelled; an expired one, or one
+// pending past its deadline (which this expires: a late payment is refused, never sold twice),
+// ErrOrderExpired; another user's or none, ErrNotFound.
 func (s *Store) Pay(ctx context.Context, ref Ref, userID string) (Checkout, error) {
 	if ref.Checkout {
 		return s.transition(ctx, ref, userID, s.payStep)
 	}
-	// The common case first, without the product row: a payment in time moves no units, so it
-	// needs only the order's own row — one statement, no wait behind the sales of a hot product.
+	// The common case first: a payment in time moves no units, so it needs only the order's row,
+	// one statement, no wait behind the sales of a hot product.
 	db := s.db.WithContext(ctx)
 	now, err := s.clock(db)
 	if err != nil {
@@ -106,8 +104,8 @@ type refused struct{ err error }
 
 func (r refused) Error() string { return r.err.Error() }
 
-// transition runs step on the order or checkout ref names — on every line of a checkout, an
-// order's too if it is a line of one — and answers it as it then is.
+// transition runs step on every line of the checkout ref names, or of the order's checkout,
+// and answers what ref names as it then is.
 func (s *Store) transition(ctx context.Context, ref Ref, userID string,
 	step func(tx *gorm.DB, o *orderRow, now time.Time) error) (Checkout, error) {
 	cond := "order_id = ?"
@@ -121,18 +119,16 @@ func (s *Store) transition(ctx context.Context, ref Ref, userID string,
 	if ref.Checkout {
 		return checkoutOf(rows, now), nil
 	}
-	for _, r := range rows {
-		if r.OrderID == ref.ID {
-			return Single(r.order(now)), nil
-		}
+	if i := slices.IndexFunc(rows, func(r orderRow) bool { return r.OrderID == ref.ID }); i >= 0 {
+		return Single(rows[i].order(now)), nil
 	}
 	return Checkout{}, fmt.Errorf("%s: %w", ref, ErrNotFound)
 }
 
 // transitionRows runs step on the order that cond names and, when it is a line of a checkout, on
-// every line of it: a checkout moves as one. One transaction holds the rows of their products,
-// taken in SKU order as a checkout's sale takes them. An error of step rolls everything back,
-// except refused: that commits (every line gets its step), and is the caller's answer.
+// every line of it: a checkout moves as one. One transaction holds their products' rows, taken
+// in SKU order as a sale takes them. An error of step rolls everything back, except refused:
+// that commits (every line gets its step), and is the caller's answer.
 func (s *Store) transitionRows(ctx context.Context, cond, arg, userID string,
 	step func(tx *gorm.DB, o *orderRow, now time.Time) error) ([]orderRow, time.Time, error) {
 	var (
@@ -161,9 +157,8 @@ func (s *Store) transitionRows(ctx context.Context, cond, arg, userID string,
 				return err
 			}
 		}
-		// Under the product rows' locks no other transition of these orders can run: they read
-		// as they will stay until this one commits. A locking read, so that it reads the latest
-		// committed rows, not the snapshot of the read above (InnoDB's repeatable read).
+		// Under the product rows' locks the orders stay as read until the commit. A locking read
+		// reads the latest committed rows, not the snapshot of the read above (repeatable read).
 		if err := s.locking(tx).Where(which, key).Order("sku").Find(&rows).Error; err != nil {
 			return err
 		}
@@ -195,24 +190,21 @@ func (s *Store) end(tx *gorm.DB, o *orderRow, status Status) error {
 	ended := map[string]any{"status": status, "expires_at": nil, "restock_pending": true}
 	if planted.On(planted.DoubleReturn) {
 		tx.Model(&orderRow{}).Where("order_id = ?", o.OrderID).Updates(ended)
-		o.Status, o.ExpiresAt, o.RestockPending = status, nil, true
-		return restock(tx, o.SKU, int64(o.Quantity))
-	}
-	if !o.Status.Active() {
+	} else if !o.Status.Active() {
 		return nil // ended already: its units came back then
-	}
-	res := tx.Model(&orderRow{}).Where("order_id = ? AND status = ?", o.OrderID, o.Status).Updates(ended)
-	if err := changedOne(res, o.OrderID); err != nil {
-		return err
+	} else {
+		res := tx.Model(&orderRow{}).Where("order_id = ? AND status = ?", o.OrderID, o.Status).Updates(ended)
+		if err := changedOne(res, o.OrderID); err != nil {
+			return err
+		}
 	}
 	o.Status, o.ExpiresAt, o.RestockPending = status, nil, true
 	return restock(tx, o.SKU, int64(o.Quantity))
 }
 
 // restock gives units back to sku's stock. The version does not move: a section that read the
-// product before the return decided against fewer units than there are — never more — and its
-// conditional UPDATE (stock >= total) is on the stock as it is now, so it stays right; moving
-// the version would only fail it for nothing, and under a stream of cancels, again and again.
+// product before decided against fewer units than there are, never more, and its UPDATE checks
+// the stock as it is now; a new version would fail it for nothing, again under every cancel.
 func restock(tx *gorm.DB, sku string, units int64) error {
 	res := tx.Model(&productRow{}).Where("sku = ?", sku).Updates(map[string]any{
 		"stock":      gorm.Expr("stock + ?", units),
@@ -221,8 +213,8 @@ func restock(tx *gorm.DB, sku string, units int64) error {
 	return changedOne(res, "products/"+sku)
 }
 
-// changedOne checks that a conditional UPDATE changed exactly one row: under the product row's
-// lock anything else means the world is not what the transaction read.
+// changedOne checks that a conditional UPDATE changed exactly one row: anything else means the
+// row is not what the transaction read.
 func changedOne(res *gorm.DB, what string) error {
 	if res.Error != nil {
 		return res.Error
@@ -242,8 +234,8 @@ func (s *Store) lockProduct(tx *gorm.DB, sku string) error {
 	return s.locking(tx).Select("sku").Where("sku = ?", sku).Take(&row).Error
 }
 
-// locking makes tx's next read a locking one (FOR UPDATE) on MySQL: it reads, and locks, the
-// latest committed rows. SQLite's write transaction reads them anyway.
+// locking makes tx's next read lock and read the latest committed rows (FOR UPDATE) on MySQL.
+// SQLite's write transaction reads them anyway.
 func (s *Store) locking(tx *gorm.DB) *gorm.DB {
 	if s.dialect != MySQL {
 		return tx
@@ -260,17 +252,15 @@ func (s *Store) waiting() *gorm.DB {
 	return s.db
 }
 
-// ExpireDue expires pending orders past their deadline — up to limit checkouts, each as one, then
-// up to limit single orders per product, for a few products at a time — giving their units back,
-// and returns them. Any instance may call it at
-// any time, as often as it likes: under the product row's lock each order expires once.
+// ExpireDue expires pending orders past their deadline, giving their units back, and returns
+// them: up to limit checkouts, each as one, then up to limit single orders per product, for a
+// few products at a time. Any instance may call it at any time: each order expires once.
 func (s *Store) ExpireDue(ctx context.Context, limit int) ([]Order, error) {
 	db := s.db.WithContext(ctx)
 	now, err := s.clock(db)
 	if err != nil {
 		return nil, err
 	}
-	// A checkout expires as one, its products' rows taken in SKU order; the rest product by product.
 	expired, err := s.expireCheckouts(ctx, now, limit)
 	if err != nil {
 		return expired, err

@@ -10,11 +10,10 @@ import (
 // exists and has not expired. Time comes from the database's clock, never the instances', so
 // that clock skew between instances cannot make one of them think a live lock has expired.
 
-// TryLock makes one attempt to take the named lock for holder, for ttl. It reports whether the
-// lock was taken. Acquire is an INSERT: the primary key lets exactly one concurrent INSERT win.
-// When the row exists but has expired (its holder crashed), it is reclaimed with one conditional
-// UPDATE that matches only while the row is still expired, so two reclaimers cannot both win and
-// a live lock of another holder is never touched.
+// TryLock makes one attempt to take the named lock for holder, for ttl, and reports whether it
+// did. Acquire is an INSERT: the primary key lets exactly one concurrent INSERT win. An expired
+// row (its holder crashed) is reclaimed by one UPDATE that matches only while it is still
+// expired, so two reclaimers cannot both win and a live lock is never touched.
 func (s *Store) TryLock(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
 	expiry, now, ttlArg := s.lockClock(ttl)
 	db := s.db.WithContext(ctx)
@@ -24,7 +23,7 @@ func (s *Store) TryLock(ctx context.Context, name, holder string, ttl time.Durat
 	if err == nil {
 		return true, nil
 	}
-	if !isDuplicate(err, "") {
+	if !isDuplicate(err) {
 		return false, fmt.Errorf("lock %s: insert: %w", name, err)
 	}
 	res := db.Exec("UPDATE distributed_locks SET holder = ?, expire_at = "+expiry+
@@ -48,10 +47,9 @@ func (s *Store) ExtendLock(ctx context.Context, name, holder string, ttl time.Du
 	return res.RowsAffected == 1, nil
 }
 
-// LockTaken reports whether the named lock is held and unexpired, with a plain read: no row
-// lock, no write. Waiters poll with it and try TryLock only when the lock looks free, because
-// every failed INSERT and reclaim UPDATE takes locks on the row that the holder's release then
-// has to wait for (and, polled often, deadlock with).
+// LockTaken reports whether the named lock is held and unexpired, with a plain read. Waiters
+// poll with it and try TryLock only when the lock looks free: every failed INSERT or UPDATE
+// locks the row, and the holder's release would wait for (and deadlock with) those locks.
 func (s *Store) LockTaken(ctx context.Context, name string) (bool, error) {
 	_, now, _ := s.lockClock(0)
 	var n int64
@@ -63,9 +61,8 @@ func (s *Store) LockTaken(ctx context.Context, name string) (bool, error) {
 	return n > 0, nil
 }
 
-// Unlock releases the named lock if holder still holds it, and reports whether it did. It
-// deletes only the holder's own row: a holder whose lock expired and was taken over must not
-// release its successor's lock. false therefore means "the lock had been lost".
+// Unlock releases the named lock if holder still holds it, and reports whether it did (false:
+// the lock had been lost). It deletes only the holder's own row, never its successor's.
 func (s *Store) Unlock(ctx context.Context, name, holder string) (bool, error) {
 	res := s.db.WithContext(ctx).Exec("DELETE FROM distributed_locks WHERE lock_name = ? AND holder = ?", name, holder)
 	if err := classify(res.Error); err != nil {

@@ -32,7 +32,7 @@ func (orderRow) TableName() string { return "orders" }
 const active = "status IN ('pending', 'confirmed')"
 
 // order is the row as of now (the database's clock): a pending order past its deadline reads as
-// expired, though its units come back only when it is expired for real (ExpireDue).
+// expired, though its units come back only when ExpireDue expires it.
 func (r orderRow) order(now time.Time) Order {
 	return r.orderLapsed(r.ExpiresAt != nil && !now.Before(r.ExpiresAt.UTC()))
 }
@@ -56,8 +56,8 @@ func (r orderRow) orderLapsed(lapsed bool) Order {
 	return o
 }
 
-// newOrderRow is the row of a new order: its given id or a fresh ULID, the request's fingerprint, now (the
-// database's clock) — and, with a payment timeout, pending until now + timeout.
+// newOrderRow is the row of a new order at now (the database's clock): its given id or a fresh
+// ULID, and with a payment timeout, pending until now + timeout.
 func newOrderRow(req OrderRequest, now time.Time, paymentTimeout time.Duration) orderRow {
 	row := orderRow{
 		OrderID:     ulid.Make().String(),
@@ -75,9 +75,6 @@ func newOrderRow(req OrderRequest, now time.Time, paymentTimeout time.Duration) 
 	}
 	if req.OrderID != "" {
 		row.OrderID = req.OrderID
-	}
-	if req.IdempotencyKey != "" {
-		row.IdempotencyKey = &req.IdempotencyKey
 	}
 	if req.Reservation.ID != "" {
 		row.ReservationID = &req.Reservation.ID
@@ -110,8 +107,8 @@ func (s *Store) Placed(ctx context.Context, ids []string) (map[string]bool, erro
 	return out, nil
 }
 
-// KeysUsed reads which of keys written orders carry: key to the order that holds it. One query
-// for many buyers' keys: the queued strategy asks it for every admitted order with a key.
+// KeysUsed maps each of keys that a written order carries to that order, in one query for the
+// queued strategy's many admitted orders.
 func (s *Store) KeysUsed(ctx context.Context, keys []string) (map[string]string, error) {
 	var rows []struct {
 		IdempotencyKey string `gorm:"column:idempotency_key"`
@@ -142,9 +139,8 @@ func (s *Store) OrderByIdempotencyKey(ctx context.Context, key string) (Order, e
 func (s *Store) orderWhere(ctx context.Context, cond string, arg string) (Order, error) {
 	db := s.db.WithContext(ctx)
 	if s.dialect == MySQL {
-		// The row and its deadline against the database's clock in one query: a buyer following
-		// a queued order reads it once it is placed, and a second query for the clock was a
-		// third of those reads.
+		// The row and its deadline by the database's clock in one query, not two: buyers
+		// following their queued orders read them often.
 		var read struct {
 			Row    orderRow `gorm:"embedded"`
 			Lapsed bool     `gorm:"column:lapsed"`
@@ -170,8 +166,8 @@ func (s *Store) orderWhere(ctx context.Context, cond string, arg string) (Order,
 	return row.order(now), nil
 }
 
-// clock reads the database's clock: the one that decides when orders expire, whichever
-// instance asks, so that the instances' clocks never disagree about a deadline.
+// clock reads the database's clock, which decides every deadline, so that the instances'
+// clocks never disagree about one.
 func (s *Store) clock(db *gorm.DB) (time.Time, error) {
 	var now time.Time
 	if s.dialect == MySQL {

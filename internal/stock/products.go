@@ -2,7 +2,6 @@ package stock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -82,11 +81,10 @@ func column(t time.Time) *time.Time {
 }
 
 // PutProduct starts a sale round: it creates the product, or resets an existing one in one
-// transaction — stock, initial stock, window, payment timeout and waiting room set, the round's orders (in
-// every state) deleted, version bumped (never
-// reset, so a writer holding a version from the old round cannot write into the new one), and
-// the fences set back to 0, so that a replaced etcd cluster or ZooKeeper ensemble (whose tokens start again low)
-// can always be recovered by a reset.
+// transaction: its fields set, the round's orders (in every state) deleted, the version bumped
+// (never reset, so a writer holding a version of the old round cannot write into the new one),
+// and the fences set back to 0, so that a replaced etcd cluster or ZooKeeper ensemble (whose
+// tokens start again low) can always be recovered by a reset.
 func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, error) {
 	var out productRow
 	err := s.withTx(ctx, s.db, func(tx *gorm.DB) error {
@@ -94,24 +92,13 @@ func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, erro
 		row := productRow{SKU: spec.SKU, Name: spec.Name, InitialStock: spec.Stock, Stock: spec.Stock, Version: 1, MaxPerOrder: spec.MaxPerOrder,
 			StartsAt: column(spec.Window.Starts), EndsAt: column(spec.Window.Ends), PaymentTimeoutS: int(spec.PaymentTimeout / time.Second),
 			RoomAdmitPerS: admitPerS, RoomPassTTLS: passTTLS}
-		// One upsert, not an update and then an insert: an update of a row that does not exist
-		// locks the gap where it would be, and two resets of new products then deadlock on
-		// each other's gaps (TestResetsAtOnce).
-		reset := clause.OnConflict{Columns: []clause.Column{{Name: "sku"}}, DoUpdates: clause.Assignments(map[string]any{
-			"name":              spec.Name,
-			"initial_stock":     spec.Stock,
-			"stock":             spec.Stock,
-			"max_per_order":     spec.MaxPerOrder,
-			"starts_at":         column(spec.Window.Starts),
-			"ends_at":           column(spec.Window.Ends),
-			"payment_timeout_s": int(spec.PaymentTimeout / time.Second),
-			"room_admit_per_s":  admitPerS,
-			"room_pass_ttl_s":   passTTLS,
-			"version":           gorm.Expr("version + 1"),
-			"fence":             0,
-			"zk_fence":          0,
-			"updated_at":        time.Now().UTC(),
-		})}
+		// One upsert, not an update and then an insert: an update of a missing row locks the gap
+		// where it would be, and two resets of new products then deadlock on each other's gaps.
+		// An existing row takes the new row's columns (its fences are 0) and a new version.
+		reset := clause.OnConflict{Columns: []clause.Column{{Name: "sku"}}, DoUpdates: append(clause.AssignmentColumns([]string{
+			"name", "initial_stock", "stock", "max_per_order", "starts_at", "ends_at", "payment_timeout_s",
+			"room_admit_per_s", "room_pass_ttl_s", "fence", "zk_fence",
+		}), clause.Assignments(map[string]any{"version": gorm.Expr("version + 1"), "updated_at": time.Now().UTC()})...)}
 		if err := tx.Clauses(reset).Create(&row).Error; err != nil {
 			return err
 		}
@@ -181,10 +168,4 @@ func (s *Store) Audit(ctx context.Context, sku string) (Audit, error) {
 		return Audit{}, fmt.Errorf("audit %s: %w", sku, ErrNotFound)
 	}
 	return rows[0], nil
-}
-
-// isDuplicate reports whether err is a unique violation on the named key.
-func isDuplicate(err error, key string) bool {
-	var dup *errDuplicate
-	return errors.As(err, &dup) && dup.on(key)
 }

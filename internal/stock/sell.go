@@ -15,54 +15,41 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// The critical sections of the strategies. Each places "the requests to place" — the requests
-// for one set of products that queued while the last section ran; a request alone is a batch of
-// one, and an order is a request of one line — in one transaction: one conditional UPDATE per
-// product for all of them, whose RowsAffected is checked, and one multi-row insert. Products are
-// taken, checked and written in SKU order: the one global order that keeps two crossed checkouts
-// (A+B against B+A) from each holding a row the other waits for. The sections differ only in
-// what guards each UPDATE: the version read (PlaceAt), a fencing token (PlaceFenced), the row
-// lock (PlaceLocked) — or nothing (PlaceUnguarded: the naive strategy's lost update, and the
-// unguarded strategies' trust in their lock alone, kept so that the checks can be seen to catch
-// them).
-//
-// Every request gets its own answer: one over a product's limit, a repeat buyer, a reused
-// Idempotency-Key or one that finds the stock spent fails alone, not the batch (decide); a
-// request fails whole, never by half. An empty batch places nothing.
+// The critical sections of the strategies. Each places a batch (the requests for one set of
+// products that queued while the last section ran; an order is a request of one line) in one
+// transaction: one conditional UPDATE per product, its RowsAffected checked, and one multi-row
+// insert. Products go in SKU order, so two crossed checkouts (A+B, B+A) never each hold a row
+// the other waits for. The sections differ in what guards each UPDATE: the version read
+// (PlaceAt), a fencing token (PlaceFenced), the row lock (PlaceLocked), or nothing
+// (PlaceUnguarded, kept so that the checks can be seen to catch the lost update).
+// A refused request fails alone (decide), never the batch, and never by half.
 
-// Placed is the answer to one request of a batch: its checkout (an order's: its one line), or
-// why it was not placed.
+// Placed is the answer to one request of a batch: its checkout, or why it was not placed.
 type Placed struct {
 	Checkout Checkout
 	Err      error
 }
 
 // PlaceAt is the optimistic critical section (hybrid, dblock): it places the requests only if
-// every product is still at the version read (UPDATE ... WHERE version = ? AND stock >= total;
-// reads: one per product, any order). It takes no lock of its own, so it stays correct when a
-// lock in front of it was lost: a stale writer matches no row and gets ErrVersionConflict,
-// having written nothing — read again and retry. The reads may come from any earlier moment;
-// only the versions matter.
+// every product is still at the version read (UPDATE ... WHERE version = ? AND stock >= total).
+// It takes no lock, so it stays correct when a lock in front of it was lost: a stale writer
+// matches no row and gets ErrVersionConflict, having written nothing. Read again and retry.
+// reads (one per product, any order) may be from any earlier moment: only the versions matter.
 func (s *Store) PlaceAt(ctx context.Context, reqs []CheckoutRequest, reads []Product) ([]Placed, error) {
 	return s.placeAt(ctx, reqs, reads, true)
 }
 
-// PlaceAdmitted is PlaceAt for requests whose buyers admission has vouched for — none of them
-// held an active order when it admitted them (hybrid's Redis buyer set) — so the batch skips the
-// lookup of stored buyers and keys: one query fewer inside the lock. The unique keys on orders
-// still decide: a conflict admission missed (a buyer set rebuilt late, a reused key) fails the
-// insert, writes nothing, and comes back as ErrVersionConflict, so the caller's retry runs
-// PlaceAt, which looks.
+// PlaceAdmitted is PlaceAt for buyers whom admission vouched for (hybrid's Redis buyer set): it
+// skips the lookup of stored buyers and keys, one query fewer inside the lock. The unique keys
+// still decide: a conflict admission missed fails the insert, writes nothing and answers
+// ErrVersionConflict, so the caller's retry runs PlaceAt, which looks.
 func (s *Store) PlaceAdmitted(ctx context.Context, reqs []CheckoutRequest, reads []Product) ([]Placed, error) {
 	return s.placeAt(ctx, reqs, reads, false)
 }
 
 func (s *Store) placeAt(ctx context.Context, reqs []CheckoutRequest, reads []Product, lookup bool) ([]Placed, error) {
 	b, err := s.decide(s.db.WithContext(ctx), reqs, reads, lookup)
-	if err != nil || len(b.rows) == 0 {
-		return b.out, err
-	}
-	err = s.write(ctx, b, func(tx *gorm.DB, read Product, units int64) error {
+	return s.write(ctx, b, err, func(tx *gorm.DB, read Product, units int64) error {
 		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND stock >= ?", read.SKU, read.Version, units)
 		update := sale(units, Token{})
 		if planted.On(planted.BlindWrite) {
@@ -71,23 +58,17 @@ func (s *Store) placeAt(ctx context.Context, reqs []CheckoutRequest, reads []Pro
 		}
 		return changedOne(q.Updates(update), "products/"+read.SKU)
 	})
-	return b.settle(err)
 }
 
-// PlaceFenced is the critical section of the lock services (etcd, ZooKeeper): the requests are
-// placed only if no later lock holder has written any of their products (the fence of the
-// token's kind <= the product's token, and the version read), and each token becomes its
-// product's fence. A holder whose lease or session expired while it was paused carries an older
-// token than its successor and gets a *FenceError, having written nothing; a product that moved
-// under the batch some other way answers ErrVersionConflict: read again and retry. beforeWrite
-// runs between the reads and the write (the strategies' fault hooks); an error from it writes
-// nothing.
+// PlaceFenced is the critical section of the lock services (etcd, ZooKeeper): it writes only if
+// no later lock holder has written the products (their fence of the token's kind <= the token,
+// at the version read), and each token becomes its product's fence. A holder whose lease expired
+// while it was paused has an older token than its successor: a *FenceError, nothing written. A
+// product that moved some other way answers ErrVersionConflict: read again and retry.
+// beforeWrite (the fault hooks) runs between the reads and the write; its error writes nothing.
 func (s *Store) PlaceFenced(ctx context.Context, reqs []CheckoutRequest, tokens map[string]Token, beforeWrite func(context.Context) error) ([]Placed, error) {
 	b, err := s.readAndDecide(ctx, reqs, beforeWrite)
-	if err != nil || len(b.rows) == 0 {
-		return b.out, err
-	}
-	err = s.write(ctx, b, func(tx *gorm.DB, read Product, units int64) error {
+	return s.write(ctx, b, err, func(tx *gorm.DB, read Product, units int64) error {
 		token := tokens[read.SKU]
 		q := tx.Model(&productRow{}).Where("sku = ? AND version = ? AND "+string(token.Fence)+" <= ?", read.SKU, read.Version, token.Value)
 		if planted.On(planted.NoFence) {
@@ -99,7 +80,6 @@ func (s *Store) PlaceFenced(ctx context.Context, reqs []CheckoutRequest, tokens 
 		}
 		return changedOne(res, "products/"+read.SKU)
 	})
-	return b.settle(err)
 }
 
 // fencedMiss is the answer of a fenced write of sku that matched no row: *FenceError when a later
@@ -116,8 +96,8 @@ func fencedMiss(tx *gorm.DB, sku string, token Token) error {
 }
 
 // ResetFence sets sku's fence of one kind back to 0 if it is still at observed. The lock
-// services' strategies call it when the fence is ahead of the service's own current sequence —
-// which no legitimate token can be, so the cluster was replaced and its sequence started again.
+// services' strategies call it when the fence is ahead of the service's own sequence, which no
+// real token can be: the cluster was replaced and its sequence started again.
 func (s *Store) ResetFence(ctx context.Context, sku string, fence Fence, observed int64) error {
 	err := s.db.WithContext(ctx).Model(&productRow{}).Where("sku = ? AND "+string(fence)+" = ?", sku, observed).Update(string(fence), 0).Error
 	if err := classify(err); err != nil {
@@ -126,14 +106,12 @@ func (s *Store) ResetFence(ctx context.Context, sku string, fence Fence, observe
 	return nil
 }
 
-// RowWait is what a transaction that takes the product row does when another transaction holds
-// it.
+// RowWait is what a transaction that takes a product row does when another one holds it.
 type RowWait int
 
 const (
-	// NoWait does not wait (SELECT ... FOR UPDATE NOWAIT): a row another transaction holds
-	// answers ErrBusy at once (MySQL 8: error 3572; MariaDB: 1205, its lock wait at zero), and
-	// the connection goes back to its pool.
+	// NoWait does not wait (SELECT ... FOR UPDATE NOWAIT): a held row answers ErrBusy at once,
+	// and the connection goes back to its pool.
 	NoWait RowWait = iota
 	// WaitForRow waits in the row's lock queue (SELECT ... FOR UPDATE), holding its connection,
 	// for as long as its pool's lock wait allows: then ErrBusy.
@@ -160,29 +138,21 @@ func (w RowWait) String() string {
 
 // PlaceLocked is the pessimistic critical section: one transaction takes the rows of skus in
 // SKU order (SELECT ... FOR UPDATE, NOWAIT unless wait is WaitForRow), decides every request
-// against them, decrements each product once and inserts all the rows; under the row locks
-// nobody else can sell, so the buyers read here stay true until the commit (the unique keys
-// back that up). Crossed checkouts queue on their first common row instead of each holding one
-// the other wants.
+// against them and writes. Under the row locks nobody else can sell, so what it read stays true
+// until the commit. Crossed checkouts queue on their first common row instead of each holding
+// one the other wants.
 //
-// NoWait answers ErrBusy at once when another transaction has a row, having written nothing
-// and holding no connection: the answer of «Locks in practice» (docs/sources.md) to hundreds of buyers parking connections
-// behind one row until the pool runs dry, and the caller's to retry. It runs on the store's main
-// pool, like every transaction that never waits for a lock. WaitForRow waits in the row's lock
-// queue for at most Options.LockWait (then ErrBusy, nothing written), on a small pool of its
-// own, whose sessions carry that lock wait. Waiting is safe here too — the strategy's batcher
-// lets at most one section per product and instance wait, so connections cannot pile up — and
-// the queue hands the row to the next section the moment the holder commits, where retried
-// NOWAITs leave it idle between tries and take it more often, for smaller batches, at more CPU
-// per order. The load tool runs the two side by side on MySQL (rows pessimistic and
-// pessimistic (wait)). On SQLite, which has no row locks, both take the database's single write
-// lock without waiting (BEGIN IMMEDIATE, busy_timeout 0), so wait makes no difference there:
-// the caller decides whether to try again.
+// NoWait answers ErrBusy at once, on the main pool, holding no connection while another
+// transaction has the row: hundreds of buyers cannot park connections behind one row until the
+// pool runs dry («Locks in practice», docs/sources.md). WaitForRow waits in the row's queue for
+// at most Options.LockWait, on a small pool of its own; that is safe because the batcher lets at
+// most one section per product and instance wait. The queue hands the row on the moment its
+// holder commits, where retried NOWAITs leave it idle between tries. On SQLite both take the
+// database's one write lock without waiting (BEGIN IMMEDIATE, busy_timeout 0).
 //
-// The requests come from take, called once the rows are held, so that the requests that
-// arrived while the section waited are placed by it too; the answers are for take's requests,
-// in order. take is not called when a row could not be had, and may be called again on a retry
-// (it must return the same requests then).
+// take gives the requests once the rows are held, so the section also places those that came
+// while it waited; the answers are for take's requests, in order. take is not called when a
+// row could not be had, and must return the same requests when called again on a retry.
 func (s *Store) PlaceLocked(ctx context.Context, skus []string, wait RowWait, take func() []CheckoutRequest) ([]Placed, error) {
 	return s.placeLocked(ctx, s.lockPool(wait), rowLock(wait), skus, take)
 }
@@ -208,9 +178,8 @@ func rowLock(wait RowWait) clause.Locking {
 	return lock
 }
 
-// placeLocked is PlaceLocked's section on pool db, the rows taken with lock (FOR UPDATE, or FOR
-// UPDATE NOWAIT). The lab runs it on the main pool whichever the lock, as the sources do
-// (PlaceOneForUpdate).
+// placeLocked is PlaceLocked's section on pool db, the rows taken with lock. The lab runs it on
+// the main pool whichever the lock, as the sources do (PlaceOneForUpdate).
 func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Locking, skus []string, take func() []CheckoutRequest) ([]Placed, error) {
 	var b batch
 	err := s.withTx(ctx, db, func(tx *gorm.DB) error {
@@ -240,34 +209,25 @@ func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Lockin
 }
 
 // PlaceUnguarded is deliberately wrong, for the unsafe strategies only: it reads the stock,
-// decides the requests against it, runs beforeWrite (naive: a pause, as network and application
-// latency would; the unguarded strategies: their lock is held, and nothing is checked), then
-// writes the stock it computed from its read. Concurrent sections — no lock, or a lock that two
-// holders believe they hold — all read the same stock, all sell it, and each write overwrites
-// the others' decrements: the lost update that oversells a flash sale. It is the one stock write
-// in the project that is not conditional, and it exists so that the tests, the lab and the load
-// tool can show that their checks catch it. An error from beforeWrite writes nothing.
+// decides, runs beforeWrite (naive: a pause, as latency would; the unguarded strategies: under a
+// lock nothing checks), then writes the stock it computed from its read. Concurrent sections all
+// read the same stock, all sell it, and each write overwrites the others': the lost update that
+// oversells a flash sale. It is the project's one unconditional stock write, kept so that the
+// tests, the lab and the load tool can show their checks catch it. beforeWrite's error writes
+// nothing.
 func (s *Store) PlaceUnguarded(ctx context.Context, reqs []CheckoutRequest, beforeWrite func(context.Context) error) ([]Placed, error) {
 	b, err := s.readAndDecide(ctx, reqs, beforeWrite)
-	if err != nil || len(b.rows) == 0 {
-		return b.out, err
-	}
-	err = s.write(ctx, b, func(tx *gorm.DB, read Product, units int64) error {
-		return tx.Model(&productRow{}).Where("sku = ?", read.SKU).Updates(map[string]any{
-			"stock":      read.Stock - units,
-			"version":    gorm.Expr("version + 1"),
-			"updated_at": time.Now().UTC(),
-		}).Error
+	return s.write(ctx, b, err, func(tx *gorm.DB, read Product, units int64) error {
+		update := sale(units, Token{})
+		update["stock"] = read.Stock - units
+		return tx.Model(&productRow{}).Where("sku = ?", read.SKU).Updates(update).Error
 	})
-	return b.settle(err)
 }
 
-// SoldOut answers the requests take returns, without a lock, when a product of skus is at zero
-// stock: as a section would (decide: the products' rules, repeat buyers and keys, then sold
-// out), from plain reads of the rows. While every product has units left ok is false and take is
-// not called: the section decides. The buyers who come after the last unit — most of a flash
-// sale's requests — then never queue for a lock or a row, which on a Galera cluster would be
-// certification conflicts answered busy.
+// SoldOut answers take's requests without a lock when a product of skus is at zero stock, as a
+// section would decide them, from plain reads. While every product has units left, ok is false
+// and take is not called. Most of a flash sale's buyers come after the last unit: they then
+// never queue for a lock or a row (on Galera: certification conflicts answered busy).
 func (s *Store) SoldOut(ctx context.Context, skus []string, take func() []CheckoutRequest) (answers []Placed, ok bool, err error) {
 	reads, err := s.Reads(ctx, skus)
 	if err != nil || !slices.ContainsFunc(reads, func(p Product) bool { return p.Stock <= 0 }) {
@@ -278,7 +238,7 @@ func (s *Store) SoldOut(ctx context.Context, skus []string, take func() []Checko
 }
 
 // Reads reads the products of skus, in their order: the reads a section decides against. A
-// product that does not exist answers a *CheckoutError naming it.
+// missing product answers a *CheckoutError naming it.
 func (s *Store) Reads(ctx context.Context, skus []string) ([]Product, error) {
 	reads := make([]Product, len(skus))
 	for i, sku := range skus {
@@ -309,8 +269,7 @@ func (s *Store) readAndDecide(ctx context.Context, reqs []CheckoutRequest, befor
 }
 
 // sale is what selling units writes to the product row: fewer units, a new version (so that any
-// writer holding the old one fails), and, under a lock service, the writer's fencing token (the
-// zero Token: the fences are left as they are).
+// writer holding the old one fails), and under a lock service the writer's fencing token.
 func sale(units int64, token Token) map[string]any {
 	update := map[string]any{
 		"stock":      gorm.Expr("stock - ?", units),
@@ -323,8 +282,7 @@ func sale(units int64, token Token) map[string]any {
 	return update
 }
 
-// batch is a batch of requests for the same products, decided against one read of each: the
-// rows to insert, each product's units sold, and every request's answer.
+// batch is a batch of requests for the same products, decided against one read of each.
 type batch struct {
 	reads  []Product // the batch's products, in SKU order
 	units  []int64   // the units the batch sells of each product (by reads' index)
@@ -334,18 +292,14 @@ type batch struct {
 	now    time.Time
 }
 
-// decide decides each request of reqs — all for the same products — against reads (one per
-// product, any order), in arrival order — the products' rules, in one place. A refused line
-// refuses its whole request (the first refused line, in SKU order, gives the answer, naming
-// every line refused for the same reason): outside the sale window, over the product's limit, a
-// buyer who holds an active order of the product (in the database or earlier in the batch), an
-// Idempotency-Key already used (in the database or earlier in the batch), or not enough stock
-// left. The others take their units, every line pending until one deadline — the shortest
-// payment timeout of its products — or confirmed at once when none has one. One query finds the
-// active buyers and the keys already stored, so that no known conflict reaches the insert, where
-// it would fail the whole batch — unless lookup is false (PlaceAdmitted). A product with a
-// window or a payment timeout is decided by the database's clock (one more query), which also
-// decides expiries. db is the store's pool or the transaction the batch runs in.
+// decide applies the products' rules, in one place, to each request of reqs (all for the same
+// products) in arrival order, against reads (one per product, any order). A refused line refuses
+// its request, the first in SKU order naming every line refused for the same reason: outside
+// the sale window, over the limit, a buyer with an active order of the product, a used
+// Idempotency-Key (stored or earlier in the batch), or too little stock. The others take their
+// units, pending until the shortest payment timeout of their products, or confirmed at once.
+// Unless lookup is false, one query (stored) finds the known conflicts, so that none fails the
+// whole batch at the insert. Windows and deadlines go by the database's clock.
 func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, lookup bool) (batch, error) {
 	b := batch{out: make([]Placed, len(reqs)), placed: make([][]int, len(reqs)), now: time.Now().UTC().Truncate(time.Microsecond)}
 	if len(reqs) == 0 {
@@ -374,10 +328,6 @@ func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, loo
 	if err != nil {
 		return b, err
 	}
-	left := make([]int64, len(b.reads))
-	for j, p := range b.reads {
-		left[j] = p.Stock
-	}
 	for i, req := range reqs {
 		lines := req.lines()
 		if !slices.Equal(req.SKUs(), skus) {
@@ -389,7 +339,7 @@ func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, loo
 		}
 		refused := make([]error, len(lines))
 		for j, l := range lines {
-			p := b.reads[j]
+			p, left := b.reads[j], b.reads[j].Stock-b.units[j]
 			switch err := p.Window.Check(p.SKU, b.now); {
 			case err != nil:
 				refused[j] = err
@@ -397,8 +347,8 @@ func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, loo
 				refused[j] = &InvalidError{Msg: fmt.Sprintf("quantity %d of product %s: want 1 to max_per_order %d", l.Quantity, p.SKU, p.MaxPerOrder)}
 			case bought[[2]string{req.UserID, p.SKU}]:
 				refused[j] = fmt.Errorf("user %s, product %s: %w", req.UserID, p.SKU, ErrAlreadyPurchased)
-			case int64(l.Quantity) > left[j]:
-				refused[j] = &SoldOutError{SKU: p.SKU, Left: left[j], Asked: l.Quantity}
+			case int64(l.Quantity) > left:
+				refused[j] = &SoldOutError{SKU: p.SKU, Left: left, Asked: l.Quantity}
 			}
 		}
 		if b.out[i].Err = Refusal(lines, refused); b.out[i].Err != nil {
@@ -412,18 +362,17 @@ func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, loo
 			}
 		}
 		for j, l := range lines {
-			left[j] -= int64(l.Quantity)
 			b.units[j] += int64(l.Quantity)
 			bought[[2]string{req.UserID, l.SKU}] = true
 			row := newOrderRow(l, b.now, timeout)
 			row.CheckoutID = id
-			if j == 0 && req.IdempotencyKey != "" {
-				// The key goes on the first line only: the unique index on idempotency_key takes
-				// one row per key, and a replay finds the request through that line.
-				row.IdempotencyKey = &req.IdempotencyKey
-			}
 			if j == 0 {
+				// The key goes on the first line only: its unique index takes one row per key,
+				// and a replay finds the request through that line.
 				row.RequestHash = req.Fingerprint()
+				if req.IdempotencyKey != "" {
+					row.IdempotencyKey = &req.IdempotencyKey
+				}
 			}
 			b.placed[i] = append(b.placed[i], len(b.rows))
 			b.rows = append(b.rows, row)
@@ -481,9 +430,13 @@ func readsOf(skus []string, reads []Product) ([]Product, error) {
 	return out, nil
 }
 
-// write runs sell for every product of the batch (its decrement by the batch's units), then
-// inserts every row, in one transaction.
-func (s *Store) write(ctx context.Context, b batch, sell func(tx *gorm.DB, read Product, units int64) error) error {
+// write runs sell for every product of batch b (its decrement by the batch's units), then
+// inserts every row, in one transaction, and settles: nothing when deciding b failed with err
+// or left nothing to write.
+func (s *Store) write(ctx context.Context, b batch, err error, sell func(tx *gorm.DB, read Product, units int64) error) ([]Placed, error) {
+	if err != nil || len(b.rows) == 0 {
+		return b.out, err
+	}
 	if planted.On(planted.PartialCheckout) {
 		for _, row := range b.rows {
 			j := slices.IndexFunc(b.reads, func(p Product) bool { return p.SKU == row.SKU })
@@ -494,20 +447,17 @@ func (s *Store) write(ctx context.Context, b batch, sell func(tx *gorm.DB, read 
 				return tx.Create(&row).Error
 			})
 			if err != nil {
-				return err
+				return b.settle(err)
 			}
 		}
-		return nil
+		return b.settle(nil)
 	}
-	return s.withTx(ctx, s.db, func(tx *gorm.DB) error { return b.insert(tx, sell) })
+	return b.settle(s.withTx(ctx, s.db, func(tx *gorm.DB) error { return b.insert(tx, sell) }))
 }
 
 // insert runs sell for every product of the batch in tx, then inserts every row.
 func (b batch) insert(tx *gorm.DB, sell func(tx *gorm.DB, read Product, units int64) error) error {
 	for j, units := range b.units {
-		if units == 0 {
-			continue
-		}
 		if err := sell(tx, b.reads[j], units); err != nil {
 			return err
 		}
@@ -521,8 +471,7 @@ func (b batch) insert(tx *gorm.DB, sell func(tx *gorm.DB, read Product, units in
 // insert wrote nothing: read again and retry.
 func (b batch) settle(err error) ([]Placed, error) {
 	if err != nil {
-		var dup *errDuplicate
-		if errors.As(err, &dup) {
+		if isDuplicate(err) {
 			err = fmt.Errorf("batch of %d rows: %w", len(b.rows), ErrVersionConflict)
 		}
 		return nil, err

@@ -1,11 +1,10 @@
 // Package stock is the domain of a flash sale and its source of truth: products, orders, the
-// errors every strategy speaks, and the SQL store (gorm over MySQL/MariaDB or an embedded SQLite
-// file) whose conditional updates keep the invariant
+// errors every strategy speaks, and the SQL store (gorm over MySQL/MariaDB or SQLite) whose
+// conditional updates keep the invariant, whatever the locks in front of it do:
 //
 //	stock >= 0  and  stock + SUM(quantity of active orders) == initial_stock
 //
-// whatever the locks in front of it do (the orders counted are the active ones: pending or
-// confirmed). All SQL of the project lives here.
+// All SQL of the project lives here.
 package stock
 
 import (
@@ -38,14 +37,13 @@ var (
 	// ErrIdempotencyConflict means an Idempotency-Key was reused with a different request.
 	ErrIdempotencyConflict = errors.New("idempotency key reused with a different request")
 	// ErrDuplicateRequest means another order already carries this Idempotency-Key: the caller
-	// should look that order up and answer it instead of placing a second one.
+	// answers that order instead of placing a second one.
 	ErrDuplicateRequest = errors.New("idempotency key already used")
 	// ErrVersionConflict means a conditional update matched no row because another writer changed
 	// the product first. Optimistic strategies retry on it; nothing was written.
 	ErrVersionConflict = errors.New("product changed concurrently")
-	// ErrOutcomeUnknown marks a failed write that may have been committed all the same: its
-	// COMMIT was sent and its answer lost. Whatever else the error says, only the database can
-	// tell later whether the orders exist.
+	// ErrOutcomeUnknown marks a failed write whose COMMIT was sent and its answer lost: only the
+	// database can tell later whether the orders exist.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrFencedOut means a write carried a fencing token older than the last one written: its
 	// lock had passed to another holder. Nothing was written.
@@ -88,10 +86,9 @@ type codedError interface {
 	Code() string
 }
 
-// Code names err in the one vocabulary of the project: the error code of the HTTP answer (the error
-// table of docs/lifecycle.md), the outcome label of the order metrics and the code in the logs all
-// come from here. An error that names its own code (a Code() string method: the HTTP layer's own
-// errors) keeps it; nil is "ok"; anything unknown is "internal".
+// Code names err in the one vocabulary of the project: the HTTP answer's error code, the order
+// metrics' outcome label and the logs' code all come from here. An error with its own Code()
+// method (the HTTP layer's) keeps it; nil is "ok"; anything unknown is "internal".
 func Code(err error) string {
 	if err == nil {
 		return "ok"
@@ -143,9 +140,8 @@ func (e *SaleNotStartedError) Error() string {
 // Unwrap makes errors.Is(err, ErrSaleNotStarted) true.
 func (e *SaleNotStartedError) Unwrap() error { return ErrSaleNotStarted }
 
-// Fence names the fencing tokens of one lock service. Each has a column of its own, because the
-// services' tokens are different sequences (an etcd revision, a ZooKeeper zxid): a token is only
-// ever compared with the last one of its own kind.
+// Fence names the fencing tokens of one lock service. Each has its own column: the services'
+// tokens are different sequences (an etcd revision, a ZooKeeper zxid), never compared.
 type Fence string
 
 // The lock services whose tokens fence the product row.
@@ -189,9 +185,9 @@ type Product struct {
 	WaitingRoom    *WaitingRoom  // nil: none; its buyers need a pass (package frontdoor)
 }
 
-// WaitingRoom is a product's waiting room as the products table keeps it: buyers let in at
-// AdmitPerS for the whole deployment, each with a pass good for PassTTL (whole seconds). The
-// handler checks its bounds (frontdoor.Config.Validate); the table checks them again.
+// WaitingRoom is a product's waiting room: buyers let in at AdmitPerS for the whole deployment,
+// each with a pass good for PassTTL (whole seconds). frontdoor.Config.Validate checks its
+// bounds; the table checks them again.
 type WaitingRoom struct {
 	AdmitPerS int
 	PassTTL   time.Duration
@@ -224,17 +220,15 @@ type OrderRequest struct {
 	Quantity       int
 	Strategy       string // the strategy that places it, recorded on the order
 	IdempotencyKey string // empty when the client sent none
-	// OrderID is the id the order is to have, given before it is written (the queued strategy
-	// answers 202 with it); empty, the write makes a new one.
-	OrderID string
-	// Reservation is the admission reservation the order holds (hybrid's Redis admission); the
-	// zero value when it holds none. It is not part of what the request asks for.
+	OrderID        string // given before it is written (queued answers 202 with it), or empty: a new one
+	// Reservation is the admission reservation the order holds (hybrid's Redis admission), if
+	// any. It is not part of what the request asks for.
 	Reservation Reservation
 }
 
 // Reservation is units set aside for an order before it reaches the database, while the
-// instance that admitted it is alive: once its instance stops, the units go back on sale unless
-// the database shows the order. ID tells one reservation of a buyer from a later one.
+// instance that admitted it lives: once it stops, the units go back on sale unless the database
+// shows the order. ID tells one reservation of a buyer from a later one.
 type Reservation struct {
 	ID string
 }
@@ -255,8 +249,8 @@ func (r OrderRequest) Fingerprint() string {
 type Status string
 
 // The statuses of an order. Pending and confirmed orders are active: they hold their units.
-// Queued and rejected are the queued strategy's, for an order accepted and not yet written, and
-// one that never will be; neither has a row.
+// Queued (accepted, not yet written) and rejected (never will be) are the queued strategy's,
+// and have no row.
 const (
 	Pending   Status = "pending"
 	Confirmed Status = "confirmed"
@@ -286,9 +280,8 @@ type Order struct {
 	CheckoutID     string    // the checkout it is a line of; empty for a single order
 }
 
-// Audit is the consistency report of one product, read from the database in one statement. The
-// order counts are of active orders (pending or confirmed); Pending, Cancelled and Expired count
-// orders in those states.
+// Audit is the consistency report of one product, read in one statement. The order counts are
+// of active orders; Pending, Cancelled and Expired count orders in those states.
 type Audit struct {
 	SKU             string
 	InitialStock    int64

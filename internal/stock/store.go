@@ -38,29 +38,25 @@ const (
 	SQLite Dialect = "sqlite"
 )
 
-// Store is the SQL store. It is safe for concurrent use; each Store owns its connection pool, so
-// two Stores on one database behave like two service instances.
+// Store is the SQL store. It is safe for concurrent use; each Store owns its connection pools,
+// so two Stores on one database behave like two service instances.
 type Store struct {
 	db      *gorm.DB
 	dialect Dialect
-	// queue runs the pessimistic critical section that waits in the row's lock queue for at most
-	// the lock wait (PlaceLocked with WaitForRow; with NoWait it needs no pool of its own). On
-	// MySQL it is a small pool of its own whose sessions carry that innodb_lock_wait_timeout, so
-	// no other statement inherits it. SQLite has no row locks: it is a second pool on the same
-	// file with busy_timeout 0, whose transactions begin IMMEDIATE, so "lock the product" becomes
-	// "take the database's single write lock without waiting", whichever the RowWait — the
-	// strategy retries within its wait (one writer for the whole file, not per row).
+	// queue is the pool of the sections that wait for a row lock (PlaceLocked with WaitForRow).
+	// On MySQL it is small, and its sessions carry the lock wait, so no other statement inherits
+	// it. SQLite has no row locks: queue is a second pool on the file, with busy_timeout 0 and
+	// IMMEDIATE transactions, so locking a product takes the file's one write lock or fails at
+	// once, and the strategy retries within its wait.
 	queue *gorm.DB
-	// galera: the server is a node of a Galera cluster, whose reads wait for the cluster
-	// (readCausally).
+	// galera: the server is a node of a Galera cluster, whose reads wait for it (readCausally).
 	galera bool
-	// statements counts the statements sent (Statements): what a feature costs the database
-	// is counted, not guessed.
+	// statements counts the statements sent: what a feature costs the database is counted, not
+	// guessed.
 	statements atomic.Int64
 }
 
-// countStatements has every statement of both pools counted in s.statements, by a gorm
-// callback after each kind.
+// countStatements counts every statement of both pools in s.statements, by a gorm callback.
 func (s *Store) countStatements() error {
 	count := func(*gorm.DB) { s.statements.Add(1) }
 	for _, db := range []*gorm.DB{s.db, s.queue} {
@@ -101,19 +97,30 @@ func (o Options) check(mysql bool) error {
 	return nil
 }
 
-// idleTxSeconds is IdleTx in whole seconds, as the server variables take it.
-func (o Options) idleTxSeconds() int { return max(1, int(math.Ceil(o.IdleTx.Seconds()))) }
+// seconds is d in whole seconds, at least 1, as the server variables take it.
+func seconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seconds()))) }
 
-// lockWaitSeconds is LockWait as innodb_lock_wait_timeout takes it.
-func (o Options) lockWaitSeconds() int { return max(1, int(math.Ceil(o.LockWait.Seconds()))) }
-
-// gormConfig returns a fresh config for each gorm.Open: gorm keeps the connection pool inside
-// the config it is given, so sharing one config would make every Store share the last pool.
-func gormConfig() *gorm.Config {
-	return &gorm.Config{
+// pool opens a gorm pool of at most open connections, keeping up to idle of them idle for at
+// most idleTime, each for at most lifetime (0: no bound).
+func pool(d gorm.Dialector, open, idle int, idleTime, lifetime time.Duration) (*gorm.DB, error) {
+	// A fresh config for each pool: gorm keeps the pool inside the config it is given, so a
+	// shared one would make every Store share the last pool.
+	db, err := gorm.Open(d, &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true, // every write that needs a transaction opens one explicitly
+	})
+	if err != nil {
+		return nil, err
 	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(open)
+	sqlDB.SetMaxIdleConns(idle)
+	sqlDB.SetConnMaxIdleTime(idleTime)
+	sqlDB.SetConnMaxLifetime(lifetime)
+	return db, nil
 }
 
 // OpenMySQL connects to MySQL or MariaDB. The DSN is normalised: parseTime on, times in UTC,
@@ -128,84 +135,67 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
-	// Without it the driver runs every statement that has arguments as a server-side prepared
-	// statement: prepare, execute, close — three round trips where one does, and a critical
-	// section is a handful of statements under a lock. Client-side interpolation is safe with
-	// the driver's utf8mb4 (it is refused only for multibyte charsets like GBK or SJIS).
+	// Without it the driver prepares every statement with arguments on the server: prepare,
+	// execute, close, three round trips where one does, under a lock. Client-side interpolation
+	// is safe with utf8mb4 (the driver refuses it only for multibyte charsets like GBK or SJIS).
 	cfg.InterpolateParams = true
-	maxIdle, err := boundIdleTransactions(ctx, cfg, opts.idleTxSeconds())
-	if err != nil {
-		return nil, err
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
 	}
-	galera, err := readCausally(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	db, err := gorm.Open(gormmysql.Open(cfg.FormatDSN()), gormConfig())
+	probe, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)
 	}
-	sqlDB, err := db.DB()
+	defer probe.Close()
+	maxIdle, err := boundIdleTransactions(ctx, probe, cfg, seconds(opts.IdleTx))
 	if err != nil {
 		return nil, err
 	}
-	sqlDB.SetMaxOpenConns(opts.MaxOpenConns)
-	sqlDB.SetMaxIdleConns(opts.MaxOpenConns)
-	sqlDB.SetConnMaxLifetime(5 * time.Minute)
-	sqlDB.SetConnMaxIdleTime(maxIdle)
+	galera, err := readCausally(ctx, probe, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dialect: MySQL, galera: galera}
+	if s.db, err = pool(gormmysql.Open(cfg.FormatDSN()), opts.MaxOpenConns, opts.MaxOpenConns, maxIdle, 5*time.Minute); err != nil {
+		return nil, fmt.Errorf("open mysql: %w", err)
+	}
 	// A waiting section holds one connection per hot SKU and instance: a few are plenty.
 	queueCfg := cfg.Clone()
-	if queueCfg.Params == nil {
-		queueCfg.Params = map[string]string{}
-	}
-	queueCfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(opts.lockWaitSeconds())
-	queue, err := gorm.Open(gormmysql.Open(queueCfg.FormatDSN()), gormConfig())
-	if err != nil {
-		_ = sqlDB.Close()
+	queueCfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(seconds(opts.LockWait))
+	if s.queue, err = pool(gormmysql.Open(queueCfg.FormatDSN()), max(2, opts.MaxOpenConns/4), 2, maxIdle, 5*time.Minute); err != nil {
+		_ = s.Close()
 		return nil, fmt.Errorf("open mysql: %w", err)
 	}
-	queueDB, err := queue.DB()
+	return s.start(ctx)
+}
+
+// start counts the store's statements and checks that its database answers; on failure it
+// closes the store.
+func (s *Store) start(ctx context.Context) (*Store, error) {
+	err := s.countStatements()
+	if err == nil {
+		err = s.Ping(ctx)
+	}
 	if err != nil {
-		return nil, err
-	}
-	queueDB.SetMaxOpenConns(max(2, opts.MaxOpenConns/4))
-	queueDB.SetMaxIdleConns(2)
-	queueDB.SetConnMaxLifetime(5 * time.Minute)
-	queueDB.SetConnMaxIdleTime(maxIdle)
-	s := &Store{db: db, dialect: MySQL, queue: queue, galera: galera}
-	if err := s.countStatements(); err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// boundIdleTransactions has the server end any transaction of this store's sessions that has
-// waited for its client longer than seconds, by setting a session variable on every connection
-// (cfg.Params). That is what keeps one stopped instance — a GC pause, a frozen VM, SIGSTOP —
-// from freezing the sale: mid-transaction it holds the product's row lock, and without a bound
-// every other instance would wait for it until it wakes. MariaDB has the very variable,
-// idle_transaction_timeout: the connection is closed and the transaction rolled back, so the
-// holder's late COMMIT fails instead of landing. MySQL 8 has none; there the session's
-// wait_timeout does it for a connection idle in or out of a transaction, so the pool must not
-// keep an idle connection that long (the returned idle bound). Transactions here never wait
-// for anything but the database between statements, so a live holder is never cut off.
-func boundIdleTransactions(ctx context.Context, cfg *mysql.Config, seconds int) (maxIdle time.Duration, err error) {
-	probe, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		return 0, fmt.Errorf("open mysql: %w", err)
-	}
-	defer probe.Close()
+// boundIdleTransactions has the server end any transaction of this store's sessions that waits
+// for its client longer than seconds (a session variable on every connection: cfg.Params). It
+// keeps one stopped instance (a GC pause, a frozen VM, SIGSTOP) from freezing the sale: it holds
+// the product's row lock mid-transaction, and every other instance would wait until it wakes.
+// MariaDB has idle_transaction_timeout: the connection is closed and the transaction rolled
+// back, so the late COMMIT fails instead of landing. MySQL 8 has only wait_timeout, for a
+// connection idle in or out of a transaction, so the pool must not keep an idle connection that
+// long (the returned bound). Transactions here wait only for the database between statements,
+// so a live holder is never cut off.
+func boundIdleTransactions(ctx context.Context, probe *sql.DB, cfg *mysql.Config, seconds int) (maxIdle time.Duration, err error) {
 	var version string
 	if err := probe.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 		return 0, fmt.Errorf("mysql version: %w", classify(err))
-	}
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
 	}
 	if strings.Contains(version, "MariaDB") {
 		cfg.Params["idle_transaction_timeout"] = strconv.Itoa(seconds)
@@ -228,36 +218,22 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 	open := func(busyTimeoutMS int) (*gorm.DB, error) {
 		dsn := fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate",
 			path, busyTimeoutMS)
-		db, err := gorm.Open(sqlite.Open(dsn), gormConfig())
+		db, err := pool(sqlite.Open(dsn), opts.MaxOpenConns, opts.MaxOpenConns, 0, 0)
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 		}
-		sqlDB, err := db.DB()
-		if err != nil {
-			return nil, err
-		}
-		sqlDB.SetMaxOpenConns(opts.MaxOpenConns)
-		sqlDB.SetMaxIdleConns(opts.MaxOpenConns)
 		return db, nil
 	}
-	db, err := open(5000)
-	if err != nil {
+	s := &Store{dialect: SQLite}
+	var err error
+	if s.db, err = open(5000); err != nil {
 		return nil, err
 	}
-	queue, err := open(0)
-	if err != nil {
-		return nil, err
-	}
-	s := &Store{db: db, dialect: SQLite, queue: queue}
-	if err := s.countStatements(); err != nil {
+	if s.queue, err = open(0); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
-	if err := s.Ping(ctx); err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	return s, nil
+	return s.start(ctx)
 }
 
 // Collector exports the connection pool's statistics (open, in use, idle, waits) as Prometheus
@@ -289,6 +265,9 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	var errs []error
 	for _, db := range []*gorm.DB{s.db, s.queue} {
+		if db == nil { // a store whose opening failed
+			continue
+		}
 		sqlDB, err := db.DB()
 		if err == nil {
 			err = sqlDB.Close()
@@ -330,11 +309,10 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
 }
 
 // withTx runs fn in one transaction on db and classifies what comes out of it. A transaction
-// whose session the server ended — it left the transaction idle past its bound
-// (boundIdleTransactions) while this instance was paused, or killed the session — is busy, not
-// unavailable, when the database still serves: no backend is down, and the order may be tried
-// again at once. Ended in fn, nothing of it was written; ended at its COMMIT, its outcome is open
-// (ErrOutcomeUnknown), as for any COMMIT whose answer was lost.
+// whose session the server ended (idle past its bound while this instance was paused, or
+// killed) is busy, not unavailable, when the database still serves: no backend is down, and the
+// order may be tried again at once. Ended in fn, it wrote nothing; ended at its COMMIT, its
+// outcome is unknown (ErrOutcomeUnknown), as for any COMMIT whose answer was lost.
 func (s *Store) withTx(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
 	inBody := false
 	err := classify(db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -357,9 +335,8 @@ func (s *Store) withTx(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) er
 	return Busy(BusyTxEnded, ended)
 }
 
-// CreateDatabase creates the database that dsn names on its server, if it does not exist, with
-// the character set and collation the migrations expect. For tools that bring their own
-// database (the lab); the service itself expects its database to exist.
+// CreateDatabase creates the database that dsn names, if it does not exist, with the character
+// set and collation the migrations expect: for tools that bring their own database (the lab).
 func CreateDatabase(ctx context.Context, dsn string) error {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
