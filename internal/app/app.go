@@ -15,7 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -274,8 +274,17 @@ func (a *App) Metrics() *prometheus.Registry { return a.metrics }
 // gracefully: it stops accepting, and waits up to the shutdown timeout for the requests in
 // flight — orders inside their critical sections — to be answered.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	// The requests in flight are counted inside the handler, not by connection state: a
+	// connection stays active a moment after its answer was sent, and an answer already heard
+	// is not one the drain must give.
+	var inFlight atomic.Int64
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		a.handler.ServeHTTP(w, r)
+	})
 	srv := &http.Server{
-		Handler:           a.handler,
+		Handler:           counted,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -286,26 +295,6 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	// An event stream never ends by itself: the drain would wait for it until its timeout.
 	// Shutdown ends them at once, and waits only for the orders in flight.
 	srv.RegisterOnShutdown(a.events.Close)
-	// HTTP/1.1 serves one request at a time on a connection: the busy ones are the requests
-	// taken and not yet answered, which the drain must answer.
-	var (
-		mu   sync.Mutex
-		busy = map[net.Conn]bool{}
-	)
-	srv.ConnState = func(c net.Conn, s http.ConnState) {
-		mu.Lock()
-		defer mu.Unlock()
-		if s == http.StateActive {
-			busy[c] = true
-		} else {
-			delete(busy, c)
-		}
-	}
-	taken := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(busy)
-	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {
@@ -313,7 +302,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	a.log.Info("shutting down: draining in-flight requests", "requests", taken(), "timeout", a.cfg.ShutdownTimeout)
+	a.log.Info("shutting down: draining in-flight requests", "requests", inFlight.Load(), "timeout", a.cfg.ShutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
 	defer cancel()
 	stop := srv.Shutdown
