@@ -22,17 +22,16 @@ import (
 // order on the database-guarded path alone: slower, still correct.
 var ErrRedisDown = errors.New("redis unavailable")
 
-// ErrNotPlaced marks a failure that certainly wrote nothing, beside the domain's refusals
-// (definite): a strategy wraps it into such an error of its own (a request that gave up before
-// any section took it), so that its give-back returns the units at once.
+// ErrNotPlaced marks a failure that certainly wrote nothing, beside the domain's refusals (a
+// request that gave up before any section took it), so that its give-back returns the units at
+// once.
 var ErrNotPlaced = errors.New("certainly not placed")
 
 // Ledger is the reservation ledger as one instance sees it: per product, a counter pre-deducted
-// atomically with the set of buyers (lua/admit.lua), and the reservations of orders not yet
-// decided. The counter may run above the database: harmless, the database decides. It must not
-// run below it for long, or units the database still has would not sell (stranded stock). So an
-// admitted order holds a reservation: settled once its order is written, given back when it
-// fails (settle.go), swept when its instance stops beating (sweep.go).
+// atomically with the set of buyers (lua/admit.lua), and the reservations of undecided orders.
+// The counter may run above the database: harmless, the database decides. Below it, units the
+// database still has would not sell. So an admitted order holds a reservation: settled once
+// written, given back when it fails (settle.go), swept when its instance stops beating.
 type Ledger struct {
 	client    redis.UniversalClient
 	store     *stock.Store
@@ -63,39 +62,29 @@ type Ledger struct {
 
 // Options are a ledger's settings beyond its backends; the zero value is the default.
 type Options struct {
-	// Batch is how many requests of the same products one admission call may take, those that
-	// pile up while their last call is out, and how many hand-overs one call may carry; <= 1:
-	// one call each.
+	// Batch is how many requests of the same products, piled up while their last call is out,
+	// one admission call may take, and how many hand-overs; <= 1: one call each.
 	Batch int
 	// WaitHeld is how long a buyer who finds the units left held by orders in their sections
-	// waits for them to be decided, asking again, before it is answered busy; 0: at once.
+	// waits for them to be decided before it is answered busy; 0: at once.
 	WaitHeld time.Duration
 	// Pending is asked by the sweeper before it returns the units of an orphaned reservation
-	// whose order the database does not have; nil: no order is written by anyone but its
-	// admitting instance.
+	// without an order; nil: only the admitting instance writes an order.
 	Pending Pending
-	// Clock times the breaker's cooldown, the grace of a reservation in doubt and the products
-	// watched, so that a test can move past a bound instead of waiting it out; nil: time.Now.
+	// Clock times the breaker, the grace of a doubt and the products watched, so that a test
+	// can move past a bound instead of waiting it out; nil: time.Now.
 	Clock func() time.Time
 }
 
-// withDefaults is o with every unset field at its default.
-func (o Options) withDefaults() Options {
-	o.Batch = max(1, o.Batch)
-	if o.Clock == nil {
-		o.Clock = time.Now
-	}
-	return o
-}
-
-// New returns the admission over client, warming from store. Its reservations name
-// instance with a random suffix, new at every start: a restarted process must not take over the
-// reservations of the one that died, whose orders only the database can decide. ttl is how long
-// after this instance's last heartbeat the others may sweep its reservations; Beat must be called
-// every ttl/4 or so, from before the first order.
+// New returns the admission over client, warming from store. Its reservations name instance
+// with a random suffix, new at every start: a restarted process must not take over the dead
+// one's reservations, whose orders only the database can decide. ttl is how long after this
+// instance's last Beat the others may sweep its reservations; beat every ttl/4 or so, from before the first order.
 func New(client redis.UniversalClient, store *stock.Store, instance string, ttl time.Duration, log *slog.Logger,
 	reg prometheus.Registerer, opts Options) *Ledger {
-	opts = opts.withDefaults()
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
 	a := &Ledger{
 		client:   client,
 		store:    store,
@@ -103,7 +92,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},
-		batch:    opts.Batch,
+		batch:    max(1, opts.Batch),
 		heldWait: opts.WaitHeld,
 		now:      opts.Clock,
 		pending:  opts.Pending,

@@ -7,18 +7,16 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// QueueOwner owns the reservations handed over to the order queue (HandOver). The queued
-// strategy's orders are written by whichever instance's writer takes their message, not by the
-// instance that admitted them: the queue is alive as long as it holds the message, which no
-// heartbeat shows, and the writer resolves the reservation.
+// QueueOwner owns the reservations handed over to the order queue (HandOver). A queued order is
+// written by whichever instance's writer takes its message: the queue is alive as long as it
+// holds the message, which no heartbeat shows, and the writer resolves the reservation.
 const QueueOwner = "@queue"
 
 // HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their orders'
-// messages went out, and the writer that takes each resolves it, whichever instance it runs on —
-// the sweeper never returns their units, even once this instance is gone. A hand-over that
-// fails is done by the sweeper instead, once Pending confirms the message went out. With
-// Options.Batch n, single hand-overs that arrive while the product's last call is out wait for
-// it, then go together, up to n in one call, as admission's buyers do.
+// messages went out, and the writer that takes each resolves it, so the sweeper never returns
+// their units, even once this instance is gone. A failed hand-over is done by the sweeper, once
+// Pending confirms the message went out. With Options.Batch, hand-overs go in batches, as
+// admission's buyers do.
 func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
 	users, ids := make([]string, len(reqs)), make([]string, len(reqs))
 	for i, r := range reqs {
@@ -74,9 +72,8 @@ func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) 
 	return nil
 }
 
-// HandedOver reports which of reqs' reservations the order queue holds (HandOver), by
-// reservation id, in one read: a reservation is handed over only once its order's message went
-// out and its record said queued, and from then on no sweeper returns it.
+// HandedOver reports which of reqs' reservations the order queue holds, by id, in one read. One
+// is handed over only once its message went out and its record said queued.
 func (a *Ledger) HandedOver(ctx context.Context, sku string, reqs []stock.OrderRequest) (map[string]bool, error) {
 	users := make([]string, len(reqs))
 	for i, r := range reqs {
@@ -97,8 +94,8 @@ func (a *Ledger) HandedOver(ctx context.Context, sku string, reqs []stock.OrderR
 	return out, nil
 }
 
-// InQueue lists the reservations of sku that the order queue holds (HandOver), by id: each an
-// order or a checkout line accepted and not yet settled, given back or swept.
+// InQueue lists the ids of sku's reservations that the order queue holds: accepted orders or
+// checkout lines not yet settled or given back.
 func (a *Ledger) InQueue(ctx context.Context, sku string) ([]string, error) {
 	held, err := a.client.HGetAll(ctx, KeysOf(sku).Queued).Result()
 	if err != nil {

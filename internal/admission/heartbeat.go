@@ -8,8 +8,7 @@ import (
 )
 
 // Cooldown is how long the breaker keeps Redis unasked after an error: an outage costs one
-// timeout per cooldown, not one per order. The next order after it probes Redis again, so
-// admission resumes by itself.
+// timeout per cooldown, not one per order, and the next order after it probes Redis again.
 const Cooldown = time.Second
 
 // instancesKey is the heartbeats of every instance on this Redis (beat.lua).
@@ -23,9 +22,9 @@ func (a *Ledger) Beat(ctx context.Context) {
 	}
 }
 
-// Live returns the instances alive now (lua/live.lua), this one among them whatever its last
-// beat: it knows its own reservations, and sweeps those it no longer has in flight itself — and
-// the order queue (QueueOwner), whose reservations its writers resolve.
+// Live returns the instances alive now (lua/live.lua), with this one whatever its last beat (it
+// sweeps its own reservations itself) and the order queue (QueueOwner, whose writers resolve
+// its reservations).
 func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 	ids, err := liveScript.Run(ctx, a.client, []string{instancesKey}).StringSlice()
 	if planted.On(planted.EveryoneAlive) {

@@ -9,8 +9,8 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Done ends the tracking of a reservation whose order is no longer in flight here: it was
-// settled (or, if the settle was lost, will be, by this instance's sweeper), or given back.
+// Done ends the tracking of a reservation whose order is no longer in flight here: settled
+// (by this instance's sweeper, if the settle was lost) or given back.
 func (a *Ledger) Done(res stock.Reservation) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -24,14 +24,13 @@ func (a *Ledger) track(id string, until time.Time) {
 	a.tracked[id] = until
 }
 
-// GiveBack returns the reservations of admitted lines (each with its Reservation) after their
-// database step failed — for certain. It runs even when the request was cancelled. err is the
-// failure: when the database said a line's product is sold out, its counter is also capped at
-// what the database holds; the other lines were refused for that line's sake, which says nothing
-// about their own stock. An error that leaves the outcome open (a lost connection mid-commit, a
-// deadline mid-write) gives nothing back: the reservations are put in doubt instead, and this
-// instance's sweeper asks the database about them as soon as any commit in flight must have
-// landed. A give-back that cannot reach Redis leaves the reservation to the sweeper too.
+// GiveBack returns the reservations of admitted lines after their database step certainly
+// failed, even when the request was cancelled. When err says a line's product is sold out, its
+// counter is also capped at what the database holds; the other lines say nothing about their own
+// stock. An error that leaves the outcome open (a connection lost mid-commit) gives nothing
+// back: the reservations are in doubt, and this instance's sweeper asks the database once any
+// commit in flight must have landed. A give-back that cannot reach Redis leaves them to the
+// sweeper too.
 func (a *Ledger) GiveBack(ctx context.Context, lines []stock.OrderRequest, err error) {
 	var soldOut *stock.SoldOutError
 	for _, l := range lines {
@@ -71,9 +70,9 @@ func (a *Ledger) giveBack(ctx context.Context, req stock.OrderRequest, dbErr err
 }
 
 // definite reports whether a failed order was certainly not written: the database or the lock
-// refused it, or the strategy says so (ErrNotPlaced) — unless it may have come after a COMMIT
-// the database executed (stock.ErrOutcomeUnknown, a busy answer among them). Anything else — a lost connection, a
-// deadline, an internal error — may have come after a COMMIT the database executed.
+// refused it, or the strategy says so (ErrNotPlaced). Anything else (stock.ErrOutcomeUnknown,
+// even on a busy answer; a lost connection, a deadline, an internal error) may have come after
+// a COMMIT the database executed.
 func definite(err error) bool {
 	if errors.Is(err, stock.ErrOutcomeUnknown) {
 		return false
@@ -88,10 +87,9 @@ func definite(err error) bool {
 }
 
 // Settle ends the reservations of lines the database has written: their units stay sold. One
-// the sweeper returned meanwhile (this instance was frozen past its heartbeat) is taken again
-// (lua/settle.lua). A lost settle costs nothing but time: once the order is Done here, this
-// instance's sweeper finds it and settles the reservation. One call per product: a script's
-// keys are of one product's slot.
+// the sweeper returned meanwhile (this instance froze past its heartbeat) is taken again
+// (lua/settle.lua). A lost settle costs only time: once the order is Done here, this instance's
+// sweeper settles it. One call per product: a script's keys must share a slot.
 func (a *Ledger) Settle(ctx context.Context, lines []stock.OrderRequest) {
 	bySKU := map[string][]stock.OrderRequest{}
 	for _, l := range lines {

@@ -1,17 +1,14 @@
--- Resolves orphaned reservations as the database decided: one whose order exists is settled
--- (its units stay sold); one without an order returns its units and its buyer — once: only a
--- reservation still exactly as the sweeper read it is touched, so a give-back, a settle or
--- another instance's sweeper that got there first wins, and nothing is returned twice. A
--- returned reservation leaves a marker, so that if its instance was only frozen and its order is
--- written after all, the settle takes the units again (settle.lua) and a give-back returns
--- nothing more (giveback.lua). A reservation the sweeper of another instance returned while
--- its order, in doubt here, was in fact written is taken again like that too.
--- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua); the sweeper resolves only
--- reservations in their instance's hands (orphans.lua), never those handed over to the queue
+-- Resolves orphaned reservations as the database decided: one whose order exists is settled;
+-- one without returns its units and its buyer, once: only a reservation still exactly as the
+-- sweeper read it is touched, so whoever got there first wins. A returned reservation leaves a
+-- marker, so that if its order is written after all (its instance was only frozen), the settle
+-- takes the units again (settle.lua) and a give-back returns nothing (giveback.lua). One another
+-- sweeper returned while its order, in doubt here, was in fact written is taken again too.
+-- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua); only reserved is swept, never
+-- the reservations handed over to the queue
 -- KEYS[5..] = seckill:{sku}:swept:<reservation id>, one per reservation, in order
 -- ARGV = user id, reservation as read, placed (1 or 0), ... (one triple per reservation)
--- Returns {units returned to the counter, reservations returned, reservations settled,
--- reservations taken again}.
+-- Returns {units returned, reservations returned, settled, taken again}.
 local units, returned, settled, retaken = 0, 0, 0, 0
 for i = 5, #KEYS do
   local j = 3 * (i - 5) + 1
