@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
@@ -180,7 +181,7 @@ func (r *runner) fenced(ctx context.Context, h *holds, reqs []stock.CheckoutRequ
 		})
 		var fenceErr *stock.FenceError
 		if errors.As(err, &fenceErr) && !recovered {
-			if h.lockOf(fenceErr.SKU).Ahead(ctx, fenceErr) && r.store.ResetFence(ctx, fenceErr.SKU, tokens[fenceErr.SKU].Fence, fenceErr.Fence) == nil {
+			if h.locks[slices.Index(h.skus, fenceErr.SKU)].Ahead(ctx, fenceErr) && r.store.ResetFence(ctx, fenceErr.SKU, tokens[fenceErr.SKU].Fence, fenceErr.Fence) == nil {
 				recovered = true
 				continue
 			}

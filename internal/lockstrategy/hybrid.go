@@ -25,30 +25,21 @@ import (
 //     to the sweepers, who ask the database (package admission).
 //
 // With Redis unreachable, orders skip 1 and the lock and take 3 alone: slower, still correct.
+// Its name, lock and Close are those of its Locked.
 type Hybrid struct {
+	*Locked
 	admission *admission.Ledger
-	run       *runner
-	batch     *batcher
 }
 
 // NewHybrid returns the hybrid strategy: admission through ledger, locks by locker (the Redis
 // lock), written under the version guard.
 func NewHybrid(store *stock.Store, ledger *admission.Ledger, locker lock.Locker, opts Options, metrics *LockMetrics) *Hybrid {
-	h := &Hybrid{admission: ledger, run: newRunner("hybrid", store, locker, Version, opts, metrics)}
+	h := &Hybrid{Locked: &Locked{run: newRunner("hybrid", store, locker, Version, opts, metrics)}, admission: ledger}
 	h.run.fallback = h.fallback
 	h.run.settle = h.settle
 	h.batch = newBatcher(h.run, h.Section)
 	return h
 }
-
-// Name implements Strategy.
-func (*Hybrid) Name() string { return "hybrid" }
-
-// LockKey names sku's lock in Redis.
-func (h *Hybrid) LockKey(sku string) string { return h.run.locker.Key(sku) }
-
-// LockBackend names its lock service: redis.
-func (h *Hybrid) LockBackend() string { return h.run.locker.Backend() }
 
 // Place implements Strategy: admission of every line or none; then, with the requests that
 // queued meanwhile, the locks in SKU order and one version-guarded transaction; then every
@@ -113,6 +104,3 @@ func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.CheckoutRequest) 
 	placed, _ := h.run.write(ctx, nil, reqs)
 	return placed
 }
-
-// Close stops listening for lock releases.
-func (h *Hybrid) Close() error { return h.run.locker.Close() }

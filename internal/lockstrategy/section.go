@@ -176,16 +176,6 @@ type holds struct {
 	releases []func()
 }
 
-// lockOf is sku's lock, nil when the section holds none for it.
-func (h *holds) lockOf(sku string) lock.Lock {
-	for i, s := range h.skus {
-		if s == sku {
-			return h.locks[i]
-		}
-	}
-	return nil
-}
-
 // lockAll takes the turn and the lock of every product of skus in order, within the section's
 // wait. On failure it releases what it took, and answers as a section would.
 func (r *runner) lockAll(ctx context.Context, skus []string) (*holds, error) {
