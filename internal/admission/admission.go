@@ -40,14 +40,11 @@ type Ledger struct {
 	ttl       time.Duration // an instance whose last beat is older is not alive
 	downUntil atomic.Int64  // unix nanoseconds; Redis is not asked before then
 	recent    sync.Map      // sku -> time.Time of its last admission here: the products this instance sweeps
-
-	heldWait time.Duration // how long a buyer waits for held units to be decided (Options.WaitHeld)
+	opts      Options       // Batch at least 1, Clock set
 
 	mu      sync.Mutex
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
-	pending Pending              // nil: no order is written by anyone but its admitting instance
 
-	batch   int                          // the most requests or hand-overs one call takes (Options.Batch)
 	admits  *keyqueue.Queue[*call]       // by set of SKUs: requests waiting for the next admission call
 	handing *keyqueue.Queue[*handedOver] // by SKU: hand-overs waiting for the next call (HandOver)
 
@@ -56,8 +53,6 @@ type Ledger struct {
 	swept     *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
 	calls     prometheus.Histogram
-
-	now func() time.Time // times the breaker, the products watched and the doubts' grace (Options.Clock)
 }
 
 // Options are a ledger's settings beyond its backends; the zero value is the default.
@@ -82,6 +77,7 @@ type Options struct {
 // instance's last Beat the others may sweep its reservations; beat every ttl/4 or so, from before the first order.
 func New(client redis.UniversalClient, store *stock.Store, instance string, ttl time.Duration, log *slog.Logger,
 	reg prometheus.Registerer, opts Options) *Ledger {
+	opts.Batch = max(1, opts.Batch)
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
@@ -92,10 +88,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},
-		batch:    max(1, opts.Batch),
-		heldWait: opts.WaitHeld,
-		now:      opts.Clock,
-		pending:  opts.Pending,
+		opts:     opts,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy; waiting: a queued order past its product's bound of orders waiting to be written, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
@@ -109,7 +102,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 			Name: "seckill_redis_fallbacks_total", Help: "Orders placed on the database-guarded path because Redis was unavailable, by the step that found it so.",
 		}, []string{"step"}),
 	}
-	a.admits, a.handing = keyqueue.New(a.batch, a.admitRound), keyqueue.New(a.batch, a.handOverRound)
+	a.admits, a.handing = keyqueue.New(opts.Batch, a.admitRound), keyqueue.New(opts.Batch, a.handOverRound)
 	a.calls = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "seckill_admission_call_buyers", Help: "Buyers answered by one Redis admission call: one per call, unless SECKILL_ADMIT_BATCH lets the buyers who pile up go together.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 8),

@@ -28,7 +28,7 @@ import (
 // waits behind every other of its products (queued): while a product holds bound reservations,
 // on any instance, its line is busy, so that no order waits behind more than bound others.
 func (a *Ledger) Admit(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
-	heldWait := a.heldWait
+	heldWait := a.opts.WaitHeld
 	if planted.On(planted.HeldAtOnce) {
 		heldWait = 0
 	}
@@ -213,7 +213,7 @@ func reservationID() string {
 // touch records that this instance admits orders for sku, so that its sweeper watches it;
 // at most once a second, so the hot path only reads.
 func (a *Ledger) touch(sku string) {
-	now := a.now()
+	now := a.opts.Clock()
 	if last, ok := a.recent.Load(sku); ok && now.Sub(last.(time.Time)) < time.Second {
 		return
 	}
@@ -277,7 +277,7 @@ type call struct {
 // that gives up before its batch went is never asked; once asked, it waits for the answer, so
 // that no reservation it took is left untracked.
 func (a *Ledger) ask(ctx context.Context, r request) ([]int64, error) {
-	if a.batch <= 1 {
+	if a.opts.Batch <= 1 {
 		return a.admit(ctx, []request{r})
 	}
 	skus := make([]string, len(r.lines))

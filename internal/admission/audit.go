@@ -80,7 +80,7 @@ const RecentWindow = time.Minute
 // older ones.
 func (a *Ledger) Recent(window time.Duration) []string {
 	var out []string
-	now := a.now()
+	now := a.opts.Clock()
 	a.recent.Range(func(k, v any) bool {
 		if now.Sub(v.(time.Time)) > window {
 			a.recent.Delete(k)
@@ -138,13 +138,11 @@ func (a *Ledger) Invalidate(ctx context.Context, sku string) error {
 // Reconcile replaces sku's admission state with the database's. Safe at any time: orders in
 // flight can only leave the counter above the database, which the database then corrects.
 func (a *Ledger) Reconcile(ctx context.Context, sku string) error {
-	if err := a.warm(ctx, sku, "force"); err != nil {
-		if errors.Is(err, ErrRedisDown) {
-			return fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
-		}
-		return err
+	err := a.warm(ctx, sku, "force")
+	if errors.Is(err, ErrRedisDown) {
+		return fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 	}
-	return nil
+	return err
 }
 
 // Restock gives admission back the units and buyers of sku's orders the database has ended

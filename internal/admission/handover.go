@@ -22,7 +22,7 @@ func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderReq
 	for i, r := range reqs {
 		users[i], ids[i] = r.UserID, r.Reservation.ID
 	}
-	if a.batch <= 1 || len(reqs) != 1 {
+	if a.opts.Batch <= 1 || len(reqs) != 1 {
 		return a.handOver(ctx, sku, users, ids)
 	}
 	h := &handedOver{user: users[0], id: ids[0], done: make(chan struct{})}

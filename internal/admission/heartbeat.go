@@ -37,7 +37,7 @@ func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 }
 
 // Available reports whether the breaker lets requests reach Redis.
-func (a *Ledger) Available() bool { return a.now().UnixNano() >= a.downUntil.Load() }
+func (a *Ledger) Available() bool { return a.opts.Clock().UnixNano() >= a.downUntil.Load() }
 
 // Down trips the breaker after a Redis error at step (the strategy's lock, too): until the
 // cooldown ends, admission answers ErrRedisDown without I/O.
@@ -45,7 +45,7 @@ func (a *Ledger) Down(step string, err error) {
 	if a.Available() {
 		a.log.Warn("redis unavailable: orders take the database-guarded path", "step", step, "cooldown", Cooldown, "err", err)
 	}
-	a.downUntil.Store(a.now().Add(Cooldown).UnixNano())
+	a.downUntil.Store(a.opts.Clock().Add(Cooldown).UnixNano())
 }
 
 // FellBack counts an order placed without Redis, by the step that found it down.

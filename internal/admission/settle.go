@@ -49,7 +49,7 @@ func (a *Ledger) giveBack(ctx context.Context, req stock.OrderRequest, dbErr err
 		return
 	}
 	if !definite(dbErr) {
-		a.track(req.Reservation.ID, a.now().Add(sweepGrace))
+		a.track(req.Reservation.ID, a.opts.Clock().Add(sweepGrace))
 		a.touch(req.SKU)
 		return
 	}

@@ -59,7 +59,7 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 		return 0, err
 	}
 	// raw holds each user once (a hash's fields): user, reservation as stored, ...
-	now := a.now()
+	now := a.opts.Clock()
 	var found []orphan
 	var ids []string
 	for i := 0; i+1 < len(raw); i += 2 {
@@ -107,10 +107,10 @@ func (a *Ledger) leaveWritable(ctx context.Context, sku string, found []orphan, 
 			open = append(open, o.Held)
 		}
 	}
-	if a.pending == nil || len(open) == 0 {
+	if a.opts.Pending == nil || len(open) == 0 {
 		return found, nil
 	}
-	writable, err := a.pending.Pending(ctx, sku, open)
+	writable, err := a.opts.Pending.Pending(ctx, sku, open)
 	if err != nil {
 		a.log.Debug("orders of orphaned reservations not asked about; their units wait for the next sweep", "sku", sku, "err", err)
 		return slices.DeleteFunc(found, func(o orphan) bool { return !placed[o.ID] }), nil
