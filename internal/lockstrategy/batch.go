@@ -31,6 +31,20 @@ type batcher struct {
 	queue   *keyqueue.Queue[*waiter] // by key: the requests waiting for the next section
 }
 
+// batched is a strategy whose requests go through its runner's batcher: its name and its Place.
+type batched struct {
+	run   *runner
+	batch *batcher
+}
+
+// Name implements Strategy.
+func (b *batched) Name() string { return b.run.name }
+
+// Place implements Strategy.
+func (b *batched) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+	return b.batch.place(ctx, req)
+}
+
 // A section is one critical section over the products skus (in SKU order). It calls take once
 // it holds their locks (or failed to get them), and answers each request take returned, in
 // order. take returns the same requests if called again, and may return none (they gave up

@@ -147,10 +147,8 @@ func after(reads []stock.Product, placed []stock.Placed) (map[string]*stock.Prod
 // admitted reports whether every line of reqs holds a reservation: admission vouched for it.
 func admitted(reqs []stock.CheckoutRequest) bool {
 	for _, req := range reqs {
-		for _, line := range req.Lines {
-			if line.Reservation.ID == "" {
-				return false
-			}
+		if slices.ContainsFunc(req.Lines, func(l stock.OrderRequest) bool { return l.Reservation.ID == "" }) {
+			return false
 		}
 	}
 	return true

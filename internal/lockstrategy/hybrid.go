@@ -34,7 +34,7 @@ type Hybrid struct {
 // NewHybrid returns the hybrid strategy: admission through ledger, locks by locker (the Redis
 // lock), written under the version guard.
 func NewHybrid(store *stock.Store, ledger *admission.Ledger, locker lock.Locker, opts Options, metrics *LockMetrics) *Hybrid {
-	h := &Hybrid{Locked: &Locked{run: newRunner("hybrid", store, locker, Version, opts, metrics)}, admission: ledger}
+	h := &Hybrid{Locked: &Locked{batched{run: newRunner("hybrid", store, locker, Version, opts, metrics)}}, admission: ledger}
 	h.run.fallback = h.fallback
 	h.run.settle = h.settle
 	h.batch = newBatcher(h.run, h.Section)

@@ -1,7 +1,6 @@
 package lockstrategy
 
 import (
-	"context"
 	"time"
 
 	"github.com/flashsale/seckill/internal/stock"
@@ -17,20 +16,10 @@ func NewNaive(store *stock.Store, pause time.Duration, opts Options, metrics *Lo
 	opts.Wait = pause
 	r := newRunner("naive", store, nil, NoGuard, opts, metrics)
 	r.pause = pause
-	n := &Naive{batch: newBatcher(r, r.section)}
+	n := &Naive{batched{run: r, batch: newBatcher(r, r.section)}}
 	n.batch.overlap = true
 	return n
 }
 
 // Naive is the runner with no lock and no guard (NewNaive).
-type Naive struct {
-	batch *batcher
-}
-
-// Name implements Strategy.
-func (*Naive) Name() string { return "naive" }
-
-// Place implements Strategy.
-func (n *Naive) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	return n.batch.place(ctx, req)
-}
+type Naive struct{ batched }

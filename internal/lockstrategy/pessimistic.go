@@ -19,8 +19,7 @@ import (
 // one section per product and instance, on a small pool of its own.
 type Pessimistic struct {
 	rowLock stock.RowWait
-	run     *runner // its store, name, options, metrics and hook; the row lock is not a Locker
-	batch   *batcher
+	batched // its runner has no Locker: the row lock is taken by the write
 }
 
 // NewPessimistic returns the pessimistic strategy over store. rowLock is what a section does
@@ -29,18 +28,10 @@ type Pessimistic struct {
 // take its write lock. The row lock is no Locker: the writing transaction takes it and ends it,
 // and it is its own guard, since nobody else can change the row while it is held.
 func NewPessimistic(store *stock.Store, rowLock stock.RowWait, opts Options, metrics *LockMetrics) *Pessimistic {
-	p := &Pessimistic{rowLock: rowLock, run: newRunner("pessimistic", store, nil, Version, opts, metrics)}
+	p := &Pessimistic{rowLock: rowLock, batched: batched{run: newRunner("pessimistic", store, nil, Version, opts, metrics)}}
 	p.run.readFirst = true
 	p.batch = newBatcher(p.run, p.section)
 	return p
-}
-
-// Name implements Strategy.
-func (*Pessimistic) Name() string { return "pessimistic" }
-
-// Place implements Strategy.
-func (p *Pessimistic) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	return p.batch.place(ctx, req)
 }
 
 // section is the critical section: one transaction takes the rows of skus in SKU order

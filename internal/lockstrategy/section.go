@@ -54,7 +54,8 @@ type runner struct {
 }
 
 func newRunner(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *runner {
-	return &runner{name: name, store: store, locker: locker, guard: guard, opts: opts, metrics: metrics}
+	return &runner{name: name, store: store, locker: locker, guard: guard, opts: opts, metrics: metrics,
+		local: localLocks{keys: map[string]*localLock{}}}
 }
 
 // section is the critical section over skus (batch.go): the turn and the lock of every product
@@ -143,9 +144,6 @@ type localLock struct {
 // take waits for sku's turn until ctx ends, and returns its release.
 func (l *localLocks) take(ctx context.Context, sku string) (release func(), err error) {
 	l.mu.Lock()
-	if l.keys == nil {
-		l.keys = map[string]*localLock{}
-	}
 	k := l.keys[sku]
 	if k == nil {
 		k = &localLock{held: make(chan struct{}, 1)}

@@ -50,33 +50,22 @@ type Hooks struct {
 
 // Locked is a strategy that is a lock and a guard and nothing around them: etcd and zookeeper
 // (Fence), dblock (the lock table, Version), and the unguarded twins (NoGuard).
-type Locked struct {
-	run   *runner
-	batch *batcher
-}
+type Locked struct{ batched }
 
 // New returns the strategy name: sections under locker's lock, written under guard. A lock
 // service that cannot be reached answers unavailable: without its lock it has no safe way.
 func New(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
-	l := &Locked{run: newRunner(name, store, locker, guard, opts, metrics)}
+	l := &Locked{batched{run: newRunner(name, store, locker, guard, opts, metrics)}}
 	l.run.readFirst = guard != NoGuard // the unguarded twins keep the incident's recipe whole
 	l.batch = newBatcher(l.run, l.run.section)
 	return l
 }
-
-// Name implements Strategy.
-func (l *Locked) Name() string { return l.run.name }
 
 // LockKey names sku's lock in its lock service.
 func (l *Locked) LockKey(sku string) string { return l.run.locker.Key(sku) }
 
 // LockBackend names its lock service: redis, etcd, zookeeper or database.
 func (l *Locked) LockBackend() string { return l.run.locker.Backend() }
-
-// Place implements Strategy.
-func (l *Locked) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	return l.batch.place(ctx, req)
-}
 
 // Close releases what the strategy's lock keeps open (an etcd session, a Redis subscription).
 func (l *Locked) Close() error { return l.run.locker.Close() }
