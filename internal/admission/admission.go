@@ -74,7 +74,8 @@ type Options struct {
 // New returns the admission over client, warming from store. Its reservations name instance
 // with a random suffix, new at every start: a restarted process must not take over the dead
 // one's reservations, whose orders only the database can decide. ttl is how long after this
-// instance's last Beat the others may sweep its reservations; beat every ttl/4 or so, from before the first order.
+// instance's last Beat the others may sweep its reservations: beat every ttl/4 or so, from
+// before the first order.
 func New(client redis.UniversalClient, store *stock.Store, instance string, ttl time.Duration, log *slog.Logger,
 	reg prometheus.Registerer, opts Options) *Ledger {
 	opts.Batch = max(1, opts.Batch)
@@ -101,12 +102,12 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_redis_fallbacks_total", Help: "Orders placed on the database-guarded path because Redis was unavailable, by the step that found it so.",
 		}, []string{"step"}),
+		calls: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "seckill_admission_call_buyers", Help: "Buyers answered by one Redis admission call: one per call, unless SECKILL_ADMIT_BATCH lets the buyers who pile up go together.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+		}),
 	}
 	a.admits, a.handing = keyqueue.New(opts.Batch, a.admitRound), keyqueue.New(opts.Batch, a.handOverRound)
-	a.calls = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "seckill_admission_call_buyers", Help: "Buyers answered by one Redis admission call: one per call, unless SECKILL_ADMIT_BATCH lets the buyers who pile up go together.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 8),
-	})
 	reg.MustRegister(a.results, a.givebacks, a.swept, a.fallbacks, a.calls)
 	return a
 }

@@ -18,14 +18,10 @@ const QueueOwner = "@queue"
 // Pending confirms the message went out. With Options.Batch, hand-overs go in batches, as
 // admission's buyers do.
 func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
-	users, ids := make([]string, len(reqs)), make([]string, len(reqs))
-	for i, r := range reqs {
-		users[i], ids[i] = r.UserID, r.Reservation.ID
-	}
 	if a.opts.Batch <= 1 || len(reqs) != 1 {
-		return a.handOver(ctx, sku, users, ids)
+		return a.handOver(ctx, sku, reqs)
 	}
-	h := &handedOver{user: users[0], id: ids[0], done: make(chan struct{})}
+	h := &handedOver{req: reqs[0], done: make(chan struct{})}
 	if err := a.handing.Await(ctx, sku, h, h.done); err != nil {
 		return err
 	}
@@ -34,9 +30,9 @@ func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderReq
 
 // handedOver is one hand-over waiting for its product's next call.
 type handedOver struct {
-	user, id string
-	err      error
-	done     chan struct{}
+	req  stock.OrderRequest
+	err  error
+	done chan struct{}
 }
 
 // handOverRound is one hand-over call for the hand-overs of sku waiting in the queue.
@@ -47,24 +43,24 @@ func (a *Ledger) handOverRound(sku string, take func() []*handedOver) {
 	}
 	ctx, cancel := roundContext()
 	defer cancel()
-	users, ids := make([]string, len(hs)), make([]string, len(hs))
+	reqs := make([]stock.OrderRequest, len(hs))
 	for i, h := range hs {
-		users[i], ids[i] = h.user, h.id
+		reqs[i] = h.req
 	}
-	err := a.handOver(ctx, sku, users, ids)
+	err := a.handOver(ctx, sku, reqs)
 	for _, h := range hs {
 		h.err = err
 		close(h.done)
 	}
 }
 
-// handOver moves the reservations ids of users to the queue's hash in one call.
-func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) error {
+// handOver moves the reservations of reqs to the queue's hash in one call.
+func (a *Ledger) handOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
 	k := KeysOf(sku)
-	args := make([]any, 0, 1+2*len(users))
+	args := make([]any, 0, 1+2*len(reqs))
 	args = append(args, QueueOwner)
-	for i := range users {
-		args = append(args, users[i], ids[i])
+	for _, r := range reqs {
+		args = append(args, r.UserID, r.Reservation.ID)
 	}
 	if err := handOverScript.Run(ctx, a.client, []string{k.Reserved, k.Queued}, args...).Err(); err != nil {
 		return fmt.Errorf("hand over reservations of %s: %w: %w", sku, ErrRedisDown, err)

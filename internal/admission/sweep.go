@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flashsale/seckill/internal/planted"
+	"github.com/flashsale/seckill/internal/stock"
 )
 
 // Sweeping. A reservation lives as long as its instance beats (Beat), not for a fixed lease: a
@@ -115,14 +116,14 @@ func (a *Ledger) leaveWritable(ctx context.Context, sku string, found []orphan, 
 		a.log.Debug("orders of orphaned reservations not asked about; their units wait for the next sweep", "sku", sku, "err", err)
 		return slices.DeleteFunc(found, func(o orphan) bool { return !placed[o.ID] }), nil
 	}
-	var users, handed []string
+	var handed []stock.OrderRequest
 	for _, o := range found {
 		if writable[o.ID] {
-			users, handed = append(users, o.User), append(handed, o.ID)
+			handed = append(handed, stock.OrderRequest{UserID: o.User, Reservation: stock.Reservation{ID: o.ID}})
 		}
 	}
 	if len(handed) > 0 {
-		if err := a.handOver(ctx, sku, users, handed); err != nil {
+		if err := a.handOver(ctx, sku, handed); err != nil {
 			return nil, err
 		}
 	}

@@ -9,16 +9,8 @@
 -- give-back, or one the sweeper beat, returns nothing. A missing counter (flushed, reset) is not
 -- recreated: INCRBY on a missing key would invent one.
 -- Returns 1 when the units went back, 0 when the reservation was already gone.
-local hash = KEYS[3]
-local held = redis.call('HGET', hash, ARGV[1])
-if not held then
-  hash = KEYS[4]
-  held = redis.call('HGET', hash, ARGV[1])
-end
-local id, units
-if held then
-  id, units = string.match(held, '^([^|]*)|([^|]*)|')
-end
+local hash = redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 and KEYS[3] or KEYS[4]
+local id, units = string.match(redis.call('HGET', hash, ARGV[1]) or '', '^([^|]*)|([^|]*)|')
 if id ~= ARGV[2] then
   redis.call('DEL', KEYS[5])
   return 0

@@ -11,12 +11,8 @@ local settled, retaken = 0, 0
 for i = 5, #KEYS do
   local j = 3 * (i - 5) + 1
   local user, id = ARGV[j], ARGV[j + 1]
-  local hash = KEYS[3]
+  local hash = redis.call('HEXISTS', KEYS[3], user) == 1 and KEYS[3] or KEYS[4]
   local held = redis.call('HGET', hash, user)
-  if not held then
-    hash = KEYS[4]
-    held = redis.call('HGET', hash, user)
-  end
   if held and string.match(held, '^([^|]*)|') == id then
     redis.call('HDEL', hash, user)
     settled = settled + 1

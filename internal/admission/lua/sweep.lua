@@ -13,6 +13,7 @@ local units, returned, settled, retaken = 0, 0, 0, 0
 for i = 5, #KEYS do
   local j = 3 * (i - 5) + 1
   local user, held = ARGV[j], ARGV[j + 1]
+  local n = tonumber(string.match(held, '^[^|]*|([^|]*)|'))
   if redis.call('HGET', KEYS[3], user) == held then
     redis.call('HDEL', KEYS[3], user)
     if ARGV[j + 2] == '1' then
@@ -22,7 +23,6 @@ for i = 5, #KEYS do
       redis.call('SREM', KEYS[2], user)
       redis.call('SET', KEYS[i], '1', 'EX', 3600)
       if redis.call('EXISTS', KEYS[1]) == 1 then
-        local n = tonumber(string.match(held, '^[^|]*|([^|]*)|'))
         redis.call('INCRBY', KEYS[1], n)
         units = units + n
       end
@@ -30,7 +30,7 @@ for i = 5, #KEYS do
   elseif ARGV[j + 2] == '1' and redis.call('DEL', KEYS[i]) == 1 then
     redis.call('SADD', KEYS[2], user)
     if redis.call('EXISTS', KEYS[1]) == 1 then
-      redis.call('DECRBY', KEYS[1], tonumber(string.match(held, '^[^|]*|([^|]*)|')))
+      redis.call('DECRBY', KEYS[1], n)
     end
     retaken = retaken + 1
   end
