@@ -17,16 +17,14 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Admit asks Redis whether lines (an order's one, or a checkout's in SKU order) may go on to the
-// lock and the database: every line, or none. Each line reserves its units under its
-// Reservation.ID, or a random one (the queued strategy gives its order's id, so a sweeper can
-// ask about the order). It returns a reservation per line, which the caller must Settle or
-// GiveBack; ErrRedisDown; or the lines' refusal (stock.Refusal) wrapping stock.ErrSoldOut (final:
-// no unit left, none held by an order that could give it back), stock.ErrBusy (orders in their
-// sections hold the units left: retry), stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest
-// (the same Idempotency-Key is in flight) or stock.ErrNotFound. bound > 0 is for an order that
-// waits behind every other of its products (queued): while a product holds bound reservations,
-// on any instance, its line is busy, so that no order waits behind more than bound others.
+// Admit asks Redis whether lines (a checkout's in SKU order) may go on to the lock and the
+// database: every line, or none. Each reserves its units under its Reservation.ID, or a random
+// one (queued gives its order's id, for a sweeper to ask about). It returns a reservation per
+// line, which the caller must Settle or GiveBack; ErrRedisDown; or the lines' refusal
+// (stock.Refusal) wrapping stock.ErrSoldOut (final: no unit left or held), stock.ErrBusy (orders
+// in their sections hold the units left), stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest
+// (the Idempotency-Key is in flight) or stock.ErrNotFound. With bound > 0 (queued), a product
+// holding bound reservations answers busy: no order waits behind more than bound others.
 func (a *Ledger) Admit(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
 	heldWait := a.opts.WaitHeld
 	if planted.On(planted.HeldAtOnce) {

@@ -24,13 +24,11 @@ func (a *Ledger) track(id string, until time.Time) {
 	a.tracked[id] = until
 }
 
-// GiveBack returns the reservations of admitted lines after their database step certainly
-// failed, even when the request was cancelled. When err says a line's product is sold out, its
-// counter is also capped at what the database holds; the other lines say nothing about their own
-// stock. An error that leaves the outcome open (a connection lost mid-commit) gives nothing
-// back: the reservations are in doubt, and this instance's sweeper asks the database once any
-// commit in flight must have landed. A give-back that cannot reach Redis leaves them to the
-// sweeper too.
+// GiveBack returns the reservations of admitted lines whose database step certainly failed, even
+// for a cancelled request. A line whose product err says is sold out also caps its counter at
+// what the database holds. An error that leaves the outcome open (a connection lost mid-commit)
+// gives nothing back: the reservations are in doubt until any commit in flight must have landed,
+// then the sweeper asks the database. So does a give-back that cannot reach Redis.
 func (a *Ledger) GiveBack(ctx context.Context, lines []stock.OrderRequest, err error) {
 	var soldOut *stock.SoldOutError
 	for _, l := range lines {

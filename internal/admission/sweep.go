@@ -9,13 +9,11 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Sweeping. A reservation lives as long as its instance beats (Beat), not for a fixed lease: a
-// live instance with a slow database keeps its reservations, and a dead or frozen one loses them
-// to the other instances' sweepers within its TTL, so the last units of a sale are never stuck
-// behind a stopped process. A frozen instance may wake and write an order whose reservation was
-// swept: the database's guard decides that write, and the settle takes the units back, once.
-// An instance also sweeps its own reservations of orders no longer in flight here: a give-back
-// or a settle that could not reach Redis, or that a failover lost.
+// Sweeping. A reservation lives as long as its instance beats, not for a fixed lease: a slow
+// instance keeps its reservations, a dead or frozen one loses them to the others' sweepers
+// within its TTL, so no unit is stuck behind a stopped process. One that wakes and writes is
+// decided by the database's guard, and the settle takes the units back, once. An instance also
+// sweeps its own reservations whose give-back or settle never reached Redis.
 
 // sweepGrace is how long a reservation in doubt is left alone: a commit sent before its section
 // gave up has long reached the database by then. Doubts older than forgetDoubts are dropped.
@@ -24,10 +22,9 @@ const (
 	forgetDoubts = time.Minute
 )
 
-// Pending is asked by the sweeper about orphaned reservations without an order, before it
-// returns their units: it reports those whose orders someone else may still write (queued: the
-// message went out), which the sweeper hands over to the queue, and makes sure no one ever
-// writes the others.
+// Pending reports which orphaned reservations without an order someone else may still write
+// (queued: the message went out), which the sweeper hands over to the queue, and makes sure
+// no one ever writes the others, whose units the sweeper returns.
 type Pending interface {
 	Pending(ctx context.Context, sku string, held []Held) (writable map[string]bool, err error)
 }
@@ -39,12 +36,11 @@ type orphan struct {
 	stored string
 }
 
-// Sweep resolves, as the database decides, sku's reservations whose instance is not alive, and
-// this instance's own of no order in flight here (sweepable). One whose order exists is
-// settled, whatever the order's state now. One without an order returns its units and its buyer,
-// unless another may still write the order (Pending). Sweep returns the units returned. Any
-// instance may sweep any product at any time: each reservation is resolved once
-// (lua/sweep.lua). live is the instances alive now (Live).
+// Sweep resolves, as the database decides, sku's reservations whose instance is not alive (live:
+// Live), and this instance's own of no order in flight here. One whose order exists is settled;
+// one without returns its units and buyer, unless another may still write the order (Pending).
+// It returns the units returned. Any instance may sweep at any time: each reservation is
+// resolved once (lua/sweep.lua).
 func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, error) {
 	if planted.On(planted.NoSweep) {
 		return 0, nil

@@ -12,13 +12,11 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// batcher is how every strategy places requests: requests for the same products that arrive
-// while a section of theirs runs wait in a queue, and the next section takes the queue, up to a
-// batch's most: one acquisition of each lock, one conditional update per product, one insert
-// (group commit). A request's key is its set of products in SKU order, so only requests that
-// take the same locks ride together. One request per section and many share one path. The
-// batcher runs at most one section per key in an instance, so its requests take turns in memory,
-// where waiting is free, and one at a time waits for the distributed locks (naive overlaps).
+// batcher is how every strategy places requests: those that arrive while a section for their
+// products runs wait, and the next section takes them together (group commit): one acquisition
+// of each lock, one conditional update per product, one insert. Only requests of the same
+// products (the key) ride together. One section per key runs in an instance, so its requests
+// take turns in memory, where waiting is free, not at the distributed lock (naive overlaps).
 type batcher struct {
 	strategy string
 	metrics  *LockMetrics

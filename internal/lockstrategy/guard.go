@@ -53,17 +53,15 @@ func (r *runner) write(ctx context.Context, h *holds, reqs []stock.CheckoutReque
 }
 
 // versioned is the version-guarded write: read the products, place every request at those
-// versions in one transaction (stock.Store.PlaceAt), and on a conflict read again, up to
-// attempts times, then busy. Never blind: an attempt matches the versions it read or writes
-// nothing. A batch whose buyers admission vouched for skips the buyers' lookup on its first try
-// (stock.Store.PlaceAdmitted).
+// versions in one transaction (stock.Store.PlaceAt), on a conflict read again, up to attempts
+// times, then busy. Never blind: an attempt matches the versions it read or writes nothing. An
+// admitted batch skips the buyers' lookup on its first try (stock.Store.PlaceAdmitted).
 //
-// known holds by SKU the product as the last writer left it (hybrid: Lock.Known), used instead
-// of the first reads when the batch fits in it: one query fewer per product under the locks. It
-// is only a hint. A stale one fails the version check like any stale read, at no cost to the
-// attempts. It never refuses a request alone: a cancel returns units without moving the version,
-// so a batch that does not fit reads the rows; one that would write nothing checks no version,
-// so it reads them and decides again.
+// known is by SKU the product as the last writer left it (hybrid: Lock.Known), read instead of
+// the rows when the batch fits in it: one query fewer under the locks. Only a hint: a stale one
+// fails the version check at no cost to the attempts. It never refuses alone (a cancel returns
+// units without moving the version; a batch that writes nothing checks none): such a batch reads
+// the rows and decides again.
 func (r *runner) versioned(ctx context.Context, reqs []stock.CheckoutRequest, known map[string]*stock.Product) ([]stock.Placed, map[string]*stock.Product) {
 	skus := reqs[0].SKUs()
 	asked := map[string]int64{}

@@ -13,10 +13,9 @@ import (
 
 // Pessimistic serialises orders with the database's own row lock: one transaction takes the
 // row with SELECT ... FOR UPDATE NOWAIT, decides, decrements and inserts. It needs no extra
-// component and cannot pile connections up behind the hot row: a held row fails at once and
-// gives its connection back, the section retries after a jittered pause, and a row not had
-// within the wait answers busy. With stock.WaitForRow it waits in the row's lock queue instead,
-// one section per product and instance, on a small pool of its own.
+// component and piles no connections up behind the hot row: a held row fails at once, the
+// section retries after a jittered pause, and answers busy after the wait. With
+// stock.WaitForRow it waits in the row's lock queue instead, on a small pool of its own.
 type Pessimistic struct {
 	rowLock stock.RowWait
 	batched // its runner has no Locker: the row lock is taken by the write

@@ -23,10 +23,9 @@ type Strategy interface {
 	Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
 }
 
-// Hooks reach into the one critical section of every strategy, and into the queued strategy's
-// publish, for tests that hold a section open as a paused holder would (GC, a frozen VM,
-// SIGSTOP) or act at its most delicate moment. The zero value, which production uses, does
-// nothing.
+// Hooks reach into every strategy's critical section, and the queued strategy's publish, for
+// tests that hold a section open as a paused holder would, or act at its most delicate moment.
+// The zero value, which production uses, does nothing.
 type Hooks struct {
 	// InSection runs inside every strategy's section with the locks held and the products read,
 	// right before the write: the window every guard is for (TestHookMoment).

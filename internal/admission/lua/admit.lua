@@ -1,13 +1,10 @@
 -- Redis fast admission: one atomic step that rejects sold-out and repeat buyers at memory speed,
--- so that only orders with a real chance reach the lock and the database. An admitted order
--- takes a reservation: its units are pre-deducted while the instance that admitted it beats
--- (beat.lua). Once the beats stop (it died or froze), any instance's sweeper asks the database
--- whether the order was written and returns the units if not (sweep.lua): a reservation is
--- never a permanent decrement.
--- A request has a line per product: an order one, a checkout several. One call admits the
--- requests of one set of products an instance has waiting, in order, each as if it had come
--- alone, and each whole or not at all: every line is judged before any is taken. Redis Cluster
--- refuses a script whose keys span slots: there a call is of one product.
+-- so that only orders with a real chance reach the lock and the database. An admitted order's
+-- units are reserved while its instance beats (beat.lua); once the beats stop, a sweeper returns
+-- them unless the database has the order (sweep.lua): never a permanent decrement.
+-- A request has a line per product. One call admits the requests of one set of products, in
+-- order, each as if it had come alone, and each whole or not at all: every line is judged
+-- before any is taken. On Redis Cluster (keys of one slot per script) a call is of one product.
 -- KEYS[4*(p-1)+1 .. 4*p] = product p of the set, in SKU order:
 --   seckill:{sku}:stock     the admission counter (the DB stock, minus reservations)
 --   seckill:{sku}:buyers    the users admitted in this sale round
@@ -17,13 +14,12 @@
 -- ARGV[1] = instance id; then per request: user id, Idempotency-Key ('' without one), the most
 --   reservations each product may hold with it (0: no bound), and per product: quantity,
 --   reservation id
--- Returns one answer per line, request after request: -1 counter missing (warm it: no request
--- of the call is taken), 0 admitted (or would be, beside a refused line), 1 sold out, 2 already
--- purchased, 3 this Idempotency-Key holds the user's reservation (in flight), 4 held: too few
--- units left, but orders in their sections hold some and may give them back (busy, retry),
--- 5 waiting: the product holds as many reservations as the bound allows (busy, retry).
--- Sold out is final: answered only when no order could give a unit back. Reservations handed
--- over to the queue do not hold it back: their orders are accepted.
+-- Returns one answer per line, request after request: -1 counter missing (warm it; nothing is
+-- taken), 0 admitted (or would be, beside a refused line), 1 sold out, 2 already purchased,
+-- 3 this Idempotency-Key holds the user's reservation (in flight), 4 held: too few units left,
+-- but orders in their sections may give some back (busy), 5 waiting: the product holds as many
+-- reservations as the bound allows (busy). Sold out is final: answered only when no order could
+-- give a unit back; one handed over to the queue is not waited for: its order is accepted.
 local n = #KEYS / 4
 local out = {}
 -- judge answers user's line of qty units of the product whose keys start at KEYS[k].
