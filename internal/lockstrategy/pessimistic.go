@@ -22,10 +22,9 @@ type Pessimistic struct {
 }
 
 // NewPessimistic returns the pessimistic strategy over store. rowLock is what a section does
-// when the row is held: stock.NoWait fails at once, stock.WaitForRow waits in the row's queue
-// (stock.Options.LockWait); both then try again, within opts.Wait. SQLite has no row locks: both
-// take its write lock. The row lock is no Locker: the writing transaction takes it and ends it,
-// and it is its own guard, since nobody else can change the row while it is held.
+// when the row is held: stock.NoWait fails at once, stock.WaitForRow waits in its queue; both
+// try again within opts.Wait (SQLite has no row locks: both take its write lock). The row lock
+// is its own guard: nobody else can change the row while it is held.
 func NewPessimistic(store *stock.Store, rowLock stock.RowWait, opts Options, metrics *LockMetrics) *Pessimistic {
 	p := &Pessimistic{rowLock: rowLock, batched: batched{run: newRunner("pessimistic", store, nil, Version, opts, metrics)}}
 	p.run.readFirst = true

@@ -3,11 +3,11 @@
 -- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua)
 -- KEYS[5] = seckill:{sku}:swept:<reservation id>, the sweeper's marker (sweep.lua)
 -- ARGV[1] = user id, ARGV[2] = reservation id
--- ARGV[3] = optional cap: the stock the database reported with sold out. Capping the counter
--- there closes admission to the losers to come, never below what the database still holds.
+-- ARGV[3] = optional cap: the stock the database reported with sold out, which closes admission
+-- to the losers to come, never below what the database still holds.
 -- Exactly once: only the removal of this very reservation returns units, so a repeated
--- give-back, or one the sweeper beat, returns nothing. A missing counter (flushed, reset) is not
--- recreated: INCRBY on a missing key would invent one.
+-- give-back, or one the sweeper beat, returns nothing. A missing counter (flushed, reset) stays
+-- missing: INCRBY would invent one.
 -- Returns 1 when the units went back, 0 when the reservation was already gone.
 local hash = redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 and KEYS[3] or KEYS[4]
 local id, units = string.match(redis.call('HGET', hash, ARGV[1]) or '', '^([^|]*)|([^|]*)|')
