@@ -245,10 +245,9 @@ func (a *Ledger) warm(ctx context.Context, sku, mode string) error {
 	return nil
 }
 
-// Admission in batches. Under load most buyers of a hot product arrive while an earlier call
-// for it is out. With Options.Batch n, they wait for it and then go together (keyqueue): one
-// script call for up to n requests of the same products, each answered as if it had asked
-// alone. A request for idle products goes at once; none waits longer than the call before it.
+// Admission in batches. Under load most buyers of a hot product arrive while a call for it is
+// out. With Options.Batch n, they wait for it, then go together: one script call for up to n
+// requests, each answered as if alone. None waits longer than the call before its own.
 
 // errAdmitSlow ends a batch whose call outlived admitTimeout: the breaker's business, unlike a
 // buyer who gave up.

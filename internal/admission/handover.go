@@ -12,11 +12,10 @@ import (
 // holds the message, which no heartbeat shows, and the writer resolves the reservation.
 const QueueOwner = "@queue"
 
-// HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their orders'
-// messages went out, and the writer that takes each resolves it, so the sweeper never returns
-// their units, even once this instance is gone. A failed hand-over is done by the sweeper, once
-// Pending confirms the message went out. With Options.Batch, hand-overs go in batches, as
-// admission's buyers do.
+// HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their messages
+// went out, and the writer that takes each resolves it, so no sweeper returns their units, even
+// once this instance is gone. A failed hand-over is done by the sweeper once Pending confirms
+// the message. With Options.Batch, hand-overs go in batches, as admissions do.
 func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
 	if a.opts.Batch <= 1 || len(reqs) != 1 {
 		return a.handOver(ctx, sku, reqs)

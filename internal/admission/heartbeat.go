@@ -22,9 +22,8 @@ func (a *Ledger) Beat(ctx context.Context) {
 	}
 }
 
-// Live returns the instances alive now (lua/live.lua), with this one whatever its last beat (it
-// sweeps its own reservations itself) and the order queue (QueueOwner, whose writers resolve
-// its reservations).
+// Live returns the instances alive now (lua/live.lua), this one whatever its last beat (it sweeps
+// its own itself), and the order queue (QueueOwner: its writers resolve its reservations).
 func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 	ids, err := liveScript.Run(ctx, a.client, []string{instancesKey}).StringSlice()
 	if planted.On(planted.EveryoneAlive) {

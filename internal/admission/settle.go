@@ -84,10 +84,10 @@ func definite(err error) bool {
 	return false
 }
 
-// Settle ends the reservations of lines the database has written: their units stay sold. One
-// the sweeper returned meanwhile (this instance froze past its heartbeat) is taken again
-// (lua/settle.lua). A lost settle costs only time: once the order is Done here, this instance's
-// sweeper settles it. One call per product: a script's keys must share a slot.
+// Settle ends the reservations of lines the database has written: their units stay sold. One the
+// sweeper returned meanwhile (this instance froze) is taken again (lua/settle.lua). A lost
+// settle costs only time: once the order is Done here, this instance's sweeper settles it. One
+// call per product: a script's keys share a slot.
 func (a *Ledger) Settle(ctx context.Context, lines []stock.OrderRequest) {
 	bySKU := map[string][]stock.OrderRequest{}
 	for _, l := range lines {

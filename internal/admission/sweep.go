@@ -94,9 +94,8 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 	return units, nil
 }
 
-// leaveWritable takes out of a sweep the reservations without an order that another may still
-// write (Pending), and hands them over to the queue, whose writers resolve them. Without an
-// answer from Pending, none of them is returned this time.
+// leaveWritable hands over to the queue the reservations without an order that another may
+// still write (Pending), out of the sweep. Without an answer from Pending, none is returned.
 func (a *Ledger) leaveWritable(ctx context.Context, sku string, found []orphan, placed map[string]bool) ([]orphan, error) {
 	var open []Held
 	for _, o := range found {

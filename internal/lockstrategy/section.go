@@ -40,14 +40,12 @@ type runner struct {
 	opts    Options
 	metrics *LockMetrics
 	local   localLocks // the instance's turns on its products
-	// pause is slept between an unguarded section's read and write: naive's stand-in for the
-	// latency that opens the race window in production.
+	// pause is naive's stand-in, between read and write, for the latency of production.
 	pause time.Duration
 	// fallback places the requests when the lock service cannot be reached (lock.ErrUnreachable);
 	// nil: they answer unavailable, as a strategy with no safe way without its lock must.
 	fallback func(ctx context.Context, reqs []stock.CheckoutRequest, err error) []stock.Placed
-	// readFirst answers a batch with a sold-out product before any lock (soldOut): for the
-	// strategies with no admission in front of their locks.
+	// readFirst answers a sold-out batch before any lock (soldOut), where no admission does.
 	readFirst bool
 	// settle runs after the release with what the section wrote (hybrid: end the reservations).
 	settle func(ctx context.Context, reqs []stock.CheckoutRequest, placed []stock.Placed)
@@ -252,10 +250,9 @@ func abandoned(section context.Context, placed []stock.Placed) {
 	}
 }
 
-// lockErr is the answer of a wait for key's lock that failed with err: err itself when a
-// fallback takes over; unavailable when the lock service could not be reached, or its backend
-// failed before the wait ran out (the database under the lock table, etcd refusing a lease);
-// the section's own context error when it is gone; else busy.
+// lockErr answers a failed wait for key's lock: err for a fallback to take; unavailable when the
+// lock service was unreachable, or its backend failed before the wait ran out (the database
+// under the lock table, etcd refusing a lease); the section's context error; else busy.
 func (r *runner) lockErr(ctx context.Context, key string, outwaited bool, err error) error {
 	switch {
 	case errors.Is(err, lock.ErrUnreachable) && r.fallback != nil:
