@@ -22,17 +22,16 @@ import (
 // order on the database-guarded path alone: slower, still correct.
 var ErrRedisDown = errors.New("redis unavailable")
 
-// ErrNotPlaced marks a failure that certainly wrote nothing, beside the domain's refusals
-// (definite): a strategy wraps it into such an error of its own (a request that gave up before
-// any section took it), so that its give-back returns the units at once.
+// ErrNotPlaced marks a failure that certainly wrote nothing, beside the domain's refusals (a
+// request that gave up before any section took it), so that its give-back returns the units at
+// once.
 var ErrNotPlaced = errors.New("certainly not placed")
 
 // Ledger is the reservation ledger as one instance sees it: per product, a counter pre-deducted
-// atomically with the set of buyers (lua/admit.lua), and the reservations of orders not yet
-// decided. The counter may run above the database: harmless, the database decides. It must not
-// run below it for long, or units the database still has would not sell (stranded stock). So an
-// admitted order holds a reservation: settled once its order is written, given back when it
-// fails (settle.go), swept when its instance stops beating (sweep.go).
+// atomically with the set of buyers (lua/admit.lua), and the reservations of undecided orders.
+// The counter may run above the database: harmless, the database decides. Below it, units the
+// database still has would not sell. So an admitted order holds a reservation: settled once
+// written, given back when it fails (settle.go), swept when its instance stops beating.
 type Ledger struct {
 	client    redis.UniversalClient
 	store     *stock.Store
@@ -41,14 +40,11 @@ type Ledger struct {
 	ttl       time.Duration // an instance whose last beat is older is not alive
 	downUntil atomic.Int64  // unix nanoseconds; Redis is not asked before then
 	recent    sync.Map      // sku -> time.Time of its last admission here: the products this instance sweeps
-
-	heldWait time.Duration // how long a buyer waits for held units to be decided (Options.WaitHeld)
+	opts      Options       // Batch at least 1, Clock set
 
 	mu      sync.Mutex
 	tracked map[string]time.Time // reservation id -> zero while its order is in flight here; in doubt: when it may be swept
-	pending Pending              // nil: no order is written by anyone but its admitting instance
 
-	batch   int                          // the most requests or hand-overs one call takes (Options.Batch)
 	admits  *keyqueue.Queue[*call]       // by set of SKUs: requests waiting for the next admission call
 	handing *keyqueue.Queue[*handedOver] // by SKU: hand-overs waiting for the next call (HandOver)
 
@@ -57,45 +53,35 @@ type Ledger struct {
 	swept     *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
 	calls     prometheus.Histogram
-
-	now func() time.Time // times the breaker, the products watched and the doubts' grace (Options.Clock)
 }
 
 // Options are a ledger's settings beyond its backends; the zero value is the default.
 type Options struct {
-	// Batch is how many requests of the same products one admission call may take, those that
-	// pile up while their last call is out, and how many hand-overs one call may carry; <= 1:
-	// one call each.
+	// Batch is how many requests of the same products, piled up while their last call is out,
+	// one admission call may take, and how many hand-overs; <= 1: one call each.
 	Batch int
 	// WaitHeld is how long a buyer who finds the units left held by orders in their sections
-	// waits for them to be decided, asking again, before it is answered busy; 0: at once.
+	// waits for them to be decided before it is answered busy; 0: at once.
 	WaitHeld time.Duration
 	// Pending is asked by the sweeper before it returns the units of an orphaned reservation
-	// whose order the database does not have; nil: no order is written by anyone but its
-	// admitting instance.
+	// without an order; nil: only the admitting instance writes an order.
 	Pending Pending
-	// Clock times the breaker's cooldown, the grace of a reservation in doubt and the products
-	// watched, so that a test can move past a bound instead of waiting it out; nil: time.Now.
+	// Clock times the breaker, the grace of a doubt and the products watched, so that a test
+	// can move past a bound instead of waiting it out; nil: time.Now.
 	Clock func() time.Time
 }
 
-// withDefaults is o with every unset field at its default.
-func (o Options) withDefaults() Options {
-	o.Batch = max(1, o.Batch)
-	if o.Clock == nil {
-		o.Clock = time.Now
-	}
-	return o
-}
-
-// New returns the admission over client, warming from store. Its reservations name
-// instance with a random suffix, new at every start: a restarted process must not take over the
-// reservations of the one that died, whose orders only the database can decide. ttl is how long
-// after this instance's last heartbeat the others may sweep its reservations; Beat must be called
-// every ttl/4 or so, from before the first order.
+// New returns the admission over client, warming from store. Its reservations name instance
+// with a random suffix, new at every start: a restarted process must not take over the dead
+// one's reservations, whose orders only the database can decide. ttl is how long after this
+// instance's last Beat the others may sweep its reservations: beat every ttl/4 or so, from
+// before the first order.
 func New(client redis.UniversalClient, store *stock.Store, instance string, ttl time.Duration, log *slog.Logger,
 	reg prometheus.Registerer, opts Options) *Ledger {
-	opts = opts.withDefaults()
+	opts.Batch = max(1, opts.Batch)
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
 	a := &Ledger{
 		client:   client,
 		store:    store,
@@ -103,10 +89,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		instance: strings.ReplaceAll(instance, "|", "_") + "#" + reservationID(), // | separates a reservation's fields
 		ttl:      ttl,
 		tracked:  map[string]time.Time{},
-		batch:    opts.Batch,
-		heldWait: opts.WaitHeld,
-		now:      opts.Clock,
-		pending:  opts.Pending,
+		opts:     opts,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_admission_total", Help: "Redis admission answers (admitted, sold_out, already_purchased, in_flight, held: too few units left but some held by orders in their sections, answered busy; waiting: a queued order past its product's bound of orders waiting to be written, answered busy) and counters (re)built from the database (warmed).",
 		}, []string{"result"}),
@@ -119,12 +102,12 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_redis_fallbacks_total", Help: "Orders placed on the database-guarded path because Redis was unavailable, by the step that found it so.",
 		}, []string{"step"}),
+		calls: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "seckill_admission_call_buyers", Help: "Buyers answered by one Redis admission call: one per call, unless SECKILL_ADMIT_BATCH lets the buyers who pile up go together.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+		}),
 	}
-	a.admits, a.handing = keyqueue.New(a.batch, a.admitRound), keyqueue.New(a.batch, a.handOverRound)
-	a.calls = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "seckill_admission_call_buyers", Help: "Buyers answered by one Redis admission call: one per call, unless SECKILL_ADMIT_BATCH lets the buyers who pile up go together.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 8),
-	})
+	a.admits, a.handing = keyqueue.New(opts.Batch, a.admitRound), keyqueue.New(opts.Batch, a.handOverRound)
 	reg.MustRegister(a.results, a.givebacks, a.swept, a.fallbacks, a.calls)
 	return a
 }

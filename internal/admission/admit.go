@@ -17,34 +17,25 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Admit asks Redis whether lines — one for an order, a checkout's in SKU order, each with the
-// buyer and the request's Idempotency-Key — may go on to the lock and the database: every line,
-// or none. Each line reserves its units under its Reservation.ID, or a random id when it has
-// none (the queued strategy gives its order's id, which its message and its order record carry,
-// so a sweeper can ask about the order). It returns a reservation per line (the caller must
-// Settle or GiveBack each), ErrRedisDown, or the lines' refusal (stock.Refusal: a
-// *stock.CheckoutError naming them) wrapping stock.ErrSoldOut (final: no unit left, and none
-// held by an order that could give it back), stock.ErrBusy (too few units left, but orders in
-// their sections hold some: retry), stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest (a
-// request with the same Idempotency-Key holds the buyer's reservation: it is in flight) or
-// stock.ErrNotFound. bound > 0 is for a request that waits behind every other order of its
-// products (the queued strategy's): while a product holds bound reservations or more — orders
-// admitted and not yet written or given back, on any instance — its line is busy, units left or
-// not, so that no order waits behind more than bound others. With Options.Batch, requests for
-// the same products that arrive while their last call is out go to Redis together (ask).
+// Admit asks Redis whether lines (a checkout's in SKU order) may go on to the lock and the
+// database: every line, or none. Each reserves its units under its Reservation.ID, or a random
+// one (queued gives its order's id, for a sweeper to ask about). It returns a reservation per
+// line, which the caller must Settle or GiveBack; ErrRedisDown; or the lines' refusal
+// (stock.Refusal) wrapping stock.ErrSoldOut (final: no unit left or held), stock.ErrBusy (orders
+// in their sections hold the units left), stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest
+// (the Idempotency-Key is in flight) or stock.ErrNotFound. With bound > 0 (queued), a product
+// holding bound reservations answers busy: no order waits behind more than bound others.
 func (a *Ledger) Admit(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
-	heldWait := a.heldWait
+	heldWait := a.opts.WaitHeld
 	if planted.On(planted.HeldAtOnce) {
 		heldWait = 0
 	}
 	return a.admitWithin(ctx, lines, bound, heldWait)
 }
 
-// AdmitOnce is Admit asking Redis once: units held by orders in their sections are answered busy
-// at once (stock.BusyHeld), not waited for. It is for a caller that waits on its own, having to
-// decide first what its own admissions hold: the queued strategy admits a batch's orders
-// together, and one that waited here for the units another of the batch holds would hold the
-// batch, and so those units, until its wait ran out.
+// AdmitOnce is Admit asking Redis once: held units are answered busy at once (stock.BusyHeld).
+// It is for a caller that waits on its own: the queued strategy admits a batch's orders
+// together, and one waiting here for units another of the batch holds would hold them all.
 func (a *Ledger) AdmitOnce(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
 	return a.admitWithin(ctx, lines, bound, 0)
 }
@@ -66,16 +57,14 @@ func (a *Ledger) admitWithin(ctx context.Context, lines []stock.OrderRequest, bo
 		if r.res[i] = l.Reservation; r.res[i].ID == "" {
 			r.res[i].ID = reservationID()
 		}
-		// Tracked before Redis has it, so that this instance's sweeper never takes a reservation
-		// of an order in flight here for one it lost track of.
+		// Tracked before Redis has it, so that this instance's sweeper never takes it for lost.
 		a.track(r.res[i].ID, time.Time{})
 	}
 	codes, err := a.ask(ctx, r)
-	// Sold out is final, so while orders in their sections hold the units left, which they may
-	// give back, the answer is busy: told sold out, a buyer could see a later one get the unit.
-	// Held units are decided within a section's time: ask again until they are, and answer
-	// busy only once the wait budget ran out. A buyer told busy at once comes back while
-	// nobody knows whether a unit is left.
+	// Sold out is final, so while orders in their sections hold the units left, the answer is
+	// busy: told sold out, a buyer could see a later one get a unit given back. Held units are
+	// decided within a section's time: ask again until they are, or the wait budget runs out,
+	// rather than send the buyer back while nobody knows whether a unit is left.
 	start := time.Now()
 	for pause := time.Millisecond; err == nil && held(codes) && time.Since(start)+pause < heldWait; pause = min(2*pause, 16*time.Millisecond) {
 		select {
@@ -106,11 +95,9 @@ func held(codes []int64) bool {
 	return slices.Contains(codes, 4) && !slices.ContainsFunc(codes, func(c int64) bool { return c != 0 && c != 4 })
 }
 
-// lineByLine admits lines of several products one by one, in SKU order, giving back the ones
-// admitted at the first refusal: Admit on a Redis Cluster, which refuses a script whose keys
-// span slots (each product's keys sit in a slot of their own). A refused request holds its
-// earlier lines' units for a round trip, during which their other buyers hear busy (units
-// held), never sold out.
+// lineByLine is Admit on a Redis Cluster, which refuses a script whose keys span slots: the
+// lines one by one in SKU order, the admitted ones given back at the first refusal. Meanwhile
+// their other buyers hear busy (units held), never sold out.
 func (a *Ledger) lineByLine(ctx context.Context, lines []stock.OrderRequest, bound int, heldWait time.Duration) ([]stock.Reservation, error) {
 	res := make([]stock.Reservation, 0, len(lines))
 	for i := range lines {
@@ -165,7 +152,7 @@ type request struct {
 }
 
 // admit runs lua/admit.lua once for reqs, all of one set of products, and returns their lines'
-// answers in order, warming first the counters of products that have none.
+// answers in order, warming the counters of products that have none first.
 func (a *Ledger) admit(ctx context.Context, reqs []request) ([]int64, error) {
 	products := reqs[0].lines
 	keys := make([]string, 0, 4*len(products))
@@ -221,10 +208,10 @@ func reservationID() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// touch records that this instance admits orders for sku, so that its sweeper watches it.
-// Written at most once a second per SKU: the hot path only reads.
+// touch records that this instance admits orders for sku, so that its sweeper watches it;
+// at most once a second, so the hot path only reads.
 func (a *Ledger) touch(sku string) {
-	now := a.now()
+	now := a.opts.Clock()
 	if last, ok := a.recent.Load(sku); ok && now.Sub(last.(time.Time)) < time.Second {
 		return
 	}
@@ -258,23 +245,19 @@ func (a *Ledger) warm(ctx context.Context, sku, mode string) error {
 	return nil
 }
 
-// Admission in batches. Every buyer of a hot product asks Redis the same question of the same
-// keys, and under load most of them arrive while an earlier call for it is out. With
-// Options.Batch n, those wait for it and then go together (keyqueue): one script call for up to
-// n requests of the same products (an order's are its one), each answered exactly as if it had
-// asked alone, in order (lua/admit.lua). The ledger is the same, and Redis runs one script where
-// it ran n. A request that comes to idle products goes at once, alone, and none waits for more
-// than the call before its own.
+// Admission in batches. Under load most buyers of a hot product arrive while a call for it is
+// out. With Options.Batch n, they wait for it, then go together: one script call for up to n
+// requests, each answered as if alone. None waits longer than the call before its own.
 
-// errAdmitSlow is the cause of a batch's end when Redis did not answer within admitTimeout: the
-// breaker's business, unlike a buyer who gave up.
+// errAdmitSlow ends a batch whose call outlived admitTimeout: the breaker's business, unlike a
+// buyer who gave up.
 var errAdmitSlow = errors.New("admission call took too long")
 
 // admitTimeout bounds one call of a batch, which no buyer's context does.
 const admitTimeout = 3 * time.Second
 
-// roundContext is the context of one call of a batch: a call serves many buyers, so the one
-// who happened to start it must not cut it off.
+// roundContext is the context of one call of a batch: the buyer who started it must not cut
+// it off for the others.
 func roundContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeoutCause(context.Background(), admitTimeout, errAdmitSlow)
 }
@@ -287,11 +270,11 @@ type call struct {
 	done  chan struct{}
 }
 
-// ask returns r's answers from lua/admit.lua: asked on its own, or in its products' next batch.
-// A request that gives up (ctx) before its batch went is never asked; once asked, it waits for
-// the answer, so that a reservation it took is never left behind untracked.
+// ask returns r's answers from lua/admit.lua, alone or in its products' next batch. A request
+// that gives up before its batch went is never asked; once asked, it waits for the answer, so
+// that no reservation it took is left untracked.
 func (a *Ledger) ask(ctx context.Context, r request) ([]int64, error) {
-	if a.batch <= 1 {
+	if a.opts.Batch <= 1 {
 		return a.admit(ctx, []request{r})
 	}
 	skus := make([]string, len(r.lines))

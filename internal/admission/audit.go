@@ -17,6 +17,7 @@ import (
 type Held struct {
 	ID, User, IdempotencyKey string
 	Units                    int
+	instance                 string // the instance holding it, or QueueOwner
 }
 
 // Held reads the reservation user holds for sku: stock.ErrNotFound when there is none.
@@ -39,8 +40,7 @@ func (a *Ledger) Held(ctx context.Context, sku, user string) (Held, error) {
 	return h, nil
 }
 
-// Reservations lists every reservation of sku: those in flight and those handed over to the
-// order queue.
+// Reservations lists every reservation of sku, in flight or handed over to the order queue.
 func (a *Ledger) Reservations(ctx context.Context, sku string) ([]Held, error) {
 	k := KeysOf(sku)
 	pipe := a.client.Pipeline()
@@ -69,19 +69,18 @@ func parseHeld(user, held string) (Held, bool) {
 		return Held{}, false
 	}
 	units, _ := strconv.Atoi(f[1])
-	return Held{ID: f[0], User: user, Units: units, IdempotencyKey: f[3]}, true
+	return Held{ID: f[0], User: user, Units: units, IdempotencyKey: f[3], instance: f[2]}, true
 }
 
-// RecentWindow is how long after its last order here a product is watched by this instance: swept,
-// reported by its stranded-units gauge, checked for lost queue messages. Recent prunes older
-// products, so every caller asks with it.
+// RecentWindow is how long after its last order here this instance watches a product: sweeps
+// it, reports its stranded units, checks its queue messages. Every caller of Recent uses it.
 const RecentWindow = time.Minute
 
-// Recent lists the products this instance admitted orders for within the window: the ones its
-// sweeper watches. Older entries are forgotten.
+// Recent lists the products this instance admitted orders for within the window, and forgets
+// older ones.
 func (a *Ledger) Recent(window time.Duration) []string {
 	var out []string
-	now := a.now()
+	now := a.opts.Clock()
 	a.recent.Range(func(k, v any) bool {
 		if now.Sub(v.(time.Time)) > window {
 			a.recent.Delete(k)
@@ -101,8 +100,7 @@ type State struct {
 	Live         int64  // the units of those whose instance is alive
 }
 
-// State reads sku's admission state in one step; live is the instances alive now (Live), read
-// once for every product a caller asks about.
+// State reads sku's admission state in one step; live is the instances alive now (Live).
 func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, error) {
 	args := make([]any, len(live))
 	for i, id := range live {
@@ -127,9 +125,9 @@ func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, e
 	return st, nil
 }
 
-// Invalidate deletes sku's admission state — counter, buyers, reservations — before a reset, so
-// that no order is admitted against the old round's counter. It fails when Redis cannot be
-// reached: the reset must not go on, or the old counter would outlive it.
+// Invalidate deletes sku's admission state before a reset, so that no order is admitted against
+// the old round's counter. It fails when Redis cannot be reached: the reset must not go on, or
+// the old counter would outlive it.
 func (a *Ledger) Invalidate(ctx context.Context, sku string) error {
 	if err := a.client.Del(ctx, KeysOf(sku).all()...).Err(); err != nil {
 		return fmt.Errorf("invalidate admission of %s: %w: %w", sku, stock.ErrUnavailable, err)
@@ -137,22 +135,18 @@ func (a *Ledger) Invalidate(ctx context.Context, sku string) error {
 	return nil
 }
 
-// Reconcile replaces sku's admission state with the database's: the counter becomes the stock,
-// the buyer set the users holding orders. Safe at any time: orders in flight can only leave the
-// counter above the database afterwards, which the database then corrects.
+// Reconcile replaces sku's admission state with the database's. Safe at any time: orders in
+// flight can only leave the counter above the database, which the database then corrects.
 func (a *Ledger) Reconcile(ctx context.Context, sku string) error {
-	if err := a.warm(ctx, sku, "force"); err != nil {
-		if errors.Is(err, ErrRedisDown) {
-			return fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
-		}
-		return err
+	err := a.warm(ctx, sku, "force")
+	if errors.Is(err, ErrRedisDown) {
+		return fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 	}
-	return nil
+	return err
 }
 
-// Restock gives admission the units of sku's orders that the database has ended (cancelled,
-// expired) and their buyers back, once per order however often it is called (lua/restock.lua),
-// and returns the units returned.
+// Restock gives admission back the units and buyers of sku's orders the database has ended
+// (cancelled, expired), once per order however often called, and returns the units returned.
 func (a *Ledger) Restock(ctx context.Context, sku string, ended []stock.Order) (int64, error) {
 	k := KeysOf(sku)
 	ks := make([]string, 0, 2+len(ended))

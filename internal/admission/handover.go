@@ -7,27 +7,20 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// QueueOwner owns the reservations handed over to the order queue (HandOver). The queued
-// strategy's orders are written by whichever instance's writer takes their message, not by the
-// instance that admitted them: the queue is alive as long as it holds the message, which no
-// heartbeat shows, and the writer resolves the reservation.
+// QueueOwner owns the reservations handed over to the order queue (HandOver). A queued order is
+// written by whichever instance's writer takes its message: the queue is alive as long as it
+// holds the message, which no heartbeat shows, and the writer resolves the reservation.
 const QueueOwner = "@queue"
 
-// HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their orders'
-// messages went out, and the writer that takes each resolves it, whichever instance it runs on —
-// the sweeper never returns their units, even once this instance is gone. A hand-over that
-// fails is done by the sweeper instead, once Pending confirms the message went out. With
-// Options.Batch n, single hand-overs that arrive while the product's last call is out wait for
-// it, then go together, up to n in one call, as admission's buyers do.
+// HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their messages
+// went out, and the writer that takes each resolves it, so no sweeper returns their units, even
+// once this instance is gone. A failed hand-over is done by the sweeper once Pending confirms
+// the message. With Options.Batch, hand-overs go in batches, as admissions do.
 func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
-	users, ids := make([]string, len(reqs)), make([]string, len(reqs))
-	for i, r := range reqs {
-		users[i], ids[i] = r.UserID, r.Reservation.ID
+	if a.opts.Batch <= 1 || len(reqs) != 1 {
+		return a.handOver(ctx, sku, reqs)
 	}
-	if a.batch <= 1 || len(reqs) != 1 {
-		return a.handOver(ctx, sku, users, ids)
-	}
-	h := &handedOver{user: users[0], id: ids[0], done: make(chan struct{})}
+	h := &handedOver{req: reqs[0], done: make(chan struct{})}
 	if err := a.handing.Await(ctx, sku, h, h.done); err != nil {
 		return err
 	}
@@ -36,9 +29,9 @@ func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderReq
 
 // handedOver is one hand-over waiting for its product's next call.
 type handedOver struct {
-	user, id string
-	err      error
-	done     chan struct{}
+	req  stock.OrderRequest
+	err  error
+	done chan struct{}
 }
 
 // handOverRound is one hand-over call for the hand-overs of sku waiting in the queue.
@@ -49,24 +42,24 @@ func (a *Ledger) handOverRound(sku string, take func() []*handedOver) {
 	}
 	ctx, cancel := roundContext()
 	defer cancel()
-	users, ids := make([]string, len(hs)), make([]string, len(hs))
+	reqs := make([]stock.OrderRequest, len(hs))
 	for i, h := range hs {
-		users[i], ids[i] = h.user, h.id
+		reqs[i] = h.req
 	}
-	err := a.handOver(ctx, sku, users, ids)
+	err := a.handOver(ctx, sku, reqs)
 	for _, h := range hs {
 		h.err = err
 		close(h.done)
 	}
 }
 
-// handOver moves the reservations ids of users to the queue's hash in one call.
-func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) error {
+// handOver moves the reservations of reqs to the queue's hash in one call.
+func (a *Ledger) handOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
 	k := KeysOf(sku)
-	args := make([]any, 0, 1+2*len(users))
+	args := make([]any, 0, 1+2*len(reqs))
 	args = append(args, QueueOwner)
-	for i := range users {
-		args = append(args, users[i], ids[i])
+	for _, r := range reqs {
+		args = append(args, r.UserID, r.Reservation.ID)
 	}
 	if err := handOverScript.Run(ctx, a.client, []string{k.Reserved, k.Queued}, args...).Err(); err != nil {
 		return fmt.Errorf("hand over reservations of %s: %w: %w", sku, ErrRedisDown, err)
@@ -74,9 +67,8 @@ func (a *Ledger) handOver(ctx context.Context, sku string, users, ids []string) 
 	return nil
 }
 
-// HandedOver reports which of reqs' reservations the order queue holds (HandOver), by
-// reservation id, in one read: a reservation is handed over only once its order's message went
-// out and its record said queued, and from then on no sweeper returns it.
+// HandedOver reports which of reqs' reservations the order queue holds, by id, in one read. One
+// is handed over only once its message went out and its record said queued.
 func (a *Ledger) HandedOver(ctx context.Context, sku string, reqs []stock.OrderRequest) (map[string]bool, error) {
 	users := make([]string, len(reqs))
 	for i, r := range reqs {
@@ -97,8 +89,8 @@ func (a *Ledger) HandedOver(ctx context.Context, sku string, reqs []stock.OrderR
 	return out, nil
 }
 
-// InQueue lists the reservations of sku that the order queue holds (HandOver), by id: each an
-// order or a checkout line accepted and not yet settled, given back or swept.
+// InQueue lists the ids of sku's reservations that the order queue holds: accepted orders or
+// checkout lines not yet settled or given back.
 func (a *Ledger) InQueue(ctx context.Context, sku string) ([]string, error) {
 	held, err := a.client.HGetAll(ctx, KeysOf(sku).Queued).Result()
 	if err != nil {

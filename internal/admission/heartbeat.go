@@ -8,8 +8,7 @@ import (
 )
 
 // Cooldown is how long the breaker keeps Redis unasked after an error: an outage costs one
-// timeout per cooldown, not one per order. The next order after it probes Redis again, so
-// admission resumes by itself.
+// timeout per cooldown, not one per order, and the next order after it probes Redis again.
 const Cooldown = time.Second
 
 // instancesKey is the heartbeats of every instance on this Redis (beat.lua).
@@ -23,9 +22,8 @@ func (a *Ledger) Beat(ctx context.Context) {
 	}
 }
 
-// Live returns the instances alive now (lua/live.lua), this one among them whatever its last
-// beat: it knows its own reservations, and sweeps those it no longer has in flight itself — and
-// the order queue (QueueOwner), whose reservations its writers resolve.
+// Live returns the instances alive now (lua/live.lua), this one whatever its last beat (it sweeps
+// its own itself), and the order queue (QueueOwner: its writers resolve its reservations).
 func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 	ids, err := liveScript.Run(ctx, a.client, []string{instancesKey}).StringSlice()
 	if planted.On(planted.EveryoneAlive) {
@@ -38,7 +36,7 @@ func (a *Ledger) Live(ctx context.Context) ([]string, error) {
 }
 
 // Available reports whether the breaker lets requests reach Redis.
-func (a *Ledger) Available() bool { return a.now().UnixNano() >= a.downUntil.Load() }
+func (a *Ledger) Available() bool { return a.opts.Clock().UnixNano() >= a.downUntil.Load() }
 
 // Down trips the breaker after a Redis error at step (the strategy's lock, too): until the
 // cooldown ends, admission answers ErrRedisDown without I/O.
@@ -46,7 +44,7 @@ func (a *Ledger) Down(step string, err error) {
 	if a.Available() {
 		a.log.Warn("redis unavailable: orders take the database-guarded path", "step", step, "cooldown", Cooldown, "err", err)
 	}
-	a.downUntil.Store(a.now().Add(Cooldown).UnixNano())
+	a.downUntil.Store(a.opts.Clock().Add(Cooldown).UnixNano())
 }
 
 // FellBack counts an order placed without Redis, by the step that found it down.

@@ -1,46 +1,35 @@
 package admission
 
 import (
-	_ "embed"
+	"embed"
 
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed lua/admit.lua
-	admitLua string
-	//go:embed lua/giveback.lua
-	giveBackLua string
-	//go:embed lua/settle.lua
-	settleLua string
-	//go:embed lua/orphans.lua
-	orphansLua string
-	//go:embed lua/sweep.lua
-	sweepLua string
-	//go:embed lua/state.lua
-	stateLua string
-	//go:embed lua/restock.lua
-	restockLua string
-	//go:embed lua/warm.lua
-	warmLua string
-	//go:embed lua/beat.lua
-	beatLua string
-	//go:embed lua/live.lua
-	liveLua string
-	//go:embed lua/handover.lua
-	handOverLua string
+//go:embed lua/*.lua
+var lua embed.FS
 
-	admitScript    = redis.NewScript(admitLua)
-	giveBackScript = redis.NewScript(giveBackLua)
-	settleScript   = redis.NewScript(settleLua)
-	orphansScript  = redis.NewScript(orphansLua)
-	sweepScript    = redis.NewScript(sweepLua)
-	stateScript    = redis.NewScript(stateLua)
-	restockScript  = redis.NewScript(restockLua)
-	warmScript     = redis.NewScript(warmLua)
-	beatScript     = redis.NewScript(beatLua)
-	liveScript     = redis.NewScript(liveLua)
-	handOverScript = redis.NewScript(handOverLua)
+// script is lua/name.lua, embedded: a missing file fails at start, in every test.
+func script(name string) *redis.Script {
+	src, err := lua.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic(err)
+	}
+	return redis.NewScript(string(src))
+}
+
+var (
+	admitScript    = script("admit")
+	giveBackScript = script("giveback")
+	settleScript   = script("settle")
+	orphansScript  = script("orphans")
+	sweepScript    = script("sweep")
+	stateScript    = script("state")
+	restockScript  = script("restock")
+	warmScript     = script("warm")
+	beatScript     = script("beat")
+	liveScript     = script("live")
+	handOverScript = script("handover")
 )
 
 // Keys are the Redis keys of one product's admission (lua/admit.lua). They share the {sku} hash

@@ -9,8 +9,8 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Done ends the tracking of a reservation whose order is no longer in flight here: it was
-// settled (or, if the settle was lost, will be, by this instance's sweeper), or given back.
+// Done ends the tracking of a reservation whose order is no longer in flight here: settled
+// (by this instance's sweeper, if the settle was lost) or given back.
 func (a *Ledger) Done(res stock.Reservation) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -24,14 +24,11 @@ func (a *Ledger) track(id string, until time.Time) {
 	a.tracked[id] = until
 }
 
-// GiveBack returns the reservations of admitted lines (each with its Reservation) after their
-// database step failed — for certain. It runs even when the request was cancelled. err is the
-// failure: when the database said a line's product is sold out, its counter is also capped at
-// what the database holds; the other lines were refused for that line's sake, which says nothing
-// about their own stock. An error that leaves the outcome open (a lost connection mid-commit, a
-// deadline mid-write) gives nothing back: the reservations are put in doubt instead, and this
-// instance's sweeper asks the database about them as soon as any commit in flight must have
-// landed. A give-back that cannot reach Redis leaves the reservation to the sweeper too.
+// GiveBack returns the reservations of admitted lines whose database step certainly failed, even
+// for a cancelled request. A line whose product err says is sold out also caps its counter at
+// what the database holds. An error that leaves the outcome open (a connection lost mid-commit)
+// gives nothing back: the reservations are in doubt until any commit in flight must have landed,
+// then the sweeper asks the database. So does a give-back that cannot reach Redis.
 func (a *Ledger) GiveBack(ctx context.Context, lines []stock.OrderRequest, err error) {
 	var soldOut *stock.SoldOutError
 	for _, l := range lines {
@@ -50,7 +47,7 @@ func (a *Ledger) giveBack(ctx context.Context, req stock.OrderRequest, dbErr err
 		return
 	}
 	if !definite(dbErr) {
-		a.track(req.Reservation.ID, a.now().Add(sweepGrace))
+		a.track(req.Reservation.ID, a.opts.Clock().Add(sweepGrace))
 		a.touch(req.SKU)
 		return
 	}
@@ -71,9 +68,9 @@ func (a *Ledger) giveBack(ctx context.Context, req stock.OrderRequest, dbErr err
 }
 
 // definite reports whether a failed order was certainly not written: the database or the lock
-// refused it, or the strategy says so (ErrNotPlaced) — unless it may have come after a COMMIT
-// the database executed (stock.ErrOutcomeUnknown, a busy answer among them). Anything else — a lost connection, a
-// deadline, an internal error — may have come after a COMMIT the database executed.
+// refused it, or the strategy says so (ErrNotPlaced). Anything else (stock.ErrOutcomeUnknown,
+// even on a busy answer; a lost connection, a deadline, an internal error) may have come after
+// a COMMIT the database executed.
 func definite(err error) bool {
 	if errors.Is(err, stock.ErrOutcomeUnknown) {
 		return false
@@ -87,11 +84,10 @@ func definite(err error) bool {
 	return false
 }
 
-// Settle ends the reservations of lines the database has written: their units stay sold. One
-// the sweeper returned meanwhile (this instance was frozen past its heartbeat) is taken again
-// (lua/settle.lua). A lost settle costs nothing but time: once the order is Done here, this
-// instance's sweeper finds it and settles the reservation. One call per product: a script's
-// keys are of one product's slot.
+// Settle ends the reservations of lines the database has written: their units stay sold. One the
+// sweeper returned meanwhile (this instance froze) is taken again (lua/settle.lua). A lost
+// settle costs only time: once the order is Done here, this instance's sweeper settles it. One
+// call per product: a script's keys share a slot.
 func (a *Ledger) Settle(ctx context.Context, lines []stock.OrderRequest) {
 	bySKU := map[string][]stock.OrderRequest{}
 	for _, l := range lines {

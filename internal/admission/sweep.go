@@ -2,45 +2,45 @@ package admission
 
 import (
 	"context"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/flashsale/seckill/internal/planted"
+	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Sweeping. A reservation lives as long as its instance shows it is alive (Beat, every TTL/4 or
-// so), not for a fixed lease per order: a live instance with a slow database keeps its
-// reservations, and a dead or frozen one (SIGKILL, SIGSTOP, a paused VM) loses them to the other
-// instances' sweepers within its TTL and a sweep. So the last units of a sale are never stuck
-// behind a process that stopped. A frozen instance may wake and write an order whose reservation
-// was swept: the database's guard decides that write, and the settle takes the units back, once.
-// An instance also sweeps its own reservations of orders it no longer has in flight: a give-back
-// or a settle that could not reach Redis, or that a failover lost.
+// Sweeping. A reservation lives as long as its instance beats, not for a fixed lease: a slow
+// instance keeps its reservations, a dead or frozen one loses them to the others' sweepers
+// within its TTL, so no unit is stuck behind a stopped process. One that wakes and writes is
+// decided by the database's guard, and the settle takes the units back, once. An instance also
+// sweeps its own reservations whose give-back or settle never reached Redis.
 
 // sweepGrace is how long a reservation in doubt is left alone: a commit sent before its section
-// gave up has long reached the database by then. Doubts older than forgetDoubts are dropped:
-// swept, or gone from Redis.
+// gave up has long reached the database by then. Doubts older than forgetDoubts are dropped.
 const (
 	sweepGrace   = time.Second
 	forgetDoubts = time.Minute
 )
 
-// Pending is asked by the sweeper about reservations it found orphaned whose orders the database
-// does not have, before it returns their units: it reports those whose orders someone else may
-// still write (the queued strategy: the order's message went out), and makes sure no one ever
-// writes the others. The sweeper leaves the first kind to their writers (handed over to the
-// queue) and returns the units of the rest.
+// Pending reports which orphaned reservations without an order someone else may still write
+// (queued: the message went out), which the sweeper hands over to the queue, and makes sure
+// no one ever writes the others, whose units the sweeper returns.
 type Pending interface {
 	Pending(ctx context.Context, sku string, held []Held) (writable map[string]bool, err error)
 }
 
-// Sweep resolves, as the database decides, sku's reservations whose instance is not alive, and
-// this instance's own of no order in flight here (sweepable). One whose order exists is settled,
-// whatever the order's state now (a cancel gave its units back itself). One without an order
-// returns its units and its buyer to admission, unless another may still write the order
-// (Pending), which then resolves it. Sweep returns the units returned. Any instance may sweep
-// any product at any time: each reservation is resolved once (lua/sweep.lua). live is the
-// instances alive now (Live), read once for every product of a sweep.
+// orphan is a reservation a sweep may resolve, parsed and as stored: the sweep touches it only
+// if it is still exactly that.
+type orphan struct {
+	Held
+	stored string
+}
+
+// Sweep resolves, as the database decides, sku's reservations whose instance is not alive (live:
+// Live), and this instance's own of no order in flight here. One whose order exists is settled;
+// one without returns its units and buyer, unless another may still write the order (Pending).
+// It returns the units returned. Any instance may sweep at any time: each reservation is
+// resolved once (lua/sweep.lua).
 func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, error) {
 	if planted.On(planted.NoSweep) {
 		return 0, nil
@@ -56,11 +56,12 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 		return 0, err
 	}
 	// raw holds each user once (a hash's fields): user, reservation as stored, ...
-	now := a.now()
-	var users, helds, ids []string
+	now := a.opts.Clock()
+	var found []orphan
+	var ids []string
 	for i := 0; i+1 < len(raw); i += 2 {
-		if id := reservationOf(raw[i+1]); instanceOf(raw[i+1]) != a.instance || a.sweepable(id, now) {
-			users, helds, ids = append(users, raw[i]), append(helds, raw[i+1]), append(ids, id)
+		if h, _ := parseHeld(raw[i], raw[i+1]); h.instance != a.instance || a.sweepable(h.ID, now) {
+			found, ids = append(found, orphan{h, raw[i+1]}), append(ids, h.ID)
 		}
 	}
 	if len(ids) == 0 {
@@ -70,16 +71,13 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 	if err != nil {
 		return 0, err
 	}
-	if users, helds, ids, err = a.leaveWritable(ctx, sku, users, helds, ids, placed); err != nil || len(ids) == 0 {
+	if found, err = a.leaveWritable(ctx, sku, found, placed); err != nil || len(found) == 0 {
 		return 0, err
 	}
-	args = make([]any, 0, 3*len(users))
-	for i, user := range users {
-		flag := "0"
-		if placed[ids[i]] {
-			flag = "1"
-		}
-		args = append(args, user, helds[i], flag)
+	ids, args = make([]string, len(found)), make([]any, 0, 3*len(found))
+	for i, o := range found {
+		ids[i] = o.ID
+		args = append(args, o.User, o.stored, placed[o.ID]) // a bool goes as 1 or 0
 	}
 	out, err := sweepScript.Run(ctx, a.client, withSwept(sku, ids), args...).Int64Slice()
 	if err != nil {
@@ -96,45 +94,35 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 	return units, nil
 }
 
-// leaveWritable takes out of a sweep the reservations without an order whose orders may still
-// be written by another (Pending), and hands them over to the queue, whose writers resolve them.
-// Without an answer from Pending, none of them is returned this time.
-func (a *Ledger) leaveWritable(ctx context.Context, sku string, users, helds, ids []string, placed map[string]bool) ([]string, []string, []string, error) {
-	if a.pending == nil {
-		return users, helds, ids, nil
-	}
+// leaveWritable hands over to the queue the reservations without an order that another may
+// still write (Pending), out of the sweep. Without an answer from Pending, none is returned.
+func (a *Ledger) leaveWritable(ctx context.Context, sku string, found []orphan, placed map[string]bool) ([]orphan, error) {
 	var open []Held
-	for i, id := range ids {
-		if !placed[id] {
-			h, _ := parseHeld(users[i], helds[i])
-			open = append(open, h)
+	for _, o := range found {
+		if !placed[o.ID] {
+			open = append(open, o.Held)
 		}
 	}
-	if len(open) == 0 {
-		return users, helds, ids, nil
+	if a.opts.Pending == nil || len(open) == 0 {
+		return found, nil
 	}
-	writable, err := a.pending.Pending(ctx, sku, open)
+	writable, err := a.opts.Pending.Pending(ctx, sku, open)
 	if err != nil {
 		a.log.Debug("orders of orphaned reservations not asked about; their units wait for the next sweep", "sku", sku, "err", err)
-		writable = map[string]bool{}
-		for _, h := range open {
-			writable[h.ID] = true
+		return slices.DeleteFunc(found, func(o orphan) bool { return !placed[o.ID] }), nil
+	}
+	var handed []stock.OrderRequest
+	for _, o := range found {
+		if writable[o.ID] {
+			handed = append(handed, stock.OrderRequest{UserID: o.User, Reservation: stock.Reservation{ID: o.ID}})
 		}
 	}
-	var keepU, keepH, keepI, handU, handI []string
-	for i, id := range ids {
-		if writable[id] {
-			handU, handI = append(handU, users[i]), append(handI, id)
-		} else {
-			keepU, keepH, keepI = append(keepU, users[i]), append(keepH, helds[i]), append(keepI, id)
+	if len(handed) > 0 {
+		if err := a.handOver(ctx, sku, handed); err != nil {
+			return nil, err
 		}
 	}
-	if len(handI) > 0 && err == nil {
-		if err := a.handOver(ctx, sku, handU, handI); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	return keepU, keepH, keepI, nil
+	return slices.DeleteFunc(found, func(o orphan) bool { return writable[o.ID] }), nil
 }
 
 // sweepable reports whether this instance's sweeper may resolve its own reservation id: not in
@@ -161,18 +149,4 @@ func (a *Ledger) forget(ids []string, now time.Time) {
 			delete(a.tracked, id)
 		}
 	}
-}
-
-// reservationOf is the reservation id of a reservation as admit.lua stores it.
-func reservationOf(held string) string {
-	id, _, _ := strings.Cut(held, "|")
-	return id
-}
-
-// instanceOf is the instance of a reservation as admit.lua stores it.
-func instanceOf(held string) string {
-	if f := strings.SplitN(held, "|", 4); len(f) == 4 {
-		return f[2]
-	}
-	return ""
 }

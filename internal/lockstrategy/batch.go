@@ -12,38 +12,42 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// batcher is how every strategy places requests: requests for the same products that arrive
-// while a critical section of theirs runs wait in a queue, and the next section takes the queue
-// (up to a batch's most) — one acquisition of each lock, one conditional stock update per
-// product, one insert for all of them (group commit). A request's key is its set of products in
-// SKU order: an order's is its one SKU, so a product's orders ride together, and so do checkouts
-// of the same products; requests of other products, or of the same ones in part, never ride
-// together — their sections take other locks. A section is a function of "the requests to
-// place", so one request per section (most 1) and many share one path: the strategy's only one.
-// The batcher also runs at most one section per key in an instance, so an instance's requests
-// take turns in memory, where waiting is free, and only one of them at a time waits for the
-// distributed locks — unless its sections overlap (naive's).
+// batcher is how every strategy places requests: those that arrive while a section for their
+// products runs wait, and the next section takes them together (group commit): one acquisition
+// of each lock, one conditional update per product, one insert. Only requests of the same
+// products (the key) ride together. One section per key runs in an instance, so its requests
+// take turns in memory, where waiting is free, not at the distributed lock (naive overlaps).
 type batcher struct {
 	strategy string
 	metrics  *LockMetrics
 	section  section
 	timeout  time.Duration // bounds one section: its lock wait, then the write and its retries
-	// overlap lets a key's sections run at once in an instance: every request starts a drainer
-	// of its own, which takes what has queued, as a request with no lock in front of it would.
-	// Only naive sets it: one section per product at a time is itself a lock, held in memory,
-	// and with it naive could not race within one instance — on the embedded default, the only
-	// one.
+	// overlap lets a key's sections run at once in an instance, each request starting a drainer.
+	// Only naive sets it: one section per product at a time is itself a lock, and with it naive
+	// could not race within one instance (the embedded default has only one).
 	overlap bool
 	queue   *keyqueue.Queue[*waiter] // by key: the requests waiting for the next section
 }
 
-// A section is one critical section over the products skus (in SKU order). It calls take as
-// soon as it holds their locks (or has failed to get them), and answers each request take
-// returned, in order; take returns the same requests if called again (a section that retries its
-// write), and may return none (the requests gave up while the section waited for its locks).
-// Taking the queue at the grant rather than before the wait lets the requests that arrived while
-// the section waited — while other instances held the locks — ride along in the same batch:
-// under contention that is most of them.
+// batched is a strategy whose requests go through its runner's batcher: its name and its Place.
+type batched struct {
+	run   *runner
+	batch *batcher
+}
+
+// Name implements Strategy.
+func (b *batched) Name() string { return b.run.name }
+
+// Place implements Strategy.
+func (b *batched) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
+	return b.batch.place(ctx, req)
+}
+
+// A section is one critical section over the products skus (in SKU order). It calls take once
+// it holds their locks (or failed to get them), and answers each request take returned, in
+// order. take returns the same requests if called again, and may return none (they gave up
+// meanwhile). Taking the queue at the grant, not before the wait, lets the requests that arrived
+// while other instances held the locks ride along: under contention, most of them.
 type section func(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed
 
 type waiter struct {
@@ -52,24 +56,21 @@ type waiter struct {
 	done   chan struct{}
 }
 
-// newBatcher returns strategy's batcher of up to most requests per section (at least one);
-// lockWait is the section's budget for its locks, and the section may take twice that plus time
-// to write.
-func newBatcher(strategy string, most int, lockWait time.Duration, metrics *LockMetrics, s section) *batcher {
-	b := &batcher{strategy: strategy, metrics: metrics, section: s, timeout: 2*lockWait + 5*time.Second}
-	b.queue = keyqueue.New(most, b.round)
+// newBatcher returns the batcher that runs s (r's section, or a strategy's around it) over r's
+// batches. A section may take twice r's lock wait, plus time to write.
+func newBatcher(r *runner, s section) *batcher {
+	b := &batcher{strategy: r.name, metrics: r.metrics, section: s, timeout: 2*r.opts.Wait + 5*time.Second}
+	b.queue = keyqueue.New(r.opts.Batch, b.round)
 	return b
 }
 
-// place queues req and waits for its answer. The first request of an idle key starts that key's
-// drainer (with overlap, every request starts one), which runs sections until the queue is
-// empty; no request waits for another's answer beyond the section that places it. A request that
-// gives up (ctx) before a section took it is taken out of the queue and never placed; once
-// taken, it waits for the section's answer, so that what it returns is what happened.
+// place queues req and waits for its answer. The first request of an idle key starts its
+// drainer, which runs sections until the queue is empty. A request that gives up before a
+// section took it leaves the queue unplaced; once taken, it waits for the section's answer, so
+// that what it returns is what happened.
 func (b *batcher) place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	if err := ctx.Err(); err != nil {
-		// Gone before it queued: never placed. Queued, a section fast enough to answer before
-		// the wait below would race the cancellation for it.
+		// Gone already: never queued, so no fast section races its cancellation to place it.
 		return stock.Checkout{}, fmt.Errorf("%w: %w", errAbandoned, err)
 	}
 	w := &waiter{req: req, done: make(chan struct{})}
@@ -85,8 +86,8 @@ func (b *batcher) place(ctx context.Context, req stock.CheckoutRequest) (stock.C
 	return w.placed.Checkout, w.placed.Err
 }
 
-// round runs one section over key's queue. Sections run on their own context: the request that
-// happened to start the drainer must not cancel everyone else's.
+// round runs one section over key's queue, on its own context: the request that started the
+// drainer must not cancel everyone else's.
 func (b *batcher) round(key string, take func() []*waiter) {
 	var (
 		batch []*waiter
@@ -97,8 +98,6 @@ func (b *batcher) round(key string, take func() []*waiter) {
 		if reqs != nil {
 			return reqs
 		}
-		// Empty only if its requests gave up since the drainer looked, or (overlap) another
-		// section took them.
 		batch = take()
 		b.metrics.enqueued(b.strategy, -len(batch))
 		reqs = make([]stock.CheckoutRequest, len(batch))

@@ -4,40 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
-	"github.com/flashsale/seckill/internal/lock"
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// A Guard is what a section's write checks in the database, for when its lock has failed: a
-// lock granted twice after a failover, a lease or session that ran out under a paused holder.
-// The lock keeps the hot row calm; the guard keeps the invariant.
+// A Guard is what a section's write checks in the database for when its lock has failed: a lock
+// granted twice after a failover, a lease that ran out under a paused holder. The lock keeps the
+// hot row calm; the guard keeps the invariant.
 type Guard int
 
 const (
 	// Version reads the product and writes UPDATE ... WHERE version = ? AND stock >= ?: a write
-	// that lost to any other writer changes nothing, and the section reads again (hybrid,
-	// dblock).
+	// that lost to another writer changes nothing, and the section reads again (hybrid, dblock).
 	Version Guard = iota
 	// Fence writes the lock's fencing token with the orders, WHERE fence < token: a holder whose
 	// lock ran out can never write after a newer holder has (etcd, zookeeper).
 	Fence
-	// NoGuard writes the stock computed from the read with no condition on the row — the lock
-	// alone, as in the oversell that opens «Locks in practice» (docs/sources.md) (eight servers, a Redis
-	// master with replicas, a SET NX EX lock; after a failover 100 units were sold 170 times). It
-	// is correct exactly as long as the lock is: a lock granted again after a failover, a lease
-	// or session that ran out under a paused holder, and a second holder's sale is written over —
-	// oversold. The unguarded twins (unguarded-redis, unguarded-etcd, unguarded-zookeeper) are
-	// their guarded strategy's lock with NoGuard, and naive is NoGuard with no lock at all.
-	// Unsafe on purpose, refused unless unsafe strategies are allowed: they exist so that every
-	// check that should see a failed lock oversell does see it.
+	// NoGuard writes the stock computed from the read with no condition on the row: the lock
+	// alone, as in the oversell that opens «Locks in practice» (docs/sources.md), where 100 units
+	// sold 170 times after a Redis failover. It is correct only while the lock is: granted twice,
+	// one holder's sale is written over, and the product is oversold. The unguarded twins are
+	// their guarded strategy's lock with NoGuard; naive is NoGuard with no lock. Unsafe on
+	// purpose, refused unless allowed: they prove that the checks see a failed lock oversell.
 	NoGuard
 )
 
-// write places reqs under r's guard, with the locks of h held (nil: no lock). It returns the
-// answers and, for the version guard, the products as the section left them (nil when it cannot
-// say).
+// write places reqs under r's guard, with h's locks held (nil: no lock). It returns the answers
+// and, for the version guard, the products as the section left them (nil when it cannot say).
 func (r *runner) write(ctx context.Context, h *holds, reqs []stock.CheckoutRequest) ([]stock.Placed, map[string]*stock.Product) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -57,22 +52,16 @@ func (r *runner) write(ctx context.Context, h *holds, reqs []stock.CheckoutReque
 	return r.unguarded(ctx, reqs), nil
 }
 
-// versioned is the version-guarded write: read the products, then place every request at
-// those versions in one transaction (stock.Store.PlaceAt), retrying the whole batch with fresh
-// reads when another writer got there first — up to attempts times, then busy. It never writes
-// blind: each attempt either matches the versions it read or writes nothing. A batch whose
-// buyers admission vouched for skips the lookup of stored buyers on its first try
-// (stock.Store.PlaceAdmitted).
+// versioned is the version-guarded write: read the products, place every request at those
+// versions in one transaction (stock.Store.PlaceAt), on a conflict read again, up to attempts
+// times, then busy. Never blind: an attempt matches the versions it read or writes nothing. An
+// admitted batch skips the buyers' lookup on its first try (stock.Store.PlaceAdmitted).
 //
-// known holds, by SKU, the product as the last writer left it (hybrid: handed over with the
-// lock, Lock.Known), taken instead of the first reads when every product is known and the batch
-// fits in its stock: one query fewer per product inside the locks. It is only a hint — a stale
-// one fails the version check like any stale read, and the batch reads again at no cost to its
-// attempts — and it is never trusted to refuse a request on its own: a cancel gives units back
-// without moving the version, so a batch that does not fit reads the rows, and a batch that
-// would write nothing (every request refused: a new round's limits, a window) checks no version,
-// so it reads the rows and decides again. It returns the answers and the products as this
-// section left them (nil when it failed).
+// known is by SKU the product as the last writer left it (hybrid: Lock.Known), read instead of
+// the rows when the batch fits in it: one query fewer under the locks. Only a hint: a stale one
+// fails the version check at no cost to the attempts. It never refuses alone (a cancel returns
+// units without moving the version; a batch that writes nothing checks none): such a batch reads
+// the rows and decides again.
 func (r *runner) versioned(ctx context.Context, reqs []stock.CheckoutRequest, known map[string]*stock.Product) ([]stock.Placed, map[string]*stock.Product) {
 	skus := reqs[0].SKUs()
 	asked := map[string]int64{}
@@ -132,8 +121,7 @@ func fits(skus []string, known map[string]*stock.Product, asked map[string]int64
 	return true
 }
 
-// after is the products as a batch placed at reads left them — a new version and fewer units
-// for each it sold of, else as read — and whether it sold anything.
+// after is the products as a batch placed at reads left them, and whether it sold anything.
 func after(reads []stock.Product, placed []stock.Placed) (map[string]*stock.Product, bool) {
 	sold := map[string]int64{}
 	for _, p := range placed {
@@ -154,83 +142,65 @@ func after(reads []stock.Product, placed []stock.Placed) (map[string]*stock.Prod
 	return left, len(sold) > 0
 }
 
-// admitted says whether admission vouched for every buyer of reqs: each line holds a
-// reservation.
+// admitted reports whether every line of reqs holds a reservation: admission vouched for it.
 func admitted(reqs []stock.CheckoutRequest) bool {
 	for _, req := range reqs {
-		for _, line := range req.Lines {
-			if line.Reservation.ID == "" {
-				return false
-			}
+		if slices.ContainsFunc(req.Lines, func(l stock.OrderRequest) bool { return l.Reservation.ID == "" }) {
+			return false
 		}
 	}
 	return true
 }
 
-// fenced is the fenced write: the requests, under the holder's fencing tokens
-// (stock.Store.PlaceFenced, fencedWrite).
+// fenced places reqs under the fencing tokens of h's locks (stock.Store.PlaceFenced). A section
+// whose lock is known to be gone (its lease or session) is abandoned before it writes; after
+// that check, the token stops a holder whose lock runs out. A write fenced out by a token ahead
+// of the lock service itself, which no holder can have been granted (the service was replaced
+// and its sequence restarted), is retried once after resetting that fence (lock.Lock.Ahead). A
+// genuine fence-out is busy, never a sale.
 func (r *runner) fenced(ctx context.Context, h *holds, reqs []stock.CheckoutRequest) []stock.Placed {
-	var placed []stock.Placed
-	err := r.fencedWrite(ctx, h.lockOf, func(tokens map[string]stock.Token) (err error) {
-		placed, err = r.store.PlaceFenced(ctx, reqs, tokens, func(ctx context.Context) error {
-			r.inSection(ctx, reqs)
-			return nil
-		})
-		return err
-	}, reqs[0].SKUs()...)
-	if err != nil {
-		return failAll(len(reqs), err)
-	}
-	return placed
-}
-
-// fencedWrite runs write under the fencing tokens of the locks (lockOf) of skus. A section
-// whose lock is known to be gone (its lease or session) is abandoned before it writes; between
-// that check and the write, the token is what stops a holder whose lock runs out. A write fenced
-// out by a token ahead of the lock service itself — which no holder can have been granted: the
-// service was replaced and its sequence started again — is retried once after resetting that
-// fence (lock.Lock.Ahead); a genuine fence-out is busy, never a sale.
-func (r *runner) fencedWrite(ctx context.Context, lockOf func(sku string) lock.Lock, write func(tokens map[string]stock.Token) error, skus ...string) error {
 	recovered := false
 	for attempt := 1; ; attempt++ {
-		tokens := make(map[string]stock.Token, len(skus))
-		for _, sku := range skus {
-			token, err := lockOf(sku).Token(ctx)
+		tokens := make(map[string]stock.Token, len(h.skus))
+		for i, sku := range h.skus {
+			token, err := h.locks[i].Token(ctx)
 			if err != nil {
 				key := r.locker.Key(sku)
 				r.metrics.lostAt(r.name, key)
-				return stock.Busy(stock.BusyLockLost, fmt.Errorf("lock %s lost before the write, section abandoned", key))
+				return failAll(len(reqs), stock.Busy(stock.BusyLockLost, fmt.Errorf("lock %s lost before the write, section abandoned", key)))
 			}
 			tokens[sku] = token
 		}
-		err := write(tokens)
+		placed, err := r.store.PlaceFenced(ctx, reqs, tokens, func(ctx context.Context) error {
+			r.inSection(ctx, reqs)
+			return nil
+		})
 		var fenceErr *stock.FenceError
 		if errors.As(err, &fenceErr) && !recovered {
-			if lockOf(fenceErr.SKU).Ahead(ctx, fenceErr) && r.store.ResetFence(ctx, fenceErr.SKU, tokens[fenceErr.SKU].Fence, fenceErr.Fence) == nil {
+			if h.locks[slices.Index(h.skus, fenceErr.SKU)].Ahead(ctx, fenceErr) && r.store.ResetFence(ctx, fenceErr.SKU, tokens[fenceErr.SKU].Fence, fenceErr.Fence) == nil {
 				recovered = true
 				continue
 			}
 		}
 		switch {
 		case err == nil:
-			return nil
+			return placed
 		case errors.Is(err, stock.ErrFencedOut):
 			r.metrics.fenced(r.name)
-			return stock.Busy(stock.BusyFencedOut, err)
+			err = stock.Busy(stock.BusyFencedOut, err)
 		case errors.Is(err, stock.ErrVersionConflict) && attempt < attempts:
 			r.metrics.retried(r.name) // a writer outside the lock moved the stock: read again
 			continue
 		case errors.Is(err, stock.ErrVersionConflict):
-			return stock.Busy(stock.BusyConflicts, err)
+			err = stock.Busy(stock.BusyConflicts, err)
 		}
-		return err
+		return failAll(len(reqs), err)
 	}
 }
 
-// unguarded reads the products, decides the requests against those reads, runs naive's pause
-// and the fault hook, and writes the stock it computed, with no condition on the rows
-// (stock.Store.PlaceUnguarded). Only a buyer or key taken between the read and the insert stops
-// it: then nothing was written, and the requests answer busy.
+// unguarded decides reqs against one read, runs naive's pause and the fault hook, and writes the
+// stock it computed with no condition on the rows (stock.Store.PlaceUnguarded). Only a buyer or
+// key taken between the read and the insert stops it: nothing was written, and it answers busy.
 func (r *runner) unguarded(ctx context.Context, reqs []stock.CheckoutRequest) []stock.Placed {
 	placed, err := r.store.PlaceUnguarded(ctx, reqs, func(ctx context.Context) error {
 		if r.pause > 0 {

@@ -11,54 +11,39 @@ import (
 )
 
 // Hybrid is the pattern this project teaches, and its default: Redis admission rejects the
-// losers at memory speed, a redsync lock per SKU (redislock.Locker) lets one batch of admitted orders at
-// a time into the critical section (so the hot row sees no contention), and the database's
-// version check (Version) is the final guarantee for when the lock fails — expiry under a pause,
-// a failover, a flush.
+// losers at memory speed, a redsync lock per SKU lets one batch of admitted orders at a time into
+// the section (the hot row sees no contention), and the version check (Version) is the final
+// guarantee for when the lock fails: expiry under a pause, a failover, a flush.
 //
-// Order of events for one order:
-//  1. Admission (one Lua script): sold out / already purchased are answered here.
-//  2. The order queues in the instance's batcher; the next section of its SKU takes the redsync
-//     mutex (expiry, bounded wait); its watchdog extends it while it is held, and the section
-//     is cancelled if an extension fails.
-//  3. Read the product, then UPDATE ... WHERE version = ? AND stock >= total; insert the orders.
-//     Zero rows means another writer got there: re-read and retry, never write blind.
-//  4. The reservation of each written order is settled; a failed one is given back. One whose
-//     outcome is unknown here is resolved by this instance's sweeper after a grace, and one
-//     whose instance died or froze by the others' once its heartbeat has lapsed, as the
-//     database says (package admission).
+// One order:
+//  1. Admission (one Lua script) answers sold out and already purchased.
+//  2. The order queues in the batcher; the next section of its SKU takes the redsync mutex, which
+//     a watchdog extends while held; the section is cancelled if an extension fails.
+//  3. Read the product, UPDATE ... WHERE version = ? AND stock >= total, insert the orders. Zero
+//     rows means another writer got there: read again, never write blind.
+//  4. A written order's reservation is settled, a failed one's given back; one in doubt is left
+//     to the sweepers, who ask the database (package admission).
 //
-// With Redis unreachable, orders skip 1 and the lock and take 3 alone (still one section per SKU
-// and instance): slower under contention, still correct.
+// With Redis unreachable, orders skip 1 and the lock and take 3 alone: slower, still correct.
+// Its name, lock and Close are those of its Locked.
 type Hybrid struct {
+	*Locked
 	admission *admission.Ledger
-	run       *runner
-	batch     *batcher
 }
 
 // NewHybrid returns the hybrid strategy: admission through ledger, locks by locker (the Redis
 // lock), written under the version guard.
 func NewHybrid(store *stock.Store, ledger *admission.Ledger, locker lock.Locker, opts Options, metrics *LockMetrics) *Hybrid {
-	h := &Hybrid{admission: ledger, run: newRunner("hybrid", store, locker, Version, opts, metrics)}
+	h := &Hybrid{Locked: &Locked{batched{run: newRunner("hybrid", store, locker, Version, opts, metrics)}}, admission: ledger}
 	h.run.fallback = h.fallback
 	h.run.settle = h.settle
-	h.batch = h.run.batcher(h.Section)
+	h.batch = newBatcher(h.run, h.Section)
 	return h
 }
 
-// Name implements Strategy.
-func (*Hybrid) Name() string { return "hybrid" }
-
-// LockKey names sku's lock in Redis.
-func (h *Hybrid) LockKey(sku string) string { return h.run.locker.Key(sku) }
-
-// LockBackend names its lock service: redis.
-func (h *Hybrid) LockBackend() string { return h.run.locker.Backend() }
-
-// Place implements Strategy: admission of every line or none (one script on one Redis, line by
-// line on a Cluster); then, with the requests for the same products that queued meanwhile, the
-// locks in SKU order and one transaction writing every line under every product's version
-// guard; then every line's reservation settled, or given back.
+// Place implements Strategy: admission of every line or none; then, with the requests that
+// queued meanwhile, the locks in SKU order and one version-guarded transaction; then every
+// line's reservation settled, or given back.
 func (h *Hybrid) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	lines := req.Admitted()
 	res, err := h.admission.Admit(ctx, lines, 0)
@@ -85,10 +70,9 @@ func (h *Hybrid) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Ch
 	return co, nil
 }
 
-// Section places the batch take returns — hybrid's requests, or a queued writer's (package
-// queued) — in the runner's section, unless Redis is known to be down: then no lock can be had,
-// and the database decides on its own. Reservations of admitted requests in such a batch are
-// settled by the sweeper.
+// Section places the batch take returns (hybrid's, or a queued writer's) in the runner's section,
+// unless Redis is known to be down: then no lock can be had, the database decides alone, and
+// the sweeper settles the batch's reservations.
 func (h *Hybrid) Section(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed {
 	if !h.admission.Available() {
 		return h.withoutLock(ctx, take())
@@ -107,8 +91,8 @@ func (h *Hybrid) settle(ctx context.Context, reqs []stock.CheckoutRequest, place
 	h.admission.Settle(ctx, written)
 }
 
-// fallback places requests whose locks could not be had because Redis failed between admission
-// and lock: they are admitted, and the database can still decide them safely on its own.
+// fallback places requests whose locks failed because Redis did, after their admission: the
+// database can still decide them safely alone.
 func (h *Hybrid) fallback(ctx context.Context, reqs []stock.CheckoutRequest, err error) []stock.Placed {
 	h.admission.Down("lock", err)
 	return h.withoutLock(ctx, reqs)
@@ -120,6 +104,3 @@ func (h *Hybrid) withoutLock(ctx context.Context, reqs []stock.CheckoutRequest) 
 	placed, _ := h.run.write(ctx, nil, reqs)
 	return placed
 }
-
-// Close stops listening for lock releases.
-func (h *Hybrid) Close() error { return h.run.locker.Close() }

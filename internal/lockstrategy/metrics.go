@@ -25,36 +25,30 @@ type LockMetrics struct {
 
 // NewLockMetrics registers the lock metrics. A hold longer than slowHold logs a warning.
 func NewLockMetrics(reg prometheus.Registerer, slowHold time.Duration, log *slog.Logger) *LockMetrics {
-	buckets := prometheus.ExponentialBuckets(0.0001, 2, 16)
+	byStrategy := []string{"strategy"}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, byStrategy)
+	}
+	histogram := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, byStrategy)
+	}
+	seconds := prometheus.ExponentialBuckets(0.0001, 2, 16)
 	m := &LockMetrics{
-		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "seckill_lock_wait_seconds", Help: "Time spent acquiring a lock, by strategy.", Buckets: buckets,
-		}, []string{"strategy"}),
-		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "seckill_lock_hold_seconds", Help: "Time a lock was held, by strategy.", Buckets: buckets,
-		}, []string{"strategy"}),
-		heldTooLong: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_lock_held_too_long_total", Help: "Locks held longer than the slow-hold threshold, by strategy.",
-		}, []string{"strategy"}),
-		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_lock_lost_total", Help: "Locks found already expired or taken over by their holder, at release or before the write (a lost etcd or ZooKeeper session), by strategy.",
-		}, []string{"strategy"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_optimistic_retries_total", Help: "Version-guarded writes retried after a concurrent change, by strategy.",
-		}, []string{"strategy"}),
-		batches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "seckill_batch_orders",
-			Help:    "Orders placed together by one critical section under group commit, by strategy: the lock and the write they share.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
-		}, []string{"strategy"}),
+		wait:        histogram("seckill_lock_wait_seconds", "Time spent acquiring a lock, by strategy.", seconds),
+		hold:        histogram("seckill_lock_hold_seconds", "Time a lock was held, by strategy.", seconds),
+		heldTooLong: counter("seckill_lock_held_too_long_total", "Locks held longer than the slow-hold threshold, by strategy."),
+		lost: counter("seckill_lock_lost_total",
+			"Locks found already expired or taken over by their holder, at release or before the write (a lost etcd or ZooKeeper session), by strategy."),
+		retries: counter("seckill_optimistic_retries_total", "Version-guarded writes retried after a concurrent change, by strategy."),
+		batches: histogram("seckill_batch_orders",
+			"Orders placed together by one critical section under group commit, by strategy: the lock and the write they share.",
+			prometheus.ExponentialBuckets(1, 2, 8)),
 		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "seckill_batch_queued_orders",
 			Help: "Orders of this instance waiting for the next critical section of their product, which takes them together at its lock's grant, by strategy.",
-		}, []string{"strategy"}),
-		fencedOut: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_fenced_out_total",
-			Help: "Writes refused by the database because a newer holder of the lock service's lock had written (never a sale), by strategy.",
-		}, []string{"strategy"}),
+		}, byStrategy),
+		fencedOut: counter("seckill_fenced_out_total",
+			"Writes refused by the database because a newer holder of the lock service's lock had written (never a sale), by strategy."),
 		threshold: slowHold,
 		log:       log,
 	}

@@ -15,25 +15,23 @@ import (
 
 // Options tune every strategy's sections alike.
 type Options struct {
-	// Wait is how long a section waits for its lock (or, for pessimistic, its row) before
-	// answering busy.
+	// Wait is how long a section waits for its lock (pessimistic: its row) before answering busy.
 	Wait time.Duration
-	// Batch is how many queued orders of a SKU one section may place under one acquisition and
-	// one write (group commit); 1 or less: one order per section.
+	// Batch is how many queued orders one section may place under one acquisition and one write
+	// (group commit); 1 or less: one order per section.
 	Batch int
 	Hooks Hooks
 }
 
-// attempts is how many guarded writes a section tries after a concurrent change before it
-// answers busy: a rule of the section, not a setting — a writer outside the lock is rare
-// (a repair, a lock lost and retaken), and one that keeps moving the row is not outwaited.
+// attempts is how many guarded writes a section tries before it answers busy: a writer outside
+// the lock is rare (a repair, a lock lost and retaken), and one that keeps moving the row is not
+// outwaited.
 const attempts = 5
 
-// runner is the one critical section of every strategy made of a lock and a guard: wait for
-// the lock within the budget, take the batch, stop the section when its lock is lost, write
-// under the guard with the fault hook at its one moment, release, and answer busy for what a
-// lost lock abandoned. A strategy is then its recipe: which lock, which guard, and what it does
-// around the section (hybrid: admission before, settle after).
+// runner is the one critical section of every strategy made of a lock and a guard: wait for the
+// lock within the budget, take the batch, stop when the lock is lost, write under the guard with
+// the fault hook at its one moment, release, and answer busy for what a lost lock abandoned. A
+// strategy is then its recipe: which lock, which guard, what it does around the section.
 type runner struct {
 	name    string
 	store   *stock.Store
@@ -42,36 +40,25 @@ type runner struct {
 	opts    Options
 	metrics *LockMetrics
 	local   localLocks // the instance's turns on its products
-	// pause is slept between the read and the write of an unguarded section: naive's stand-in
-	// for the latency that opens the race window in production.
+	// pause is naive's stand-in, between read and write, for the latency of production.
 	pause time.Duration
-	// fallback places the requests when the lock service cannot be reached at all
-	// (lock.ErrUnreachable); nil: they answer unavailable, as a strategy with no safe way without
-	// its lock must.
+	// fallback places the requests when the lock service cannot be reached (lock.ErrUnreachable);
+	// nil: they answer unavailable, as a strategy with no safe way without its lock must.
 	fallback func(ctx context.Context, reqs []stock.CheckoutRequest, err error) []stock.Placed
-	// readFirst has a section read its products before it takes the locks, and answer a batch
-	// with a sold-out product without them (soldOut): the strategies with no admission in front
-	// of their locks.
+	// readFirst answers a sold-out batch before any lock (soldOut), where no admission does.
 	readFirst bool
-	// settle runs after the release, outside the locks, with what the section wrote (hybrid:
-	// the reservations of written requests end).
+	// settle runs after the release with what the section wrote (hybrid: end the reservations).
 	settle func(ctx context.Context, reqs []stock.CheckoutRequest, placed []stock.Placed)
 }
 
 func newRunner(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *runner {
-	return &runner{name: name, store: store, locker: locker, guard: guard, opts: opts, metrics: metrics}
+	return &runner{name: name, store: store, locker: locker, guard: guard, opts: opts, metrics: metrics,
+		local: localLocks{keys: map[string]*localLock{}}}
 }
 
-// batcher returns the batcher that runs s — r's section, or a strategy's around it — over r's
-// batches.
-func (r *runner) batcher(s section) *batcher {
-	return newBatcher(r.name, r.opts.Batch, r.opts.Wait, r.metrics, s)
-}
-
-// section is the critical section over skus (see section in batch.go): the turn and the lock of
-// every product, taken in SKU order — the one global order that keeps two crossed checkouts
-// (A+B against B+A) from each holding what the other waits for — then the batch written under
-// r's guard, the locks released in reverse order.
+// section is the critical section over skus (batch.go): the turn and the lock of every product
+// in SKU order, the one global order that keeps two crossed checkouts (A+B, B+A) from each
+// holding what the other waits for; then the batch written under r's guard; then the release.
 func (r *runner) section(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed {
 	if r.locker == nil {
 		placed, _ := r.write(ctx, nil, take())
@@ -110,9 +97,9 @@ func (r *runner) section(ctx context.Context, skus []string, take func() []stock
 	return placed
 }
 
-// soldOut answers a batch with a product the database shows at zero stock, before any lock
-// (stock.Store.SoldOut), when r reads first: a sold-out answer needs no lock. A failed read
-// leaves the batch to the section, which meets the failure itself.
+// soldOut answers a batch with a product at zero stock before any lock, when r reads first
+// (stock.Store.SoldOut): a sold-out answer needs no lock. A failed read leaves the batch to the
+// section.
 func (r *runner) soldOut(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) ([]stock.Placed, bool) {
 	if !r.readFirst || planted.On(planted.SoldOutUnderLock) {
 		return nil, false
@@ -122,7 +109,7 @@ func (r *runner) soldOut(ctx context.Context, skus []string, take func() []stock
 }
 
 // inSection runs the fault hook at its one moment in every strategy: the locks held, the
-// products read, right before the write (TestHookMoment).
+// products read, right before the write.
 func (r *runner) inSection(ctx context.Context, reqs []stock.CheckoutRequest) {
 	freezepoint.At(freezepoint.Locked)
 	if r.opts.Hooks.InSection != nil {
@@ -139,10 +126,9 @@ func linesOf(reqs []stock.CheckoutRequest) []stock.OrderRequest {
 	return lines
 }
 
-// localLocks are one instance's turns on its products: a section takes each product's turn
-// before its lock. Sections of one key take turns in the batcher, but a product's orders and the
-// checkouts that buy it have keys of their own — and two acquisitions of one etcd session's
-// mutex do not exclude each other.
+// localLocks are one instance's turns on its products, taken before each lock. The batcher
+// serialises sections of one key, but a product's orders and its checkouts have different keys,
+// and two acquisitions of one etcd session's mutex do not exclude each other.
 type localLocks struct {
 	mu   sync.Mutex
 	keys map[string]*localLock
@@ -156,9 +142,6 @@ type localLock struct {
 // take waits for sku's turn until ctx ends, and returns its release.
 func (l *localLocks) take(ctx context.Context, sku string) (release func(), err error) {
 	l.mu.Lock()
-	if l.keys == nil {
-		l.keys = map[string]*localLock{}
-	}
 	k := l.keys[sku]
 	if k == nil {
 		k = &localLock{held: make(chan struct{}, 1)}
@@ -189,22 +172,8 @@ type holds struct {
 	releases []func()
 }
 
-// lockOf is sku's lock, nil when the section holds none for it.
-func (h *holds) lockOf(sku string) lock.Lock {
-	if h == nil {
-		return nil
-	}
-	for i, s := range h.skus {
-		if s == sku {
-			return h.locks[i]
-		}
-	}
-	return nil
-}
-
-// lockAll takes the turn and the lock of every product of skus in their order (SKU order),
-// within the section's wait. On failure it releases what it took, and answers as a section
-// would.
+// lockAll takes the turn and the lock of every product of skus in order, within the section's
+// wait. On failure it releases what it took, and answers as a section would.
 func (r *runner) lockAll(ctx context.Context, skus []string) (*holds, error) {
 	h := &holds{}
 	start := time.Now()
@@ -218,15 +187,12 @@ func (r *runner) lockAll(ctx context.Context, skus []string) (*holds, error) {
 		release, err := r.local.take(waitCtx, sku)
 		if err != nil {
 			r.release(ctx, h, nil)
-			return nil, waitFailed(ctx, key, r.opts.Wait, err)
+			return nil, r.lockErr(ctx, key, true, err)
 		}
 		l, err := r.locker.Lock(waitCtx, key)
 		if err != nil {
 			release()
 			r.release(ctx, h, nil)
-			if errors.Is(err, lock.ErrUnreachable) && r.fallback != nil {
-				return nil, err
-			}
 			return nil, r.lockErr(ctx, key, waitCtx.Err() != nil, err)
 		}
 		h.skus, h.locks, h.releases = append(h.skus, sku), append(h.locks, l), append(h.releases, release)
@@ -235,8 +201,8 @@ func (r *runner) lockAll(ctx context.Context, skus []string) (*holds, error) {
 	return h, nil
 }
 
-// release lets go of every lock and turn of h, in reverse order, handing each lock the product
-// as the section left it when it knows (left, by SKU).
+// release lets go of h's locks and turns in reverse order, handing each lock its product as the
+// section left it, when known.
 func (r *runner) release(ctx context.Context, h *holds, left map[string]*stock.Product) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lock.UnlockTimeout)
 	defer cancel()
@@ -249,8 +215,8 @@ func (r *runner) release(ctx context.Context, h *holds, left map[string]*stock.P
 }
 
 // untilLost returns the section's context, cancelled (cause: lock.ErrLost) when l is lost: a
-// section that has not written yet abandons its write, and one that is writing is stopped by its
-// guard if another holder has written since. stop must be called before the lock is released.
+// section that has not written abandons its write; one writing is stopped by its guard if
+// another holder has written since. stop must be called before the lock is released.
 func untilLost(ctx context.Context, l lock.Lock) (section context.Context, stop func()) {
 	lost := l.Lost()
 	if lost == nil {
@@ -272,8 +238,7 @@ func untilLost(ctx context.Context, l lock.Lock) (section context.Context, stop 
 }
 
 // abandoned turns the failures of a section whose lock was lost mid-way into busy: nothing of
-// them was written, and the client may retry. Requests it did write, and sold-out answers,
-// stand.
+// them was written, and the client may retry. Written requests and sold-out answers stand.
 func abandoned(section context.Context, placed []stock.Placed) {
 	if !errors.Is(context.Cause(section), lock.ErrLost) {
 		return
@@ -285,17 +250,21 @@ func abandoned(section context.Context, placed []stock.Placed) {
 	}
 }
 
-// lockErr is the answer of a wait for key's lock that failed with err: unavailable when the
-// lock service could not be reached, or its backend failed before the wait ran out (the
-// database under the lock table, etcd refusing a lease); else busy (waitFailed).
+// lockErr answers a failed wait for key's lock: err for a fallback to take; unavailable when the
+// lock service was unreachable, or its backend failed before the wait ran out (the database
+// under the lock table, etcd refusing a lease); the section's context error; else busy.
 func (r *runner) lockErr(ctx context.Context, key string, outwaited bool, err error) error {
 	switch {
+	case errors.Is(err, lock.ErrUnreachable) && r.fallback != nil:
+		return err
 	case errors.Is(err, lock.ErrUnreachable):
 		return fmt.Errorf("lock %s: %w: %w", key, stock.ErrUnavailable, err)
 	case errors.Is(err, stock.ErrUnavailable) && !outwaited && ctx.Err() == nil:
 		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
-	return waitFailed(ctx, key, r.opts.Wait, err)
+	return stock.Busy(stock.BusyLockWait, fmt.Errorf("lock %s: waited %s: %w", key, r.opts.Wait, err))
 }
 
 // failAll answers every request of a batch with err.
@@ -305,13 +274,4 @@ func failAll(n int, err error) []stock.Placed {
 		out[i].Err = err
 	}
 	return out
-}
-
-// waitFailed maps a wait for a lock that ran out of budget to busy, unless the section's own
-// context is gone (then its error is returned).
-func waitFailed(ctx context.Context, key string, budget time.Duration, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return stock.Busy(stock.BusyLockWait, fmt.Errorf("lock %s: waited %s: %w", key, budget, err))
 }

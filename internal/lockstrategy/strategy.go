@@ -16,82 +16,55 @@ import (
 // serialising it against concurrent requests for the same products. It returns
 // stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrBusy, stock.ErrNotFound,
 // stock.ErrInvalid, stock.ErrDuplicateRequest, stock.ErrUnavailable, or a wrapped internal error;
-// a refusal of some lines is a *stock.CheckoutError naming them. req is valid
-// (stock.CheckoutRequest.Validate: the service checks it first; a product twice would take its
-// turn twice).
+// a refusal of some lines is a *stock.CheckoutError naming them. req is valid: the service checks
+// it first (a product twice would take its turn twice).
 type Strategy interface {
 	Name() string
 	Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
 }
 
-// PlaceOrder places one order with s: the request of one line, answered as an order.
-func PlaceOrder(ctx context.Context, s Strategy, req stock.OrderRequest) (stock.Order, error) {
-	co, err := s.Place(ctx, stock.OrderOf(req))
-	return stock.Placed{Checkout: co, Err: err}.Order()
-}
-
-// Hooks reach into the one critical section of every strategy, and into the queued strategy's
-// publish, for tests that must hold a section open as a paused holder would (GC, a frozen VM,
-// SIGSTOP) or act at its most delicate moment. The zero value, which production uses, does
-// nothing.
+// Hooks reach into every strategy's critical section, and the queued strategy's publish, for
+// tests that hold a section open as a paused holder would, or act at its most delicate moment.
+// The zero value, which production uses, does nothing.
 type Hooks struct {
-	// InSection runs inside the critical section of every strategy at one moment: the locks held
-	// (the rows locked, for pessimistic; naive has no lock) and the products read, right before
-	// the batch is written — the window between a read and its write that every guard is for
-	// (TestHookMoment). It runs in the section runner (runner.inSection), called by each guard's
-	// write.
+	// InSection runs inside every strategy's section with the locks held and the products read,
+	// right before the write: the window every guard is for (TestHookMoment).
 	InSection func(ctx context.Context, orders []stock.OrderRequest)
-	// Written runs in a section that settles reservations (hybrid's, which queued's writers
-	// run too) once its orders are committed and its lock released, before their reservations
-	// are settled: the moment a written order still holds its reservation.
+	// Written runs in a section that settles reservations (hybrid's, and queued's writers) once
+	// its orders are committed and its lock released: a written order still holds its reservation.
 	Written func(ctx context.Context, orders []stock.OrderRequest)
-	// Locking runs in a section before each of its products' locks is taken: skus in the order
-	// they are taken, held of them held already. Tests cross two checkouts with it at
-	// the moment the lock order decides: each holding its first product's lock.
+	// Locking runs before each product's lock is taken: skus in lock order, held of them held.
+	// Tests cross two checkouts there, each holding its first product's lock.
 	Locking func(ctx context.Context, skus []string, held int)
 	// Admitted runs in the queued strategy once an order is admitted and before its batch's
-	// message is sent: the moment at which a sweeper may give up the orders of an instance
-	// frozen there.
+	// message is sent: a sweeper may give up the orders of an instance frozen there.
 	Admitted func(ctx context.Context, orderID string)
-	// Published runs in the queued strategy once an order's batch is out and before its
-	// publisher records it queued: the moment a writer can take the batch and decide it first.
+	// Published runs in the queued strategy once an order's batch is out and before it is
+	// recorded queued: a writer can take the batch and decide it first.
 	Published func(ctx context.Context, orderID string)
-	// Taken runs in the queued strategy, for each order, when a writer has taken its batch's
-	// message and before it claims the batch: the moment a writer decides the order first, ahead
-	// of its publisher or a sweeper.
+	// Taken runs in the queued strategy when a writer has taken a batch's message and before it
+	// claims the batch: the writer decides the order ahead of its publisher or a sweeper.
 	Taken func(ctx context.Context, orderID string)
 }
 
 // Locked is a strategy that is a lock and a guard and nothing around them: etcd and zookeeper
-// (their lock, Fence), dblock (the lock table, Version), and the unguarded twins
-// (unguarded-redis, unguarded-etcd, unguarded-zookeeper: their guarded strategy's lock, NoGuard).
-type Locked struct {
-	run   *runner
-	batch *batcher
-}
+// (Fence), dblock (the lock table, Version), and the unguarded twins (NoGuard).
+type Locked struct{ batched }
 
 // New returns the strategy name: sections under locker's lock, written under guard. A lock
 // service that cannot be reached answers unavailable: without its lock it has no safe way.
 func New(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
-	l := &Locked{run: newRunner(name, store, locker, guard, opts, metrics)}
+	l := &Locked{batched{run: newRunner(name, store, locker, guard, opts, metrics)}}
 	l.run.readFirst = guard != NoGuard // the unguarded twins keep the incident's recipe whole
-	l.batch = l.run.batcher(l.run.section)
+	l.batch = newBatcher(l.run, l.run.section)
 	return l
 }
-
-// Name implements Strategy.
-func (l *Locked) Name() string { return l.run.name }
 
 // LockKey names sku's lock in its lock service.
 func (l *Locked) LockKey(sku string) string { return l.run.locker.Key(sku) }
 
 // LockBackend names its lock service: redis, etcd, zookeeper or database.
 func (l *Locked) LockBackend() string { return l.run.locker.Backend() }
-
-// Place implements Strategy.
-func (l *Locked) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	return l.batch.place(ctx, req)
-}
 
 // Close releases what the strategy's lock keeps open (an etcd session, a Redis subscription).
 func (l *Locked) Close() error { return l.run.locker.Close() }

@@ -1,37 +1,25 @@
 -- Redis fast admission: one atomic step that rejects sold-out and repeat buyers at memory speed,
--- so that only orders with a real chance reach the lock and the database. An admitted order
--- takes a reservation: its units are pre-deducted while the instance that admitted it is alive,
--- not for good. A reservation names its instance, and the instance shows it is alive with a
--- heartbeat (beat.lua); once the heartbeat stops — the process died, or froze — any instance's
--- sweeper asks the database whether the order was written and returns the units if not
--- (orphans.lua, sweep.lua): a reservation is never a permanent decrement.
--- A request has a line per product: an order one, a checkout several. One call admits the
--- requests of one set of products that an instance has waiting, in the order given, each as if
--- it had come alone (one call per request is a call of one), and each whole or not at all:
--- every line is judged before any is taken, so a refused line leaves every product untouched.
--- Redis Cluster refuses a script whose keys span slots: there a call is of one product.
+-- so that only orders with a real chance reach the lock and the database. An admitted order's
+-- units are reserved while its instance beats (beat.lua); once the beats stop, a sweeper returns
+-- them unless the database has the order (sweep.lua): never a permanent decrement.
+-- A request has a line per product. One call admits the requests of one set of products, in
+-- order, each as if it had come alone, and each whole or not at all: every line is judged
+-- before any is taken. On Redis Cluster (keys of one slot per script) a call is of one product.
 -- KEYS[4*(p-1)+1 .. 4*p] = product p of the set, in SKU order:
 --   seckill:{sku}:stock     the admission counter (the DB stock, minus reservations)
 --   seckill:{sku}:buyers    the users admitted in this sale round
 --   seckill:{sku}:reserved  hash: user -> "<reservation id>|<units>|<instance>|<Idempotency-Key>",
---                           the reservations of orders in their instance's hands (a critical section)
---   seckill:{sku}:queued    the same, of reservations handed over to the order queue
---                           (handover.lua): a writer resolves each, whichever instance it runs on
+--                           the reservations of orders in their instance's hands
+--   seckill:{sku}:queued    the same, of reservations handed over to the order queue (handover.lua)
 -- ARGV[1] = instance id; then per request: user id, Idempotency-Key ('' without one), the most
---   reservations each of its products may hold with it (0: no bound), and per product:
---   quantity, reservation id
--- Returns one answer per line, request after request: -1 counter missing (warm it from the
--- database: every request of the call has a line of that product, so none is taken), 0 admitted
--- (every line of its request is, or none), 1 sold out, 2 already purchased, 3 a request with this
--- Idempotency-Key holds the user's reservation (in flight: its answer is coming), 4 held: too few
--- units left, but orders in their sections hold some, and one that fails gives its units back —
--- so not sold out yet (the caller hears busy and retries), 5 waiting: units are left, but the
--- product holds as many reservations as the request's bound allows (a queued order waits behind
--- them all; the caller hears busy and retries). A line that would have been admitted answers 0
--- beside a refused one. Sold out is final: answered only when no such order could give a unit
--- back, so no buyer who comes later buys one. Reservations handed over to the queue do not hold
--- the answer back: their orders are accepted, and a writer rejects one only when the database
--- disagrees.
+--   reservations each product may hold with it (0: no bound), and per product: quantity,
+--   reservation id
+-- Returns one answer per line, request after request: -1 counter missing (warm it; nothing is
+-- taken), 0 admitted (or would be, beside a refused line), 1 sold out, 2 already purchased,
+-- 3 this Idempotency-Key holds the user's reservation (in flight), 4 held: too few units left,
+-- but orders in their sections may give some back (busy), 5 waiting: the product holds as many
+-- reservations as the bound allows (busy). Sold out is final: answered only when no order could
+-- give a unit back; one handed over to the queue is not waited for: its order is accepted.
 local n = #KEYS / 4
 local out = {}
 -- judge answers user's line of qty units of the product whose keys start at KEYS[k].

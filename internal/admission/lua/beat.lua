@@ -1,7 +1,6 @@
--- An instance's heartbeat: the instance is alive until its last beat plus its TTL, and its
--- reservations (admit.lua) hold their units as long as it is. By Redis's own clock, so the
--- instances' clocks do not matter; each instance states its own TTL. Instances not heard of for
--- an hour are forgotten.
+-- An instance's heartbeat: it is alive, and its reservations hold their units, until its last
+-- beat plus the TTL it states. By Redis's clock, so the instances' clocks do not matter.
+-- Instances not heard of for an hour are forgotten.
 -- KEYS[1] = seckill:instances  sorted set: instance -> alive until (Redis time, ms)
 -- ARGV[1] = instance id, ARGV[2] = its TTL (ms)
 local now = redis.call('TIME')

@@ -1,27 +1,16 @@
 -- Gives an admitted order's reservation back after its database step failed: the units return
 -- to the counter and the buyer may try again.
 -- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua)
--- KEYS[5] = seckill:{sku}:swept:<reservation id>, set by the sweeper when it returned this
--- reservation's units already (sweep.lua)
+-- KEYS[5] = seckill:{sku}:swept:<reservation id>, the sweeper's marker (sweep.lua)
 -- ARGV[1] = user id, ARGV[2] = reservation id
--- ARGV[3] = optional cap: the stock the database reported when it said sold out. The counter was
--- then too high; capping it there closes admission for the losers to come without ever pushing
--- it below what the database still holds (which would leave units unsold).
--- Exactly once per reservation: only the removal of this very reservation (its id) returns
--- units, so a repeated give-back, or one that the sweeper beat (its instance was frozen past its
--- heartbeat), returns nothing. A missing counter (flushed, or invalidated by a reset) is not
--- recreated: INCRBY on a missing key would invent one.
+-- ARGV[3] = optional cap: the stock the database reported with sold out, which closes admission
+-- to the losers to come, never below what the database still holds.
+-- Exactly once: only the removal of this very reservation returns units, so a repeated
+-- give-back, or one the sweeper beat, returns nothing. A missing counter (flushed, reset) stays
+-- missing: INCRBY would invent one.
 -- Returns 1 when the units went back, 0 when the reservation was already gone.
-local hash = KEYS[3]
-local held = redis.call('HGET', hash, ARGV[1])
-if not held then
-  hash = KEYS[4]
-  held = redis.call('HGET', hash, ARGV[1])
-end
-local id, units
-if held then
-  id, units = string.match(held, '^([^|]*)|([^|]*)|')
-end
+local hash = redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 and KEYS[3] or KEYS[4]
+local id, units = string.match(redis.call('HGET', hash, ARGV[1]) or '', '^([^|]*)|([^|]*)|')
 if id ~= ARGV[2] then
   redis.call('DEL', KEYS[5])
   return 0

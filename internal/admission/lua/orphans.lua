@@ -1,9 +1,7 @@
--- Lists the reservations a sweeper may have to resolve: those whose instance is not alive (it
--- died or froze before their order was written or given back), and the sweeping instance's
--- own, which it checks against the orders it has in flight. The live instances come from the
--- heartbeats (live.lua), read just before; an instance that beats again in between only finds
--- its reservations swept, which the database's guard and the sweeper's marker make safe
--- (sweep.lua).
+-- Lists the reservations a sweeper may have to resolve: those whose instance is not alive, and
+-- the sweeping instance's own, which it checks against its orders in flight. An instance that
+-- beats again after live.lua was read finds its reservations swept, which the database's guard
+-- and the sweeper's marker make safe (sweep.lua).
 -- KEYS[1] = reserved (see admit.lua)
 -- ARGV[1] = at most this many of other instances, ARGV[2] = the sweeping instance,
 -- ARGV[3..] = the live instances

@@ -1,7 +1,6 @@
--- Gives admission back the units of orders the database has ended (cancelled, expired): they
--- are on sale again, and their buyers may buy again. Once per order: the marker
--- seckill:{sku}:returned:<order id> is set only by the first call for it, so a relay repeated by
--- another instance, or after a lost answer, returns nothing more.
+-- Gives admission back the units and buyers of orders the database has ended (cancelled,
+-- expired). Once per order: only the first call sets the marker seckill:{sku}:returned:<order>,
+-- so a relay repeated by another instance, or after a lost answer, returns nothing more.
 -- KEYS[1] = stock, KEYS[2] = buyers, KEYS[3..] = the orders' markers
 -- ARGV = user id, units, user id, units, ... (one pair per marker, in order)
 -- Returns the units returned.

@@ -1,10 +1,8 @@
 -- Settles the reservations of orders the database has written: the units stay deducted, and
--- the reservation ends. A reservation that is no longer the one given (already settled, or
--- replaced by a later one of the same user) is left alone — unless the sweeper returned it while
--- its order was still being written (its instance froze past its heartbeat, then woke and
--- wrote: the database still had the unit). Then the units went back to the counter and the buyer
--- out of the set, and both are taken again here, once (the sweeper's marker is deleted), so the
--- counter never offers a unit the database has sold.
+-- the reservation ends. One that is no longer the one given (settled, or replaced) is left alone,
+-- unless the sweeper returned it while its order was being written (its instance froze past its
+-- heartbeat, then woke and wrote). Then its units and buyer are taken again here, once (the
+-- sweeper's marker goes), so the counter never offers a unit the database has sold.
 -- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua)
 -- KEYS[5..] = seckill:{sku}:swept:<reservation id>, one per order, in order
 -- ARGV = user id, reservation id, units, ... (one triple per order)
@@ -13,12 +11,8 @@ local settled, retaken = 0, 0
 for i = 5, #KEYS do
   local j = 3 * (i - 5) + 1
   local user, id = ARGV[j], ARGV[j + 1]
-  local hash = KEYS[3]
+  local hash = redis.call('HEXISTS', KEYS[3], user) == 1 and KEYS[3] or KEYS[4]
   local held = redis.call('HGET', hash, user)
-  if not held then
-    hash = KEYS[4]
-    held = redis.call('HGET', hash, user)
-  end
   if held and string.match(held, '^([^|]*)|') == id then
     redis.call('HDEL', hash, user)
     settled = settled + 1

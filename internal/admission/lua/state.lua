@@ -1,5 +1,4 @@
--- Reads the admission state of one product for the audit and the stranded-units gauge, in one
--- step.
+-- Reads the admission state of one product, for the audit and the stranded-units gauge.
 -- KEYS[1] = stock, KEYS[2] = reserved, KEYS[3] = queued (see admit.lua)
 -- ARGV = the live instances (live.lua)
 -- Returns the counter (false when there is none), the reservations in flight, their units, and

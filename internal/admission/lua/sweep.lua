@@ -1,21 +1,19 @@
--- Resolves orphaned reservations as the database decided: one whose order exists is settled
--- (its units stay sold); one without an order returns its units and its buyer — once: only a
--- reservation still exactly as the sweeper read it is touched, so a give-back, a settle or
--- another instance's sweeper that got there first wins, and nothing is returned twice. A
--- returned reservation leaves a marker, so that if its instance was only frozen and its order is
--- written after all, the settle takes the units again (settle.lua) and a give-back returns
--- nothing more (giveback.lua). A reservation the sweeper of another instance returned while
--- its order, in doubt here, was in fact written is taken again like that too.
--- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua); the sweeper resolves only
--- reservations in their instance's hands (orphans.lua), never those handed over to the queue
+-- Resolves orphaned reservations as the database decided: one whose order exists is settled;
+-- one without returns its units and its buyer, once: only a reservation still exactly as the
+-- sweeper read it is touched, so whoever got there first wins. A returned reservation leaves a
+-- marker, so that if its order is written after all (its instance was only frozen), the settle
+-- takes the units again (settle.lua) and a give-back returns nothing (giveback.lua). One another
+-- sweeper returned while its order, in doubt here, was in fact written is taken again too.
+-- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua); only reserved is swept, never
+-- the reservations handed over to the queue
 -- KEYS[5..] = seckill:{sku}:swept:<reservation id>, one per reservation, in order
 -- ARGV = user id, reservation as read, placed (1 or 0), ... (one triple per reservation)
--- Returns {units returned to the counter, reservations returned, reservations settled,
--- reservations taken again}.
+-- Returns {units returned, reservations returned, settled, taken again}.
 local units, returned, settled, retaken = 0, 0, 0, 0
 for i = 5, #KEYS do
   local j = 3 * (i - 5) + 1
   local user, held = ARGV[j], ARGV[j + 1]
+  local n = tonumber(string.match(held, '^[^|]*|([^|]*)|'))
   if redis.call('HGET', KEYS[3], user) == held then
     redis.call('HDEL', KEYS[3], user)
     if ARGV[j + 2] == '1' then
@@ -25,7 +23,6 @@ for i = 5, #KEYS do
       redis.call('SREM', KEYS[2], user)
       redis.call('SET', KEYS[i], '1', 'EX', 3600)
       if redis.call('EXISTS', KEYS[1]) == 1 then
-        local n = tonumber(string.match(held, '^[^|]*|([^|]*)|'))
         redis.call('INCRBY', KEYS[1], n)
         units = units + n
       end
@@ -33,7 +30,7 @@ for i = 5, #KEYS do
   elseif ARGV[j + 2] == '1' and redis.call('DEL', KEYS[i]) == 1 then
     redis.call('SADD', KEYS[2], user)
     if redis.call('EXISTS', KEYS[1]) == 1 then
-      redis.call('DECRBY', KEYS[1], tonumber(string.match(held, '^[^|]*|([^|]*)|')))
+      redis.call('DECRBY', KEYS[1], n)
     end
     retaken = retaken + 1
   end
