@@ -223,8 +223,7 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 }
 
 // mayRepeat reports whether a request that failed with err may repeat one placed under its key:
-// key or buyer taken, stock gone (perhaps to the original), or a body unfit for the product,
-// where a key reused with another body must hear idempotency_conflict.
+// key or buyer taken, stock gone (perhaps to the original), or a body unfit (a reused key).
 func mayRepeat(err error) bool {
 	return errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
 		errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)
@@ -332,9 +331,8 @@ func (s *Service) orStored(ctx context.Context, ref stock.Ref, co stock.Checkout
 	return stock.Checkout{}, err
 }
 
-// PutProduct starts a sale round (stock.Store.PutProduct). Redis admission's state goes first —
-// no reset without Redis, so no old counter outlives one — and is rebuilt after; every instance
-// drops its sold-out flag and sale window of the product.
+// PutProduct starts a sale round (stock.Store.PutProduct). Redis admission's state goes first (no
+// reset without Redis: no old counter outlives one); every instance drops its flag and window.
 func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error) {
 	if err := s.admission.Invalidate(ctx, spec.SKU); err != nil {
 		return stock.Product{}, err
@@ -354,9 +352,8 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 	return p, nil
 }
 
-// sweep returns to sale, once, the units of reservations whose order never reached the database
-// (admission.Ledger.Sweep), for products admitted here lately. Run every eighth of the instance
-// TTL, it bounds how long a dead instance's units wait.
+// sweep returns to sale the units of reservations whose order never reached the database, for
+// products admitted here lately (admission.Ledger.Sweep): it bounds a dead instance's units' wait.
 func (s *Service) sweep(ctx context.Context) {
 	skus := s.admission.Recent(admission.RecentWindow)
 	if len(skus) == 0 {

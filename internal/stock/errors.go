@@ -31,9 +31,8 @@ const (
 	sqlitePrimaryCodeMask = 0xff // extended result codes keep the primary code in the low byte
 )
 
-// Answers of a database not ready to serve (a cluster node outside its primary component or
-// joining it, a server mid-failover): unavailable (503), never internal, since a retry on
-// another node may succeed at once. A COMMIT that met one has an unknown outcome.
+// Answers of a database not ready to serve (a node outside its cluster, a failover): unavailable
+// (503), never internal: a retry on another node may succeed. After a COMMIT: outcome unknown.
 const (
 	mysqlNodeNotReady      = 1047 // Galera: "WSREP has not yet prepared node for application use"
 	mysqlErrorDuringCommit = 1180 // Galera: the writeset was not replicated (the node left its group mid-COMMIT)

@@ -32,9 +32,8 @@ func (s *Store) TryLock(ctx context.Context, name, holder string, ttl time.Durat
 	return res.RowsAffected == 1, nil
 }
 
-// ExtendLock pushes the named lock's expiry to now + ttl if holder still holds it and it has not
-// expired, and reports whether it did. An expired lock is never revived, even while nobody has
-// reclaimed it yet: its holder must assume another has it (a reclaimer may be on its way).
+// ExtendLock pushes the named lock's expiry to now + ttl if holder holds it unexpired, and
+// reports whether it did. An expired lock is never revived: a reclaimer may be on its way.
 func (s *Store) ExtendLock(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
 	expiry, now, ttlArg := s.lockClock(ttl)
 	res := s.db.WithContext(ctx).Exec("UPDATE distributed_locks SET expire_at = "+expiry+
