@@ -230,7 +230,7 @@ func mayRepeat(err error) bool {
 }
 
 // awaitInFlight waits a moment (nil) before a request whose key an original in flight holds
-// (err) asks again; past a lock's wait since start, busy: never a second order.
+// (err) asks again; past a lock's wait since start, busy: never already_purchased, nor a second order.
 func (s *Service) awaitInFlight(ctx context.Context, start time.Time, err error) error {
 	if time.Since(start) > s.inFlightWait {
 		// The request as a whole waits, not a line of it: the answer names none.
@@ -352,8 +352,8 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 	return p, nil
 }
 
-// sweep returns to sale the units of reservations whose order never reached the database, for
-// products admitted here lately (admission.Ledger.Sweep): it bounds a dead instance's units' wait.
+// sweep returns to sale, once, the units of reservations whose order never reached the database,
+// for products admitted here lately (admission.Ledger.Sweep): it bounds a dead instance's units' wait.
 func (s *Service) sweep(ctx context.Context) {
 	skus := s.admission.Recent(admission.RecentWindow)
 	if len(skus) == 0 {
