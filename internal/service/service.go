@@ -167,7 +167,8 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 		switch room, err := s.catalog.check(ctx, line.SKU, start); {
 		case err != nil || !room:
 			refused[i] = err
-		case s.passes == nil: // a pass that cannot be judged refuses: it keeps the crowd at the room's rate
+		case s.passes == nil:
+			// No way to judge a pass refuses, never lets through: the pass keeps the room's rate.
 			refused[i] = fmt.Errorf("product %s has a waiting room and no pass can be judged here: %w", line.SKU, stock.ErrUnavailable)
 		default:
 			refused[i] = s.passes.CheckPass(ctx, req.Pass, req.UserID, line.SKU)
