@@ -11,12 +11,11 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// catalog is this instance's memory of the products' sale windows and waiting rooms. Buyers flood
-// a flash sale before it opens, so an order outside its window must cost no more than a sold-out
-// answer: no Redis, no database row. An entry is read at most every ttl and dropped when a reset
-// of the product is heard (a PUT, the only way a window changes). Orders that miss the same entry
-// at once share one read (singleflight), not a pooled connection each. The database's clock has
-// the last word: a section checks the window again, so a skewed instance cannot sell outside it.
+// catalog is this instance's memory of the products' sale windows and waiting rooms: buyers
+// flood a sale before it opens, and an order outside its window must cost no Redis, no database.
+// An entry is read at most every ttl (one shared read, singleflight) and dropped on a reset (a
+// PUT, the only way a window changes). A section checks the window again by the database's clock,
+// so a skewed instance cannot sell outside it.
 type catalog struct {
 	read   func(ctx context.Context, sku string) (stock.Product, error) // Store.Product
 	ttl    time.Duration

@@ -25,10 +25,9 @@ type database struct {
 	log       *slog.Logger
 }
 
-// beat writes this instance's heartbeat (admission.Ledger.Beat) only while its database serves
-// (stock.Store.Ready). Cut off, it stops showing itself alive, so other instances sweep its
-// reservations within the instance TTL. An order it still writes is decided by the version guard
-// like any other, and its settle takes the swept units back, once.
+// beat writes this instance's heartbeat (admission.Ledger.Beat) only while its database serves:
+// cut off, it stops showing itself alive, and the others sweep its reservations within the
+// instance TTL. An order it still writes is guarded as any other; its settle takes the units back.
 func (d *database) beat(ctx context.Context) {
 	readyCtx, cancel := context.WithTimeout(ctx, d.wait)
 	err := d.store.Ready(readyCtx)

@@ -50,8 +50,8 @@ func (s *Service) expire(ctx context.Context) {
 }
 
 // relay gives Redis admission the units of orders the database ended (restock_pending), marks
-// them heard, and drops every instance's sold-out flag of their products. A failure leaves them
-// for the next relay, on any instance; each order's units return once (admission.Ledger.Restock).
+// them, and drops the products' sold-out flags everywhere. A failure waits for the next relay;
+// each order's units return once (admission.Ledger.Restock).
 func (s *Service) relay(ctx context.Context) {
 	ended, err := s.store.Restocks(ctx, 500)
 	if err != nil || len(ended) == 0 {

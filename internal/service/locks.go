@@ -24,9 +24,8 @@ type keyed interface {
 	LockBackend() string
 }
 
-// Locks names sku's admission keys and, for every strategy that takes a named lock, its backend
-// and key. The names come from the strategies and the ledger themselves, so that whoever reaches
-// into the backends (an operator, the load tool's -fault lock-loss) finds what the code takes.
+// Locks names sku's admission keys and each named lock's backend and key, as the strategies and
+// the ledger take them: for whoever reaches into the backends (an operator, -fault lock-loss).
 func (s *Service) Locks(sku string) Locks {
 	out := Locks{Admission: admission.KeysOf(sku)}
 	for _, name := range s.Names() {

@@ -133,10 +133,10 @@ func (s *Service) PlaceOrder(ctx context.Context, req stock.OrderRequest) (order
 	return co.Lines[0], replayed, nil
 }
 
-// Place places req — an order (stock.OrderOf) or a checkout, every line or none — through the
-// strategy req.Strategy names, answering from memory where it can (sale window, sold-out flags).
-// Under an Idempotency-Key a replay gets the original (replayed true), another request
-// stock.ErrIdempotencyConflict; one whose original is in flight waits for it (awaitInFlight).
+// Place places req (an order or a checkout, every line or none) through the strategy it names,
+// answering from memory where it can (sale window, sold-out flags). Under an Idempotency-Key a
+// replay gets the original (replayed true), another body stock.ErrIdempotencyConflict, and one
+// whose original is in flight waits for it.
 func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stock.Checkout, replayed bool, err error) {
 	st, err := s.lookup(req.Strategy)
 	if err != nil {
@@ -164,11 +164,15 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 	// request placed in time. So is a line without its pass: the door is before every strategy.
 	refused := make([]error, len(req.Lines))
 	for i, line := range req.Lines {
-		room, err := s.catalog.check(ctx, line.SKU, start)
-		if err == nil && room {
-			err = s.checkPass(ctx, req, line.SKU)
+		switch room, err := s.catalog.check(ctx, line.SKU, start); {
+		case err != nil || !room:
+			refused[i] = err
+		case s.passes == nil:
+			// No way to judge a pass refuses, never lets through: the pass keeps the room's rate.
+			refused[i] = fmt.Errorf("product %s has a waiting room and no pass can be judged here: %w", line.SKU, stock.ErrUnavailable)
+		default:
+			refused[i] = s.passes.CheckPass(ctx, req.Pass, req.UserID, line.SKU)
 		}
-		refused[i] = err
 	}
 	if err = stock.Refusal(req.Lines, refused); err != nil {
 		if errors.Is(err, stock.ErrSaleEnded) && req.IdempotencyKey != "" {
@@ -202,10 +206,9 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 				s.soldOut.learn(sku)
 			}
 		}
-		// A replay is looked up only after a failure a repeat may cause (mayRepeat): before every
-		// request it would cost a database read on the hottest path. So a key reused with another
-		// body for a flagged product hears sold_out, not idempotency_conflict (both 409): telling
-		// them apart would cost the read the flag saves.
+		// A replay is looked up only after a failure a repeat may cause: not a database read per
+		// request. So a key reused with another body for a flagged product hears sold_out, not
+		// idempotency_conflict (both 409): telling them apart would cost the read the flag saves.
 		if req.IdempotencyKey != "" && mayRepeat(err) {
 			if co, rerr := s.replay(ctx, req); !errors.Is(rerr, stock.ErrNotFound) {
 				return co, rerr == nil, rerr
@@ -220,26 +223,15 @@ func (s *Service) Place(ctx context.Context, req stock.CheckoutRequest) (co stoc
 	}
 }
 
-// checkPass checks req's pass for sku, a product with a waiting room. With no way to judge one
-// the line is refused, never let through: the pass keeps the crowd at the room's rate.
-func (s *Service) checkPass(ctx context.Context, req stock.CheckoutRequest, sku string) error {
-	if s.passes == nil {
-		return fmt.Errorf("product %s has a waiting room and no pass can be judged here: %w", sku, stock.ErrUnavailable)
-	}
-	return s.passes.CheckPass(ctx, req.Pass, req.UserID, sku)
-}
-
 // mayRepeat reports whether a request that failed with err may repeat one placed under its key:
-// key or buyer taken, stock gone (perhaps to the original), or a body unfit for the product,
-// where a key reused with another body must hear idempotency_conflict.
+// key or buyer taken, stock gone (perhaps to the original), or a body unfit (a reused key).
 func mayRepeat(err error) bool {
 	return errors.Is(err, stock.ErrDuplicateRequest) || errors.Is(err, stock.ErrAlreadyPurchased) ||
 		errors.Is(err, stock.ErrSoldOut) || errors.Is(err, stock.ErrNotFound) || errors.Is(err, stock.ErrInvalid)
 }
 
-// awaitInFlight waits a moment before a request whose key is taken by an original in flight
-// asks again (nil); err is that failure. It waits as long as an order waits for a lock (since
-// start), then busy: never already_purchased, never a second order.
+// awaitInFlight waits a moment (nil) before a request whose key an original in flight holds
+// (err) asks again; past a lock's wait since start, busy: never already_purchased, nor a second order.
 func (s *Service) awaitInFlight(ctx context.Context, start time.Time, err error) error {
 	if time.Since(start) > s.inFlightWait {
 		// The request as a whole waits, not a line of it: the answer names none.
@@ -303,9 +295,8 @@ func (s *Service) Read(ctx context.Context, ref stock.Ref) (stock.Checkout, erro
 	return s.orStored(ctx, ref, co, err)
 }
 
-// Wait is Read, held while the order or checkout is queued: until a writer places or rejects it,
-// or wait passes. The record comes first: a follower asks right after its 202, when a database
-// read would find nothing.
+// Wait is Read, held while the request is queued, until a writer places or rejects it or wait
+// passes. The record comes first: right after a 202 the database has nothing yet.
 func (s *Service) Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (stock.Checkout, error) {
 	if s.queued == nil {
 		return s.store.Read(ctx, ref)
@@ -324,8 +315,7 @@ func (s *Service) Wait(ctx context.Context, ref stock.Ref, wait time.Duration) (
 }
 
 // orStored is the queue's answer (co, err), or the database's when the queue has no record or
-// could not say. Rows answer whatever the queue's state; with neither the request is not found,
-// or unavailable when the queue did not answer.
+// could not say; with neither, not found, or unavailable if the queue did not answer.
 func (s *Service) orStored(ctx context.Context, ref stock.Ref, co stock.Checkout, err error) (stock.Checkout, error) {
 	switch {
 	case err == nil:
@@ -342,9 +332,8 @@ func (s *Service) orStored(ctx context.Context, ref stock.Ref, co stock.Checkout
 	return stock.Checkout{}, err
 }
 
-// PutProduct starts a sale round (stock.Store.PutProduct). Redis admission's state goes first —
-// no reset without Redis, so no old counter outlives one — and is rebuilt after; every instance
-// drops its sold-out flag and sale window of the product.
+// PutProduct starts a sale round (stock.Store.PutProduct). Redis admission's state goes first (no
+// reset without Redis: no old counter outlives one); every instance drops its flag and window.
 func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock.Product, error) {
 	if err := s.admission.Invalidate(ctx, spec.SKU); err != nil {
 		return stock.Product{}, err
@@ -364,9 +353,8 @@ func (s *Service) PutProduct(ctx context.Context, spec stock.ProductSpec) (stock
 	return p, nil
 }
 
-// sweep returns to sale the units of reservations whose order never reached the database
-// (admission.Ledger.Sweep; once each, whichever instance sweeps), for the products admitted here
-// lately. Run every eighth of the instance TTL, it bounds how long a dead instance's units wait.
+// sweep returns to sale, once, the units of reservations whose order never reached the database,
+// for products admitted here lately (admission.Ledger.Sweep): it bounds a dead instance's units' wait.
 func (s *Service) sweep(ctx context.Context) {
 	skus := s.admission.Recent(admission.RecentWindow)
 	if len(skus) == 0 {
@@ -405,10 +393,8 @@ func (s *Service) every(ctx context.Context, period time.Duration, step func(ctx
 // Audit is a product's consistency report: the database's, and Redis admission's if it answered.
 type Audit struct {
 	stock.Audit
-	Redis *admission.State
-	// Queued counts the orders the queued strategy accepted and has not yet written; nil without
-	// an order queue, or when it did not answer.
-	Queued *int64
+	Redis  *admission.State
+	Queued *int64 // accepted by the queued strategy, not yet written; nil: no queue, or no answer
 }
 
 // HeldBack is how many units the database still has that admission does not offer: those of

@@ -30,15 +30,13 @@ type Resets interface {
 const maxFlagBuyers = 100_000
 
 // SoldOut is one instance's local sold-out flags: once the database shows a product at zero,
-// sold_out is answered from memory, touching neither Redis nor the database, for the requests
-// that outnumber a flash sale's units many times.
+// sold_out is answered from memory, without Redis or the database, for the requests that
+// outnumber a flash sale's units many times.
 //
-// A flag is safe to trust because stock comes back only by a PUT or an ended order, and both are
-// announced: they drop the flag and publish the SKU to every instance (Redis pub/sub). The flag
-// keeps the buyers who hold an order, so that their retries take the full path to their original
-// 201. Flags live only while the subscription is up: messages sent while it is down are lost.
-// Last, a flag is trusted for at most TTL, then renewed by a one-row read (same version: no
-// sale since, the same buyers) or dropped.
+// A flag can be trusted because stock comes back only by a PUT or an ended order, and both drop
+// it and publish the SKU to every instance. It keeps the buyers who hold an order, so their
+// retries reach their original 201. Flags live only while the subscription is up (messages sent
+// while down are lost), and for at most TTL, then a one-row read renews (same version) or drops it.
 type SoldOut struct {
 	store  *stock.Store
 	resets Resets

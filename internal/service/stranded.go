@@ -14,16 +14,12 @@ import (
 // strandedTimeout bounds one scrape's reads: a slow backend delays a scrape, never hangs it.
 const strandedTimeout = 2 * time.Second
 
-// stranded exports, per product, the units Redis admission holds back from the database's stock,
-// at each scrape: it shows whether they come back on sale by themselves, as the README promises.
-//
-// Held back (the audit's held_back) includes every order in flight, so no alert can use it.
-// Stranded units are those no live reservation explains: reservations of an instance that stopped
-// beating, units the database got back that the relay has not yet given admission. The sweeper
-// and the relay return them within seconds; stranded units that stay are the bug.
-//
-// The products are those the sweeper watches (Service.sweep), so the sku label stays as small as
-// the live sales. Every instance reports the same value: aggregate with max by (sku), not sum.
+// stranded exports, per product and scrape, the units Redis admission holds back from the
+// database's stock: they must come back on sale by themselves, as the README promises. Held back
+// includes orders in flight, so no alert can use it; stranded units are those no live
+// reservation explains, which the sweeper and the relay return within seconds: units that stay
+// are the bug. The products are the sweeper's (Service.sweep), so the sku label stays small.
+// Every instance reports the same value: aggregate with max by (sku), not sum.
 type stranded struct {
 	admission *admission.Ledger
 	store     *stock.Store

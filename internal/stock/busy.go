@@ -10,8 +10,7 @@ type BusyCause string
 const (
 	// BusyLockWait: the wait for the lock (pessimistic: the row) ran out of its budget.
 	BusyLockWait BusyCause = "lock_wait"
-	// BusyInFlight: a request with the same Idempotency-Key is in flight and did not settle
-	// within the wait budget (at admission: is in flight now).
+	// BusyInFlight: a request with the same Idempotency-Key is in flight and did not settle.
 	BusyInFlight BusyCause = "in_flight"
 	// BusyLockLost: the section's lock was lost before it wrote: nothing written.
 	BusyLockLost BusyCause = "lock_lost"
@@ -23,11 +22,9 @@ const (
 	BusyRowLocked BusyCause = "row_locked"
 	// BusyDeadlock: a deadlock's victim, or a failed certification on a multi-primary cluster.
 	BusyDeadlock BusyCause = "deadlock"
-	// BusyTxEnded: the database ended the transaction (idle past its bound while this instance
-	// was paused, or killed) and still serves.
+	// BusyTxEnded: the database, still serving, ended the transaction (idle past its bound).
 	BusyTxEnded BusyCause = "tx_ended"
-	// BusyHeld: admission has too few units left, but orders in their sections may give some
-	// back: sold out is not final yet.
+	// BusyHeld: admission has too few units, but orders in flight may give some back.
 	BusyHeld BusyCause = "held"
 	// BusyWaiting: queued: the product has as many orders waiting to be written as allowed.
 	BusyWaiting BusyCause = "waiting"

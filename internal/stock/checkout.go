@@ -15,9 +15,8 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// A checkout buys several products at once, all or nothing; an order is a checkout of one line
-// whose row carries no checkout id. Every row goes in with every decrement, in one transaction
-// (sell.go), so no one ever sees half a checkout.
+// A checkout buys several products at once, all or nothing, in one transaction (sell.go); an
+// order is a checkout of one line whose row carries no checkout id.
 
 // CheckoutRequest is one buyer's attempt to buy: one product (an order) or several at once.
 type CheckoutRequest struct {
@@ -151,10 +150,9 @@ func (r CheckoutRequest) lines() []OrderRequest {
 	return lines
 }
 
-// Refusal is the answer of a request whose lines were refused as refused says (nil: placed):
-// the first refusal for good, else the first busy one, naming every line refused with its code.
-// A line refused for good refuses the request whatever a busy line does: busy would send the
-// buyer back for an answer already known.
+// Refusal answers a request whose lines were refused as refused says (nil: placed): the first
+// refusal for good (busy would send the buyer back for an answer already known), else the first
+// busy one, naming every line refused with its code.
 func Refusal(lines []OrderRequest, refused []error) error {
 	first := slices.IndexFunc(refused, func(err error) bool { return err != nil && !errors.Is(err, ErrBusy) })
 	if first < 0 || planted.On(planted.BusyFirst) {

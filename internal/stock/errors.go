@@ -31,9 +31,8 @@ const (
 	sqlitePrimaryCodeMask = 0xff // extended result codes keep the primary code in the low byte
 )
 
-// Answers of a database not ready to serve (a cluster node outside its primary component or
-// joining it, a server mid-failover): unavailable (503), never internal, since a retry on
-// another node may succeed at once. A COMMIT that met one has an unknown outcome.
+// Answers of a database not ready to serve (a node outside its cluster, a failover): unavailable
+// (503), never internal: a retry on another node may succeed. After a COMMIT: outcome unknown.
 const (
 	mysqlNodeNotReady      = 1047 // Galera: "WSREP has not yet prepared node for application use"
 	mysqlErrorDuringCommit = 1180 // Galera: the writeset was not replicated (the node left its group mid-COMMIT)
@@ -43,13 +42,10 @@ const (
 	mysqlConnectionKilled  = 1927 // the server ended the session: a shutdown, a node leaving its group
 )
 
-// errDuplicate reports a unique-key violation on the named index (or columns, on SQLite).
-type errDuplicate struct {
-	key string
-	err error
-}
+// errDuplicate is a unique-key violation; the driver's message names the index or columns.
+type errDuplicate struct{ err error }
 
-func (e *errDuplicate) Error() string { return "duplicate key " + e.key + ": " + e.err.Error() }
+func (e *errDuplicate) Error() string { return "duplicate key: " + e.err.Error() }
 func (e *errDuplicate) Unwrap() error { return e.err }
 
 // isDuplicate reports whether err is a unique-key violation.
@@ -72,8 +68,7 @@ func classify(err error) error {
 	if errors.As(err, &my) {
 		switch my.Number {
 		case mysqlDuplicateKey:
-			// "Duplicate entry 'v' for key 'uq_orders_sku_user'" (MySQL 8 prefixes "orders.").
-			return &errDuplicate{key: after(my.Message, "for key "), err: err}
+			return &errDuplicate{err: err}
 		case mysqlLockWaitTimeout, mysqlLockNowait:
 			return Busy(BusyRowLocked, err)
 		case mysqlDeadlock:
@@ -91,8 +86,7 @@ func classify(err error) error {
 			return Busy(BusyRowLocked, err)
 		case sqliteConstraint:
 			if strings.Contains(lite.Error(), "UNIQUE") || strings.Contains(lite.Error(), "PRIMARY KEY") {
-				// "UNIQUE constraint failed: orders.sku, orders.user_id"
-				return &errDuplicate{key: after(lite.Error(), "failed: "), err: err}
+				return &errDuplicate{err: err}
 			}
 		}
 		return err
@@ -107,15 +101,6 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
-}
-
-// after returns what follows the last sep in msg, or "" when sep is absent.
-func after(msg, sep string) string {
-	i := strings.LastIndex(msg, sep)
-	if i < 0 {
-		return ""
-	}
-	return msg[i+len(sep):]
 }
 
 // classified reports whether err already carries a domain meaning, so that classifying it again

@@ -11,14 +11,11 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// PlaceOneForUpdate is the database lock as the sources (docs/sources.md) write it, kept so that
-// the lab can measure it beside PlaceLocked: one order per transaction on the main pool, the
-// product row taken with SELECT ... FOR UPDATE and held for hold (the handler's work) before the
-// order is decided and written. Under WaitForRow every order for a hot product parks a
-// connection in the row's queue (for the server's lock wait, 50 s by default); when the pool is
-// spent, every other request of the service waits too. NoWait gives the connection back at once,
-// with ErrBusy. The service never calls it. It is for MySQL and MariaDB, whose row locks it
-// measures.
+// PlaceOneForUpdate is the database lock as the sources (docs/sources.md) write it, for the lab
+// to measure beside PlaceLocked: one order per transaction on the main pool, the row held by
+// SELECT ... FOR UPDATE for hold (the handler's work). Under WaitForRow each order for a hot
+// product parks a connection in the row's queue (50 s by default); once the pool is spent, every
+// request waits. NoWait gives it back at once, with ErrBusy. MySQL and MariaDB only.
 func (s *Store) PlaceOneForUpdate(ctx context.Context, req OrderRequest, wait RowWait, hold time.Duration) (Order, error) {
 	if s.dialect != MySQL {
 		return Order{}, errors.New("PlaceOneForUpdate measures MySQL/MariaDB row locks; this store is " + string(s.dialect))
@@ -50,10 +47,9 @@ func (s *Store) PoolStats() sql.DBStats {
 	return sqlDB.Stats()
 }
 
-// LockRow is the row lock's acquire and release, alone, for the lab to count: a transaction on
-// the main pool takes the product row with SELECT ... FOR UPDATE, waiting until ctx ends, and
-// commits at once. It writes nothing, so it measures the lock and its round trips, not a sale.
-// A missing product is ErrNotFound; a wait the server ends is ErrBusy. MySQL and MariaDB only.
+// LockRow takes the product row (SELECT ... FOR UPDATE, waiting until ctx ends) and commits at
+// once: the lock and its round trips alone, for the lab to count. A missing product is
+// ErrNotFound; a wait the server ends, ErrBusy. MySQL and MariaDB only.
 func (s *Store) LockRow(ctx context.Context, sku string) error {
 	if s.dialect != MySQL {
 		return errors.New("LockRow measures MySQL/MariaDB row locks; this store is " + string(s.dialect))
@@ -68,11 +64,9 @@ func (s *Store) LockRow(ctx context.Context, sku string) error {
 	return nil
 }
 
-// InsertLock is the lock table as the sources first write it, kept so that the lab can show what
-// its expiry is for: a lock is taken by INSERTing its row and released by DELETEing it (Unlock),
-// with no expiry and no reclaim. A holder that dies before its DELETE holds the lock for good
-// (expire_at is the largest value, so TryLock sees it never expire). It reports whether the lock
-// was taken.
+// InsertLock is the lock table as the sources first write it, for the lab to show what expiry is
+// for: INSERT takes the lock, DELETE (Unlock) releases it, nothing reclaims it, so a holder that
+// dies first holds it for good (expire_at never comes). It reports whether the lock was taken.
 func (s *Store) InsertLock(ctx context.Context, name, holder string) (bool, error) {
 	never := "9999-12-31 23:59:59.999999"
 	if s.dialect != MySQL {

@@ -13,19 +13,16 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// The order as a state machine, the "business record as a state machine" that «Choosing a lock»
-// (docs/sources.md) recommends over a bare lock: pending -> confirmed; pending or confirmed ->
-// cancelled; pending -> expired. Each transition is one transaction that first locks the product
-// row, in the order a sale takes its locks (product row, then order rows), so the two never
-// deadlock, then changes the order with one conditional UPDATE (WHERE status = ...). Ending an
-// active order gives its units back in the same transaction and marks it restock_pending until
-// Redis admission has them too: a unit comes back exactly once, however many cancels, expiries
-// and late payments race. Deadlines are the database's clock's.
+// The order as a state machine («Choosing a lock», docs/sources.md): pending -> confirmed;
+// pending or confirmed -> cancelled; pending -> expired. Each transition is one transaction that
+// locks the product row first, as a sale does, so the two never deadlock, then moves the order
+// with one conditional UPDATE (WHERE status = ...). Ending an active order gives its units back
+// in that transaction and marks it restock_pending until Redis admission has them: a unit comes
+// back once, however cancels, expiries and late payments race. The database's clock decides.
 
-// Cancel cancels the order or checkout ref names (a line of a checkout cancels all of it):
-// pending or confirmed -> cancelled, its units back on sale. userID is the buyer's, or empty for
-// the admin. A cancelled order answers as it is (idempotent); an expired one, or one pending past
-// its deadline (which this expires), ErrOrderExpired; another user's or none, ErrNotFound.
+// Cancel cancels the order or checkout ref names (a line cancels its whole checkout), its units
+// back on sale; userID is the buyer's, empty for the admin. Cancelled answers as it is; expired
+// or past its deadline (expired now), ErrOrderExpired; another user's or none, ErrNotFound.
 func (s *Store) Cancel(ctx context.Context, ref Ref, userID string) (Checkout, error) {
 	return s.transition(ctx, ref, userID, s.cancelStep)
 }
@@ -44,16 +41,14 @@ func (s *Store) cancelStep(tx *gorm.DB, o *orderRow, now time.Time) error {
 	return s.end(tx, o, Cancelled)
 }
 
-// Pay confirms a pending order, or every line of a checkout, before its deadline. A confirmed
-// order answers as it is (idempotent); a cancelled one ErrOrderCancelled; an expired one, or one
-// pending past its deadline (which this expires: a late payment is refused, never sold twice),
-// ErrOrderExpired; another user's or none, ErrNotFound.
+// Pay confirms a pending order or checkout before its deadline. Confirmed answers as it is;
+// cancelled, ErrOrderCancelled; expired or past its deadline (expired now: a late payment is
+// refused, never sold twice), ErrOrderExpired; another user's or none, ErrNotFound.
 func (s *Store) Pay(ctx context.Context, ref Ref, userID string) (Checkout, error) {
 	if ref.Checkout {
 		return s.transition(ctx, ref, userID, s.payStep)
 	}
-	// The common case first: a payment in time moves no units, so it needs only the order's row,
-	// one statement, no wait behind the sales of a hot product.
+	// A payment in time moves no units: one statement, no wait behind a hot product's sales.
 	db := s.db.WithContext(ctx)
 	now, err := s.clock(db)
 	if err != nil {
@@ -125,10 +120,9 @@ func (s *Store) transition(ctx context.Context, ref Ref, userID string,
 	return Checkout{}, fmt.Errorf("%s: %w", ref, ErrNotFound)
 }
 
-// transitionRows runs step on the order that cond names and, when it is a line of a checkout, on
-// every line of it: a checkout moves as one. One transaction holds their products' rows, taken
-// in SKU order as a sale takes them. An error of step rolls everything back, except refused:
-// that commits (every line gets its step), and is the caller's answer.
+// transitionRows runs step on the order cond names, or on every line of its checkout (which
+// moves as one), holding their products' rows in SKU order as a sale does. An error of step
+// rolls everything back, except refused: that commits, and is the caller's answer.
 func (s *Store) transitionRows(ctx context.Context, cond, arg, userID string,
 	step func(tx *gorm.DB, o *orderRow, now time.Time) error) ([]orderRow, time.Time, error) {
 	var (
@@ -202,9 +196,8 @@ func (s *Store) end(tx *gorm.DB, o *orderRow, status Status) error {
 	return restock(tx, o.SKU, int64(o.Quantity))
 }
 
-// restock gives units back to sku's stock. The version does not move: a section that read the
-// product before decided against fewer units than there are, never more, and its UPDATE checks
-// the stock as it is now; a new version would fail it for nothing, again under every cancel.
+// restock gives units back to sku's stock, leaving the version: a section that read before
+// decided on fewer units than there are, never more, so failing it would be for nothing.
 func restock(tx *gorm.DB, sku string, units int64) error {
 	res := tx.Model(&productRow{}).Where("sku = ?", sku).Updates(map[string]any{
 		"stock":      gorm.Expr("stock + ?", units),
@@ -252,9 +245,8 @@ func (s *Store) waiting() *gorm.DB {
 	return s.db
 }
 
-// ExpireDue expires pending orders past their deadline, giving their units back, and returns
-// them: up to limit checkouts, each as one, then up to limit single orders per product, for a
-// few products at a time. Any instance may call it at any time: each order expires once.
+// ExpireDue expires and returns pending orders past their deadline, their units back: up to
+// limit checkouts, then up to limit orders per product for a few products. Each expires once.
 func (s *Store) ExpireDue(ctx context.Context, limit int) ([]Order, error) {
 	db := s.db.WithContext(ctx)
 	now, err := s.clock(db)

@@ -6,14 +6,12 @@ import (
 	"time"
 )
 
-// The lock table of the classic comparison (distributed_locks). A lock is held while its row
-// exists and has not expired. Time comes from the database's clock, never the instances', so
-// that clock skew between instances cannot make one of them think a live lock has expired.
+// The lock table of the classic comparison (distributed_locks): a lock is held while its row
+// exists, unexpired by the database's clock, so skew between instances cannot expire a live one.
 
 // TryLock makes one attempt to take the named lock for holder, for ttl, and reports whether it
-// did. Acquire is an INSERT: the primary key lets exactly one concurrent INSERT win. An expired
-// row (its holder crashed) is reclaimed by one UPDATE that matches only while it is still
-// expired, so two reclaimers cannot both win and a live lock is never touched.
+// did: an INSERT, of which the primary key lets one win, or the reclaim of an expired row by an
+// UPDATE that matches only while it is expired, so one reclaimer wins and a live lock is safe.
 func (s *Store) TryLock(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
 	expiry, now, ttlArg := s.lockClock(ttl)
 	db := s.db.WithContext(ctx)
@@ -34,9 +32,8 @@ func (s *Store) TryLock(ctx context.Context, name, holder string, ttl time.Durat
 	return res.RowsAffected == 1, nil
 }
 
-// ExtendLock pushes the named lock's expiry to now + ttl if holder still holds it and it has not
-// expired, and reports whether it did. An expired lock is never revived, even while nobody has
-// reclaimed it yet: its holder must assume another has it (a reclaimer may be on its way).
+// ExtendLock pushes the named lock's expiry to now + ttl if holder holds it unexpired, and
+// reports whether it did. An expired lock is never revived: a reclaimer may be on its way.
 func (s *Store) ExtendLock(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
 	expiry, now, ttlArg := s.lockClock(ttl)
 	res := s.db.WithContext(ctx).Exec("UPDATE distributed_locks SET expire_at = "+expiry+

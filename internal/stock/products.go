@@ -80,11 +80,10 @@ func column(t time.Time) *time.Time {
 	return &u
 }
 
-// PutProduct starts a sale round: it creates the product, or resets an existing one in one
-// transaction: its fields set, the round's orders (in every state) deleted, the version bumped
-// (never reset, so a writer holding a version of the old round cannot write into the new one),
-// and the fences set back to 0, so that a replaced etcd cluster or ZooKeeper ensemble (whose
-// tokens start again low) can always be recovered by a reset.
+// PutProduct starts a sale round in one transaction: it creates the product or resets it, its
+// orders deleted, its version bumped (never reset: a writer holding an old round's version
+// cannot write into the new one) and its fences set to 0 (a replaced etcd or ZooKeeper cluster,
+// whose tokens start again low, is recovered by a reset).
 func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, error) {
 	var out productRow
 	err := s.withTx(ctx, s.db, func(tx *gorm.DB) error {
@@ -92,9 +91,8 @@ func (s *Store) PutProduct(ctx context.Context, spec ProductSpec) (Product, erro
 		row := productRow{SKU: spec.SKU, Name: spec.Name, InitialStock: spec.Stock, Stock: spec.Stock, Version: 1, MaxPerOrder: spec.MaxPerOrder,
 			StartsAt: column(spec.Window.Starts), EndsAt: column(spec.Window.Ends), PaymentTimeoutS: int(spec.PaymentTimeout / time.Second),
 			RoomAdmitPerS: admitPerS, RoomPassTTLS: passTTLS}
-		// One upsert, not an update and then an insert: an update of a missing row locks the gap
-		// where it would be, and two resets of new products then deadlock on each other's gaps.
-		// An existing row takes the new row's columns (its fences are 0) and a new version.
+		// One upsert: an update of a missing row locks its gap, and two resets of new products
+		// then deadlock on each other's gaps. The fences come from the new row: 0.
 		reset := clause.OnConflict{Columns: []clause.Column{{Name: "sku"}}, DoUpdates: append(clause.AssignmentColumns([]string{
 			"name", "initial_stock", "stock", "max_per_order", "starts_at", "ends_at", "payment_timeout_s",
 			"room_admit_per_s", "room_pass_ttl_s", "fence", "zk_fence",
@@ -145,9 +143,8 @@ func (s *Store) DeleteProduct(ctx context.Context, sku string) error {
 	})
 }
 
-// Audit reads the product and the sums of its orders in one statement, so both come from the
-// same snapshot even while orders are being placed: the active orders (pending or confirmed),
-// which hold the units the stock lacks, and the counts per state.
+// Audit reads the product and the sums of its orders per state in one statement, so both come
+// from one snapshot even while orders are being placed.
 func (s *Store) Audit(ctx context.Context, sku string) (Audit, error) {
 	var rows []Audit
 	err := s.db.WithContext(ctx).Raw(`

@@ -15,14 +15,13 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// The critical sections of the strategies. Each places a batch (the requests for one set of
-// products that queued while the last section ran; an order is a request of one line) in one
-// transaction: one conditional UPDATE per product, its RowsAffected checked, and one multi-row
-// insert. Products go in SKU order, so two crossed checkouts (A+B, B+A) never each hold a row
-// the other waits for. The sections differ in what guards each UPDATE: the version read
-// (PlaceAt), a fencing token (PlaceFenced), the row lock (PlaceLocked), or nothing
-// (PlaceUnguarded, kept so that the checks can be seen to catch the lost update).
-// A refused request fails alone (decide), never the batch, and never by half.
+// The critical sections of the strategies. Each places a batch (the requests for the same
+// products that queued while the last section ran) in one transaction: one conditional UPDATE
+// per product, its RowsAffected checked, and one multi-row insert. Products go in SKU order, so
+// crossed checkouts (A+B, B+A) never each hold a row the other waits for. What guards an UPDATE:
+// the version read (PlaceAt), a fencing token (PlaceFenced), the row lock (PlaceLocked), or
+// nothing (PlaceUnguarded, so the checks can be seen to catch the lost update). A refused
+// request fails alone (decide), never the batch, never by half.
 
 // Placed is the answer to one request of a batch: its checkout, or why it was not placed.
 type Placed struct {
@@ -30,19 +29,17 @@ type Placed struct {
 	Err      error
 }
 
-// PlaceAt is the optimistic critical section (hybrid, dblock): it places the requests only if
-// every product is still at the version read (UPDATE ... WHERE version = ? AND stock >= total).
+// PlaceAt is the optimistic critical section (hybrid, dblock): it writes only if every product
+// is still at the version read (reads: one per product, any order, from any earlier moment).
 // It takes no lock, so it stays correct when a lock in front of it was lost: a stale writer
 // matches no row and gets ErrVersionConflict, having written nothing. Read again and retry.
-// reads (one per product, any order) may be from any earlier moment: only the versions matter.
 func (s *Store) PlaceAt(ctx context.Context, reqs []CheckoutRequest, reads []Product) ([]Placed, error) {
 	return s.placeAt(ctx, reqs, reads, true)
 }
 
-// PlaceAdmitted is PlaceAt for buyers whom admission vouched for (hybrid's Redis buyer set): it
-// skips the lookup of stored buyers and keys, one query fewer inside the lock. The unique keys
-// still decide: a conflict admission missed fails the insert, writes nothing and answers
-// ErrVersionConflict, so the caller's retry runs PlaceAt, which looks.
+// PlaceAdmitted is PlaceAt for buyers admission vouched for (hybrid): one query fewer inside the
+// lock, no lookup of stored buyers and keys. The unique keys still decide: a conflict admission
+// missed fails the insert with ErrVersionConflict, and the retry runs PlaceAt, which looks.
 func (s *Store) PlaceAdmitted(ctx context.Context, reqs []CheckoutRequest, reads []Product) ([]Placed, error) {
 	return s.placeAt(ctx, reqs, reads, false)
 }
@@ -60,11 +57,10 @@ func (s *Store) placeAt(ctx context.Context, reqs []CheckoutRequest, reads []Pro
 	})
 }
 
-// PlaceFenced is the critical section of the lock services (etcd, ZooKeeper): it writes only if
-// no later lock holder has written the products (their fence of the token's kind <= the token,
-// at the version read), and each token becomes its product's fence. A holder whose lease expired
-// while it was paused has an older token than its successor: a *FenceError, nothing written. A
-// product that moved some other way answers ErrVersionConflict: read again and retry.
+// PlaceFenced is the section of the lock services (etcd, ZooKeeper): it writes only if no later
+// holder has (fence <= token, at the version read), and each token becomes its product's fence.
+// A holder paused past its lease has an older token than its successor: *FenceError, nothing
+// written. A product that moved some other way answers ErrVersionConflict: read again, retry.
 // beforeWrite (the fault hooks) runs between the reads and the write; its error writes nothing.
 func (s *Store) PlaceFenced(ctx context.Context, reqs []CheckoutRequest, tokens map[string]Token, beforeWrite func(context.Context) error) ([]Placed, error) {
 	b, err := s.readAndDecide(ctx, reqs, beforeWrite)
@@ -82,8 +78,7 @@ func (s *Store) PlaceFenced(ctx context.Context, reqs []CheckoutRequest, tokens 
 	})
 }
 
-// fencedMiss is the answer of a fenced write of sku that matched no row: *FenceError when a later
-// holder wrote, ErrVersionConflict when the product moved some other way.
+// fencedMiss answers a fenced write that matched no row: *FenceError if a later holder wrote.
 func fencedMiss(tx *gorm.DB, sku string, token Token) error {
 	var now productRow
 	if err := tx.Where("sku = ?", sku).Take(&now).Error; err != nil {
@@ -95,9 +90,8 @@ func fencedMiss(tx *gorm.DB, sku string, token Token) error {
 	return fmt.Errorf("product %s changed under the batch: %w", sku, ErrVersionConflict)
 }
 
-// ResetFence sets sku's fence of one kind back to 0 if it is still at observed. The lock
-// services' strategies call it when the fence is ahead of the service's own sequence, which no
-// real token can be: the cluster was replaced and its sequence started again.
+// ResetFence sets sku's fence back to 0 if still at observed: a fence ahead of the lock service's
+// own sequence, which no real token can be, means the cluster was replaced and started again.
 func (s *Store) ResetFence(ctx context.Context, sku string, fence Fence, observed int64) error {
 	err := s.db.WithContext(ctx).Model(&productRow{}).Where("sku = ? AND "+string(fence)+" = ?", sku, observed).Update(string(fence), 0).Error
 	if err := classify(err); err != nil {
@@ -110,11 +104,9 @@ func (s *Store) ResetFence(ctx context.Context, sku string, fence Fence, observe
 type RowWait int
 
 const (
-	// NoWait does not wait (SELECT ... FOR UPDATE NOWAIT): a held row answers ErrBusy at once,
-	// and the connection goes back to its pool.
+	// NoWait (FOR UPDATE NOWAIT): a held row answers ErrBusy at once, the connection freed.
 	NoWait RowWait = iota
-	// WaitForRow waits in the row's lock queue (SELECT ... FOR UPDATE), holding its connection,
-	// for as long as its pool's lock wait allows: then ErrBusy.
+	// WaitForRow waits in the row's lock queue, holding its connection, up to the lock wait.
 	WaitForRow
 )
 
@@ -137,28 +129,25 @@ func (w RowWait) String() string {
 }
 
 // PlaceLocked is the pessimistic critical section: one transaction takes the rows of skus in
-// SKU order (SELECT ... FOR UPDATE, NOWAIT unless wait is WaitForRow), decides every request
-// against them and writes. Under the row locks nobody else can sell, so what it read stays true
-// until the commit. Crossed checkouts queue on their first common row instead of each holding
-// one the other wants.
+// SKU order (SELECT ... FOR UPDATE), decides every request and writes. Under the row locks
+// nobody else can sell, so what it read stays true until the commit.
 //
-// NoWait answers ErrBusy at once, on the main pool, holding no connection while another
-// transaction has the row: hundreds of buyers cannot park connections behind one row until the
-// pool runs dry («Locks in practice», docs/sources.md). WaitForRow waits in the row's queue for
-// at most Options.LockWait, on a small pool of its own; that is safe because the batcher lets at
-// most one section per product and instance wait. The queue hands the row on the moment its
-// holder commits, where retried NOWAITs leave it idle between tries. On SQLite both take the
-// database's one write lock without waiting (BEGIN IMMEDIATE, busy_timeout 0).
+// NoWait answers ErrBusy at once and holds no connection while the row is taken: hundreds of
+// buyers cannot park connections behind one row until the pool runs dry («Locks in practice»,
+// docs/sources.md). WaitForRow waits in the row's queue (at most Options.LockWait) on a small
+// pool of its own, safe because the batcher lets one section per product and instance wait; the
+// row passes on at its holder's commit, not idle between retries. SQLite takes its one write
+// lock without waiting (BEGIN IMMEDIATE, busy_timeout 0).
 //
 // take gives the requests once the rows are held, so the section also places those that came
-// while it waited; the answers are for take's requests, in order. take is not called when a
-// row could not be had, and must return the same requests when called again on a retry.
+// while it waited; the answers are for them, in order. take is not called when a row could not
+// be had, and must return the same requests when called again on a retry.
 func (s *Store) PlaceLocked(ctx context.Context, skus []string, wait RowWait, take func() []CheckoutRequest) ([]Placed, error) {
 	return s.placeLocked(ctx, s.lockPool(wait), rowLock(wait), skus, take)
 }
 
-// lockPool is the pool a transaction that takes product rows with wait runs on: NOWAIT on MySQL
-// holds no connection while it waits, so the main pool; a waiting one, the small queue pool.
+// lockPool is the pool of a section that takes rows with wait: NOWAIT on MySQL waits holding no
+// connection, so the main pool; a waiting one, the small queue pool.
 func (s *Store) lockPool(wait RowWait) *gorm.DB {
 	if wait == NoWait && s.dialect == MySQL {
 		return s.db
@@ -178,8 +167,7 @@ func rowLock(wait RowWait) clause.Locking {
 	return lock
 }
 
-// placeLocked is PlaceLocked's section on pool db, the rows taken with lock. The lab runs it on
-// the main pool whichever the lock, as the sources do (PlaceOneForUpdate).
+// placeLocked is PlaceLocked on pool db (the lab's PlaceOneForUpdate: the main pool).
 func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Locking, skus []string, take func() []CheckoutRequest) ([]Placed, error) {
 	var b batch
 	err := s.withTx(ctx, db, func(tx *gorm.DB) error {
@@ -208,13 +196,11 @@ func (s *Store) placeLocked(ctx context.Context, db *gorm.DB, lock clause.Lockin
 	return b.settle(err)
 }
 
-// PlaceUnguarded is deliberately wrong, for the unsafe strategies only: it reads the stock,
-// decides, runs beforeWrite (naive: a pause, as latency would; the unguarded strategies: under a
-// lock nothing checks), then writes the stock it computed from its read. Concurrent sections all
-// read the same stock, all sell it, and each write overwrites the others': the lost update that
-// oversells a flash sale. It is the project's one unconditional stock write, kept so that the
-// tests, the lab and the load tool can show their checks catch it. beforeWrite's error writes
-// nothing.
+// PlaceUnguarded is deliberately wrong, for the unsafe strategies only: it reads, decides, runs
+// beforeWrite (naive: a pause; unguarded: a lock nothing checks), then writes the stock computed
+// from its read. Concurrent sections sell the same stock and overwrite each other: the lost
+// update that oversells. It is the one unconditional stock write, kept so that the tests, the
+// lab and the load tool show their checks catch it. beforeWrite's error writes nothing.
 func (s *Store) PlaceUnguarded(ctx context.Context, reqs []CheckoutRequest, beforeWrite func(context.Context) error) ([]Placed, error) {
 	b, err := s.readAndDecide(ctx, reqs, beforeWrite)
 	return s.write(ctx, b, err, func(tx *gorm.DB, read Product, units int64) error {
@@ -224,10 +210,9 @@ func (s *Store) PlaceUnguarded(ctx context.Context, reqs []CheckoutRequest, befo
 	})
 }
 
-// SoldOut answers take's requests without a lock when a product of skus is at zero stock, as a
-// section would decide them, from plain reads. While every product has units left, ok is false
-// and take is not called. Most of a flash sale's buyers come after the last unit: they then
-// never queue for a lock or a row (on Galera: certification conflicts answered busy).
+// SoldOut decides take's requests from plain reads, without a lock, when a product of skus is
+// at zero stock; else ok is false and take is not called. Most buyers come after the last unit:
+// they never queue for a lock or a row (on Galera: certification conflicts answered busy).
 func (s *Store) SoldOut(ctx context.Context, skus []string, take func() []CheckoutRequest) (answers []Placed, ok bool, err error) {
 	reads, err := s.Reads(ctx, skus)
 	if err != nil || !slices.ContainsFunc(reads, func(p Product) bool { return p.Stock <= 0 }) {
@@ -293,13 +278,11 @@ type batch struct {
 }
 
 // decide applies the products' rules, in one place, to each request of reqs (all for the same
-// products) in arrival order, against reads (one per product, any order). A refused line refuses
-// its request, the first in SKU order naming every line refused for the same reason: outside
-// the sale window, over the limit, a buyer with an active order of the product, a used
-// Idempotency-Key (stored or earlier in the batch), or too little stock. The others take their
-// units, pending until the shortest payment timeout of their products, or confirmed at once.
-// Unless lookup is false, one query (stored) finds the known conflicts, so that none fails the
-// whole batch at the insert. Windows and deadlines go by the database's clock.
+// products) in arrival order, against reads (one per product, any order). A line refused (sale
+// window, limit, buyer with an active order, used key, too little stock) refuses its request
+// (Refusal). The others take their units, pending until their shortest payment timeout or
+// confirmed. Unless lookup is false, one query (stored) finds the known conflicts, so none fails
+// the whole batch at the insert. Windows and deadlines go by the database's clock.
 func (s *Store) decide(db *gorm.DB, reqs []CheckoutRequest, reads []Product, lookup bool) (batch, error) {
 	b := batch{out: make([]Placed, len(reqs)), placed: make([][]int, len(reqs)), now: time.Now().UTC().Truncate(time.Microsecond)}
 	if len(reqs) == 0 {
@@ -430,9 +413,8 @@ func readsOf(skus []string, reads []Product) ([]Product, error) {
 	return out, nil
 }
 
-// write runs sell for every product of batch b (its decrement by the batch's units), then
-// inserts every row, in one transaction, and settles: nothing when deciding b failed with err
-// or left nothing to write.
+// write runs sell for every product of b, inserts every row, in one transaction, and settles:
+// nothing when deciding b failed with err or left nothing to write.
 func (s *Store) write(ctx context.Context, b batch, err error, sell func(tx *gorm.DB, read Product, units int64) error) ([]Placed, error) {
 	if err != nil || len(b.rows) == 0 {
 		return b.out, err
@@ -466,9 +448,8 @@ func (b batch) insert(tx *gorm.DB, sell func(tx *gorm.DB, read Product, units in
 	return tx.Create(&b.rows).Error
 }
 
-// settle is the batch's answers once its write ended with err: every request's, or err for all
-// of them. A key or buyer of the batch taken by a writer outside it between the decision and the
-// insert wrote nothing: read again and retry.
+// settle is the batch's answers once its write ended with err. A key or buyer taken by another
+// writer between the decision and the insert wrote nothing: ErrVersionConflict, read again.
 func (b batch) settle(err error) ([]Placed, error) {
 	if err != nil {
 		if isDuplicate(err) {

@@ -86,9 +86,8 @@ type codedError interface {
 	Code() string
 }
 
-// Code names err in the one vocabulary of the project: the HTTP answer's error code, the order
-// metrics' outcome label and the logs' code all come from here. An error with its own Code()
-// method (the HTTP layer's) keeps it; nil is "ok"; anything unknown is "internal".
+// Code names err in the project's one vocabulary (HTTP error code, metric outcome, log code).
+// An error with its own Code() keeps it; nil is "ok"; anything unknown is "internal".
 func Code(err error) string {
 	if err == nil {
 		return "ok"
@@ -186,8 +185,7 @@ type Product struct {
 }
 
 // WaitingRoom is a product's waiting room: buyers let in at AdmitPerS for the whole deployment,
-// each with a pass good for PassTTL (whole seconds). frontdoor.Config.Validate checks its
-// bounds; the table checks them again.
+// each with a pass good for PassTTL (whole seconds); frontdoor.Config.Validate checks the bounds.
 type WaitingRoom struct {
 	AdmitPerS int
 	PassTTL   time.Duration
@@ -226,9 +224,8 @@ type OrderRequest struct {
 	Reservation Reservation
 }
 
-// Reservation is units set aside for an order before it reaches the database, while the
-// instance that admitted it lives: once it stops, the units go back on sale unless the database
-// shows the order. ID tells one reservation of a buyer from a later one.
+// Reservation is units set aside for an order until it reaches the database, while the instance
+// that admitted it lives; then they go back on sale unless the database shows the order.
 type Reservation struct {
 	ID string
 }
@@ -249,8 +246,7 @@ func (r OrderRequest) Fingerprint() string {
 type Status string
 
 // The statuses of an order. Pending and confirmed orders are active: they hold their units.
-// Queued (accepted, not yet written) and rejected (never will be) are the queued strategy's,
-// and have no row.
+// Queued and rejected (accepted, not yet or never written) are the queued strategy's: no row.
 const (
 	Pending   Status = "pending"
 	Confirmed Status = "confirmed"

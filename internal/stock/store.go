@@ -43,17 +43,12 @@ const (
 type Store struct {
 	db      *gorm.DB
 	dialect Dialect
-	// queue is the pool of the sections that wait for a row lock (PlaceLocked with WaitForRow).
-	// On MySQL it is small, and its sessions carry the lock wait, so no other statement inherits
-	// it. SQLite has no row locks: queue is a second pool on the file, with busy_timeout 0 and
-	// IMMEDIATE transactions, so locking a product takes the file's one write lock or fails at
-	// once, and the strategy retries within its wait.
-	queue *gorm.DB
-	// galera: the server is a node of a Galera cluster, whose reads wait for it (readCausally).
-	galera bool
-	// statements counts the statements sent: what a feature costs the database is counted, not
-	// guessed.
-	statements atomic.Int64
+	// queue is the pool of the sections that wait for a row lock (PlaceLocked, WaitForRow). On
+	// MySQL it is small and only its sessions carry the lock wait. On SQLite (no row locks) it
+	// takes the file's write lock or fails at once (busy_timeout 0), and the strategy retries.
+	queue      *gorm.DB
+	galera     bool         // a Galera node: reads wait for it (readCausally)
+	statements atomic.Int64 // what a feature costs the database is counted, not guessed
 }
 
 // countStatements counts every statement of both pools in s.statements, by a gorm callback.
@@ -135,9 +130,8 @@ func OpenMySQL(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
-	// Without it the driver prepares every statement with arguments on the server: prepare,
-	// execute, close, three round trips where one does, under a lock. Client-side interpolation
-	// is safe with utf8mb4 (the driver refuses it only for multibyte charsets like GBK or SJIS).
+	// Else every statement with arguments is prepared, executed, closed: three round trips under
+	// a lock where one does. Safe with utf8mb4 (the driver refuses it only for GBK, SJIS, ...).
 	cfg.InterpolateParams = true
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
@@ -183,15 +177,12 @@ func (s *Store) start(ctx context.Context) (*Store, error) {
 	return s, nil
 }
 
-// boundIdleTransactions has the server end any transaction of this store's sessions that waits
-// for its client longer than seconds (a session variable on every connection: cfg.Params). It
-// keeps one stopped instance (a GC pause, a frozen VM, SIGSTOP) from freezing the sale: it holds
-// the product's row lock mid-transaction, and every other instance would wait until it wakes.
-// MariaDB has idle_transaction_timeout: the connection is closed and the transaction rolled
-// back, so the late COMMIT fails instead of landing. MySQL 8 has only wait_timeout, for a
-// connection idle in or out of a transaction, so the pool must not keep an idle connection that
-// long (the returned bound). Transactions here wait only for the database between statements,
-// so a live holder is never cut off.
+// boundIdleTransactions has the server end a transaction of this store that waits for its
+// client longer than seconds (a session variable in cfg.Params). Else one stopped instance (GC
+// pause, frozen VM, SIGSTOP) holding a row lock mid-transaction freezes the sale for everyone.
+// MariaDB's idle_transaction_timeout rolls it back, so the late COMMIT fails. MySQL 8 has only
+// wait_timeout, idle in or out of a transaction, so the pool keeps no idle connection that long
+// (the returned bound). Our transactions never wait on the client, so a live holder is not cut.
 func boundIdleTransactions(ctx context.Context, probe *sql.DB, cfg *mysql.Config, seconds int) (maxIdle time.Duration, err error) {
 	var version string
 	if err := probe.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
@@ -308,11 +299,10 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
 	return nil
 }
 
-// withTx runs fn in one transaction on db and classifies what comes out of it. A transaction
-// whose session the server ended (idle past its bound while this instance was paused, or
-// killed) is busy, not unavailable, when the database still serves: no backend is down, and the
+// withTx runs fn in one transaction on db and classifies its error. A session the server ended
+// (idle past its bound, or killed) while the database still serves is busy, not unavailable: the
 // order may be tried again at once. Ended in fn, it wrote nothing; ended at its COMMIT, its
-// outcome is unknown (ErrOutcomeUnknown), as for any COMMIT whose answer was lost.
+// outcome is unknown (ErrOutcomeUnknown).
 func (s *Store) withTx(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
 	inBody := false
 	err := classify(db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
