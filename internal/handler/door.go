@@ -78,21 +78,6 @@ func owns(c *gin.Context, one stock.Checkout) bool {
 	return true
 }
 
-// entrant is who joins or polls sku's waiting room (the token's sub, or named: claim) and the
-// room: on failure it answers, and returns false.
-func (h *handler) entrant(c *gin.Context, sku string, named *string) (string, frontdoor.Product, bool) {
-	id, err := claim(c, named)
-	if err != nil {
-		fail(c, err, "")
-		return "", frontdoor.Product{}, false
-	}
-	p, ok := h.room(c, sku)
-	if !ok {
-		return "", frontdoor.Product{}, false
-	}
-	return id, p, true
-}
-
 // room reads sku's product for its waiting room: on failure, or when it has none (404), it
 // answers, and returns false.
 func (h *handler) room(c *gin.Context, sku string) (frontdoor.Product, bool) {
@@ -118,14 +103,11 @@ func (h *handler) join(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var body struct {
-		UserID *string `json:"user_id"`
-	}
-	_, authed := authenticated(c)
-	if !decodeBody(c, &body, authed) {
+	id, ok := buyer(c, false)
+	if !ok {
 		return
 	}
-	id, p, ok := h.entrant(c, sku, body.UserID)
+	p, ok := h.room(c, sku)
 	if !ok {
 		return
 	}
@@ -152,7 +134,12 @@ func (h *handler) poll(c *gin.Context) {
 	if u, given := c.GetQuery("user_id"); given {
 		named = &u
 	}
-	id, p, ok := h.entrant(c, sku, named)
+	id, err := claim(c, named)
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	p, ok := h.room(c, sku)
 	if !ok {
 		return
 	}

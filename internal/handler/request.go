@@ -237,7 +237,7 @@ func claim(c *gin.Context, userID *string) (string, error) {
 	return id, nil
 }
 
-// buyer reads whose order or checkout a payment or a cancellation is for. The admin (the bearer
+// buyer reads who a payment, a cancellation or a join is for (claim). The admin (the bearer
 // token on a cancellation) needs no body: user "". On failure it answers, and returns false.
 func buyer(c *gin.Context, admin bool) (string, bool) {
 	var body struct {
