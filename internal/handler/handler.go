@@ -127,7 +127,7 @@ func New(cfg Config) (http.Handler, error) {
 
 	v1 := r.Group("/api/v1")
 	if cfg.RateLimit.Rate > 0 {
-		v1.Use(newClientLimiter(cfg.RateLimit).middleware())
+		v1.Use((&clientLimiter{limit: cfg.RateLimit, seen: map[string]*bucket{}}).middleware())
 	}
 	admin := h.requireAdmin
 	v1.PUT("/products/:sku", admin, h.putProduct)

@@ -29,10 +29,6 @@ type bucket struct {
 	last time.Time
 }
 
-func newClientLimiter(limit RateLimit) *clientLimiter {
-	return &clientLimiter{limit: limit, seen: map[string]*bucket{}}
-}
-
 // allow takes a token from client's bucket.
 func (l *clientLimiter) allow(client string, now time.Time) bool {
 	l.mu.Lock()
