@@ -17,11 +17,10 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Place implements Strategy: the request it returns is queued (stock.Queued), not placed. An
-// order or a checkout is one entry of its product's next batch: every line admitted or none, all
-// reserved under the request's id, so that the batch's first record decides them all. A request
-// whose units are held by batches in flight asks again in a later batch until its wait budget
-// runs out, as admission.Ledger.Admit does: held units are decided within a publish.
+// Place implements Strategy: the request it returns is queued, not placed. It is one entry of its
+// product's next batch, every line reserved under its id, so the batch's first record decides
+// them all. Units held by batches in flight are decided within a publish: the request asks again
+// in a later batch until its wait budget runs out, as admission.Ledger.Admit does.
 func (s *Queued) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	subject, size := req.SKUs()[0], s.size(req)
 	heldWait := s.opts.LockWait
@@ -177,9 +176,8 @@ func (s *Queued) refuse(ctx context.Context, es []*entry, why, err error) {
 }
 
 // publish sends batch b of the admitted requests es, records it queued, hands their reservations
-// over to the queue and answers 202. The 202 waits for both writes: it promises that the order
-// survives the queue's crash and ends placed or refused by the stock, and a batch with no record
-// may yet be given up by a sweeper.
+// to the queue and answers 202. The 202 waits for both writes: it promises the order survives a
+// crash of the queue, and a batch with no record may yet be given up by a sweeper.
 func (s *Queued) publish(b orderqueue.Batch, es []*entry) {
 	pctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
 	defer cancel()
@@ -207,9 +205,8 @@ func (s *Queued) publish(b orderqueue.Batch, es []*entry) {
 		return
 	}
 	if err == nil && neverAccepted(rec) {
-		// A sweeper recorded it given up first (this instance froze and stopped beating) and
-		// returned the units of the product it swept. Giving back every line returns the
-		// others'; a second give-back returns nothing.
+		// A sweeper recorded it given up first (this instance froze) and returned the units of
+		// its product. Giving back every line returns the others'; a second returns nothing.
 		unavailable := fmt.Errorf("batch %s given up while this instance was frozen: %w", b.ID, stock.ErrUnavailable)
 		s.refuse(rctx, es, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable), unavailable)
 		s.done(es)
@@ -253,10 +250,9 @@ func (s *Queued) accept(ctx context.Context, b orderqueue.Batch, es []*entry) {
 }
 
 // inDoubt answers a batch whose publish or record went unanswered: its message may have landed.
-// The first record decides, as for the sweeper: the batch is recorded given up before its buyers
-// hear 503, so that no writer places an order behind that answer, and its units go back; if a
-// writer recorded it first, the answer is 202. A failed record leaves the units in doubt, for
-// the sweeper.
+// The first record decides: recorded given up before its buyers hear 503, so that no writer
+// places an order behind that answer, its units go back; recorded first by a writer, it is 202.
+// A failed record leaves the units in doubt, for the sweeper.
 func (s *Queued) inDoubt(b orderqueue.Batch, es []*entry, published error) {
 	rctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
 	defer cancel()

@@ -38,9 +38,8 @@ func (s *Queued) Wait(ctx context.Context, ref stock.Ref, wait time.Duration, re
 // watch keeps (orderqueue.Queue.Wait): at a sale's rate they hold several seconds of ends.
 const heardFor = 2 * time.Second
 
-// written is the rows of a request accepted more than heardFor ago, if it has them. A placed
-// request's record stays queued and the watch may have forgotten its end: without this read its
-// wait would run out. A younger request needs no read: a sale's followers ask at once.
+// written is the rows of a request accepted more than heardFor ago, if any: its record stays
+// queued and the watch may have forgotten its end, so without this read its wait would run out.
 func (s *Queued) written(ctx context.Context, ref stock.Ref) (stock.Checkout, bool) {
 	id, err := ulid.ParseStrict(ref.ID)
 	if err != nil || time.Since(ulid.Time(id.Time())) < heardFor {
@@ -116,9 +115,8 @@ func (s *Queued) Replay(ctx context.Context, req stock.CheckoutRequest) (stock.C
 }
 
 // Backlog is how many of sku's orders are accepted and not yet written: the reservations the
-// queue holds (admission.Ledger.InQueue) less those with a row, which keep their reservation
-// until their settle. The audit reads the rows first, so an order written in between is counted
-// in neither, never both. A checkout counts under each of its products.
+// queue holds less those with a row (kept until their settle). The audit reads the rows first,
+// so an order written in between is counted in neither, never both. A checkout counts per product.
 func (s *Queued) Backlog(ctx context.Context, sku string) (int64, error) {
 	ids, err := s.admission.InQueue(ctx, sku)
 	if err != nil || len(ids) == 0 || planted.On(planted.AuditCountsWritten) {

@@ -131,9 +131,8 @@ func (s *Queued) claim(ctx context.Context, t orderqueue.Taken) []*inHand {
 }
 
 // provenQueued are the batches of t, by id, whose record need not be read: first deliveries with
-// a reservation handed over to the queue (admission.Ledger.HandedOver, one Redis read for all). A
-// reservation is handed over only once its record stood queued, so no sweeper gave the batch up
-// and no earlier writer rejected an order of it. Any other batch is claimed.
+// a reservation handed over to the queue (one Redis read for all). A hand-over follows the queued
+// record, so no sweeper gave the batch up and no writer rejected an order of it.
 func (s *Queued) provenQueued(ctx context.Context, t orderqueue.Taken) map[string]bool {
 	var first []stock.OrderRequest
 	for _, d := range t.Deliveries {
@@ -205,8 +204,8 @@ func (s *Queued) writeSome(ctx context.Context, es []held) {
 }
 
 // ackPlaced decides the orders of es the database has (placed by a writer that stopped before
-// its ack, or another) and returns the others; when it cannot say, their batches come back. It
-// finds them by reservation: the order's id, or the checkout's for all its lines.
+// its ack) and returns the others; when it cannot say, their batches come back. It finds them by
+// reservation: the order's id, or the checkout's for all its lines.
 func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 	if len(es) == 0 {
 		return nil
