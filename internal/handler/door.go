@@ -78,8 +78,9 @@ func owns(c *gin.Context, one stock.Checkout) bool {
 	return true
 }
 
-// room reads sku's product for its waiting room: on failure, or when it has none (404), it
-// answers, and returns false.
+// room reads what sku's waiting room needs to know of its product: its window, and whether it is
+// sold out as far as this instance knows. On failure, or when it has none (404), it answers, and
+// returns false.
 func (h *handler) room(c *gin.Context, sku string) (frontdoor.Product, bool) {
 	p, err := h.Sales.Product(c.Request.Context(), sku)
 	switch {
@@ -93,7 +94,8 @@ func (h *handler) room(c *gin.Context, sku string) (frontdoor.Product, bool) {
 		fail(c, stock.ErrUnavailable, "")
 		return frontdoor.Product{}, false
 	}
-	return doorProduct(p), true
+	return frontdoor.Product{SKU: p.SKU, Room: frontdoor.Config{AdmitPerS: p.WaitingRoom.AdmitPerS, PassTTL: p.WaitingRoom.PassTTL},
+		StartsAt: p.Window.Starts, EndsAt: p.Window.Ends, SoldOut: p.Stock <= 0}, true
 }
 
 // join puts the buyer in the product's line: 202 with its ticket and Location, the same ticket

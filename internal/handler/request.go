@@ -303,13 +303,6 @@ func roomJSON(room *stock.WaitingRoom) *roomBody {
 	return &roomBody{AdmitPerS: &rate, PassTTLS: &ttl}
 }
 
-// doorProduct is what a waiting room needs to know of p (which has one): its window, and
-// whether it is sold out as far as this instance knows.
-func doorProduct(p stock.Product) frontdoor.Product {
-	return frontdoor.Product{SKU: p.SKU, Room: frontdoor.Config{AdmitPerS: p.WaitingRoom.AdmitPerS, PassTTL: p.WaitingRoom.PassTTL},
-		StartsAt: p.Window.Starts, EndsAt: p.Window.Ends, SoldOut: p.Stock <= 0}
-}
-
 // spec validates the body into a product spec. max_per_order defaults to 1, payment_timeout_s
 // to 0 (orders confirmed at once), the window to none.
 func (b productBody) spec(sku string) (stock.ProductSpec, error) {
