@@ -157,9 +157,8 @@ func (s *Queued) admit(ctx context.Context, es []*entry) []*entry {
 			continue
 		}
 		if errors.Is(err, admission.ErrRedisDown) {
-			// No 202 can be promised without admission, and the database path is no fallback:
-			// it would sell units admission holds for orders already answered 202. The buyer
-			// retries shortly, with its key.
+			// No 202 without admission, and the database path is no fallback: it would sell
+			// units admission holds for orders already answered 202. The buyer retries.
 			err = stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued: admission cannot be asked, retry: %w", err))
 		}
 		e.answer(stock.Checkout{}, err)
@@ -209,7 +208,6 @@ func (s *Queued) publish(b orderqueue.Batch, es []*entry) {
 		// its product. Giving back every line returns the others'; a second returns nothing.
 		unavailable := fmt.Errorf("batch %s given up while this instance was frozen: %w", b.ID, stock.ErrUnavailable)
 		s.refuse(rctx, es, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable), unavailable)
-		s.done(es)
 		return
 	}
 	// Queued, perhaps with orders a writer rejected already: they were accepted, and their
@@ -224,15 +222,8 @@ func (s *Queued) answerAccepted(es []*entry) {
 	}
 }
 
-// done ends the tracking of es's reservations here: their batch's record decides them now.
-func (s *Queued) done(es []*entry) {
-	for _, e := range es {
-		s.admission.Done(stock.Reservation{ID: e.order.Reservation})
-	}
-}
-
 // accept hands the reservations of batch b, whose message and record are out, over to the queue,
-// one call per product, then answers es 202.
+// one call per product, then answers es 202 and ends their tracking here: the record decides them.
 func (s *Queued) accept(ctx context.Context, b orderqueue.Batch, es []*entry) {
 	bySKU := map[string][]stock.OrderRequest{}
 	for _, o := range b.Orders {
@@ -246,7 +237,9 @@ func (s *Queued) accept(ctx context.Context, b orderqueue.Batch, es []*entry) {
 		}
 	}
 	s.answerAccepted(es)
-	s.done(es)
+	for _, e := range es {
+		s.admission.Done(stock.Reservation{ID: e.order.Reservation})
+	}
 }
 
 // inDoubt answers a batch whose publish or record went unanswered: its message may have landed.
