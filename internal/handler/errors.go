@@ -77,8 +77,7 @@ var answers = map[string]struct {
 	"order_cancelled": {http.StatusConflict, func(s string, _ error) string { return s + " was cancelled" }},
 	"busy": {http.StatusTooManyRequests, func(s string, err error) string {
 		if errors.Is(err, stock.ErrDuplicateRequest) {
-			// Another request with the same Idempotency-Key is being placed right now and has
-			// not settled: this one can be answered once it has.
+			// The key's first request has not settled: this one can be answered once it has.
 			return "a request with this Idempotency-Key is in flight; retry shortly"
 		}
 		return s + " is busy; retry shortly"

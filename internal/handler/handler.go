@@ -74,10 +74,9 @@ type Config struct {
 	Events *feed.Hub
 }
 
-// Door is the front door's parts, built by the composition root on the deployment's Redis.
-// A nil Verifier trusts a body's user_id; a nil Limiter limits no buyer; a nil Room (a handler
-// built without Redis, as a test may) answers a waiting room's routes unavailable. Passes are
-// the service's to check (service.Parts.Passes): once, for every line of a request.
+// Door is the front door's parts, built on the deployment's Redis. A nil Buyers trusts a body's
+// user_id; a nil Limit limits no buyer; a nil Room answers a waiting room's routes unavailable.
+// Passes are the service's to check (service.Parts.Passes): once, for every line of a request.
 type Door struct {
 	Buyers *frontdoor.Verifier
 	Limit  *frontdoor.Limiter

@@ -36,9 +36,8 @@ type held struct {
 // queueLanes bounds a take's concurrent requests to the queue (claims, hooks), independent ones.
 const queueLanes = 16
 
-// write is one writer's take of one product's batches: the orders for each set of products in
-// one section (one lock, one conditional update, one multi-row insert), in the order the queue
-// took them. A batch is acked once every order of it is decided, naked otherwise.
+// write is one writer's take of one product's batches: each set of products' orders in one
+// section (one lock, one conditional update, one multi-row insert), in the order taken.
 func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 	if hook := s.opts.Hooks.Taken; hook != nil {
 		var g errgroup.Group
