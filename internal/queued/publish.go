@@ -22,7 +22,10 @@ import (
 // them all. Units held by batches in flight are decided within a publish: the request asks again
 // in a later batch until its wait budget runs out, as admission.Ledger.Admit does.
 func (s *Queued) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	subject, size := req.SKUs()[0], s.size(req)
+	// The bytes its order takes in a message: its ids, minted later, are of one length.
+	o, _ := orderIn(orderqueue.NewBatch(""), req)
+	data, _ := json.Marshal(o)
+	subject, size := req.SKUs()[0], len(data)
 	heldWait := s.opts.LockWait
 	if planted.On(planted.HeldAtOnce) {
 		heldWait = 0
@@ -63,13 +66,6 @@ func (e *entry) answer(out stock.Checkout, err error) {
 	}
 	e.out, e.err, e.answered = out, err, true
 	close(e.done)
-}
-
-// size is about the bytes req's order takes in a message: its ids, minted later, are of one length.
-func (s *Queued) size(req stock.CheckoutRequest) int {
-	o, _ := orderIn(orderqueue.NewBatch(""), req)
-	data, _ := json.Marshal(o)
-	return len(data)
 }
 
 // orderIn is req as an order of batch b, with a fresh id minted in it, and its lines as admission

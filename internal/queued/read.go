@@ -101,17 +101,15 @@ func (s *Queued) Replay(ctx context.Context, req stock.CheckoutRequest) (stock.C
 		return stock.Checkout{}, fmt.Errorf("key %q: nothing queued: %w", req.IdempotencyKey, stock.ErrNotFound)
 	}
 	rec, err := s.queue.Get(ctx, held.ID)
-	if err != nil {
-		return s.read(ctx, rec, err, !req.Order)
-	}
 	prior := requestOf(rec.Order)
 	switch {
+	case err != nil: // read answers it
 	case rec.State == orderqueue.Rejected:
 		return stock.Checkout{}, fmt.Errorf("key %q: %s rejected: %w", req.IdempotencyKey, held.ID, stock.ErrNotFound)
 	case prior.Order != req.Order || prior.Fingerprint() != req.Fingerprint():
 		return stock.Checkout{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
 	}
-	return s.read(ctx, rec, nil, !req.Order)
+	return s.read(ctx, rec, err, !req.Order)
 }
 
 // Backlog is how many of sku's orders are accepted and not yet written: the reservations the

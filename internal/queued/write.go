@@ -1,6 +1,7 @@
 package queued
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -219,9 +220,7 @@ func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 	written, err := s.store.Placed(ctx, ids)
 	if err != nil {
 		for _, e := range es {
-			if e.h.retry == nil {
-				e.h.retry = err
-			}
+			e.h.retry = cmp.Or(e.h.retry, err)
 		}
 		return nil
 	}
