@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -152,11 +153,7 @@ func (s *Queued) provenQueued(ctx context.Context, t orderqueue.Taken) map[strin
 	}
 	proven := map[string]bool{}
 	for _, d := range t.Deliveries {
-		for _, o := range d.Batch.Orders {
-			if handed[o.Reservation] {
-				proven[d.Batch.ID] = true
-			}
-		}
+		proven[d.Batch.ID] = slices.ContainsFunc(d.Batch.Orders, func(o orderqueue.Order) bool { return handed[o.Reservation] })
 	}
 	return proven
 }
