@@ -199,9 +199,8 @@ func (h *handler) putProduct(c *gin.Context) {
 		fail(c, err, "product "+sku)
 		return
 	}
-	// A new sale round starts with an empty line: the old round's tickets, places and serving
-	// counter would otherwise admit its buyers first and at the old rate. The round is in the
-	// database already; a PUT that fails here is safe to send again.
+	// A new sale round starts with an empty line, or the old round's tickets would be admitted
+	// first and at the old rate. The round is stored already: a failed PUT is safe to repeat.
 	if h.Door.Room != nil {
 		if err := h.Door.Room.Reset(c.Request.Context(), sku); err != nil {
 			fail(c, err, "product "+sku)
