@@ -165,7 +165,7 @@ func (s *Queued) writeSome(ctx context.Context, es []held) {
 	for i, e := range es {
 		reqs[i] = requestOf(e.o)
 	}
-	var refused, written []held
+	var refused []held
 	var ends []orderqueue.Record
 	refusals := map[string]error{}
 	for i, p := range s.section(ctx, reqs[0].SKUs(), func() []stock.CheckoutRequest { return reqs }) {
@@ -177,7 +177,7 @@ func (s *Queued) writeSome(ctx context.Context, es []held) {
 		}
 		switch {
 		case err == nil:
-			written = append(written, e)
+			e.h.open--
 			row := &orderqueue.Row{Status: string(p.Checkout.Status), ExpiresAt: p.Checkout.ExpiresAt, CreatedAt: p.Checkout.CreatedAt}
 			ends = append(ends, orderqueue.Record{Order: e.o, State: orderqueue.Placed, Row: row})
 		case refusal(err):
@@ -187,7 +187,7 @@ func (s *Queued) writeSome(ctx context.Context, es []held) {
 			e.h.retry = err
 		}
 	}
-	s.placed(written, ends)
+	s.queue.Placed(ends...) // one message tells every end
 	// A refusal may be about the order itself: another writer placed it meanwhile (its
 	// AckWait passed while it committed), and this one found its buyer holding it.
 	for _, e := range s.ackPlaced(ctx, refused) {
@@ -221,7 +221,7 @@ func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 		}
 		return nil
 	}
-	var rest, found []held
+	var rest []held
 	var ends []orderqueue.Record
 	var settled []stock.OrderRequest
 	for i, e := range es {
@@ -229,22 +229,14 @@ func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 			rest = append(rest, e)
 			continue
 		}
-		found = append(found, e)
+		e.h.open--
 		// Without its row, which its followers read: this writer did not write it.
 		ends = append(ends, orderqueue.Record{Order: e.o, State: orderqueue.Placed})
 		settled = append(settled, requestOf(e.o).Lines...)
 	}
-	s.placed(found, ends)
+	s.queue.Placed(ends...)
 	s.admission.Settle(ctx, settled)
 	return rest
-}
-
-// placed decides the orders es the database has, their ends told in one message (Queue.Placed).
-func (s *Queued) placed(es []held, ends []orderqueue.Record) {
-	s.queue.Placed(ends...)
-	for _, e := range es {
-		e.h.open--
-	}
 }
 
 // finish ends a batch whose orders are all decided: those refused are rejected in its record in
