@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -34,11 +35,7 @@ func (l *clientLimiter) allow(client string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.calls++; l.calls%1024 == 0 {
-		for k, b := range l.seen {
-			if now.Sub(b.last) > time.Minute {
-				delete(l.seen, k)
-			}
-		}
+		maps.DeleteFunc(l.seen, func(_ string, b *bucket) bool { return now.Sub(b.last) > time.Minute })
 	}
 	b := l.seen[client]
 	if b == nil {
