@@ -172,7 +172,7 @@ func (s *Queued) refuse(ctx context.Context, es []*entry, why, err error) {
 
 // publish sends batch b of the admitted requests es, records it queued, hands their reservations
 // to the queue and answers 202. The 202 waits for both writes: it promises the order survives a
-// crash of the queue, and a batch with no record may yet be given up by a sweeper.
+// crash of the queue and ends placed or refused, and a batch with no record may yet be given up.
 func (s *Queued) publish(b orderqueue.Batch, es []*entry) {
 	pctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
 	defer cancel()

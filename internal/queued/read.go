@@ -40,6 +40,7 @@ const heardFor = 2 * time.Second
 
 // written is the rows of a request accepted more than heardFor ago, if any: its record stays
 // queued and the watch may have forgotten its end, so without this read its wait would run out.
+// A younger request needs no read: a sale's followers ask at once.
 func (s *Queued) written(ctx context.Context, ref stock.Ref) (stock.Checkout, bool) {
 	id, err := ulid.ParseStrict(ref.ID)
 	if err != nil || time.Since(ulid.Time(id.Time())) < heardFor {
