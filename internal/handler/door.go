@@ -78,23 +78,9 @@ func owns(c *gin.Context, one stock.Checkout) bool {
 	return true
 }
 
-// entrant is who joins or polls sku's waiting room (the token's sub, or named: claim) and the
-// room: on failure it answers, and returns false.
-func (h *handler) entrant(c *gin.Context, sku string, named *string) (string, frontdoor.Product, bool) {
-	id, err := claim(c, named)
-	if err != nil {
-		fail(c, err, "")
-		return "", frontdoor.Product{}, false
-	}
-	p, ok := h.room(c, sku)
-	if !ok {
-		return "", frontdoor.Product{}, false
-	}
-	return id, p, true
-}
-
-// room reads sku's product for its waiting room: on failure, or when it has none (404), it
-// answers, and returns false.
+// room reads what sku's waiting room needs to know of its product: its window, and whether it is
+// sold out as far as this instance knows. On failure, or when it has none (404), it answers, and
+// returns false.
 func (h *handler) room(c *gin.Context, sku string) (frontdoor.Product, bool) {
 	p, err := h.Sales.Product(c.Request.Context(), sku)
 	switch {
@@ -108,7 +94,8 @@ func (h *handler) room(c *gin.Context, sku string) (frontdoor.Product, bool) {
 		fail(c, stock.ErrUnavailable, "")
 		return frontdoor.Product{}, false
 	}
-	return doorProduct(p), true
+	return frontdoor.Product{SKU: p.SKU, Room: frontdoor.Config{AdmitPerS: p.WaitingRoom.AdmitPerS, PassTTL: p.WaitingRoom.PassTTL},
+		StartsAt: p.Window.Starts, EndsAt: p.Window.Ends, SoldOut: p.Stock <= 0}, true
 }
 
 // join puts the buyer in the product's line: 202 with its ticket and Location, the same ticket
@@ -118,14 +105,11 @@ func (h *handler) join(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var body struct {
-		UserID *string `json:"user_id"`
-	}
-	_, authed := authenticated(c)
-	if !decodeBody(c, &body, authed) {
+	id, ok := buyer(c, false)
+	if !ok {
 		return
 	}
-	id, p, ok := h.entrant(c, sku, body.UserID)
+	p, ok := h.room(c, sku)
 	if !ok {
 		return
 	}
@@ -152,7 +136,12 @@ func (h *handler) poll(c *gin.Context) {
 	if u, given := c.GetQuery("user_id"); given {
 		named = &u
 	}
-	id, p, ok := h.entrant(c, sku, named)
+	id, err := claim(c, named)
+	if err != nil {
+		fail(c, err, "")
+		return
+	}
+	p, ok := h.room(c, sku)
 	if !ok {
 		return
 	}

@@ -77,8 +77,7 @@ var answers = map[string]struct {
 	"order_cancelled": {http.StatusConflict, func(s string, _ error) string { return s + " was cancelled" }},
 	"busy": {http.StatusTooManyRequests, func(s string, err error) string {
 		if errors.Is(err, stock.ErrDuplicateRequest) {
-			// Another request with the same Idempotency-Key is being placed right now and has
-			// not settled: this one can be answered once it has.
+			// The key's first request has not settled: this one can be answered once it has.
 			return "a request with this Idempotency-Key is in flight; retry shortly"
 		}
 		return s + " is busy; retry shortly"
@@ -100,11 +99,8 @@ var answers = map[string]struct {
 	}},
 	// The client went away before its answer was ready: not a server fault, so neither a 5xx nor
 	// an error log. 499 is the status proxies use for it; nobody is left to read the body.
-	"canceled": {statusClientClosedRequest, func(string, error) string { return "the client closed the request" }},
+	"canceled": {499, func(string, error) string { return "the client closed the request" }},
 }
-
-// statusClientClosedRequest is nginx's status for a request its client abandoned.
-const statusClientClosedRequest = 499
 
 // retryAfterSeconds is the Retry-After sent with 429 and 503.
 const retryAfterSeconds = "1"
@@ -129,14 +125,11 @@ func fail(c *gin.Context, err error, subject string) {
 	if lines, ok := errors.AsType[*stock.CheckoutError](err); ok {
 		subject, skus = "product "+strings.Join(lines.SKUs, ", "), lines.SKUs
 	}
-	var (
-		status  int
-		message string
-	)
+	status, message := http.StatusInternalServerError, ""
 	if a, ok := answers[code]; ok {
 		status, message = a.status, a.message(subject, err)
 	} else {
-		code, status, message = "internal", http.StatusInternalServerError, "internal error (request id "+requestID(c)+")"
+		code, message = "internal", "internal error (request id "+requestID(c)+")"
 	}
 	if invalid, ok := errors.AsType[*stock.InvalidError](err); ok {
 		message = invalid.Msg

@@ -74,10 +74,9 @@ type Config struct {
 	Events *feed.Hub
 }
 
-// Door is the front door's parts, built by the composition root on the deployment's Redis.
-// A nil Verifier trusts a body's user_id; a nil Limiter limits no buyer; a nil Room (a handler
-// built without Redis, as a test may) answers a waiting room's routes unavailable. Passes are
-// the service's to check (service.Parts.Passes): once, for every line of a request.
+// Door is the front door's parts, built on the deployment's Redis. A nil Buyers trusts a body's
+// user_id; a nil Limit limits no buyer; a nil Room answers a waiting room's routes unavailable.
+// Passes are the service's to check (service.Parts.Passes): once, for every line of a request.
 type Door struct {
 	Buyers *frontdoor.Verifier
 	Limit  *frontdoor.Limiter
@@ -127,7 +126,7 @@ func New(cfg Config) (http.Handler, error) {
 
 	v1 := r.Group("/api/v1")
 	if cfg.RateLimit.Rate > 0 {
-		v1.Use(newClientLimiter(cfg.RateLimit).middleware())
+		v1.Use((&clientLimiter{limit: cfg.RateLimit, seen: map[string]*bucket{}}).middleware())
 	}
 	admin := h.requireAdmin
 	v1.PUT("/products/:sku", admin, h.putProduct)
@@ -200,9 +199,8 @@ func (h *handler) putProduct(c *gin.Context) {
 		fail(c, err, "product "+sku)
 		return
 	}
-	// A new sale round starts with an empty line: the old round's tickets, places and serving
-	// counter would otherwise admit its buyers first and at the old rate. The round is in the
-	// database already; a PUT that fails here is safe to send again.
+	// A new sale round starts with an empty line, or the old round's tickets would be admitted
+	// first and at the old rate. The round is stored already: a failed PUT is safe to repeat.
 	if h.Door.Room != nil {
 		if err := h.Door.Room.Reset(c.Request.Context(), sku); err != nil {
 			fail(c, err, "product "+sku)

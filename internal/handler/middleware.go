@@ -29,7 +29,8 @@ const requestIDHeader = "X-Request-Id"
 // it in the response, where requestID reads it back: nothing is stored per request. After the
 // request it logs the 5xx that fail answered, with the id: those are ours to fix.
 func withRequestID(log *slog.Logger) gin.HandlerFunc {
-	ids := newRequestIDs()
+	ids := &requestIDs{}
+	_, _ = rand.Read(ids.entropy[:]) // never fails (crypto/rand)
 	return func(c *gin.Context) {
 		// A client's id is kept only when short and plain, so that it is safe to log and to echo.
 		id := c.GetHeader(requestIDHeader)
@@ -53,12 +54,6 @@ func withRequestID(log *slog.Logger) gin.HandlerFunc {
 type requestIDs struct {
 	entropy [10]byte
 	n       atomic.Uint64
-}
-
-func newRequestIDs() *requestIDs {
-	ids := &requestIDs{}
-	_, _ = rand.Read(ids.entropy[:]) // never fails (crypto/rand)
-	return ids
 }
 
 func (r *requestIDs) next() string {

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -29,20 +30,12 @@ type bucket struct {
 	last time.Time
 }
 
-func newClientLimiter(limit RateLimit) *clientLimiter {
-	return &clientLimiter{limit: limit, seen: map[string]*bucket{}}
-}
-
 // allow takes a token from client's bucket.
 func (l *clientLimiter) allow(client string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.calls++; l.calls%1024 == 0 {
-		for k, b := range l.seen {
-			if now.Sub(b.last) > time.Minute {
-				delete(l.seen, k)
-			}
-		}
+		maps.DeleteFunc(l.seen, func(_ string, b *bucket) bool { return now.Sub(b.last) > time.Minute })
 	}
 	b := l.seen[client]
 	if b == nil {

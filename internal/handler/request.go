@@ -237,7 +237,7 @@ func claim(c *gin.Context, userID *string) (string, error) {
 	return id, nil
 }
 
-// buyer reads whose order or checkout a payment or a cancellation is for. The admin (the bearer
+// buyer reads who a payment, a cancellation or a join is for (claim). The admin (the bearer
 // token on a cancellation) needs no body: user "". On failure it answers, and returns false.
 func buyer(c *gin.Context, admin bool) (string, bool) {
 	var body struct {
@@ -301,13 +301,6 @@ func roomJSON(room *stock.WaitingRoom) *roomBody {
 	}
 	rate, ttl := room.AdmitPerS, int(room.PassTTL/time.Second)
 	return &roomBody{AdmitPerS: &rate, PassTTLS: &ttl}
-}
-
-// doorProduct is what a waiting room needs to know of p (which has one): its window, and
-// whether it is sold out as far as this instance knows.
-func doorProduct(p stock.Product) frontdoor.Product {
-	return frontdoor.Product{SKU: p.SKU, Room: frontdoor.Config{AdmitPerS: p.WaitingRoom.AdmitPerS, PassTTL: p.WaitingRoom.PassTTL},
-		StartsAt: p.Window.Starts, EndsAt: p.Window.Ends, SoldOut: p.Stock <= 0}
 }
 
 // spec validates the body into a product spec. max_per_order defaults to 1, payment_timeout_s

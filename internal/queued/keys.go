@@ -10,9 +10,8 @@ import (
 )
 
 // keysUnused refuses before their 202, units given back, the admitted requests es whose
-// Idempotency-Key a written order carries (the writer's insert would refuse them only after), and
-// returns the others. Only admitted requests pay the read, one per batch. A database that cannot
-// answer does not stop the sale: the writer's unique key still decides.
+// Idempotency-Key a written order carries (the writer's insert would refuse them only after),
+// and returns the others: one read per batch. If the database cannot answer, the insert decides.
 func (s *Queued) keysUnused(ctx context.Context, es []*entry) []*entry {
 	var keys []string
 	for _, e := range es {

@@ -15,9 +15,8 @@ type Pending struct {
 }
 
 // Pending implements admission.Pending: a reservation whose batch was recorded queued is left to
-// its writer (its message went out), unless a writer rejected its order. A batch with no record is
-// recorded given up now, so that no writer ever places an order of it, and its units may go back.
-// One record per batch (orderqueue.BatchOf); reservations of other strategies are not asked about.
+// its writer, unless it rejected the order. A batch with no record is recorded given up now, so
+// no writer ever places an order of it and its units may go back. Other strategies' are skipped.
 func (p Pending) Pending(ctx context.Context, sku string, held []admission.Held) (map[string]bool, error) {
 	byBatch := map[string][]admission.Held{}
 	for _, h := range held {

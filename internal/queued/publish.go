@@ -17,13 +17,15 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Place implements Strategy: the request it returns is queued (stock.Queued), not placed. An
-// order or a checkout is one entry of its product's next batch: every line admitted or none, all
-// reserved under the request's id, so that the batch's first record decides them all. A request
-// whose units are held by batches in flight asks again in a later batch until its wait budget
-// runs out, as admission.Ledger.Admit does: held units are decided within a publish.
+// Place implements Strategy: the request it returns is queued, not placed. It is one entry of its
+// product's next batch, every line reserved under its id, so the batch's first record decides
+// them all. Units held by batches in flight are decided within a publish: the request asks again
+// in a later batch until its wait budget runs out, as admission.Ledger.Admit does.
 func (s *Queued) Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
-	subject, size := req.SKUs()[0], s.size(req)
+	// The bytes its order takes in a message: its ids, minted later, are of one length.
+	o, _ := orderIn(orderqueue.NewBatch(""), req)
+	data, _ := json.Marshal(o)
+	subject, size := req.SKUs()[0], len(data)
 	heldWait := s.opts.LockWait
 	if planted.On(planted.HeldAtOnce) {
 		heldWait = 0
@@ -64,13 +66,6 @@ func (e *entry) answer(out stock.Checkout, err error) {
 	}
 	e.out, e.err, e.answered = out, err, true
 	close(e.done)
-}
-
-// size is about the bytes req's order takes in a message: its ids, minted later, are of one length.
-func (s *Queued) size(req stock.CheckoutRequest) int {
-	o, _ := orderIn(orderqueue.NewBatch(""), req)
-	data, _ := json.Marshal(o)
-	return len(data)
 }
 
 // orderIn is req as an order of batch b, with a fresh id minted in it, and its lines as admission
@@ -158,9 +153,8 @@ func (s *Queued) admit(ctx context.Context, es []*entry) []*entry {
 			continue
 		}
 		if errors.Is(err, admission.ErrRedisDown) {
-			// No 202 can be promised without admission, and the database path is no fallback:
-			// it would sell units admission holds for orders already answered 202. The buyer
-			// retries shortly, with its key.
+			// No 202 without admission, and the database path is no fallback: it would sell
+			// units admission holds for orders already answered 202. The buyer retries.
 			err = stock.Busy(stock.BusyNoAdmission, fmt.Errorf("queued: admission cannot be asked, retry: %w", err))
 		}
 		e.answer(stock.Checkout{}, err)
@@ -177,9 +171,8 @@ func (s *Queued) refuse(ctx context.Context, es []*entry, why, err error) {
 }
 
 // publish sends batch b of the admitted requests es, records it queued, hands their reservations
-// over to the queue and answers 202. The 202 waits for both writes: it promises that the order
-// survives the queue's crash and ends placed or refused by the stock, and a batch with no record
-// may yet be given up by a sweeper.
+// to the queue and answers 202. The 202 waits for both writes: it promises the order survives a
+// crash of the queue and ends placed or refused, and a batch with no record may yet be given up.
 func (s *Queued) publish(b orderqueue.Batch, es []*entry) {
 	pctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
 	defer cancel()
@@ -207,12 +200,10 @@ func (s *Queued) publish(b orderqueue.Batch, es []*entry) {
 		return
 	}
 	if err == nil && neverAccepted(rec) {
-		// A sweeper recorded it given up first (this instance froze and stopped beating) and
-		// returned the units of the product it swept. Giving back every line returns the
-		// others'; a second give-back returns nothing.
+		// A sweeper recorded it given up first (this instance froze) and returned the units of
+		// its product. Giving back every line returns the others'; a second returns nothing.
 		unavailable := fmt.Errorf("batch %s given up while this instance was frozen: %w", b.ID, stock.ErrUnavailable)
 		s.refuse(rctx, es, fmt.Errorf("%w: %w", admission.ErrNotPlaced, unavailable), unavailable)
-		s.done(es)
 		return
 	}
 	// Queued, perhaps with orders a writer rejected already: they were accepted, and their
@@ -227,15 +218,8 @@ func (s *Queued) answerAccepted(es []*entry) {
 	}
 }
 
-// done ends the tracking of es's reservations here: their batch's record decides them now.
-func (s *Queued) done(es []*entry) {
-	for _, e := range es {
-		s.admission.Done(stock.Reservation{ID: e.order.Reservation})
-	}
-}
-
 // accept hands the reservations of batch b, whose message and record are out, over to the queue,
-// one call per product, then answers es 202.
+// one call per product, then answers es 202 and ends their tracking here: the record decides them.
 func (s *Queued) accept(ctx context.Context, b orderqueue.Batch, es []*entry) {
 	bySKU := map[string][]stock.OrderRequest{}
 	for _, o := range b.Orders {
@@ -249,14 +233,15 @@ func (s *Queued) accept(ctx context.Context, b orderqueue.Batch, es []*entry) {
 		}
 	}
 	s.answerAccepted(es)
-	s.done(es)
+	for _, e := range es {
+		s.admission.Done(stock.Reservation{ID: e.order.Reservation})
+	}
 }
 
 // inDoubt answers a batch whose publish or record went unanswered: its message may have landed.
-// The first record decides, as for the sweeper: the batch is recorded given up before its buyers
-// hear 503, so that no writer places an order behind that answer, and its units go back; if a
-// writer recorded it first, the answer is 202. A failed record leaves the units in doubt, for
-// the sweeper.
+// The first record decides: recorded given up before its buyers hear 503, so that no writer
+// places an order behind that answer, its units go back; recorded first by a writer, it is 202.
+// A failed record leaves the units in doubt, for the sweeper.
 func (s *Queued) inDoubt(b orderqueue.Batch, es []*entry, published error) {
 	rctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
 	defer cancel()

@@ -19,28 +19,23 @@ import (
 )
 
 // Queued is the queued strategy. The buyer has 202 at Redis speed and follows the order by its
-// id; writers on every instance place the queue's batches with hybrid's section (its lock and
-// version-guarded write), one database write per batch. The orders a product gets while its last
-// batch is out go together in the next, one message and one record for all (group commit, no
-// timer): a sale's crowd shares its fsyncs.
+// id; writers on every instance place the queue's batches with hybrid's section, one database
+// write per batch. A product's orders that arrive while its last batch is out go together in
+// the next (group commit, no timer): a sale's crowd shares its fsyncs.
 //
 // One batch's life:
 //  1. Admission reserves each order's units under an id minted in the batch, on this instance's
-//     heartbeat lease: sold out and already purchased are answered here, never queued.
-//  2. The batch is published (its id the message id: a retry is one message), recorded queued,
-//     its reservations handed over to the queue, and its orders answered 202. Until the record a
-//     sweeper may record it given up and return the units: the first record decides, so each
-//     order is placed or returned, never both (publish.go, pending.go).
-//  3. A writer claims the batch, places its orders in one section per set of products, and
-//     rejects in the record those the database refuses, their units given back. The batch is
-//     acked once every order is decided, naked otherwise: it comes back to decide the rest
-//     (write.go). A recorded batch whose message the queue lost is sent again (resend.go).
+//     lease: sold out and already purchased are answered here, never queued.
+//  2. The batch is published (a retry is one message), recorded queued, its reservations handed
+//     to the queue, its orders answered 202. Until the record a sweeper may record it given up:
+//     the first record decides, so each order is placed or returned, never both.
+//  3. A writer places its orders, one section per set of products, and rejects in the record
+//     those the database refuses, units given back. The batch is acked once every order is
+//     decided, naked otherwise to come back. A batch whose message the queue lost is sent again.
 //
-// With Redis unreachable no order is accepted (busy, 429): nothing would keep queued orders
-// within the stock. A Redis that lost its data warms from the database, which does not count
-// queued orders: until they are written admission accepts too many, and writers reject the
-// excess as sold_out. Every order still ends and no unit sells twice, but for that while queued
-// and active orders may exceed the stock.
+// A Redis that lost its data warms from the database, which does not count queued orders: until
+// they are written admission accepts too many and writers reject the excess as sold_out. No unit
+// sells twice, but meanwhile queued and active orders may exceed the stock.
 type Queued struct {
 	section   Section
 	admission *admission.Ledger
@@ -57,13 +52,11 @@ type Queued struct {
 // (in SKU order) and version guards, and settles the reservations written: Hybrid.Section's.
 type Section func(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed
 
-// Options tune the queued strategy; app.Defaults has the service's. Every duration and count but
-// MaxWaiting is required.
+// Options tune the queued strategy (app.Defaults); every duration and count but MaxWaiting is required.
 type Options struct {
 	Writers int // writer loops on this instance
 	Batch   int // orders in one message (group commit), and messages in one writer's take
-	// BatchBytes bounds the bytes of one message, so that a batch and its record stay within
-	// what the queue's servers take in one (NATS max_payload, 1 MB by default).
+	// BatchBytes bounds a message, so a batch and its record fit NATS's max_payload (1 MB).
 	BatchBytes int
 	Idle       time.Duration // how long an idle writer waits for an order before asking again
 	Retry      time.Duration // how long an order that could not be decided waits before it comes back
@@ -108,14 +101,12 @@ func (s *Queued) Close() error {
 	return nil
 }
 
-// givenUp is the reason of a batch given up before any writer took it, by a sweeper or its
-// publisher in doubt, so that none ever will: its orders were never accepted. Writers never
-// reject for it (refusal).
+// givenUp is the reason of a batch a sweeper or its publisher in doubt gave up before any writer
+// took it, so that none ever will. Writers never reject for it (refusal).
 var givenUp = stock.Code(stock.ErrUnavailable)
 
 // neverAccepted reports whether a batch's record says it was given up before any writer took it.
-// Any other record (queued, perhaps with orders a writer rejected) means a writer took or will
-// take its message: the orders were accepted, and the record and their rows end them.
+// Any other record means a writer took or will take it: its orders were accepted.
 func neverAccepted(rec orderqueue.BatchRecord) bool {
 	switch {
 	case planted.On(planted.AnyRejectionGivenUp):

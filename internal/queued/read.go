@@ -38,9 +38,9 @@ func (s *Queued) Wait(ctx context.Context, ref stock.Ref, wait time.Duration, re
 // watch keeps (orderqueue.Queue.Wait): at a sale's rate they hold several seconds of ends.
 const heardFor = 2 * time.Second
 
-// written is the rows of a request accepted more than heardFor ago, if it has them. A placed
-// request's record stays queued and the watch may have forgotten its end: without this read its
-// wait would run out. A younger request needs no read: a sale's followers ask at once.
+// written is the rows of a request accepted more than heardFor ago, if any: its record stays
+// queued and the watch may have forgotten its end, so without this read its wait would run out.
+// A younger request needs no read: a sale's followers ask at once.
 func (s *Queued) written(ctx context.Context, ref stock.Ref) (stock.Checkout, bool) {
 	id, err := ulid.ParseStrict(ref.ID)
 	if err != nil || time.Since(ulid.Time(id.Time())) < heardFor {
@@ -102,23 +102,20 @@ func (s *Queued) Replay(ctx context.Context, req stock.CheckoutRequest) (stock.C
 		return stock.Checkout{}, fmt.Errorf("key %q: nothing queued: %w", req.IdempotencyKey, stock.ErrNotFound)
 	}
 	rec, err := s.queue.Get(ctx, held.ID)
-	if err != nil {
-		return s.read(ctx, rec, err, !req.Order)
-	}
 	prior := requestOf(rec.Order)
 	switch {
+	case err != nil: // read answers it
 	case rec.State == orderqueue.Rejected:
 		return stock.Checkout{}, fmt.Errorf("key %q: %s rejected: %w", req.IdempotencyKey, held.ID, stock.ErrNotFound)
 	case prior.Order != req.Order || prior.Fingerprint() != req.Fingerprint():
 		return stock.Checkout{}, fmt.Errorf("key %q: %w", req.IdempotencyKey, stock.ErrIdempotencyConflict)
 	}
-	return s.read(ctx, rec, nil, !req.Order)
+	return s.read(ctx, rec, err, !req.Order)
 }
 
 // Backlog is how many of sku's orders are accepted and not yet written: the reservations the
-// queue holds (admission.Ledger.InQueue) less those with a row, which keep their reservation
-// until their settle. The audit reads the rows first, so an order written in between is counted
-// in neither, never both. A checkout counts under each of its products.
+// queue holds less those with a row (kept until their settle). The audit reads the rows first,
+// so an order written in between is counted in neither, never both. A checkout counts per product.
 func (s *Queued) Backlog(ctx context.Context, sku string) (int64, error) {
 	ids, err := s.admission.InQueue(ctx, sku)
 	if err != nil || len(ids) == 0 || planted.On(planted.AuditCountsWritten) {

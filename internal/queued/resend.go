@@ -13,11 +13,11 @@ import (
 	"github.com/flashsale/seckill/internal/planted"
 )
 
-// resend puts back on the queue, every AckWait, the batches of recent products whose order is
-// still recorded queued two AckWaits after its 202 with no message of its product old enough to be
-// its own: the queue lost it (a stream leader killed as it took it, a server that lost its last
-// writes). A batch goes again whole, at most once per two AckWaits; its writer finds the orders
-// decided already. The same look gives back the reservations of orders recorded rejected.
+// resend, every AckWait, sends again the batches of recent products whose order is still recorded
+// queued two AckWaits after its 202 with no message of its product old enough to be its own: the
+// queue lost it (a stream leader killed, a server that lost its last writes). A batch goes whole,
+// at most once per two AckWaits; its writer finds the orders decided already. The same look
+// gives back the reservations of orders recorded rejected.
 func (s *Queued) resend(ctx context.Context) {
 	every := s.queue.AckWait()
 	tick := time.NewTicker(every)
@@ -72,9 +72,8 @@ func (s *Queued) resendLost(ctx context.Context, sku string, after time.Duration
 		}
 		r, ok := rec.Of(h.ID)
 		if ok && r.State == orderqueue.Rejected && !planted.On(planted.RejectedUnitsHeld) {
-			// Rejected, its reservation still held: the give-back of its writer (or of its
-			// publisher in doubt) did not reach Redis, and no sweeper lists the queue's
-			// reservations. A second give-back returns nothing.
+			// Rejected, its reservation still held: its writer's give-back did not reach Redis,
+			// and no sweeper lists the queue's reservations. A second give-back returns nothing.
 			s.admission.GiveBack(ctx, requestOf(r.Order).Lines, fmt.Errorf("order %s rejected: %w", h.ID, admission.ErrNotPlaced))
 			continue
 		}

@@ -1,9 +1,11 @@
 package queued
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -36,9 +38,8 @@ type held struct {
 // queueLanes bounds a take's concurrent requests to the queue (claims, hooks), independent ones.
 const queueLanes = 16
 
-// write is one writer's take of one product's batches: the orders for each set of products in
-// one section (one lock, one conditional update, one multi-row insert), in the order the queue
-// took them. A batch is acked once every order of it is decided, naked otherwise.
+// write is one writer's take of one product's batches: each set of products' orders in one
+// section (one lock, one conditional update, one multi-row insert), in the order taken.
 func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 	if hook := s.opts.Hooks.Taken; hook != nil {
 		var g errgroup.Group
@@ -131,9 +132,8 @@ func (s *Queued) claim(ctx context.Context, t orderqueue.Taken) []*inHand {
 }
 
 // provenQueued are the batches of t, by id, whose record need not be read: first deliveries with
-// a reservation handed over to the queue (admission.Ledger.HandedOver, one Redis read for all). A
-// reservation is handed over only once its record stood queued, so no sweeper gave the batch up
-// and no earlier writer rejected an order of it. Any other batch is claimed.
+// a reservation handed over to the queue (one Redis read for all). A hand-over follows the queued
+// record, so no sweeper gave the batch up and no writer rejected an order of it.
 func (s *Queued) provenQueued(ctx context.Context, t orderqueue.Taken) map[string]bool {
 	var first []stock.OrderRequest
 	for _, d := range t.Deliveries {
@@ -153,11 +153,7 @@ func (s *Queued) provenQueued(ctx context.Context, t orderqueue.Taken) map[strin
 	}
 	proven := map[string]bool{}
 	for _, d := range t.Deliveries {
-		for _, o := range d.Batch.Orders {
-			if handed[o.Reservation] {
-				proven[d.Batch.ID] = true
-			}
-		}
+		proven[d.Batch.ID] = slices.ContainsFunc(d.Batch.Orders, func(o orderqueue.Order) bool { return handed[o.Reservation] })
 	}
 	return proven
 }
@@ -169,7 +165,7 @@ func (s *Queued) writeSome(ctx context.Context, es []held) {
 	for i, e := range es {
 		reqs[i] = requestOf(e.o)
 	}
-	var refused, written []held
+	var refused []held
 	var ends []orderqueue.Record
 	refusals := map[string]error{}
 	for i, p := range s.section(ctx, reqs[0].SKUs(), func() []stock.CheckoutRequest { return reqs }) {
@@ -181,7 +177,7 @@ func (s *Queued) writeSome(ctx context.Context, es []held) {
 		}
 		switch {
 		case err == nil:
-			written = append(written, e)
+			e.h.open--
 			row := &orderqueue.Row{Status: string(p.Checkout.Status), ExpiresAt: p.Checkout.ExpiresAt, CreatedAt: p.Checkout.CreatedAt}
 			ends = append(ends, orderqueue.Record{Order: e.o, State: orderqueue.Placed, Row: row})
 		case refusal(err):
@@ -191,7 +187,7 @@ func (s *Queued) writeSome(ctx context.Context, es []held) {
 			e.h.retry = err
 		}
 	}
-	s.placed(written, ends)
+	s.queue.Placed(ends...) // one message tells every end
 	// A refusal may be about the order itself: another writer placed it meanwhile (its
 	// AckWait passed while it committed), and this one found its buyer holding it.
 	for _, e := range s.ackPlaced(ctx, refused) {
@@ -205,8 +201,8 @@ func (s *Queued) writeSome(ctx context.Context, es []held) {
 }
 
 // ackPlaced decides the orders of es the database has (placed by a writer that stopped before
-// its ack, or another) and returns the others; when it cannot say, their batches come back. It
-// finds them by reservation: the order's id, or the checkout's for all its lines.
+// its ack) and returns the others; when it cannot say, their batches come back. It finds them by
+// reservation: the order's id, or the checkout's for all its lines.
 func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 	if len(es) == 0 {
 		return nil
@@ -221,13 +217,11 @@ func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 	written, err := s.store.Placed(ctx, ids)
 	if err != nil {
 		for _, e := range es {
-			if e.h.retry == nil {
-				e.h.retry = err
-			}
+			e.h.retry = cmp.Or(e.h.retry, err)
 		}
 		return nil
 	}
-	var rest, found []held
+	var rest []held
 	var ends []orderqueue.Record
 	var settled []stock.OrderRequest
 	for i, e := range es {
@@ -235,22 +229,14 @@ func (s *Queued) ackPlaced(ctx context.Context, es []held) []held {
 			rest = append(rest, e)
 			continue
 		}
-		found = append(found, e)
+		e.h.open--
 		// Without its row, which its followers read: this writer did not write it.
 		ends = append(ends, orderqueue.Record{Order: e.o, State: orderqueue.Placed})
 		settled = append(settled, requestOf(e.o).Lines...)
 	}
-	s.placed(found, ends)
+	s.queue.Placed(ends...)
 	s.admission.Settle(ctx, settled)
 	return rest
-}
-
-// placed decides the orders es the database has, their ends told in one message (Queue.Placed).
-func (s *Queued) placed(es []held, ends []orderqueue.Record) {
-	s.queue.Placed(ends...)
-	for _, e := range es {
-		e.h.open--
-	}
 }
 
 // finish ends a batch whose orders are all decided: those refused are rejected in its record in
