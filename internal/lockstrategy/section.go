@@ -47,8 +47,8 @@ type runner struct {
 	fallback func(ctx context.Context, reqs []stock.CheckoutRequest, err error) []stock.Placed
 	// readFirst answers a sold-out batch before any lock (soldOut), where no admission does.
 	readFirst bool
-	// settle runs after the release with what the section wrote (hybrid: end the reservations).
-	settle func(ctx context.Context, reqs []stock.CheckoutRequest, placed []stock.Placed)
+	// settle runs after the release with the lines the section wrote (hybrid: end the reservations).
+	settle func(ctx context.Context, written []stock.OrderRequest)
 }
 
 func newRunner(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *runner {
@@ -91,7 +91,13 @@ func (r *runner) section(ctx context.Context, skus []string, take func() []stock
 		if hook := r.opts.Hooks.Written; hook != nil {
 			hook(ctx, linesOf(reqs))
 		}
-		r.settle(ctx, reqs, placed)
+		var written []stock.CheckoutRequest
+		for i, req := range reqs {
+			if placed[i].Err == nil {
+				written = append(written, req)
+			}
+		}
+		r.settle(ctx, linesOf(written))
 	}
 	abandoned(section, placed)
 	return placed
