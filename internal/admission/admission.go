@@ -102,7 +102,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
 		}),
 	}
-	a.admits, a.handing = keyqueue.New(opts.Batch, a.admitRound), keyqueue.New(opts.Batch, a.handOverRound)
+	a.admits, a.handing = keyqueue.New(opts.Batch, inRound(a.admitRound)), keyqueue.New(opts.Batch, inRound(a.handOverRound))
 	reg.MustRegister(a.results, a.givebacks, a.swept, a.fallbacks, a.calls)
 	return a
 }

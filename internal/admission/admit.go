@@ -223,12 +223,7 @@ func (a *Ledger) warm(ctx context.Context, sku, mode string) error {
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, len(buyers)+2)
-	args = append(args, mode, p.Stock)
-	for _, b := range buyers {
-		args = append(args, b)
-	}
-	wrote, err := warmScript.Run(ctx, a.client, KeysOf(sku).all(), args...).Int()
+	wrote, err := warmScript.Run(ctx, a.client, KeysOf(sku).all(), argsOf(buyers, mode, p.Stock)...).Int()
 	if err != nil {
 		a.Down("warm", err)
 		return fmt.Errorf("warm %s: %w: %w", sku, ErrRedisDown, err)
@@ -249,10 +244,16 @@ var errAdmitSlow = errors.New("admission call took too long")
 // admitTimeout bounds one call of a batch, which no buyer's context does.
 const admitTimeout = 3 * time.Second
 
-// roundContext is the context of one call of a batch: the buyer who started it must not cut
-// it off for the others.
-func roundContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeoutCause(context.Background(), admitTimeout, errAdmitSlow)
+// inRound runs round, as a keyqueue's round, on the items taken, if any, with a context of its
+// own: the buyer who started the batch must not cut its call off for the others.
+func inRound[T any](round func(ctx context.Context, key string, items []T)) func(string, func() []T) {
+	return func(key string, take func() []T) {
+		if items := take(); len(items) > 0 {
+			ctx, cancel := context.WithTimeoutCause(context.Background(), admitTimeout, errAdmitSlow)
+			defer cancel()
+			round(ctx, key, items)
+		}
+	}
 }
 
 // call is a request waiting for its batch's answer.
@@ -281,13 +282,7 @@ func (a *Ledger) ask(ctx context.Context, r request) ([]int64, error) {
 }
 
 // admitRound is one admission call for the requests of one set of products waiting in the queue.
-func (a *Ledger) admitRound(_ string, take func() []*call) {
-	calls := take()
-	if len(calls) == 0 {
-		return
-	}
-	ctx, cancel := roundContext()
-	defer cancel()
+func (a *Ledger) admitRound(ctx context.Context, _ string, calls []*call) {
 	reqs := make([]request, len(calls))
 	for i, c := range calls {
 		reqs[i] = c.request

@@ -102,12 +102,8 @@ type State struct {
 
 // State reads sku's admission state in one step; live is the instances alive now (Live).
 func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, error) {
-	args := make([]any, len(live))
-	for i, id := range live {
-		args[i] = id
-	}
 	k := KeysOf(sku)
-	v, err := stateScript.Run(ctx, a.client, []string{k.Stock, k.Reserved, k.Queued}, args...).Slice()
+	v, err := stateScript.Run(ctx, a.client, []string{k.Stock, k.Reserved, k.Queued}, argsOf(live)...).Slice()
 	if err != nil {
 		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 	}

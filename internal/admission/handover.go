@@ -33,13 +33,7 @@ type handedOver struct {
 }
 
 // handOverRound is one hand-over call for the hand-overs of sku waiting in the queue.
-func (a *Ledger) handOverRound(sku string, take func() []*handedOver) {
-	hs := take()
-	if len(hs) == 0 {
-		return
-	}
-	ctx, cancel := roundContext()
-	defer cancel()
+func (a *Ledger) handOverRound(ctx context.Context, sku string, hs []*handedOver) {
 	reqs := make([]stock.OrderRequest, len(hs))
 	for i, h := range hs {
 		reqs[i] = h.req

@@ -42,12 +42,7 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 		return 0, nil
 	}
 	const batch = 500
-	args := make([]any, 0, len(live)+2)
-	args = append(args, batch, a.instance)
-	for _, id := range live {
-		args = append(args, id)
-	}
-	raw, err := orphansScript.Run(ctx, a.client, []string{KeysOf(sku).Reserved}, args...).StringSlice()
+	raw, err := orphansScript.Run(ctx, a.client, []string{KeysOf(sku).Reserved}, argsOf(live, batch, a.instance)...).StringSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -70,7 +65,7 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 	if found, err = a.leaveWritable(ctx, sku, found, placed); err != nil || len(found) == 0 {
 		return 0, err
 	}
-	ids, args = make([]string, len(found)), make([]any, 0, 3*len(found))
+	ids, args := make([]string, len(found)), make([]any, 0, 3*len(found))
 	for i, o := range found {
 		ids[i] = o.ID
 		args = append(args, o.User, o.stored, placed[o.ID]) // a bool goes as 1 or 0
