@@ -51,14 +51,11 @@ func (r *runner) write(ctx context.Context, h *holds, reqs []stock.CheckoutReque
 }
 
 // versioned is the version-guarded write: read the products, place every request at those
-// versions in one transaction (stock.Store.PlaceAt), and on a conflict read again, up to
-// attempts times, then busy. Never blind: an attempt matches the versions it read or writes
-// nothing. An admitted batch skips the buyers' lookup on its first try.
-//
-// known is the products as the last writer left them (Lock.Known), read instead of the rows
-// when the batch fits: one query fewer under the locks. A stale one fails the version check at
-// no cost to the attempts. It never refuses alone (a cancel returns units without moving the
-// version): a batch it would refuse reads the rows.
+// versions in one transaction (stock.Store.PlaceAt), on a conflict read again, up to attempts
+// times, then busy. Never blind: an attempt matches the versions it read or writes nothing.
+// known, the products as the last writer left them (Lock.Known), replaces the read when the
+// batch fits: one query fewer under the locks. A stale one fails the version check at no cost
+// to the attempts; it never refuses alone (a cancel returns units without moving the version).
 func (r *runner) versioned(ctx context.Context, reqs []stock.CheckoutRequest, known map[string]*stock.Product) ([]stock.Placed, map[string]*stock.Product) {
 	skus := reqs[0].SKUs()
 	asked := map[string]int64{}

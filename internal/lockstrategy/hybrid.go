@@ -10,22 +10,15 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Hybrid is the pattern this project teaches, and its default. Redis admission rejects the
-// losers at memory speed. A redsync lock per SKU lets one batch at a time into the section, so
-// the hot row sees no contention. The version check (Version) holds when the lock fails: expiry
-// under a pause, a failover, a flush.
-//
-// One order:
-//  1. Admission (one Lua script) answers sold out and already purchased.
-//  2. The order queues in the batcher; its SKU's next section takes the redsync mutex, extended
-//     by a watchdog; a failed extension cancels the section.
-//  3. Read, UPDATE ... WHERE version = ? AND stock >= total, insert. Zero rows: read again.
-//  4. A written order's reservation is settled, a failed one's given back; one in doubt is left
-//     to the sweepers, who ask the database.
-//
-// With Redis unreachable, orders skip 1 and the lock: slower, still correct.
-// Its name, lock and Close are those of its Locked, embedded unexported: a caller outside
-// cannot reach the Locked's Place, which would skip admission.
+// Hybrid is the pattern this project teaches, and its default. Redis admission (one Lua script)
+// answers sold out and already purchased at memory speed. A redsync lock per SKU, extended by a
+// watchdog, lets one batch at a time into the section, so the hot row sees no contention; a
+// failed extension cancels the section. The version check (Version) holds when the lock fails:
+// expiry under a pause, a failover, a flush. A written order's reservation is settled, a failed
+// one's given back; one in doubt is left to the sweepers, who ask the database. Without Redis,
+// orders skip admission and the lock: slower, still correct. Its name, lock and Close are its
+// Locked's, embedded unexported: a caller outside cannot reach the Locked's Place, which would
+// skip admission.
 type Hybrid struct {
 	*locked
 	admission *admission.Ledger

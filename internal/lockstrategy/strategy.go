@@ -1,8 +1,7 @@
 // Package lockstrategy holds the ways an order can be serialised against concurrent orders for
-// the same product, behind one interface (Strategy). A strategy is a lock (a lock.Locker) that
-// keeps the hot row calm and a guard (Guard) that keeps the invariant when the lock fails; one
-// section runner (section.go) owns what every strategy needs, so each strategy file reads as its
-// recipe. naive and the unguarded twins are unsafe on purpose.
+// the same product (Strategy). A strategy is a lock that keeps the hot row calm and a guard that
+// keeps the invariant when the lock fails; one section runner (section.go) owns what every
+// strategy needs. naive and the unguarded twins are unsafe on purpose.
 package lockstrategy
 
 import (
@@ -12,12 +11,11 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// A Strategy places a request — an order is a request of one line, a checkout one of several —
-// serialising it against concurrent requests for the same products. It returns
-// stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrBusy, stock.ErrNotFound,
-// stock.ErrInvalid, stock.ErrDuplicateRequest, stock.ErrUnavailable, or a wrapped internal error;
-// a refusal of some lines is a *stock.CheckoutError naming them. req is valid: the service checks
-// it first (a product twice would take its turn twice).
+// A Strategy places a request (an order: one line; a checkout: several), serialising it against
+// concurrent requests for the same products. It returns stock.ErrSoldOut, ErrAlreadyPurchased,
+// ErrBusy, ErrNotFound, ErrInvalid, ErrDuplicateRequest, ErrUnavailable, or a wrapped internal
+// error; a refusal of some lines is a *stock.CheckoutError naming them. req is valid: the
+// service checks it first (a product twice would take its turn twice).
 type Strategy interface {
 	Name() string
 	Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
