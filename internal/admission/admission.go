@@ -22,16 +22,14 @@ import (
 // order on the database-guarded path alone: slower, still correct.
 var ErrRedisDown = errors.New("redis unavailable")
 
-// ErrNotPlaced marks a failure that certainly wrote nothing, beside the domain's refusals (a
-// request that gave up before any section took it), so that its give-back returns the units at
-// once.
+// ErrNotPlaced marks a failure, other than the domain's refusals, that certainly wrote nothing,
+// so that its give-back returns the units at once.
 var ErrNotPlaced = errors.New("certainly not placed")
 
 // Ledger is the reservation ledger as one instance sees it: per product, a counter pre-deducted
 // atomically with the set of buyers (lua/admit.lua), and the reservations of undecided orders.
-// The counter may run above the database: harmless, the database decides. Below it, units the
-// database still has would not sell. So an admitted order holds a reservation: settled once
-// written, given back when it fails (settle.go), swept when its instance stops beating.
+// A counter above the database is harmless; below it, units would not sell. So an admitted
+// order holds a reservation: settled, given back (settle.go), or swept when its instance stops.
 type Ledger struct {
 	client    redis.UniversalClient
 	store     *stock.Store
@@ -57,25 +55,22 @@ type Ledger struct {
 
 // Options are a ledger's settings beyond its backends; the zero value is the default.
 type Options struct {
-	// Batch is how many requests of the same products, piled up while their last call is out,
-	// one admission call may take, and how many hand-overs; <= 1: one call each.
+	// Batch is how many requests of the same products (or hand-overs), piled up while the last
+	// call was out, one call may take; <= 1: one call each.
 	Batch int
-	// WaitHeld is how long a buyer who finds the units left held by orders in their sections
-	// waits for them to be decided before it is answered busy; 0: at once.
+	// WaitHeld is how long a buyer waits for held units to be decided before hearing busy; 0: not.
 	WaitHeld time.Duration
-	// Pending is asked by the sweeper before it returns the units of an orphaned reservation
-	// without an order; nil: only the admitting instance writes an order.
+	// Pending is asked before the sweeper returns an orphan's units; nil: only the admitting
+	// instance writes an order.
 	Pending Pending
-	// Clock times the breaker, the grace of a doubt and the products watched, so that a test
-	// can move past a bound instead of waiting it out; nil: time.Now.
+	// Clock times the breaker, doubts and watched products, so a test can skip past a bound;
+	// nil: time.Now.
 	Clock func() time.Time
 }
 
 // New returns the admission over client, warming from store. Its reservations name instance
 // with a random suffix, new at every start: a restarted process must not take over the dead
-// one's reservations, whose orders only the database can decide. ttl is how long after this
-// instance's last Beat the others may sweep its reservations: beat every ttl/4 or so, from
-// before the first order.
+// one's reservations. Past ttl after the last Beat the others may sweep them: beat every ttl/4.
 func New(client redis.UniversalClient, store *stock.Store, instance string, ttl time.Duration, log *slog.Logger,
 	reg prometheus.Registerer, opts Options) *Ledger {
 	opts.Batch = max(1, opts.Batch)
@@ -107,7 +102,7 @@ func New(client redis.UniversalClient, store *stock.Store, instance string, ttl 
 			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
 		}),
 	}
-	a.admits, a.handing = keyqueue.New(opts.Batch, a.admitRound), keyqueue.New(opts.Batch, a.handOverRound)
+	a.admits, a.handing = keyqueue.New(opts.Batch, inRound(a.admitRound)), keyqueue.New(opts.Batch, inRound(a.handOverRound))
 	reg.MustRegister(a.results, a.givebacks, a.swept, a.fallbacks, a.calls)
 	return a
 }

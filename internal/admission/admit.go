@@ -17,14 +17,12 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// Admit asks Redis whether lines (a checkout's in SKU order) may go on to the lock and the
+// Admit asks Redis whether lines (a checkout's, in SKU order) may go on to the lock and the
 // database: every line, or none. Each reserves its units under its Reservation.ID, or a random
-// one (queued gives its order's id, for a sweeper to ask about). It returns a reservation per
-// line, which the caller must Settle or GiveBack; ErrRedisDown; or the lines' refusal
-// (stock.Refusal) wrapping stock.ErrSoldOut (final: no unit left or held), stock.ErrBusy (orders
-// in their sections hold the units left), stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest
-// (the Idempotency-Key is in flight) or stock.ErrNotFound. With bound > 0 (queued), a product
-// holding bound reservations answers busy: no order waits behind more than bound others.
+// one. It returns a reservation per line, which the caller must Settle or GiveBack;
+// ErrRedisDown; or the refusal (stock.Refusal) of stock.ErrSoldOut (final), stock.ErrBusy (held
+// units), stock.ErrAlreadyPurchased, stock.ErrDuplicateRequest or stock.ErrNotFound. With
+// bound > 0, a product holding bound reservations answers busy: no order waits behind more.
 func (a *Ledger) Admit(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
 	heldWait := a.opts.WaitHeld
 	if planted.On(planted.HeldAtOnce) {
@@ -33,9 +31,8 @@ func (a *Ledger) Admit(ctx context.Context, lines []stock.OrderRequest, bound in
 	return a.admitWithin(ctx, lines, bound, heldWait)
 }
 
-// AdmitOnce is Admit asking Redis once: held units are answered busy at once (stock.BusyHeld).
-// It is for a caller that waits on its own: the queued strategy admits a batch's orders
-// together, and one waiting here for units another of the batch holds would hold them all.
+// AdmitOnce is Admit asking Redis once: held units answer busy at once. The queued strategy
+// admits a batch together: one waiting here for units another of it holds would hold them all.
 func (a *Ledger) AdmitOnce(ctx context.Context, lines []stock.OrderRequest, bound int) ([]stock.Reservation, error) {
 	return a.admitWithin(ctx, lines, bound, 0)
 }
@@ -61,10 +58,8 @@ func (a *Ledger) admitWithin(ctx context.Context, lines []stock.OrderRequest, bo
 		a.track(r.res[i].ID, time.Time{})
 	}
 	codes, err := a.ask(ctx, r)
-	// Sold out is final, so while orders in their sections hold the units left, the answer is
-	// busy: told sold out, a buyer could see a later one get a unit given back. Held units are
-	// decided within a section's time: ask again until they are, or the wait budget runs out,
-	// rather than send the buyer back while nobody knows whether a unit is left.
+	// Sold out is final, so held units answer busy: told sold out, a buyer could see a later one
+	// get a unit given back. They are decided within a section's time: ask again until then.
 	start := time.Now()
 	for pause := time.Millisecond; err == nil && held(codes) && time.Since(start)+pause < heldWait; pause = min(2*pause, 16*time.Millisecond) {
 		select {
@@ -95,9 +90,8 @@ func held(codes []int64) bool {
 	return slices.Contains(codes, 4) && !slices.ContainsFunc(codes, func(c int64) bool { return c != 0 && c != 4 })
 }
 
-// lineByLine is Admit on a Redis Cluster, which refuses a script whose keys span slots: the
-// lines one by one in SKU order, the admitted ones given back at the first refusal. Meanwhile
-// their other buyers hear busy (units held), never sold out.
+// lineByLine is Admit on a Redis Cluster, which refuses a script whose keys span slots: line by
+// line, the admitted given back at the first refusal (meanwhile others hear busy, not sold out).
 func (a *Ledger) lineByLine(ctx context.Context, lines []stock.OrderRequest, bound int, heldWait time.Duration) ([]stock.Reservation, error) {
 	res := make([]stock.Reservation, 0, len(lines))
 	for i := range lines {
@@ -229,12 +223,7 @@ func (a *Ledger) warm(ctx context.Context, sku, mode string) error {
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, len(buyers)+2)
-	args = append(args, mode, p.Stock)
-	for _, b := range buyers {
-		args = append(args, b)
-	}
-	wrote, err := warmScript.Run(ctx, a.client, KeysOf(sku).all(), args...).Int()
+	wrote, err := warmScript.Run(ctx, a.client, KeysOf(sku).all(), argsOf(buyers, mode, p.Stock)...).Int()
 	if err != nil {
 		a.Down("warm", err)
 		return fmt.Errorf("warm %s: %w: %w", sku, ErrRedisDown, err)
@@ -245,9 +234,8 @@ func (a *Ledger) warm(ctx context.Context, sku, mode string) error {
 	return nil
 }
 
-// Admission in batches. Under load most buyers of a hot product arrive while a call for it is
-// out. With Options.Batch n, they wait for it, then go together: one script call for up to n
-// requests, each answered as if alone. None waits longer than the call before its own.
+// Admission in batches: with Options.Batch n, buyers who arrive while a call for their products
+// is out go together in the next, up to n, each answered as if alone.
 
 // errAdmitSlow ends a batch whose call outlived admitTimeout: the breaker's business, unlike a
 // buyer who gave up.
@@ -256,10 +244,16 @@ var errAdmitSlow = errors.New("admission call took too long")
 // admitTimeout bounds one call of a batch, which no buyer's context does.
 const admitTimeout = 3 * time.Second
 
-// roundContext is the context of one call of a batch: the buyer who started it must not cut
-// it off for the others.
-func roundContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeoutCause(context.Background(), admitTimeout, errAdmitSlow)
+// inRound runs round, as a keyqueue's round, on the items taken, if any, with a context of its
+// own: the buyer who started the batch must not cut its call off for the others.
+func inRound[T any](round func(ctx context.Context, key string, items []T)) func(string, func() []T) {
+	return func(key string, take func() []T) {
+		if items := take(); len(items) > 0 {
+			ctx, cancel := context.WithTimeoutCause(context.Background(), admitTimeout, errAdmitSlow)
+			defer cancel()
+			round(ctx, key, items)
+		}
+	}
 }
 
 // call is a request waiting for its batch's answer.
@@ -270,9 +264,8 @@ type call struct {
 	done  chan struct{}
 }
 
-// ask returns r's answers from lua/admit.lua, alone or in its products' next batch. A request
-// that gives up before its batch went is never asked; once asked, it waits for the answer, so
-// that no reservation it took is left untracked.
+// ask returns r's answers from lua/admit.lua, alone or in its products' next batch. Once asked,
+// a request waits for the answer, so that no reservation it took is left untracked.
 func (a *Ledger) ask(ctx context.Context, r request) ([]int64, error) {
 	if a.opts.Batch <= 1 {
 		return a.admit(ctx, []request{r})
@@ -289,13 +282,7 @@ func (a *Ledger) ask(ctx context.Context, r request) ([]int64, error) {
 }
 
 // admitRound is one admission call for the requests of one set of products waiting in the queue.
-func (a *Ledger) admitRound(_ string, take func() []*call) {
-	calls := take()
-	if len(calls) == 0 {
-		return
-	}
-	ctx, cancel := roundContext()
-	defer cancel()
+func (a *Ledger) admitRound(ctx context.Context, _ string, calls []*call) {
 	reqs := make([]request, len(calls))
 	for i, c := range calls {
 		reqs[i] = c.request

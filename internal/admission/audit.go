@@ -73,7 +73,7 @@ func parseHeld(user, held string) (Held, bool) {
 }
 
 // RecentWindow is how long after its last order here this instance watches a product: sweeps
-// it, reports its stranded units, checks its queue messages. Every caller of Recent uses it.
+// it, reports its stranded units, checks its queue messages.
 const RecentWindow = time.Minute
 
 // Recent lists the products this instance admitted orders for within the window, and forgets
@@ -102,12 +102,8 @@ type State struct {
 
 // State reads sku's admission state in one step; live is the instances alive now (Live).
 func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, error) {
-	args := make([]any, len(live))
-	for i, id := range live {
-		args[i] = id
-	}
 	k := KeysOf(sku)
-	v, err := stateScript.Run(ctx, a.client, []string{k.Stock, k.Reserved, k.Queued}, args...).Slice()
+	v, err := stateScript.Run(ctx, a.client, []string{k.Stock, k.Reserved, k.Queued}, argsOf(live)...).Slice()
 	if err != nil {
 		return State{}, fmt.Errorf("%w: %w", stock.ErrUnavailable, err)
 	}
@@ -126,8 +122,7 @@ func (a *Ledger) State(ctx context.Context, sku string, live []string) (State, e
 }
 
 // Invalidate deletes sku's admission state before a reset, so that no order is admitted against
-// the old round's counter. It fails when Redis cannot be reached: the reset must not go on, or
-// the old counter would outlive it.
+// the old round's counter. It fails without Redis: the reset must not go on.
 func (a *Ledger) Invalidate(ctx context.Context, sku string) error {
 	if err := a.client.Del(ctx, KeysOf(sku).all()...).Err(); err != nil {
 		return fmt.Errorf("invalidate admission of %s: %w: %w", sku, stock.ErrUnavailable, err)

@@ -7,15 +7,13 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// QueueOwner owns the reservations handed over to the order queue (HandOver). A queued order is
-// written by whichever instance's writer takes its message: the queue is alive as long as it
-// holds the message, which no heartbeat shows, and the writer resolves the reservation.
+// QueueOwner owns the reservations handed over to the order queue (HandOver): whichever
+// instance's writer takes the message resolves it, so no heartbeat shows it alive.
 const QueueOwner = "@queue"
 
 // HandOver gives the reservations of reqs to the order queue (lua/handover.lua): their messages
-// went out, and the writer that takes each resolves it, so no sweeper returns their units, even
-// once this instance is gone. A failed hand-over is done by the sweeper once Pending confirms
-// the message. With Options.Batch, hand-overs go in batches, as admissions do.
+// went out, so no sweeper returns their units, even once this instance is gone. A failed one is
+// done by the sweeper once Pending confirms the message. Options.Batch batches them.
 func (a *Ledger) HandOver(ctx context.Context, sku string, reqs []stock.OrderRequest) error {
 	if a.opts.Batch <= 1 || len(reqs) != 1 {
 		return a.handOver(ctx, sku, reqs)
@@ -35,13 +33,7 @@ type handedOver struct {
 }
 
 // handOverRound is one hand-over call for the hand-overs of sku waiting in the queue.
-func (a *Ledger) handOverRound(sku string, take func() []*handedOver) {
-	hs := take()
-	if len(hs) == 0 {
-		return
-	}
-	ctx, cancel := roundContext()
-	defer cancel()
+func (a *Ledger) handOverRound(ctx context.Context, sku string, hs []*handedOver) {
 	reqs := make([]stock.OrderRequest, len(hs))
 	for i, h := range hs {
 		reqs[i] = h.req
@@ -67,8 +59,7 @@ func (a *Ledger) handOver(ctx context.Context, sku string, reqs []stock.OrderReq
 	return nil
 }
 
-// HandedOver reports which of reqs' reservations the order queue holds, by id, in one read. One
-// is handed over only once its message went out and its record said queued.
+// HandedOver reports which of reqs' reservations the order queue holds, by id, in one read.
 func (a *Ledger) HandedOver(ctx context.Context, sku string, reqs []stock.OrderRequest) (map[string]bool, error) {
 	users := make([]string, len(reqs))
 	for i, r := range reqs {

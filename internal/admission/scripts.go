@@ -59,6 +59,15 @@ func sweptKey(sku, reservation string) string { return prefix(sku) + "swept:" + 
 // returnedKey is restock's marker of an ended order whose units it returned (lua/restock.lua).
 func returnedKey(sku, order string) string { return prefix(sku) + "returned:" + order }
 
+// argsOf is a script's ARGV: head, then each of tail.
+func argsOf(tail []string, head ...any) []any {
+	args := append(make([]any, 0, len(head)+len(tail)), head...)
+	for _, s := range tail {
+		args = append(args, s)
+	}
+	return args
+}
+
 // withSwept is sku's keys (all) followed by the sweeper's marker of each reservation.
 func withSwept(sku string, reservations []string) []string {
 	ks := KeysOf(sku).all()

@@ -25,10 +25,9 @@ func (a *Ledger) track(id string, until time.Time) {
 }
 
 // GiveBack returns the reservations of admitted lines whose database step certainly failed, even
-// for a cancelled request. A line whose product err says is sold out also caps its counter at
-// what the database holds. An error that leaves the outcome open (a connection lost mid-commit)
-// gives nothing back: the reservations are in doubt until any commit in flight must have landed,
-// then the sweeper asks the database. So does a give-back that cannot reach Redis.
+// for a cancelled request; a sold-out line also caps its counter at the database's. An open
+// outcome (a connection lost mid-commit) gives nothing back: the sweeper asks the database once
+// any commit in flight must have landed. So it does after a give-back that missed Redis.
 func (a *Ledger) GiveBack(ctx context.Context, lines []stock.OrderRequest, err error) {
 	var soldOut *stock.SoldOutError
 	for _, l := range lines {
@@ -68,9 +67,8 @@ func (a *Ledger) giveBack(ctx context.Context, req stock.OrderRequest, dbErr err
 }
 
 // definite reports whether a failed order was certainly not written: the database or the lock
-// refused it, or the strategy says so (ErrNotPlaced). Anything else (stock.ErrOutcomeUnknown,
-// even on a busy answer; a lost connection, a deadline, an internal error) may have come after
-// a COMMIT the database executed.
+// refused it, or ErrNotPlaced. Anything else (stock.ErrOutcomeUnknown even when busy, a lost
+// connection, a deadline) may have come after a COMMIT the database executed.
 func definite(err error) bool {
 	if errors.Is(err, stock.ErrOutcomeUnknown) {
 		return false
@@ -85,9 +83,8 @@ func definite(err error) bool {
 }
 
 // Settle ends the reservations of lines the database has written: their units stay sold. One the
-// sweeper returned meanwhile (this instance froze) is taken again (lua/settle.lua). A lost
-// settle costs only time: once the order is Done here, this instance's sweeper settles it. One
-// call per product: a script's keys share a slot.
+// sweeper returned meanwhile (this instance froze) is taken again. A lost settle costs only
+// time: this instance's sweeper settles it. One call per product: a script's keys share a slot.
 func (a *Ledger) Settle(ctx context.Context, lines []stock.OrderRequest) {
 	bySKU := map[string][]stock.OrderRequest{}
 	for _, l := range lines {

@@ -10,10 +10,8 @@ import (
 )
 
 // Sweeping. A reservation lives as long as its instance beats, not for a fixed lease: a slow
-// instance keeps its reservations, a dead or frozen one loses them to the others' sweepers
-// within its TTL, so no unit is stuck behind a stopped process. One that wakes and writes is
-// decided by the database's guard, and the settle takes the units back, once. An instance also
-// sweeps its own reservations whose give-back or settle never reached Redis.
+// instance keeps its reservations, a stopped one loses them to the others' sweepers within its
+// TTL. One that wakes and writes is decided by the database; the settle takes the units back.
 
 // sweepGrace is how long a reservation in doubt is left alone: a commit sent before its section
 // gave up has long reached the database by then. Doubts older than forgetDoubts are dropped.
@@ -22,9 +20,8 @@ const (
 	forgetDoubts = time.Minute
 )
 
-// Pending reports which orphaned reservations without an order someone else may still write
-// (queued: the message went out), which the sweeper hands over to the queue, and makes sure
-// no one ever writes the others, whose units the sweeper returns.
+// Pending reports which orphans without an order another may still write (their message went
+// out: handed to the queue), and makes sure no one writes the others, whose units go back.
 type Pending interface {
 	Pending(ctx context.Context, sku string, held []Held) (writable map[string]bool, err error)
 }
@@ -36,22 +33,16 @@ type orphan struct {
 	stored string
 }
 
-// Sweep resolves, as the database decides, sku's reservations whose instance is not alive (live:
-// Live), and this instance's own of no order in flight here. One whose order exists is settled;
-// one without returns its units and buyer, unless another may still write the order (Pending).
-// It returns the units returned. Any instance may sweep at any time: each reservation is
-// resolved once (lua/sweep.lua).
+// Sweep resolves, as the database decides, sku's reservations whose instance is not in live,
+// and its own of no order in flight here: settled if the order exists, else its units returned
+// unless another may still write it (Pending). It returns the units returned. Any instance may
+// sweep at any time: each reservation is resolved once (lua/sweep.lua).
 func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, error) {
 	if planted.On(planted.NoSweep) {
 		return 0, nil
 	}
 	const batch = 500
-	args := make([]any, 0, len(live)+2)
-	args = append(args, batch, a.instance)
-	for _, id := range live {
-		args = append(args, id)
-	}
-	raw, err := orphansScript.Run(ctx, a.client, []string{KeysOf(sku).Reserved}, args...).StringSlice()
+	raw, err := orphansScript.Run(ctx, a.client, []string{KeysOf(sku).Reserved}, argsOf(live, batch, a.instance)...).StringSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -74,7 +65,7 @@ func (a *Ledger) Sweep(ctx context.Context, sku string, live []string) (int64, e
 	if found, err = a.leaveWritable(ctx, sku, found, placed); err != nil || len(found) == 0 {
 		return 0, err
 	}
-	ids, args = make([]string, len(found)), make([]any, 0, 3*len(found))
+	ids, args := make([]string, len(found)), make([]any, 0, 3*len(found))
 	for i, o := range found {
 		ids[i] = o.ID
 		args = append(args, o.User, o.stored, placed[o.ID]) // a bool goes as 1 or 0

@@ -13,18 +13,16 @@ import (
 )
 
 // batcher is how every strategy places requests: those that arrive while a section for their
-// products runs wait, and the next section takes them together (group commit): one acquisition
-// of each lock, one conditional update per product, one insert. Only requests of the same
-// products (the key) ride together. One section per key runs in an instance, so its requests
-// take turns in memory, where waiting is free, not at the distributed lock (naive overlaps).
+// products (the key) runs wait, and the next section takes them together (group commit): one
+// acquisition of each lock, one update per product, one insert. One section per key runs in an
+// instance, so its requests take turns in memory, where waiting is free, not at the lock.
 type batcher struct {
 	strategy string
 	metrics  *LockMetrics
 	section  section
 	timeout  time.Duration // bounds one section: its lock wait, then the write and its retries
-	// overlap lets a key's sections run at once in an instance, each request starting a drainer.
-	// Only naive sets it: one section per product at a time is itself a lock, and with it naive
-	// could not race within one instance (the embedded default has only one).
+	// overlap lets a key's sections run at once (naive): one at a time is itself a lock, and
+	// naive could not race within the one instance of the default.
 	overlap bool
 	queue   *keyqueue.Queue[*waiter] // by key: the requests waiting for the next section
 }
@@ -44,10 +42,9 @@ func (b *batched) Place(ctx context.Context, req stock.CheckoutRequest) (stock.C
 }
 
 // A section is one critical section over the products skus (in SKU order). It calls take once
-// it holds their locks (or failed to get them), and answers each request take returned, in
-// order. take returns the same requests if called again, and may return none (they gave up
-// meanwhile). Taking the queue at the grant, not before the wait, lets the requests that arrived
-// while other instances held the locks ride along: under contention, most of them.
+// it holds their locks (or failed to), and answers each request take returned, in order. take
+// returns the same requests if called again, or none. Taking at the grant, not before the wait,
+// lets the requests that arrived meanwhile ride along: under contention, most of them.
 type section func(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) []stock.Placed
 
 type waiter struct {
@@ -64,10 +61,8 @@ func newBatcher(r *runner, s section) *batcher {
 	return b
 }
 
-// place queues req and waits for its answer. The first request of an idle key starts its
-// drainer, which runs sections until the queue is empty. A request that gives up before a
-// section took it leaves the queue unplaced; once taken, it waits for the section's answer, so
-// that what it returns is what happened.
+// place queues req and waits for its answer. A request that gives up before a section took it
+// leaves unplaced; once taken, it waits for the answer, so that it returns what happened.
 func (b *batcher) place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error) {
 	if err := ctx.Err(); err != nil {
 		// Gone already: never queued, so no fast section races its cancellation to place it.

@@ -10,9 +10,9 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// A Guard is what a section's write checks in the database for when its lock has failed: a lock
-// granted twice after a failover, a lease that ran out under a paused holder. The lock keeps the
-// hot row calm; the guard keeps the invariant.
+// A Guard is what a section's write checks in the database for when its lock has failed (granted
+// twice, a lease run out under a paused holder). The lock keeps the hot row calm; the guard
+// keeps the invariant.
 type Guard int
 
 const (
@@ -22,12 +22,10 @@ const (
 	// Fence writes the lock's fencing token with the orders, WHERE fence < token: a holder whose
 	// lock ran out can never write after a newer holder has (etcd, zookeeper).
 	Fence
-	// NoGuard writes the stock computed from the read with no condition on the row: the lock
-	// alone, as in the oversell that opens «Locks in practice» (docs/sources.md), where 100 units
-	// sold 170 times after a Redis failover. It is correct only while the lock is: granted twice,
-	// one holder's sale is written over, and the product is oversold. The unguarded twins are
-	// their guarded strategy's lock with NoGuard; naive is NoGuard with no lock. Unsafe on
-	// purpose, refused unless allowed: they prove that the checks see a failed lock oversell.
+	// NoGuard writes the stock computed from the read, with no condition on the row: the lock
+	// alone, as in the oversell that opens «Locks in practice» (docs/sources.md). Granted twice,
+	// one holder's sale is written over and the product oversold. The unguarded twins and naive
+	// use it, unsafe on purpose: they prove that the checks see a failed lock oversell.
 	NoGuard
 )
 
@@ -54,14 +52,10 @@ func (r *runner) write(ctx context.Context, h *holds, reqs []stock.CheckoutReque
 
 // versioned is the version-guarded write: read the products, place every request at those
 // versions in one transaction (stock.Store.PlaceAt), on a conflict read again, up to attempts
-// times, then busy. Never blind: an attempt matches the versions it read or writes nothing. An
-// admitted batch skips the buyers' lookup on its first try (stock.Store.PlaceAdmitted).
-//
-// known is by SKU the product as the last writer left it (hybrid: Lock.Known), read instead of
-// the rows when the batch fits in it: one query fewer under the locks. Only a hint: a stale one
-// fails the version check at no cost to the attempts. It never refuses alone (a cancel returns
-// units without moving the version; a batch that writes nothing checks none): such a batch reads
-// the rows and decides again.
+// times, then busy. Never blind: an attempt matches the versions it read or writes nothing.
+// known, the products as the last writer left them (Lock.Known), replaces the read when the
+// batch fits: one query fewer under the locks. A stale one fails the version check at no cost
+// to the attempts; it never refuses alone (a cancel returns units without moving the version).
 func (r *runner) versioned(ctx context.Context, reqs []stock.CheckoutRequest, known map[string]*stock.Product) ([]stock.Placed, map[string]*stock.Product) {
 	skus := reqs[0].SKUs()
 	asked := map[string]int64{}
@@ -153,11 +147,10 @@ func admitted(reqs []stock.CheckoutRequest) bool {
 }
 
 // fenced places reqs under the fencing tokens of h's locks (stock.Store.PlaceFenced). A section
-// whose lock is known to be gone (its lease or session) is abandoned before it writes; after
-// that check, the token stops a holder whose lock runs out. A write fenced out by a token ahead
-// of the lock service itself, which no holder can have been granted (the service was replaced
-// and its sequence restarted), is retried once after resetting that fence (lock.Lock.Ahead). A
-// genuine fence-out is busy, never a sale.
+// whose lock is known gone is abandoned before it writes; after that, the token stops a holder
+// whose lock runs out. A fence ahead of the lock service itself (replaced, its sequence
+// restarted: lock.Lock.Ahead) was granted to no holder: it is reset and the write retried once.
+// A genuine fence-out is busy, never a sale.
 func (r *runner) fenced(ctx context.Context, h *holds, reqs []stock.CheckoutRequest) []stock.Placed {
 	recovered := false
 	for attempt := 1; ; attempt++ {
@@ -198,9 +191,8 @@ func (r *runner) fenced(ctx context.Context, h *holds, reqs []stock.CheckoutRequ
 	}
 }
 
-// unguarded decides reqs against one read, runs naive's pause and the fault hook, and writes the
-// stock it computed with no condition on the rows (stock.Store.PlaceUnguarded). Only a buyer or
-// key taken between the read and the insert stops it: nothing was written, and it answers busy.
+// unguarded decides reqs against one read and writes the stock it computed with no condition on
+// the rows (stock.Store.PlaceUnguarded). A buyer or key taken between read and insert: busy.
 func (r *runner) unguarded(ctx context.Context, reqs []stock.CheckoutRequest) []stock.Placed {
 	placed, err := r.store.PlaceUnguarded(ctx, reqs, func(ctx context.Context) error {
 		if r.pause > 0 {

@@ -7,10 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// LockMetrics records how the strategies' sections behave: how long orders wait for their lock,
-// how long it is held, batches, retries, and the warning signs — holds longer than a threshold,
-// locks lost before release, writes fenced out. One LockMetrics serves every strategy of an
-// instance, labelled by strategy; what the locks do on their own is lock.Metrics.
+// LockMetrics records how the strategies' sections behave, labelled by strategy: lock waits and
+// holds, batches, retries, and the warning signs (long holds, locks lost, writes fenced out).
+// What the locks do on their own is lock.Metrics.
 type LockMetrics struct {
 	wait, hold  *prometheus.HistogramVec
 	heldTooLong *prometheus.CounterVec

@@ -7,10 +7,8 @@ import (
 )
 
 // NewNaive returns the naive strategy: no lock, no guard; read, check, write the stock computed
-// from the read. Unsafe on purpose (concurrent sections overwrite each other's decrements) and
-// refused unless allowed, it shows that the checks see overselling: a check that never fails
-// proves nothing. Its sections overlap, so it races within one instance too. pause, between
-// read and write, stands in for the latency that opens the race window in production.
+// from the read. Unsafe on purpose, it shows that the checks see overselling: a check that never
+// fails proves nothing. pause, between read and write, stands in for production's latency.
 func NewNaive(store *stock.Store, pause time.Duration, opts Options, metrics *LockMetrics) *Naive {
 	opts.Wait = pause
 	r := newRunner("naive", store, nil, NoGuard, opts, metrics)

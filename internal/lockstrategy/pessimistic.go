@@ -12,19 +12,17 @@ import (
 )
 
 // Pessimistic serialises orders with the database's own row lock: one transaction takes the
-// row with SELECT ... FOR UPDATE NOWAIT, decides, decrements and inserts. It needs no extra
-// component and piles no connections up behind the hot row: a held row fails at once, the
-// section retries after a jittered pause, and answers busy after the wait. With
-// stock.WaitForRow it waits in the row's lock queue instead, on a small pool of its own.
+// row with SELECT ... FOR UPDATE NOWAIT, decides, decrements and inserts. A held row fails at
+// once, so no connections pile up behind the hot row; the section retries after a jittered
+// pause, and answers busy after the wait. stock.WaitForRow waits in the row's queue instead.
 type Pessimistic struct {
 	rowLock stock.RowWait
 	batched // its runner has no Locker: the row lock is taken by the write
 }
 
-// NewPessimistic returns the pessimistic strategy over store. rowLock is what a section does
-// when the row is held: stock.NoWait fails at once, stock.WaitForRow waits in its queue; both
-// try again within opts.Wait (SQLite has no row locks: both take its write lock). The row lock
-// is its own guard: nobody else can change the row while it is held.
+// NewPessimistic returns the pessimistic strategy over store; rowLock says what a section does
+// when the row is held (both try again within opts.Wait). The row lock is its own guard:
+// nobody else can change the row while it is held.
 func NewPessimistic(store *stock.Store, rowLock stock.RowWait, opts Options, metrics *LockMetrics) *Pessimistic {
 	p := &Pessimistic{rowLock: rowLock, batched: batched{run: newRunner("pessimistic", store, nil, Version, opts, metrics)}}
 	p.run.readFirst = true
@@ -82,9 +80,8 @@ func (p *Pessimistic) untilHeld(ctx context.Context, skus []string, try func() e
 }
 
 // rowTaken reports an attempt that wrote nothing because another transaction had the row: its
-// lock (ErrBusy), or a change between statements (a reset: ErrVersionConflict). A transaction
-// the database ended (tx_ended) is not one: it may have committed, so its buyer hears busy and
-// asks again, with its Idempotency-Key if it has one.
+// lock (ErrBusy), or a change between statements (ErrVersionConflict). A transaction the
+// database ended is not one: it may have committed, so it is not retried; its buyer hears busy.
 func rowTaken(err error) bool {
 	if stock.CauseOfBusy(err) == stock.BusyTxEnded {
 		return false

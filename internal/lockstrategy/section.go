@@ -28,10 +28,9 @@ type Options struct {
 // outwaited.
 const attempts = 5
 
-// runner is the one critical section of every strategy made of a lock and a guard: wait for the
-// lock within the budget, take the batch, stop when the lock is lost, write under the guard with
-// the fault hook at its one moment, release, and answer busy for what a lost lock abandoned. A
-// strategy is then its recipe: which lock, which guard, what it does around the section.
+// runner is the one critical section of every strategy: wait for the lock within the budget,
+// take the batch, stop when the lock is lost, write under the guard with the fault hook at its
+// one moment, release, and answer busy for what a lost lock abandoned. A strategy is its recipe.
 type runner struct {
 	name    string
 	store   *stock.Store
@@ -47,8 +46,8 @@ type runner struct {
 	fallback func(ctx context.Context, reqs []stock.CheckoutRequest, err error) []stock.Placed
 	// readFirst answers a sold-out batch before any lock (soldOut), where no admission does.
 	readFirst bool
-	// settle runs after the release with what the section wrote (hybrid: end the reservations).
-	settle func(ctx context.Context, reqs []stock.CheckoutRequest, placed []stock.Placed)
+	// settle runs after the release with the lines the section wrote (hybrid: end the reservations).
+	settle func(ctx context.Context, written []stock.OrderRequest)
 }
 
 func newRunner(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *runner {
@@ -91,15 +90,20 @@ func (r *runner) section(ctx context.Context, skus []string, take func() []stock
 		if hook := r.opts.Hooks.Written; hook != nil {
 			hook(ctx, linesOf(reqs))
 		}
-		r.settle(ctx, reqs, placed)
+		var written []stock.CheckoutRequest
+		for i, req := range reqs {
+			if placed[i].Err == nil {
+				written = append(written, req)
+			}
+		}
+		r.settle(ctx, linesOf(written))
 	}
 	abandoned(section, placed)
 	return placed
 }
 
-// soldOut answers a batch with a product at zero stock before any lock, when r reads first
-// (stock.Store.SoldOut): a sold-out answer needs no lock. A failed read leaves the batch to the
-// section.
+// soldOut answers a batch with a product at zero stock before any lock, when r reads first: a
+// sold-out answer needs no lock. A failed read leaves the batch to the section.
 func (r *runner) soldOut(ctx context.Context, skus []string, take func() []stock.CheckoutRequest) ([]stock.Placed, bool) {
 	if !r.readFirst || planted.On(planted.SoldOutUnderLock) {
 		return nil, false
@@ -126,9 +130,9 @@ func linesOf(reqs []stock.CheckoutRequest) []stock.OrderRequest {
 	return lines
 }
 
-// localLocks are one instance's turns on its products, taken before each lock. The batcher
-// serialises sections of one key, but a product's orders and its checkouts have different keys,
-// and two acquisitions of one etcd session's mutex do not exclude each other.
+// localLocks are one instance's turns on its products, taken before each lock: a product's
+// orders and checkouts have different batcher keys, and one etcd session's mutex taken twice
+// does not exclude itself.
 type localLocks struct {
 	mu   sync.Mutex
 	keys map[string]*localLock
@@ -214,9 +218,9 @@ func (r *runner) release(ctx context.Context, h *holds, left map[string]*stock.P
 	}
 }
 
-// untilLost returns the section's context, cancelled (cause: lock.ErrLost) when l is lost: a
-// section that has not written abandons its write; one writing is stopped by its guard if
-// another holder has written since. stop must be called before the lock is released.
+// untilLost returns the section's context, cancelled (cause: lock.ErrLost) when l is lost: an
+// unwritten section abandons its write, a writing one is stopped by its guard. Call stop
+// before the release.
 func untilLost(ctx context.Context, l lock.Lock) (section context.Context, stop func()) {
 	lost := l.Lost()
 	if lost == nil {

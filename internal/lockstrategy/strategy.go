@@ -1,8 +1,7 @@
 // Package lockstrategy holds the ways an order can be serialised against concurrent orders for
-// the same product, behind one interface (Strategy). A strategy is a lock (a lock.Locker) that
-// keeps the hot row calm and a guard (Guard) that keeps the invariant when the lock fails; one
-// section runner (section.go) owns what every strategy needs, so each strategy file reads as its
-// recipe. naive and the unguarded twins are unsafe on purpose.
+// the same product (Strategy). A strategy is a lock that keeps the hot row calm and a guard that
+// keeps the invariant when the lock fails; one section runner (section.go) owns what every
+// strategy needs. naive and the unguarded twins are unsafe on purpose.
 package lockstrategy
 
 import (
@@ -12,38 +11,32 @@ import (
 	"github.com/flashsale/seckill/internal/stock"
 )
 
-// A Strategy places a request — an order is a request of one line, a checkout one of several —
-// serialising it against concurrent requests for the same products. It returns
-// stock.ErrSoldOut, stock.ErrAlreadyPurchased, stock.ErrBusy, stock.ErrNotFound,
-// stock.ErrInvalid, stock.ErrDuplicateRequest, stock.ErrUnavailable, or a wrapped internal error;
-// a refusal of some lines is a *stock.CheckoutError naming them. req is valid: the service checks
-// it first (a product twice would take its turn twice).
+// A Strategy places a request (an order: one line; a checkout: several), serialising it against
+// concurrent requests for the same products. It returns stock.ErrSoldOut, ErrAlreadyPurchased,
+// ErrBusy, ErrNotFound, ErrInvalid, ErrDuplicateRequest, ErrUnavailable, or a wrapped internal
+// error; a refusal of some lines is a *stock.CheckoutError naming them. req is valid: the
+// service checks it first (a product twice would take its turn twice).
 type Strategy interface {
 	Name() string
 	Place(ctx context.Context, req stock.CheckoutRequest) (stock.Checkout, error)
 }
 
-// Hooks reach into every strategy's critical section, and the queued strategy's publish, for
-// tests that hold a section open as a paused holder would, or act at its most delicate moment.
-// The zero value, which production uses, does nothing.
+// Hooks reach into every strategy's section, and the queued strategy's publish, for tests that
+// pause there or act at the most delicate moment. The zero value, production's, does nothing.
 type Hooks struct {
-	// InSection runs inside every strategy's section with the locks held and the products read,
-	// right before the write: the window every guard is for (TestHookMoment).
+	// InSection runs with the locks held and the products read, right before the write: the
+	// window every guard is for.
 	InSection func(ctx context.Context, orders []stock.OrderRequest)
-	// Written runs in a section that settles reservations (hybrid's, and queued's writers) once
-	// its orders are committed and its lock released: a written order still holds its reservation.
+	// Written runs in a section that settles reservations once its orders are committed and its
+	// lock released: a written order still holds its reservation.
 	Written func(ctx context.Context, orders []stock.OrderRequest)
 	// Locking runs before each product's lock is taken: skus in lock order, held of them held.
-	// Tests cross two checkouts there, each holding its first product's lock.
 	Locking func(ctx context.Context, skus []string, held int)
-	// Admitted runs in the queued strategy once an order is admitted and before its batch's
-	// message is sent: a sweeper may give up the orders of an instance frozen there.
+	// Admitted runs in the queued strategy after admission, before the batch's message is sent.
 	Admitted func(ctx context.Context, orderID string)
-	// Published runs in the queued strategy once an order's batch is out and before it is
-	// recorded queued: a writer can take the batch and decide it first.
+	// Published runs in the queued strategy once the batch is out, before it is recorded queued.
 	Published func(ctx context.Context, orderID string)
-	// Taken runs in the queued strategy when a writer has taken a batch's message and before it
-	// claims the batch: the writer decides the order ahead of its publisher or a sweeper.
+	// Taken runs in the queued strategy when a writer has taken a message, before it claims it.
 	Taken func(ctx context.Context, orderID string)
 }
 
@@ -51,8 +44,8 @@ type Hooks struct {
 // (Fence), dblock (the lock table, Version), and the unguarded twins (NoGuard).
 type Locked struct{ batched }
 
-// New returns the strategy name: sections under locker's lock, written under guard. A lock
-// service that cannot be reached answers unavailable: without its lock it has no safe way.
+// New returns the strategy name: sections under locker's lock, written under guard. Without its
+// lock service it answers unavailable: it has no safe way without the lock.
 func New(name string, store *stock.Store, locker lock.Locker, guard Guard, opts Options, metrics *LockMetrics) *Locked {
 	l := &Locked{batched{run: newRunner(name, store, locker, guard, opts, metrics)}}
 	l.run.readFirst = guard != NoGuard // the unguarded twins keep the incident's recipe whole

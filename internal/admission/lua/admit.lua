@@ -1,10 +1,8 @@
 -- Redis fast admission: one atomic step that rejects sold-out and repeat buyers at memory speed,
 -- so that only orders with a real chance reach the lock and the database. An admitted order's
--- units are reserved while its instance beats (beat.lua); once the beats stop, a sweeper returns
--- them unless the database has the order (sweep.lua): never a permanent decrement.
--- A request has a line per product. One call admits the requests of one set of products, in
--- order, each as if it had come alone, and each whole or not at all: every line is judged
--- before any is taken. On Redis Cluster (keys of one slot per script) a call is of one product.
+-- units are reserved while its instance beats (beat.lua), then swept (sweep.lua).
+-- One call admits requests (a line per product) of one set of products, each as if alone, and
+-- whole or not at all: every line is judged before any is taken.
 -- KEYS[4*(p-1)+1 .. 4*p] = product p of the set, in SKU order:
 --   seckill:{sku}:stock     the admission counter (the DB stock, minus reservations)
 --   seckill:{sku}:buyers    the users admitted in this sale round
@@ -17,9 +15,9 @@
 -- Returns one answer per line, request after request: -1 counter missing (warm it; nothing is
 -- taken), 0 admitted (or would be, beside a refused line), 1 sold out, 2 already purchased,
 -- 3 this Idempotency-Key holds the user's reservation (in flight), 4 held: too few units left,
--- but orders in their sections may give some back (busy), 5 waiting: the product holds as many
--- reservations as the bound allows (busy). Sold out is final: answered only when no order could
--- give a unit back; one handed over to the queue is not waited for: its order is accepted.
+-- but orders in their sections may give some back (busy), 5 waiting: the bound is reached
+-- (busy). Sold out is final: answered only when no order in its section could give a unit back
+-- (a handed-over one is not waited for: its order is accepted).
 local n = #KEYS / 4
 local out = {}
 -- judge answers user's line of qty units of the product whose keys start at KEYS[k].

@@ -5,9 +5,8 @@
 -- ARGV[1] = user id, ARGV[2] = reservation id
 -- ARGV[3] = optional cap: the stock the database reported with sold out, which closes admission
 -- to the losers to come, never below what the database still holds.
--- Exactly once: only the removal of this very reservation returns units, so a repeated
--- give-back, or one the sweeper beat, returns nothing. A missing counter (flushed, reset) stays
--- missing: INCRBY would invent one.
+-- Exactly once: only the removal of this very reservation returns units. A missing counter
+-- (flushed, reset) stays missing: INCRBY would invent one.
 -- Returns 1 when the units went back, 0 when the reservation was already gone.
 local hash = redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 and KEYS[3] or KEYS[4]
 local id, units = string.match(redis.call('HGET', hash, ARGV[1]) or '', '^([^|]*)|([^|]*)|')

@@ -1,9 +1,7 @@
--- Hands reservations over to the order queue (the queued strategy): their messages went out, so
--- the writer that takes each resolves it, whichever instance it runs on. Until then the
--- reservation must hold its units even if its instance dies: returning them would sell the unit
--- twice while its order waits to be written. It moves to the queue's hash, which no sweeper
--- lists, under the queue's name, which every instance counts alive (Ledger.Live); id, units and
--- key stay, so the writer's settle or give-back finds it by its id.
+-- Hands reservations over to the order queue: their messages went out, so the writer that takes
+-- each resolves it. Until then it must hold its units even if its instance dies: returning them
+-- would sell the unit twice. It moves to the queue's hash, which no sweeper lists, under the
+-- queue's name; id, units and key stay, so the writer's settle or give-back finds it.
 -- KEYS[1] = reserved, KEYS[2] = queued (see admit.lua)
 -- ARGV[1] = the queue's owner name, ARGV[2..] = user id, reservation id, ... (pairs)
 -- Returns the reservations handed over (one already resolved, or replaced, is left alone).

@@ -1,7 +1,6 @@
 -- Lists the reservations a sweeper may have to resolve: those whose instance is not alive, and
 -- the sweeping instance's own, which it checks against its orders in flight. An instance that
--- beats again after live.lua was read finds its reservations swept, which the database's guard
--- and the sweeper's marker make safe (sweep.lua).
+-- beats again meanwhile is kept safe by the database and the sweeper's marker (sweep.lua).
 -- KEYS[1] = reserved (see admit.lua)
 -- ARGV[1] = at most this many of other instances, ARGV[2] = the sweeping instance,
 -- ARGV[3..] = the live instances

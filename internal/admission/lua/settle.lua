@@ -1,8 +1,7 @@
--- Settles the reservations of orders the database has written: the units stay deducted, and
--- the reservation ends. One that is no longer the one given (settled, or replaced) is left alone,
--- unless the sweeper returned it while its order was being written (its instance froze past its
--- heartbeat, then woke and wrote). Then its units and buyer are taken again here, once (the
--- sweeper's marker goes), so the counter never offers a unit the database has sold.
+-- Settles the reservations of orders the database has written: the units stay deducted. One no
+-- longer as given is left alone, unless the sweeper returned it while its frozen instance wrote
+-- the order: then its units and buyer are taken again, once (the marker goes), so the counter
+-- never offers a unit the database has sold.
 -- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua)
 -- KEYS[5..] = seckill:{sku}:swept:<reservation id>, one per order, in order
 -- ARGV = user id, reservation id, units, ... (one triple per order)

@@ -1,11 +1,9 @@
--- Resolves orphaned reservations as the database decided: one whose order exists is settled;
--- one without returns its units and its buyer, once: only a reservation still exactly as the
--- sweeper read it is touched, so whoever got there first wins. A returned reservation leaves a
--- marker, so that if its order is written after all (its instance was only frozen), the settle
--- takes the units again (settle.lua) and a give-back returns nothing (giveback.lua). One another
--- sweeper returned while its order, in doubt here, was in fact written is taken again too.
--- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua); only reserved is swept, never
--- the reservations handed over to the queue
+-- Resolves orphaned reservations as the database decided: settled if the order exists, else its
+-- units and buyer returned, once: only a reservation still exactly as read is touched. A
+-- returned one leaves a marker, so that if its order is written after all (its instance was
+-- frozen), the settle takes the units again and a give-back returns nothing. One another
+-- sweeper returned while its order was in fact written is taken again here too.
+-- KEYS[1..4] = stock, buyers, reserved, queued (see admit.lua); only reserved is swept
 -- KEYS[5..] = seckill:{sku}:swept:<reservation id>, one per reservation, in order
 -- ARGV = user id, reservation as read, placed (1 or 0), ... (one triple per reservation)
 -- Returns {units returned, reservations returned, settled, taken again}.

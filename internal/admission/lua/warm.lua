@@ -3,8 +3,7 @@
 -- ARGV[1] = 'nx' (never overwrite a live counter) or 'force' (a reset or reconcile)
 -- ARGV[2] = stock in the database, ARGV[3..] = users holding an order
 -- The reservations go too: the new counter is the database's stock, which still holds the units
--- of orders in flight, so their give-backs must find nothing to return; their commits only
--- leave the counter above the database for a while, which the database corrects.
+-- of orders in flight, so their give-backs must find nothing to return.
 -- Returns 1 when the state was written, 0 when a live counter was left alone.
 if ARGV[1] == 'nx' then
   if not redis.call('SET', KEYS[1], ARGV[2], 'NX') then
