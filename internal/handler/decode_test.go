@@ -10,7 +10,7 @@ import (
 // FuzzDecodersAgree holds the hot path's decoder (parsed) to encoding/json's (decodeStrict) on
 // every body a request can carry: a body the fast one takes, encoding/json takes too, into the
 // same value. A body the fast one refuses costs only time, since decodeStrict then decides it.
-// Planted loose-fast-decode (unknown fields taken) fails here on the seeds.
+// Planted loose-fast-decode (unknown fields taken) fails here on the inputs it adds.
 func FuzzDecodersAgree(f *testing.F) {
 	for _, seed := range []string{
 		`{"user_id":"u-1"}`,
