@@ -2,7 +2,6 @@ package orderqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/segmentio/encoding/json"
 )
 
 // Delivery is one message handed to this writer: a batch of orders to decide, then ack, nak or

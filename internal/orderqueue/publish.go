@@ -2,7 +2,6 @@ package orderqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/segmentio/encoding/json"
 )
 
 // Subject is the subject an order for sku travels on: the subjects' prefix, a dot and the SKU,

@@ -2,7 +2,6 @@ package orderqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/segmentio/encoding/json"
 )
 
 // State is where an accepted order is, or a batch.

@@ -1,11 +1,11 @@
 package orderqueue
 
 import (
-	"encoding/json"
 	"fmt"
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/segmentio/encoding/json"
 )
 
 // watch is the one subscription an instance's waits share: the orders' ends are said on

@@ -131,7 +131,7 @@ func requestOf(o orderqueue.Order) stock.CheckoutRequest {
 }
 
 // queuedCheckout is the request a queued record stands for, its lines in status. An order's one
-// line carries the order's key and what it asked for, as its row would.
+// line carries the order's key, as its row would.
 func queuedCheckout(o orderqueue.Order, status stock.Status) stock.Checkout {
 	co := stock.Checkout{UserID: o.UserID, Strategy: o.Strategy, Status: status, CreatedAt: o.AcceptedAt}
 	if o.Checkout {
@@ -142,7 +142,7 @@ func queuedCheckout(o orderqueue.Order, status stock.Status) stock.Checkout {
 			Quantity: l.Quantity, Strategy: o.Strategy, CreatedAt: o.AcceptedAt, Status: status})
 	}
 	if !o.Checkout {
-		co.Lines[0].IdempotencyKey, co.Lines[0].RequestHash = o.IdempotencyKey, requestOf(o).Fingerprint()
+		co.Lines[0].IdempotencyKey = o.IdempotencyKey
 	}
 	return co
 }

@@ -20,6 +20,7 @@ import (
 type inHand struct {
 	*orderqueue.Delivery
 	claimed  orderqueue.Claimed
+	fresh    bool             // first delivered and proven queued (provenQueued): no order to look up first
 	open     int              // orders not yet placed or rejected in the record
 	refused  map[string]error // orders the database refused, to reject in the record: by id
 	retry    error            // why an order could not be decided: the batch comes back
@@ -52,18 +53,25 @@ func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 		_ = g.Wait()
 	}
 	hands := s.claim(ctx, t)
-	var todo []held // in the order the queue took them
+	var again, fresh []held // in the order the queue took them
 	for _, h := range hands {
 		if h.answered || h.retry != nil {
 			continue
 		}
 		for _, o := range h.Batch.Orders {
-			if _, ended := h.claimed.Rejected[o.OrderID]; !ended {
-				todo = append(todo, held{h: h, o: o})
+			if _, ended := h.claimed.Rejected[o.OrderID]; ended {
+				continue
+			}
+			if h.fresh {
+				fresh = append(fresh, held{h: h, o: o})
+			} else {
+				again = append(again, held{h: h, o: o})
 			}
 		}
 	}
-	todo = s.ackPlaced(ctx, todo)
+	// Only a batch handed out before may have rows. A fresh batch's order written through another
+	// copy (resent) is refused by the section, and writeSome finds its row then.
+	todo := append(s.ackPlaced(ctx, again), fresh...)
 	sets := map[string][]held{}
 	var keys []string
 	for _, e := range todo {
@@ -99,7 +107,7 @@ func (s *Queued) claim(ctx context.Context, t orderqueue.Taken) []*inHand {
 		h := &inHand{Delivery: d, open: len(d.Batch.Orders), refused: map[string]error{}}
 		hands[i] = h
 		if proven[d.Batch.ID] || planted.On(planted.UncheckedWriter) {
-			h.claimed = orderqueue.Unread(d.Batch)
+			h.claimed, h.fresh = orderqueue.Unread(d.Batch), proven[d.Batch.ID]
 			continue
 		}
 		g.Go(func() error {
