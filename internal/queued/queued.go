@@ -42,6 +42,7 @@ type Queued struct {
 	queue     *orderqueue.Queue
 	store     *stock.Store
 	sending   *keyqueue.Queue[*entry] // by product: the requests waiting for its next batch
+	reading   *keyqueue.Queue[*rowRead]
 	opts      Options
 	log       *slog.Logger
 	stop      context.CancelFunc
@@ -80,6 +81,7 @@ func New(section Section, ledger *admission.Ledger, store *stock.Store, queue *o
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Queued{section: section, admission: ledger, queue: queue, store: store, opts: opts, log: log, stop: stop}
 	s.sending = keyqueue.New(opts.Batch, s.sendRound)
+	s.reading = keyqueue.New(rowsRead, s.readRows)
 	timeout := 2*opts.LockWait + 10*time.Second
 	for range opts.Writers {
 		s.writers.Go(func() { queue.Work(ctx, opts.Batch, opts.Idle, timeout, s.write) })

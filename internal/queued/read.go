@@ -46,7 +46,7 @@ func (s *Queued) written(ctx context.Context, ref stock.Ref) (stock.Checkout, bo
 	if err != nil || time.Since(ulid.Time(id.Time())) < heardFor {
 		return stock.Checkout{}, false
 	}
-	co, err := s.store.Read(ctx, ref)
+	co, err := s.row(ctx, ref)
 	return co, err == nil
 }
 
@@ -70,7 +70,7 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 		}
 		return co, nil
 	case rec.State == orderqueue.Placed:
-		return s.store.Read(ctx, stock.Ref{ID: rec.OrderID, Checkout: rec.Checkout})
+		return s.row(ctx, stock.Ref{ID: rec.OrderID, Checkout: rec.Checkout})
 	case rec.State == orderqueue.Rejected:
 		co := queuedCheckout(rec.Order, stock.Rejected)
 		if checkout && !rec.Checkout {
@@ -84,10 +84,58 @@ func (s *Queued) read(ctx context.Context, rec orderqueue.Record, err error, che
 	}
 	// Still queued, as the record stands: a placed request's record stays so, and then its rows
 	// are the answer.
-	if co, err := s.store.Read(ctx, stock.Ref{ID: rec.OrderID, Checkout: rec.Checkout}); err == nil {
+	if co, err := s.row(ctx, stock.Ref{ID: rec.OrderID, Checkout: rec.Checkout}); err == nil {
 		return co, nil
 	}
 	return queuedCheckout(rec.Order, stock.Queued), nil
+}
+
+// rowRead is one follower's read of an order's row, made with the others' that came meanwhile.
+type rowRead struct {
+	id   string
+	row  stock.Order
+	err  error
+	done chan struct{}
+}
+
+// rowsRead bounds the orders one query reads.
+const rowsRead = 256
+
+// row reads the rows of the request ref names. A sale's followers ask for their orders' rows at
+// the rate the writers place them, an end heard before the follower asked having left its row
+// behind (it may have moved on since): the orders that came while a read was out are read in the
+// next, one query for all (readRows), as the writers write them. A checkout is read alone.
+func (s *Queued) row(ctx context.Context, ref stock.Ref) (stock.Checkout, error) {
+	if ref.Checkout {
+		return s.store.Read(ctx, ref)
+	}
+	r := &rowRead{id: ref.ID, done: make(chan struct{})}
+	if err := s.reading.Await(ctx, "", r, r.done); err != nil {
+		return stock.Checkout{}, err
+	}
+	return stock.Single(r.row), r.err
+}
+
+// readRows reads the rows of the orders that asked while the last read was out, in one query on
+// no follower's context: one who left must not fail the others'.
+func (s *Queued) readRows(_ string, take func() []*rowRead) {
+	rs := take()
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
+	defer cancel()
+	rows, err := s.store.Orders(ctx, ids)
+	for _, r := range rs {
+		var ok bool
+		if r.row, ok = rows[r.id]; err != nil {
+			r.err = err
+		} else if !ok {
+			r.err = fmt.Errorf("order %s: %w", r.id, stock.ErrNotFound)
+		}
+		close(r.done)
+	}
 }
 
 // Replay finds the request of req's Idempotency-Key while it is queued, by the buyer's

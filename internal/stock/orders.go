@@ -3,6 +3,7 @@ package stock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -136,34 +137,70 @@ func (s *Store) OrderByIdempotencyKey(ctx context.Context, key string) (Order, e
 	return s.orderWhere(ctx, "idempotency_key = ?", key)
 }
 
+// Orders reads the orders of ids that exist, as of now, in one query: by id.
+func (s *Store) Orders(ctx context.Context, ids []string) (map[string]Order, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	orders, err := s.ordersWhere(ctx, "order_id IN ?", ids)
+	if err != nil {
+		return nil, fmt.Errorf("orders %s...: %w", ids[0], err)
+	}
+	out := make(map[string]Order, len(orders))
+	for _, o := range orders {
+		out[o.OrderID] = o
+	}
+	return out, nil
+}
+
 func (s *Store) orderWhere(ctx context.Context, cond string, arg string) (Order, error) {
+	orders, err := s.ordersWhere(ctx, cond, arg)
+	if err == nil && len(orders) == 0 {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("order %s: %w", arg, err)
+	}
+	return orders[0], nil
+}
+
+// ordersWhere reads the orders cond selects, each with its deadline by the database's clock.
+func (s *Store) ordersWhere(ctx context.Context, cond string, arg any) ([]Order, error) {
 	db := s.db.WithContext(ctx)
 	if s.dialect == MySQL {
-		// The row and its deadline by the database's clock in one query, not two: buyers
+		// The rows and their deadlines by the database's clock in one query, not two: buyers
 		// following their queued orders read them often.
-		var read struct {
+		var reads []struct {
 			Row    orderRow `gorm:"embedded"`
 			Lapsed bool     `gorm:"column:lapsed"`
 		}
 		err := db.Model(&orderRow{}).Select("*, (expires_at IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)) AS lapsed").
-			Where(cond, arg).Take(&read).Error
+			Where(cond, arg).Find(&reads).Error
 		if err := classify(err); err != nil {
-			return Order{}, fmt.Errorf("order %s: %w", arg, err)
+			return nil, err
 		}
-		return read.Row.orderLapsed(read.Lapsed), nil
+		orders := make([]Order, len(reads))
+		for i, r := range reads {
+			orders[i] = r.Row.orderLapsed(r.Lapsed)
+		}
+		return orders, nil
 	}
-	var row orderRow
-	if err := classify(db.Where(cond, arg).Take(&row).Error); err != nil {
-		return Order{}, fmt.Errorf("order %s: %w", arg, err)
+	var rows []orderRow
+	if err := classify(db.Where(cond, arg).Find(&rows).Error); err != nil {
+		return nil, err
 	}
 	now := time.Time{}
-	if row.Status == Pending {
+	if slices.ContainsFunc(rows, func(r orderRow) bool { return r.Status == Pending }) {
 		var err error
 		if now, err = s.clock(db); err != nil {
-			return Order{}, err
+			return nil, err
 		}
 	}
-	return row.order(now), nil
+	orders := make([]Order, len(rows))
+	for i, r := range rows {
+		orders[i] = r.order(now)
+	}
+	return orders, nil
 }
 
 // clock reads the database's clock, which decides every deadline, so that the instances'

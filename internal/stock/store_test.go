@@ -626,6 +626,12 @@ func TestExpiry(t *testing.T) {
 	got, err := s.Order(ctx, orders[2].OrderID)
 	require.NoError(t, err)
 	assert.Equal(t, stock.Expired, got.Status, "a pending order past its deadline reads as expired")
+	many, err := s.Orders(ctx, []string{orders[2].OrderID, orders[3].OrderID, "no-such-order"})
+	require.NoError(t, err)
+	assert.Len(t, many, 2, "the orders read together are those that exist")
+	for _, id := range []string{orders[2].OrderID, orders[3].OrderID} {
+		assert.Equal(t, stock.Expired, many[id].Status, "an order read with others past its deadline reads as expired")
+	}
 
 	_, err = s.Pay(ctx, stock.OrderRef(orders[0].OrderID), "late-payer")
 	assert.ErrorIs(t, err, stock.ErrOrderExpired, "a late payment is refused")
