@@ -97,7 +97,9 @@ func Defaults() Config {
 		// wait for another writer, within the 10 s in which every 202 ends.
 		Queue: orderqueue.Config{MaxMsgs: 100_000, MaxBytes: 64 << 20, Duplicates: 10 * time.Minute,
 			AckWait: ackWait, MaxAckPending: 10_000, RecordTTL: 24 * time.Hour},
-		Queued: queued.Options{Writers: 2, BatchBytes: 256 << 10, Idle: time.Second, Retry: 250 * time.Millisecond,
+		// One writer per instance: every instance's writers take turns at a product's lock, and a
+		// second one here would split the batches that came meanwhile into smaller sections.
+		Queued: queued.Options{Writers: 1, BatchBytes: 256 << 10, Idle: time.Second, Retry: 250 * time.Millisecond,
 			Publish: 2 * time.Second},
 		ShutdownTimeout: 15 * time.Second,
 		EventsMax:       feed.DefaultMax,
