@@ -101,10 +101,10 @@ type rowRead struct {
 // rowsRead bounds the orders one query reads.
 const rowsRead = 256
 
-// row reads the rows of the request ref names. A sale's followers ask for their orders' rows at
-// the rate the writers place them, an end heard before the follower asked having left its row
-// behind (it may have moved on since): the orders that came while a read was out are read in the
-// next, one query for all (readRows), as the writers write them. A checkout is read alone.
+// row reads the rows of the request ref names. Followers whose end was heard before they asked
+// read their rows (they may have moved on since) at the rate the writers place them: the orders
+// that came while a read was out go in the next, one query for all (readRows). A checkout is
+// read alone.
 func (s *Queued) row(ctx context.Context, ref stock.Ref) (stock.Checkout, error) {
 	if ref.Checkout {
 		return s.store.Read(ctx, ref)

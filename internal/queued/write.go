@@ -53,7 +53,7 @@ func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 		_ = g.Wait()
 	}
 	hands := s.claim(ctx, t)
-	var again, fresh []held // in the order the queue took them
+	var again, fresh []held // each in the order the queue took them
 	for _, h := range hands {
 		if h.answered || h.retry != nil {
 			continue
@@ -69,8 +69,9 @@ func (s *Queued) write(ctx context.Context, t orderqueue.Taken) {
 			}
 		}
 	}
-	// Only a batch handed out before may have rows. A fresh batch's order written through another
-	// copy (resent) is refused by the section, and writeSome finds its row then.
+	// Only a batch handed out before may have rows; its orders are older and go first. A fresh
+	// batch's order written through another copy (resent) is refused by the section, and
+	// writeSome finds its row then.
 	todo := append(s.ackPlaced(ctx, again), fresh...)
 	sets := map[string][]held{}
 	var keys []string
