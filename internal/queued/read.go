@@ -98,8 +98,12 @@ type rowRead struct {
 	done chan struct{}
 }
 
-// rowsRead bounds the orders one query reads.
-const rowsRead = 256
+// rowsRead bounds the orders one query reads, and rowsReadFor how long it may take: a follower
+// whose read went in it waits for it whatever its own deadline.
+const (
+	rowsRead    = 256
+	rowsReadFor = 2 * time.Second
+)
 
 // row reads the rows of the request ref names. Followers whose end was heard before they asked
 // read their rows (they may have moved on since) at the rate the writers place them: the orders
@@ -124,7 +128,7 @@ func (s *Queued) readRows(_ string, take func() []*rowRead) {
 	for i, r := range rs {
 		ids[i] = r.id
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Publish)
+	ctx, cancel := context.WithTimeout(context.Background(), rowsReadFor)
 	defer cancel()
 	rows, err := s.store.Orders(ctx, ids)
 	for _, r := range rs {
