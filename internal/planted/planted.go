@@ -137,4 +137,8 @@ const (
 	// LooseFastDecode: the request body's fast decoder takes unknown fields, which encoding/json
 	// refuses, so a misspelt field (qty for quantity) is dropped and the order placed anyway.
 	LooseFastDecode Bug = "loose-fast-decode"
+	// OrphanSessionFirst: the ZooKeeper lock's remover of an abandoned create reads the session
+	// before the create returns, so a create queued while the client had no session, and sent on
+	// the next, leaves its node to that session: the lock held by nobody for as long as it lives.
+	OrphanSessionFirst Bug = "orphan-session-first"
 )

@@ -62,6 +62,7 @@ func TestChecksCatchPlantedBugs(t *testing.T) {
 		{planted.FeedPerWatcher, "internal/handler", "TestEventsOneFeedForManyWatchers", nil, "the events read it for each watcher"},
 		{planted.BrowserClock, "internal/handler", "TestSalePageInBrowser", nil, "the countdown ran on the browser's clock"},
 		{planted.LooseFastDecode, "internal/handler", "FuzzDecodersAgree", nil, "which encoding/json refuses"},
+		{planted.OrphanSessionFirst, "internal/lock/zklock", "TestZKMutexCreateAcrossSessions", nil, "the create sent on the new session left no node"},
 	})
 }
 

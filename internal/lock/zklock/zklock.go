@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/flashsale/seckill/internal/planted"
 )
 
 // Mutex is the ZooKeeper lock recipe, as «Locks in practice» and «Choosing a lock» give it
@@ -201,21 +203,28 @@ func (m *Mutex) find(ctx context.Context) (string, error) {
 const orphanTimeout = 30 * time.Second
 
 // removeOrphan deletes the node of a create that was abandoned: once the create call has
-// returned (created; nil when it has), whatever it made is found by the guid and deleted —
-// retried while the session that may own it lives. When that session ends, so does the node.
+// returned (created; nil when it has), whatever it made is deleted — by the name its answer
+// gives, else found by the guid — retried while the session that may own it lives. When that
+// session ends, so does the node. The session is read once the create has returned: a create
+// queued while the client had no session (an expiry, a reconnect) is sent on the next one, and
+// its node belongs to that session, which read earlier would look ended already.
 func (m *Mutex) removeOrphan(created <-chan createResult) {
-	deadline := time.After(orphanTimeout)
+	var node string
 	session := m.conn.SessionID()
 	if created != nil {
-		select {
-		case <-created:
-		case <-deadline:
-			return
+		r := <-created // every call returns: an answer, or the error of a lost connection
+		node = r.node
+		if !planted.On(planted.OrphanSessionFirst) {
+			session = m.conn.SessionID()
 		}
 	}
+	deadline := time.After(orphanTimeout)
 	for m.conn.SessionID() == session {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		node, err := m.find(ctx)
+		var err error
+		if node == "" {
+			node, err = m.find(ctx)
+		}
 		if err == nil && node != "" {
 			err = callErr(ctx, func() error { return m.conn.Delete(node, -1) })
 		}

@@ -2,6 +2,7 @@ package zklock_test
 
 import (
 	"context"
+	"net"
 	"path"
 	"sync"
 	"sync/atomic"
@@ -145,3 +146,78 @@ func TestZKMutexAbandonedCreate(t *testing.T) {
 	require.NoError(t, zklock.New(conn, dir).Lock(fresh), "the lock is free again: no orphan holds it")
 	t.Logf("%d of 20 attempts gave up mid-create or mid-wait", gaveUp)
 }
+
+// TestZKMutexCreateAcrossSessions gives up on a lock attempt whose create went out while the
+// client had no session: its session expired, the next not yet made — a frozen instance's first
+// section after it wakes. The client sends that create on its next session, and the node it makes
+// is an orphan of that session, which would hold the lock for as long as the session lives, every
+// instance's sale stopped behind it. The waiter's remover must delete it there.
+func TestZKMutexCreateAcrossSessions(t *testing.T) {
+	proxy := backendtest.StartFaultProxy(t, backendtest.ZooKeeperServers(t)[0])
+	var (
+		gate    atomic.Bool // set: the next dial waits for release
+		dialing = make(chan struct{}, 1)
+		release = make(chan struct{})
+	)
+	dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
+		if gate.CompareAndSwap(true, false) {
+			dialing <- struct{}{}
+			<-release
+		}
+		return net.DialTimeout(network, address, timeout)
+	}
+	conn, events, err := zk.Connect([]string{proxy.Listen}, time.Second, zk.WithDialer(dial), zk.WithLogger(quiet{}), zk.WithLogInfo(false),
+		zk.WithEventCallback(func(ev zk.Event) {
+			if ev.State == zk.StateExpired {
+				gate.Store(true) // the dial of the next session: after the client's flush of unsent calls
+			}
+		}))
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	go func() {
+		for range events {
+		}
+	}()
+	require.Eventually(t, func() bool { return conn.State() == zk.StateHasSession }, 10*time.Second, 10*time.Millisecond)
+
+	ctx := context.Background()
+	dir := "/test/across-sessions/" + backendtest.SKU(t)
+	observer := zkSession(t)
+	holder := zklock.New(observer, dir) // keeps the directory, and the queue behind it
+	require.NoError(t, holder.Lock(ctx))
+	marker := dir + "-session"
+	_, err = conn.Create(marker, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+
+	proxy.Stop()
+	require.Eventually(t, func() bool {
+		exists, _, err := observer.Exists(marker)
+		return err == nil && !exists
+	}, 10*time.Second, 20*time.Millisecond, "the cut-off session expired")
+	require.NoError(t, proxy.Start())
+	select {
+	case <-dialing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client never dialled for a new session after its expiry")
+	}
+	attempt, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, zklock.New(conn, dir).Lock(attempt), context.DeadlineExceeded, "no session: the attempt gave up")
+	close(release)
+	require.Eventually(t, func() bool { return conn.State() == zk.StateHasSession }, 10*time.Second, 10*time.Millisecond)
+
+	require.Eventually(t, func() bool {
+		children, _, err := observer.Children(dir)
+		return err == nil && len(children) == 1
+	}, 5*time.Second, 20*time.Millisecond, "the create sent on the new session left no node: the holder's alone")
+	_, err = holder.Unlock(ctx)
+	require.NoError(t, err)
+	fresh, cancelFresh := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelFresh()
+	require.NoError(t, zklock.New(observer, dir).Lock(fresh), "the lock is free once its holder let go: no orphan holds it")
+}
+
+// quiet drops the ZooKeeper client's own log.
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
